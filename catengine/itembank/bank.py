@@ -1,0 +1,261 @@
+"""``ItemBank``: an immutable, validated wrapper of an xarray DataTree following schema v1."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+from functools import cached_property
+
+import numpy as np
+import xarray as xr
+
+from catengine.errors import ItemBankSchemaError
+from catengine.itembank.schema import (
+    ITEM_PARAMETERS,
+    PARAMETER_DESCRIPTIONS,
+    RESPONSE_FUNCTIONS,
+    SCHEMA_NAME,
+    SCHEMA_VERSION,
+    validate_tree,
+)
+from catengine.models.params import ItemParams
+
+
+def _library_version() -> str:
+    from catengine import __version__
+
+    return __version__
+
+
+def _json_attr(value) -> str:
+    return json.dumps(value if value is not None else {}, sort_keys=True, default=_json_default)
+
+
+def _json_default(obj):
+    if isinstance(obj, np.generic):
+        return obj.item()
+    if isinstance(obj, np.ndarray):
+        return obj.tolist()
+    raise TypeError(f"{type(obj).__name__} is not JSON serialisable: {obj!r}")
+
+
+class ItemBank:
+    """A calibrated item bank (read-only).
+
+    Build one with :meth:`from_params` (after a calibration) or :func:`catengine.open_item_bank`
+    (from disk); store it with :func:`catengine.write_item_bank`. Every accessor returns a copy or
+    a read-only array, so a bank never changes after construction.
+    """
+
+    __slots__ = ("_tree", "_source", "__dict__")
+
+    def __init__(self, tree: xr.DataTree, *, source: str = "<memory>"):
+        problems = validate_tree(tree)
+        if problems:
+            raise ItemBankSchemaError(source, problems)
+        self._tree = tree.copy(deep=True)
+        self._source = source
+        try:
+            self.params  # noqa: B018 - builds and validates ItemParams (value ranges)
+        except ValueError as exc:
+            raise ItemBankSchemaError(source, [str(exc)]) from exc
+
+    # ------------------------------------------------------------------ construction
+    @classmethod
+    def from_params(
+        cls,
+        response_model: str,
+        item_ids,
+        *,
+        bank_id: str,
+        calibration_method: str = "",
+        calibration_settings: dict | None = None,
+        responses_sha256: str = "",
+        n_subjects: int = 0,
+        scale: dict | None = None,
+        item_metadata: dict | None = None,
+        item_vars: dict | None = None,
+        subjects: xr.Dataset | None = None,
+        calibration: xr.Dataset | None = None,
+        posterior: xr.Dataset | None = None,
+        rho: float = 0.0,
+        cot_offset: float | None = None,
+        **arrays,
+    ) -> "ItemBank":
+        """Build a bank from parameter arrays, e.g. ``from_params("2pl", ids, bank_id="x", a=a, b=b)``.
+
+        ``arrays`` holds the item parameters of ``response_model`` (a, b; c, d for 4pl; omega,
+        phi, lam for lart) and optionally ``b_sd``. ``item_metadata`` maps a field name to (J,)
+        strings; ``item_vars`` to other (J,) numeric per-item variables (e.g. 0/1 flags).
+        """
+        if not isinstance(bank_id, str) or not bank_id or any(ch in bank_id for ch in "/\\ ") or bank_id.startswith("."):
+            raise ValueError(f"bank_id must be a non-empty string without spaces or path separators, got {bank_id!r}")
+        item_ids = np.asarray([str(v) for v in item_ids], dtype=object)
+        b_sd = arrays.pop("b_sd", None)
+        params = ItemParams(response_model, rho=rho, **arrays)  # validates names, shapes, finiteness
+        if params.n_items != item_ids.size:
+            raise ValueError(f"{item_ids.size} item ids given for {params.n_items} items")
+        data_vars = {}
+        for name in params.parameter_names:
+            long_name, description = PARAMETER_DESCRIPTIONS[name]
+            data_vars[name] = ("item", np.array(getattr(params, name)), {"long_name": long_name, "description": description})
+        data_vars["rho"] = ((), np.float64(params.rho), dict(zip(("long_name", "description"), PARAMETER_DESCRIPTIONS["rho"])))
+        if b_sd is not None:
+            data_vars["b_sd"] = ("item", np.asarray(b_sd, dtype=np.float64), dict(zip(("long_name", "description"), PARAMETER_DESCRIPTIONS["b_sd"])))
+        for key, values in (item_metadata or {}).items():
+            data_vars[str(key)] = ("item", np.asarray([str(v) for v in values], dtype=object), {"long_name": f"item metadata: {key}"})
+        for key, values in (item_vars or {}).items():
+            values = np.asarray(values)
+            if values.dtype == bool:
+                values = values.astype(np.int8)
+            data_vars[str(key)] = (("item",) + tuple(f"{key}_dim{k}" for k in range(1, values.ndim)), values)
+        items = xr.Dataset(data_vars, coords={"item": ("item", item_ids, {"long_name": "item id"})})
+        attrs = {
+            "schema": SCHEMA_NAME,
+            "schema_version": SCHEMA_VERSION,
+            "bank_id": bank_id,
+            "bank_version": 0,
+            "parent_version": 0,
+            "response_model": response_model,
+            "response_function": RESPONSE_FUNCTIONS[response_model],
+            "calibration_method": calibration_method,
+            "calibration_settings": _json_attr(calibration_settings),
+            "responses_sha256": responses_sha256,
+            "n_subjects": int(n_subjects),
+            "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "library_version": _library_version(),
+            "scale": _json_attr(scale),
+        }
+        if response_model == "lart":
+            attrs["cot_offset"] = float(1.0 if cot_offset is None else cot_offset)
+            attrs["lambda_is"] = "standard deviation (lambda_sd)"
+        groups = {"/": xr.Dataset(attrs=attrs), "/items": items}
+        for name, group in (("posterior", posterior), ("subjects", subjects), ("calibration", calibration)):
+            if group is not None:
+                if not isinstance(group, xr.Dataset):
+                    raise TypeError(f"{name} must be an xarray.Dataset, got {type(group).__name__}")
+                groups[f"/{name}"] = group
+        return cls(xr.DataTree.from_dict(groups))
+
+    def replace_attrs(self, **attrs) -> "ItemBank":
+        """A new bank with some root attributes replaced (used by the writer to stamp versions)."""
+        tree = self._tree.copy(deep=True)
+        tree.attrs.update(attrs)
+        return ItemBank(tree, source=self._source)
+
+    # ------------------------------------------------------------------ accessors
+    def to_datatree(self) -> xr.DataTree:
+        """A deep copy of the underlying DataTree (groups /, /items and optional others)."""
+        return self._tree.copy(deep=True)
+
+    def _group(self, name: str) -> xr.Dataset | None:
+        if name not in self._tree.children:
+            return None
+        return self._tree[name].to_dataset().copy(deep=True)
+
+    @property
+    def items(self) -> xr.Dataset:
+        return self._group("items")
+
+    @property
+    def subjects(self) -> xr.Dataset | None:
+        return self._group("subjects")
+
+    @property
+    def posterior(self) -> xr.Dataset | None:
+        return self._group("posterior")
+
+    @property
+    def calibration(self) -> xr.Dataset | None:
+        return self._group("calibration")
+
+    @property
+    def attrs(self) -> dict:
+        """Root attributes as plain Python values."""
+        return {k: (v.item() if isinstance(v, np.generic) else v) for k, v in self._tree.attrs.items()}
+
+    @property
+    def source(self) -> str:
+        return self._source
+
+    @property
+    def bank_id(self) -> str:
+        return self._tree.attrs["bank_id"]
+
+    @property
+    def version(self) -> int:
+        """Version number on disk (>= 1), or 0 for a bank that has not been written yet."""
+        return int(self._tree.attrs["bank_version"])
+
+    @property
+    def parent_version(self) -> int:
+        return int(self._tree.attrs["parent_version"])
+
+    @property
+    def response_model(self) -> str:
+        return self._tree.attrs["response_model"]
+
+    @property
+    def cot_offset(self) -> float | None:
+        value = self._tree.attrs.get("cot_offset")
+        return None if value is None else float(value)
+
+    @property
+    def calibration_settings(self) -> dict:
+        return json.loads(self._tree.attrs["calibration_settings"])
+
+    @property
+    def scale(self) -> dict:
+        return json.loads(self._tree.attrs["scale"])
+
+    @cached_property
+    def item_ids(self) -> tuple[str, ...]:
+        return tuple(str(v) for v in self._tree["items"]["item"].values)
+
+    @property
+    def n_items(self) -> int:
+        return len(self.item_ids)
+
+    @cached_property
+    def params(self) -> ItemParams:
+        """The response-model parameters as frozen arrays (what the numerics consume)."""
+        items = self._tree["items"]
+        arrays = {name: items[name].values for name in ITEM_PARAMETERS[self.response_model]}
+        rho = float(items["rho"].values) if "rho" in items.data_vars else 0.0
+        return ItemParams(self.response_model, rho=rho, **arrays)
+
+    def item_metadata(self, field: str) -> np.ndarray:
+        """A per-item metadata or extra variable as a read-only array (raises KeyError naming the fields)."""
+        items = self._tree["items"]
+        if field not in items.data_vars:
+            available = sorted(set(items.data_vars) - {"rho"})
+            raise KeyError(f"bank {self.bank_id!r} has no per-item field {field!r}; available: {available}")
+        out = np.array(items[field].values)
+        out.flags.writeable = False
+        return out
+
+    @cached_property
+    def _index(self) -> dict[str, int]:
+        return {item: k for k, item in enumerate(self.item_ids)}
+
+    def index_of(self, item_id: str) -> int:
+        """Position of ``item_id`` in the bank (raises KeyError naming the id)."""
+        try:
+            return self._index[str(item_id)]
+        except KeyError:
+            raise KeyError(f"item {item_id!r} is not in bank {self.bank_id!r} ({self.n_items} items)") from None
+
+    def difficulty(self) -> np.ndarray:
+        """Display difficulty -b/a (NaN where a = 0: non-discriminating items)."""
+        p = self.params
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return np.where(p.a != 0, -p.b / np.where(p.a != 0, p.a, 1.0), np.nan)
+
+    def __repr__(self) -> str:
+        version = f"v{self.version}" if self.version else "unsaved"
+        groups = ", ".join(sorted(set(self._tree.children) - {"items"})) or "none"
+        return (
+            f"ItemBank({self.bank_id!r} {version}, {self.response_model}, {self.n_items} items, "
+            f"method={self.attrs['calibration_method'] or 'n/a'}, optional groups: {groups})"
+        )
+

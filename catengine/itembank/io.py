@@ -1,0 +1,158 @@
+"""Reading and writing item banks: one netCDF4 file per version, never overwritten.
+
+Layout: ``<directory>/<bank_id>_v<N>.nc``. Writing goes to a temporary file in the same directory
+and is then hard-linked to its final name, which fails if that name exists, so a version is never
+overwritten even by two writers racing; a crash mid-write leaves only a temporary file behind.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tempfile
+from datetime import datetime, timezone
+from pathlib import Path
+
+import xarray as xr
+
+from catengine.errors import ItemBankSchemaError, ItemBankVersionExistsError
+from catengine.itembank.bank import ItemBank
+
+_VERSION_FILE = re.compile(r"^(?P<bank_id>.+)_v(?P<version>[1-9][0-9]*)\.nc$")
+
+
+def list_versions(directory) -> dict[int, Path]:
+    """Map version number -> file of every bank version stored in ``directory``."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        return {}
+    versions = {}
+    for path in directory.iterdir():
+        match = _VERSION_FILE.match(path.name)
+        if match and path.is_file():
+            version = int(match["version"])
+            if version in versions:
+                raise ItemBankSchemaError(
+                    str(directory), [f"two files claim version {version}: {versions[version].name}, {path.name}"]
+                )
+            versions[version] = path
+    return dict(sorted(versions.items()))
+
+
+def _resolve(path_or_dir, version) -> Path:
+    path = Path(path_or_dir)
+    if path.is_file():
+        if version not in ("latest", None):
+            raise ValueError(f"version={version!r} given together with a file path {path}; pass the bank directory instead")
+        return path
+    if not path.exists():
+        raise FileNotFoundError(f"no item bank at {path}")
+    versions = list_versions(path)
+    if not versions:
+        raise FileNotFoundError(f"directory {path} holds no item bank versions (<bank_id>_v<N>.nc)")
+    if version in ("latest", None):
+        return versions[max(versions)]
+    if isinstance(version, bool) or not isinstance(version, int):
+        raise ValueError(f"version must be 'latest' or an int, got {version!r}")
+    if version not in versions:
+        raise FileNotFoundError(f"{path} has no version {version}; available: {sorted(versions)}")
+    return versions[version]
+
+
+def open_item_bank(path_or_dir, version="latest") -> ItemBank:
+    """Open and validate an item bank file, or a version (default the latest) from a bank directory.
+
+    Raises :class:`ItemBankSchemaError` listing every problem when the file is not a valid bank
+    (truncated, not netCDF, missing variables, NaN parameters, unknown schema version, ...).
+    """
+    path = _resolve(path_or_dir, version)
+    try:
+        with xr.open_datatree(path, engine="netcdf4", mask_and_scale=False) as tree:
+            tree = tree.load()
+    except (OSError, ValueError, RuntimeError, KeyError, TypeError) as exc:
+        raise ItemBankSchemaError(str(path), [f"cannot be read as a netCDF4 item bank ({type(exc).__name__}: {exc})"]) from exc
+    bank = ItemBank(tree, source=str(path))
+    match = _VERSION_FILE.match(path.name)
+    if match:
+        problems = []
+        if match["bank_id"] != bank.bank_id:
+            problems.append(f"file name says bank_id {match['bank_id']!r} but the file says {bank.bank_id!r}")
+        if int(match["version"]) != bank.version:
+            problems.append(f"file name says version {match['version']} but the file says bank_version {bank.version}")
+        if problems:
+            raise ItemBankSchemaError(str(path), problems)
+    return bank
+
+
+def _encoding(tree: xr.DataTree) -> dict:
+    encoding = {}
+    for node in tree.subtree:
+        variables = list(node.ds.variables)
+        if variables:
+            encoding[node.path] = {name: {"_FillValue": None} for name in variables}
+    return encoding
+
+
+def write_item_bank(bank: ItemBank, directory, *, version: int | None = None) -> Path:
+    """Write ``bank`` as a new version in ``directory`` and return the new file's path.
+
+    By default the new version is one more than the latest on disk (pass ``version`` to choose it;
+    an existing version raises :class:`ItemBankVersionExistsError`); ``parent_version`` is the version the bank
+    was opened from if it came from disk, else the latest version on disk (0 when there is none).
+    The write is atomic and never replaces an existing file.
+    """
+    if not isinstance(bank, ItemBank):
+        raise TypeError(f"write_item_bank expects an ItemBank, got {type(bank).__name__}")
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    versions = list_versions(directory)
+    for existing in versions.values():
+        stored_id = _VERSION_FILE.match(existing.name)["bank_id"]
+        if stored_id != bank.bank_id:
+            raise ValueError(f"{directory} holds bank {stored_id!r}; refusing to write bank {bank.bank_id!r} there")
+    latest = max(versions, default=0)
+    if version is None:
+        new_version = latest + 1
+    elif isinstance(version, bool) or not isinstance(version, int) or version < 1:
+        raise ValueError(f"version must be a positive int, got {version!r}")
+    elif version in versions:
+        raise ItemBankVersionExistsError(f"{versions[version]} already exists; bank versions are never overwritten")
+    else:
+        new_version = version
+    parent = bank.version if 0 < bank.version < new_version else max((v for v in versions if v < new_version), default=0)
+    stamped = bank.replace_attrs(
+        bank_version=new_version,
+        parent_version=parent,
+        written_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    )
+    final = directory / f"{bank.bank_id}_v{new_version}.nc"
+    tree = stamped.to_datatree()
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{final.name}.", suffix=".tmp", dir=directory)
+    os.close(fd)
+    tmp = Path(tmp_name)
+    try:
+        tree.to_netcdf(tmp, engine="netcdf4", encoding=_encoding(tree))
+        with open(tmp, "rb") as fh:
+            os.fsync(fh.fileno())
+        os.chmod(tmp, 0o444)  # a stored version is read-only for everyone
+        try:
+            os.link(tmp, final)  # atomic, and fails instead of overwriting
+        except FileExistsError:
+            raise ItemBankVersionExistsError(f"{final} already exists; bank versions are never overwritten") from None
+        _fsync_dir(directory)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return final
+
+
+def _fsync_dir(directory: Path) -> None:
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
