@@ -1,0 +1,170 @@
+"""Logistic 1-4PL response model (banks with ``response_model`` "2pl" or "4pl").
+
+Slope-intercept form (DESIGN.md): z_j = a_j theta + b_j, b_j an easiness intercept.
+
+* 2PL (and 1PL = equal slopes): P_j = sigmoid(z_j). A "2pl" ItemParams has no c/d; it is treated as
+  c = 0, d = 1 through a specialised fast path.
+* 4PL (3PL = d of 1): P_j = c_j + (d_j - c_j) sigmoid(z_j).
+
+Shapes: ``theta`` is a float or an array of any shape S. Per-item outputs have shape S + (n,)
+(n = number of selected items); summed outputs (log-likelihood, gradient, Hessian) have shape S,
+and are numpy floats when ``theta`` is a scalar. ``items`` is an integer index array into the bank
+(``None``: every item, in bank order); ``responses`` holds one 0/1 answer per entry of ``items``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from . import _kernels as K
+from .params import ItemParams
+
+__all__ = [
+    "prob_correct",
+    "log_likelihood",
+    "trait_gradient",
+    "trait_hessian",
+    "trait_derivatives",
+    "item_information",
+]
+
+
+# ----------------------------------------------------------------------------- shared input checks
+# (also used by lart.py)
+
+
+def _check_model(params, allowed: tuple[str, ...], where: str) -> None:
+    if not isinstance(params, ItemParams):
+        raise TypeError(f"{where} needs an ItemParams, got {type(params).__name__}")
+    if params.response_model not in allowed:
+        raise ValueError(
+            f"{where} works on response_model {' or '.join(map(repr, allowed))}, "
+            f"got an ItemParams with response_model {params.response_model!r}"
+        )
+
+
+def _as_theta(theta, name: str = "theta") -> tuple[np.ndarray, tuple[int, ...]]:
+    """Flat contiguous float64 copy of ``theta`` and its original shape; rejects non-finite values."""
+    arr = np.asarray(theta, dtype=np.float64)
+    bad = np.flatnonzero(~np.isfinite(arr.reshape(-1)))
+    if bad.size:
+        raise ValueError(f"{name} must be finite; flat position {int(bad[0])} holds {arr.reshape(-1)[bad[0]]}")
+    return np.ascontiguousarray(arr.reshape(-1)), arr.shape
+
+
+def _as_items(params: ItemParams, items) -> np.ndarray:
+    """Validated int64 index array (``None``: all items)."""
+    n = params.n_items
+    if items is None:
+        return np.arange(n, dtype=np.int64)
+    idx = np.asarray(items)
+    if idx.ndim == 0:
+        idx = idx.reshape(1)
+    if idx.ndim != 1:
+        raise ValueError(f"items must be a one-dimensional index array, got shape {idx.shape}")
+    if idx.size == 0:
+        return np.zeros(0, dtype=np.int64)
+    if idx.dtype == bool or not np.issubdtype(idx.dtype, np.integer):
+        raise TypeError(f"items must hold integer item indices, got dtype {idx.dtype}")
+    bad = np.flatnonzero((idx < 0) | (idx >= n))
+    if bad.size:
+        raise ValueError(f"item index {int(idx[bad[0]])} is out of range for a bank of {n} items (0..{n - 1})")
+    return idx.astype(np.int64)
+
+
+def _as_responses(responses, n_items: int) -> np.ndarray:
+    """float64 array of 0/1 answers, one per selected item."""
+    y = np.asarray(responses)
+    if y.ndim == 0:
+        y = y.reshape(1)
+    if y.ndim != 1 or y.shape[0] != n_items:
+        raise ValueError(f"responses must be a vector with one 0/1 answer per item ({n_items}), got shape {y.shape}")
+    yf = y.astype(np.float64)
+    bad = np.flatnonzero((yf != 0.0) & (yf != 1.0))
+    if bad.size:
+        raise ValueError(f"responses must be 0 or 1; position {int(bad[0])} holds {y[bad[0]]!r}")
+    return np.ascontiguousarray(yf)
+
+
+def _vec(x: np.ndarray, idx: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(x[idx], dtype=np.float64)
+
+
+def _per_item(out2d: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    return out2d.reshape(shape + (out2d.shape[1],))
+
+
+def _summed(col: np.ndarray, shape: tuple[int, ...]):
+    col = col.reshape(shape)
+    return col[()] if col.ndim == 0 else col
+
+
+# ----------------------------------------------------------------------------- public API
+
+_LOGISTIC = ("2pl", "4pl")
+
+
+def prob_correct(params: ItemParams, theta, items=None) -> np.ndarray:
+    """P(correct) of each selected item: shape S + (n,).
+
+    2PL: sigmoid(a theta + b); 4PL: c + (d - c) sigmoid(a theta + b).
+    """
+    _check_model(params, _LOGISTIC, "logistic.prob_correct")
+    th, shape = _as_theta(theta)
+    idx = _as_items(params, items)
+    a, b = _vec(params.a, idx), _vec(params.b, idx)
+    if params.response_model == "2pl":
+        out = K.prob_2pl(th, a, b)
+    else:
+        out = K.prob_4pl(th, a, b, _vec(params.c, idx), _vec(params.d, idx))
+    return _per_item(out, shape)
+
+
+def trait_derivatives(params: ItemParams, theta, responses, items=None):
+    """(log-likelihood, d/dtheta, d2/dtheta2) of the answers, each of shape S.
+
+    l(theta) = sum_j y_j log P_j + (1 - y_j) log(1 - P_j), computed from log-sigmoids (finite for
+    any z). 2PL: dl = sum a (y - P), d2l = -sum a^2 P (1 - P). 4PL: see ``_kernels.derivs_4pl``.
+    """
+    _check_model(params, _LOGISTIC, "logistic.trait_derivatives")
+    th, shape = _as_theta(theta)
+    idx = _as_items(params, items)
+    y = _as_responses(responses, idx.shape[0])
+    a, b = _vec(params.a, idx), _vec(params.b, idx)
+    if params.response_model == "2pl":
+        out = K.derivs_2pl(th, a, b, y)
+    else:
+        out = K.derivs_4pl(th, a, b, _vec(params.c, idx), _vec(params.d, idx), y)
+    return _summed(out[:, 0], shape), _summed(out[:, 1], shape), _summed(out[:, 2], shape)
+
+
+def log_likelihood(params: ItemParams, theta, responses, items=None):
+    """Log-likelihood sum_j [y_j log P_j + (1 - y_j) log(1 - P_j)] of the answers; shape S."""
+    return trait_derivatives(params, theta, responses, items)[0]
+
+
+def trait_gradient(params: ItemParams, theta, responses, items=None):
+    """d/dtheta of the log-likelihood, sum_j P'_j (y_j - P_j) / (P_j (1 - P_j)); shape S."""
+    return trait_derivatives(params, theta, responses, items)[1]
+
+
+def trait_hessian(params: ItemParams, theta, responses, items=None):
+    """d2/dtheta2 of the log-likelihood (observed, negative of the observed information); shape S."""
+    return trait_derivatives(params, theta, responses, items)[2]
+
+
+def item_information(params: ItemParams, theta, items=None) -> np.ndarray:
+    """Fisher information of each selected item at theta: shape S + (n,).
+
+    2PL: a^2 P (1 - P). 4PL: a^2 (P - c)^2 (d - P)^2 / ((d - c)^2 P (1 - P)), evaluated as
+    a^2 s (1 - s) [(P - c)/P] [(d - P)/(1 - P)] with s = sigmoid(z) (no 0/0 in the tails).
+    """
+    _check_model(params, _LOGISTIC, "logistic.item_information")
+    th, shape = _as_theta(theta)
+    idx = _as_items(params, items)
+    a, b = _vec(params.a, idx), _vec(params.b, idx)
+    if params.response_model == "2pl":
+        out = K.info_2pl(th, a, b)
+    else:
+        out = K.info_4pl(th, a, b, _vec(params.c, idx), _vec(params.d, idx))
+    return _per_item(out, shape)
