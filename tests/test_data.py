@@ -1,0 +1,363 @@
+"""ResponseData readers/writers: wide CSV (LaRT), long tables, netCDF, subset, sha256, bad inputs."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from calibration.data import ResponseData
+
+DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data"
+LART = DATA / "lart"
+
+
+def _write(path: Path, text: str) -> Path:
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+@pytest.fixture
+def wide_files(tmp_path):
+    acc = _write(tmp_path / "acc.csv", ",q0,q1,q2\nm1,1,0,NA\nm2,0,,1\nm3,1,1,0\n")
+    cot = _write(tmp_path / "cot.csv", ",q0,q1,q2\nm1,120,0,NA\nm2,35.5,7,\nm3,10240,3,99\n")
+    return acc, cot
+
+
+@pytest.fixture
+def small():
+    correct = np.array([[1, 0, -1, 1], [0, 1, 1, -1], [-1, -1, 0, 1]], dtype=np.int8)
+    cot = np.array([[10.0, 0.0, np.nan, 3.5], [7.0, np.nan, 12.0, 1.0], [np.nan, 4.0, 2.0, 8.0]])
+    return ResponseData.from_arrays(
+        correct,
+        cot,
+        subject_ids=["llm-a", "llm-b", "llm-c"],
+        item_ids=["i0", "i1", "i2", "i3"],
+        item_metadata={"benchmark": ["math", "math", "code", "code"], "note": ["", "x", "", "y"]},
+    )
+
+
+# ------------------------------------------------------------------------------------ wide CSV
+def test_from_wide_csv_parses_values_ids_and_missing(wide_files):
+    d = ResponseData.from_wide_csv(*wide_files)
+    assert d.shape == (3, 3)
+    assert d.subject_ids == ("m1", "m2", "m3")
+    assert d.item_ids == ("q0", "q1", "q2")
+    np.testing.assert_array_equal(d.correct, [[1, 0, -1], [0, -1, 1], [1, 1, 0]])
+    assert d.correct.dtype == np.int8
+    np.testing.assert_array_equal(d.cot_length, [[120, 0, np.nan], [35.5, 7, np.nan], [10240, 3, 99]])
+
+
+def test_from_wide_csv_without_cot_and_gzip(tmp_path, wide_files):
+    acc, _ = wide_files
+    gz = tmp_path / "acc.csv.gz"
+    gz.write_bytes(gzip.compress(acc.read_bytes()))
+    a = ResponseData.from_wide_csv(acc)
+    b = ResponseData.from_wide_csv(gz)
+    assert not a.has_cot
+    assert a.sha256() == b.sha256()
+
+
+def test_wide_csv_round_trip_preserves_sha(tmp_path, small):
+    # item metadata is not part of the wide format: compare without it
+    plain = ResponseData.from_arrays(small.correct, small.cot_length, subject_ids=small.subject_ids,
+                                     item_ids=small.item_ids)
+    plain.to_wide_csv(tmp_path / "a.csv", tmp_path / "c.csv")
+    back = ResponseData.from_wide_csv(tmp_path / "a.csv", tmp_path / "c.csv")
+    assert back.sha256() == plain.sha256()
+
+
+@pytest.mark.parametrize(
+    "acc_text, expected",
+    [
+        (",q0,q1\nm1,1,0\nm2,2,1\n", ["line 3", "'m2'", "'q0'", "'2'", "not binary"]),
+        (",q0,q1\nm1,1,yes\n", ["line 2", "'m1'", "'q1'", "'yes'"]),
+        (",q0,q1\nm1,1,-1\n", ["line 2", "'q1'", "'-1'", "ambiguous"]),
+        (",q0,q1\nm1,1,0\nm2,1\n", ["line 3", "'m2'", "2 fields", "header has 3"]),
+        (",q0,q1\nm1,1,0\nm1,0,0\n", ["duplicate subject id", "'m1'"]),
+        (",q0,q0\nm1,1,0\n", ["duplicate item id", "'q0'"]),
+        (",q0,q1\nm1,1,0\nm2,NA,\n", ["'m2'", "row 1", "no observed response"]),
+        ("", ["empty"]),
+        (",q0,q1\n", ["no data rows", "empty"]),
+        ("label\nm1\n", ["no item columns"]),
+    ],
+)
+def test_from_wide_csv_bad_accuracy_names_the_problem(tmp_path, acc_text, expected):
+    acc = _write(tmp_path / "acc.csv", acc_text)
+    with pytest.raises(ValueError) as err:
+        ResponseData.from_wide_csv(acc)
+    for fragment in expected:
+        assert fragment in str(err.value), (fragment, str(err.value))
+
+
+@pytest.mark.parametrize(
+    "cot_text, expected",
+    [
+        (",q0,q1\nm1,5,-3\nm2,1,1\n", ["cot.csv line 2", "'m1'", "'q1'", "'-3'", ">= 0"]),
+        (",q0,q1\nm1,5,3\nm2,inf,1\n", ["line 3", "'m2'", "'q0'", "'inf'", "finite"]),
+        (",q0,q1\nm1,5,3\nm2,abc,1\n", ["'abc'", "'q0'"]),
+        (",q0,q1\nm1,5,3\nmX,1,1\n", ["row labels differ", "data row 2", "'m2'", "'mX'"]),
+        (",q0,q1\nm1,5,3\n", ["row labels differ", "data row 2", "'m2'", "None", "2 vs 1 rows"]),
+        (",q0,qZ\nm1,5,3\nm2,1,1\n", ["item columns differ", "column 2", "'q1'", "'qZ'"]),
+        (",q1,q0\nm1,5,3\nm2,1,1\n", ["item columns differ", "column 1", "'q0'", "'q1'"]),
+        (",q0,q1,q2\nm1,5,3,1\nm2,1,1,1\n", ["item columns differ", "column 3", "None", "'q2'"]),
+    ],
+)
+def test_from_wide_csv_bad_cot_names_the_problem(tmp_path, cot_text, expected):
+    acc = _write(tmp_path / "acc.csv", ",q0,q1\nm1,1,0\nm2,0,1\n")
+    cot = _write(tmp_path / "cot.csv", cot_text)
+    with pytest.raises(ValueError) as err:
+        ResponseData.from_wide_csv(acc, cot)
+    for fragment in expected:
+        assert fragment in str(err.value), (fragment, str(err.value))
+
+
+def test_row_is_observed_if_only_cot_present(tmp_path):
+    # missingness of correctness and CoT length is independent: a row with only a CoT length is kept
+    acc = _write(tmp_path / "acc.csv", ",q0\nm1,1\nm2,NA\n")
+    cot = _write(tmp_path / "cot.csv", ",q0\nm1,5\nm2,17\n")
+    d = ResponseData.from_wide_csv(acc, cot)
+    assert d.correct[1, 0] == -1 and d.cot_length[1, 0] == 17
+
+
+def _require(path: Path):
+    if not path.exists():
+        pytest.skip(f"real data not available: {path} is absent (../shared/data is outside the repository)")
+
+
+@pytest.mark.parametrize(
+    "name, shape, mean_acc",
+    [("math500", (158, 500), 0.484), ("amc23", (156, 40), 0.400)],  # SOURCE.md table
+)
+def test_real_lart_data_loads(name, shape, mean_acc):
+    acc, cot = LART / f"accuracy_{name}.csv", LART / f"cot_length_{name}.csv"
+    _require(acc)
+    _require(cot)
+    d = ResponseData.from_wide_csv(acc, cot)
+    assert d.shape == shape
+    assert d.has_cot
+    assert d.missing_rate() == 0.0 and not np.isnan(d.cot_length).any()
+    assert d.item_ids == tuple(str(k) for k in range(shape[1]))
+    assert d.subject_ids[0] == "01_ai_Yi_34B_one_shot"
+    assert abs(d.correct.mean() - mean_acc) < 5e-4
+    assert d.cot_length.min() == 0.0  # zero-length chains exist (SOURCE.md)
+
+
+# ------------------------------------------------------------------------------------ long format
+LONG_CSV = """subject,item,correct,cot_tokens,benchmark
+m1,q0,1,120,math
+m1,q1,0,0,code
+m2,q0,0,35,math
+m2,q1,,7,code
+m2,q0,0,35,math
+m3,q2,1,,math
+"""
+
+
+def test_from_long_csv(tmp_path):
+    d = ResponseData.from_long(_write(tmp_path / "t.csv", LONG_CSV))
+    assert d.subject_ids == ("m1", "m2", "m3")
+    assert d.item_ids == ("q0", "q1", "q2")
+    np.testing.assert_array_equal(d.correct, [[1, 0, -1], [0, -1, -1], [-1, -1, 1]])
+    np.testing.assert_array_equal(d.cot_length, [[120, 0, np.nan], [35, 7, np.nan], [np.nan, np.nan, np.nan]])
+    assert d.item_metadata["benchmark"].tolist() == ["math", "code", "math"]
+
+
+def test_from_long_jsonl_dicts_and_mapping_agree(tmp_path):
+    rows = [
+        {"subject": "m1", "item": "q0", "correct": True, "cot_tokens": 12, "benchmark": "a"},
+        {"subject": "m1", "item": "q1", "correct": 0, "cot_tokens": None, "benchmark": "b"},
+        {"subject": "m2", "item": "q1", "correct": 1.0, "cot_tokens": 3.5, "benchmark": "b"},
+        {"subject": "m2", "item": "q0", "correct": None, "cot_tokens": 8, "benchmark": "a"},
+    ]
+    path = tmp_path / "t.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n\n", encoding="utf-8")
+    mapping = {k: [r[k] for r in rows] for k in rows[0]}
+    a = ResponseData.from_long(path)
+    b = ResponseData.from_long(rows)
+    c = ResponseData.from_long(mapping)
+    assert a.sha256() == b.sha256() == c.sha256()
+    np.testing.assert_array_equal(a.correct, [[1, 0], [-1, 1]])
+
+
+def test_from_long_renamed_columns_and_fixed_order():
+    rows = [{"model_name": "m1", "prompt": "p1", "score": 1}, {"model_name": "m2", "prompt": "p0", "score": 0}]
+    d = ResponseData.from_long(
+        rows, columns={"subject": "model_name", "item": "prompt", "correct": "score"}, item_ids=["p0", "p1", "p2"]
+    )
+    assert d.item_ids == ("p0", "p1", "p2") and not d.has_cot
+    np.testing.assert_array_equal(d.correct, [[-1, 1, -1], [0, -1, -1]])
+    with pytest.raises(ValueError, match=r"row 1: item 'p0' is not among the given item_ids"):
+        ResponseData.from_long(rows, columns={"subject": "model_name", "item": "prompt", "correct": "score"},
+                               item_ids=["p1"])
+
+
+def test_from_long_metadata_columns_filter():
+    rows = [
+        {"subject": "m1", "item": "q0", "correct": 1, "benchmark": "a", "open_weights": "yes"},
+        {"subject": "m2", "item": "q0", "correct": 0, "benchmark": "a", "open_weights": "no"},
+    ]
+    with pytest.raises(ValueError) as err:
+        ResponseData.from_long(rows)
+    for fragment in ("'open_weights'", "item 'q0'", "'yes'", "'no'", "row 0", "row 1", "metadata_columns"):
+        assert fragment in str(err.value)
+    d = ResponseData.from_long(rows, metadata_columns=["benchmark"])
+    assert list(d.item_metadata) == ["benchmark"]
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("subject,item,correct\nm1,q0,1\nm1,q0,0\n",
+         ["conflicting duplicate", "'m1'", "'q0'", "correct=1", "correct=0", "line 2", "line 3"]),
+        ("subject,item,correct,cot_tokens\nm1,q0,1,5\nm1,q0,1,6\n",
+         ["conflicting duplicate", "'m1'", "'q0'", "cot_tokens=5", "cot_tokens=6"]),
+        ("subject,item\nm1,q0\n", ["line 2", "missing required column 'correct'"]),
+        ("subj,item,correct\nm1,q0,1\n", ["missing required column 'subject'"]),
+        ("subject,item,correct\nm1,q0,1\nm2,q0,0.5\n", ["t.csv line 3", "'m2'", "'q0'", "'0.5'", "not binary"]),
+        ("subject,item,correct,cot_tokens\nm1,q0,1,5\n\nm2,q0,1,-2\n", ["t.csv line 4", "'m2'", "'-2'"]),
+        ("subject,item,correct,cot_tokens\nm1,q0,1,inf\n", ["line 2", "'inf'", "finite"]),
+        ("subject,item,correct\nm1,q0,1\n,q1,1\n", ["line 3", "subject is empty"]),
+        ("subject,item,correct\nm1,q0\n", ["line 2", "2 fields"]),
+        ("subject,item,correct\n", ["no data rows", "empty"]),
+        ("subject,item,correct\nm1,q0,NA\n", ["subject 'm1'", "no observed response"]),
+        ("subject,item,correct,benchmark\nm1,q0,1,a\nm2,q0,1,b\n",
+         ["'benchmark'", "item 'q0'", "'a'", "'b'", "line 2", "line 3"]),
+    ],
+)
+def test_from_long_bad_csv_names_the_problem(tmp_path, text, expected):
+    path = _write(tmp_path / "t.csv", text)
+    with pytest.raises(ValueError) as err:
+        ResponseData.from_long(path)
+    for fragment in expected:
+        assert fragment in str(err.value), (fragment, str(err.value))
+
+
+def test_from_long_bad_jsonl_names_line(tmp_path):
+    path = _write(tmp_path / "t.jsonl", '{"subject": "m1", "item": "q0", "correct": 1}\n{"subject": "m2", "item": "q0", "correct": 3}\n')
+    with pytest.raises(ValueError, match=r"t\.jsonl line 2: subject 'm2', item 'q0': correct = 3 is not binary"):
+        ResponseData.from_long(path)
+    path = _write(tmp_path / "u.jsonl", '{"subject": "m1", "item": "q0", "correct": 1}\n{broken\n')
+    with pytest.raises(ValueError, match=r"u\.jsonl line 2: not valid JSON"):
+        ResponseData.from_long(path)
+    with pytest.raises(ValueError, match=r"unknown format '\.txt'"):
+        ResponseData.from_long(tmp_path / "t.txt")
+
+
+def test_from_long_in_memory_errors():
+    with pytest.raises(ValueError, match=r"column 'correct' has 1 values but column 'subject' has 2"):
+        ResponseData.from_long({"subject": ["a", "b"], "item": ["x", "y"], "correct": [1]})
+    with pytest.raises(ValueError, match=r"no data rows"):
+        ResponseData.from_long([])
+    with pytest.raises(ValueError, match=r"row 1: expected a mapping"):
+        ResponseData.from_long([{"subject": "a", "item": "x", "correct": 1}, ["a", "x", 1]])
+
+
+def test_long_round_trip_preserves_sha(small, tmp_path):
+    assert ResponseData.from_long(small.to_long()).sha256() == small.sha256()
+    # also through a JSONL file
+    path = tmp_path / "x.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in small.to_long()), encoding="utf-8")
+    assert ResponseData.from_long(path).sha256() == small.sha256()
+    # dropping missing cells loses the order of first appearance only; fixed ids restore it
+    sparse = small.to_long(drop_missing=True)
+    assert len(sparse) == 12 - 2  # cells (llm-a, i2) and (llm-c, i0) have neither value
+    back = ResponseData.from_long(sparse, subject_ids=small.subject_ids, item_ids=small.item_ids)
+    assert back.sha256() == small.sha256()
+
+
+# ------------------------------------------------------------------------------------ netCDF
+def test_netcdf_round_trip(small, tmp_path):
+    path = small.to_netcdf(tmp_path / "resp.nc", attrs={"source": "unit test", "flag": True})
+    back = ResponseData.from_netcdf(path)
+    assert back.sha256() == small.sha256()
+    assert back.subject_ids == small.subject_ids and back.item_ids == small.item_ids
+    assert back.item_metadata["note"].tolist() == ["", "x", "", "y"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["resp.nc"]  # no temporary file left behind
+
+    import xarray as xr
+
+    with xr.open_dataset(path, mask_and_scale=False) as ds:
+        assert ds["correct"].dtype == np.int8
+        assert int(ds["correct"].values[0, 2]) == -1
+        assert ds.attrs["responses_sha256"] == small.sha256()
+        assert ds.attrs["source"] == "unit test" and ds.attrs["flag"] == 1
+
+
+def test_netcdf_round_trip_without_cot_and_overwrite(tmp_path):
+    d = ResponseData.from_arrays([[1, 0], [np.nan, 1]])
+    path = tmp_path / "r.nc"
+    d.to_netcdf(path)
+    assert ResponseData.from_netcdf(path).sha256() == d.sha256()
+    assert not ResponseData.from_netcdf(path).has_cot
+    with pytest.raises(FileExistsError):
+        d.to_netcdf(path, overwrite=False)
+    with pytest.raises(ValueError, match="attr 'schema'"):
+        d.to_netcdf(path, attrs={"schema": "x"})
+    with pytest.raises(ValueError, match="attr 'bad'"):
+        d.to_netcdf(path, attrs={"bad": [1, 2]})
+
+
+def test_netcdf_detects_tampering(small, tmp_path):
+    import netCDF4
+
+    path = small.to_netcdf(tmp_path / "resp.nc")
+    with netCDF4.Dataset(path, "a") as nc:
+        nc["correct"][0, 0] = 0
+    with pytest.raises(ValueError, match="responses_sha256"):
+        ResponseData.from_netcdf(path)
+
+
+# ------------------------------------------------------------------------------------ sha, subset, arrays
+def test_sha256_sensitive_to_one_flipped_cell(small):
+    flipped = small.correct.copy()
+    flipped[1, 1] = 1 - flipped[1, 1]
+    other = ResponseData.from_arrays(
+        flipped, small.cot_length, subject_ids=small.subject_ids, item_ids=small.item_ids,
+        item_metadata=small.item_metadata,
+    )
+    assert other.sha256() != small.sha256()
+    same = ResponseData.from_arrays(
+        small.correct.copy(), small.cot_length.copy(), subject_ids=small.subject_ids, item_ids=small.item_ids,
+        item_metadata=small.item_metadata,
+    )
+    assert same.sha256() == small.sha256()
+
+
+def test_subset(small):
+    s = small.subset(subjects=["llm-c", "llm-a"], items=[3, 0])
+    assert s.subject_ids == ("llm-c", "llm-a") and s.item_ids == ("i3", "i0")
+    np.testing.assert_array_equal(s.correct, [[1, -1], [1, 1]])
+    np.testing.assert_array_equal(s.cot_length, [[8.0, np.nan], [3.5, 10.0]])
+    assert s.item_metadata["benchmark"].tolist() == ["code", "math"]
+    m = small.subset(items=[True, False, True, False])
+    assert m.item_ids == ("i0", "i2")
+    assert small.subset().sha256() == small.sha256()
+    with pytest.raises(ValueError, match="unknown subject id 'nope'"):
+        small.subset(subjects=["nope"])
+    with pytest.raises(ValueError, match="item index 9 is out of range"):
+        small.subset(items=[9])
+    with pytest.raises(ValueError, match="'i0' is selected more than once"):
+        small.subset(items=[0, "i0"])
+    with pytest.raises(ValueError, match="keeps no item"):
+        small.subset(items=[])
+
+
+@pytest.mark.parametrize(
+    "correct, cot, expected",
+    [
+        ([[1, 2]], None, ["correct[0, 1]", "2", "not binary"]),
+        ([[1, 0]], [[1.0, -4.0]], ["cot_length[0, 1]", "-4.0"]),
+        ([[1, 0]], [[np.inf, 1.0]], ["cot_length[0, 0]", "inf"]),
+        (np.zeros((0, 3)), None, ["empty"]),
+        ([[1, 0], [-1, -1]], None, ["'subject_1'", "row 1", "no observed response"]),
+    ],
+)
+def test_from_arrays_bad_input(correct, cot, expected):
+    with pytest.raises(ValueError) as err:
+        ResponseData.from_arrays(correct, cot)
+    for fragment in expected:
+        assert fragment in str(err.value), (fragment, str(err.value))
