@@ -23,7 +23,7 @@ def test_catengine_does_not_import_calibration_or_widgets():
     assert "ipywidgets" not in top
 
 
-@pytest.mark.parametrize("package", ["catengine.models"])
+@pytest.mark.parametrize("package", ["catengine.models", "catengine.estimation", "catengine.selection", "catengine.stopping"])
 def test_numerics_do_not_import_xarray(package):
     top = _top_level(_modules_after_import(f"import {package}"))
     assert "xarray" not in top and "netCDF4" not in top and "ipywidgets" not in top

@@ -1,0 +1,403 @@
+"""Benchmarks of the online engine, printed side by side (not timed tests).
+
+Sections (``python benchmarks/engine.py [step|compare|math500|all] [--quick]``):
+
+* ``step``    — one step (record + MAP update + next-item selection) on 30,000-item banks:
+                p50 / p99 per step, for point and posterior-expected information (2PL, 4PL, LaRT),
+                with and without the durable JSONL log. Targets: p50 <= 0.5 ms (point) and
+                <= 2 ms (posterior-expected).
+* ``compare`` — the same adaptive test (2PL, maximum information, MAP with a N(0, 1) prior,
+                30 items) run by catengine, by a plain numpy loop (allenai fluid-benchmarking's
+                approach: information for every item + masked argmax, Newton MAP in numpy) and by
+                catsim (MaxInfoSelector + a MAP estimator on catsim's own log-likelihood), on the same
+                bank, simulees and pre-drawn answers: time per step and RMSE of theta after 30 items.
+                catsim is installed for this benchmark only (``pip install --target`` into a
+                temporary folder), never as a dependency.
+* ``math500`` — adaptive efficiency on the real MATH500 data (../shared/data/lart): calibrate LaRT
+                (SAEM, with CoT) and IRT-only (SAEM, probit, no CoT) banks on 120 LLMs, replay the
+                real answers and CoT lengths of the other 38 adaptively, and report Kendall tau
+                between the adaptive estimate after 25 / 50 / 100 items and the full-500-item
+                estimate, for point vs posterior-expected vs random selection.
+
+Timings depend on the machine; the numbers in reports were taken on 2 cores shared with other jobs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import math
+import subprocess
+import sys
+import tempfile
+import time
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from catengine import ItemBank  # noqa: E402
+from catengine.estimation import MAPEstimator  # noqa: E402
+from catengine.selection import (  # noqa: E402
+    MaxFisherInformation,
+    PosteriorExpectedInformation,
+    RandomSelection,
+    ThetaTargetedInformation,
+)
+from catengine.session import CATSession  # noqa: E402
+from catengine.stopping import MaxItems  # noqa: E402
+
+DATA = ROOT.parent / "shared" / "data" / "lart"
+
+
+# ----------------------------------------------------------------------------- helpers
+def _bank(model: str, n_items: int, seed: int) -> ItemBank:
+    rng = np.random.default_rng(seed)
+    kw = dict(a=rng.uniform(0.5, 2.0, n_items), b=rng.normal(0.0, 1.5, n_items), b_sd=rng.uniform(0.1, 0.6, n_items))
+    extra = {}
+    if model == "4pl":
+        kw.update(c=rng.uniform(0.0, 0.25, n_items), d=rng.uniform(0.85, 1.0, n_items))
+    if model == "lart":  # the demo bank's design (scripts/build_demo_bank.py)
+        kw.update(a=rng.lognormal(0.3, 0.35, n_items), b=rng.normal(-0.05, 0.8, n_items),
+                  omega=rng.normal(6.4, 0.35, n_items), phi=rng.uniform(1.5, 2.5, n_items), lam=rng.uniform(0.8, 1.4, n_items))
+        extra = dict(rho=-0.6, cot_offset=1.0)
+    return ItemBank.from_params(model, [f"i{k:05d}" for k in range(n_items)], bank_id=f"bench_{model}", **extra, **kw)
+
+
+def _answers(params, theta: float, tau: float, rng):
+    """Pre-drawn answers (and CoT tokens) of one simulee to every item of the bank."""
+    from catengine.models.information import prob_correct
+
+    p = prob_correct(params, theta)
+    correct = (rng.random(params.n_items) < p).astype(int)
+    tokens = None
+    if params.response_model == "lart":
+        lt = params.omega - params.phi * tau + params.lam * rng.standard_normal(params.n_items)
+        tokens = np.maximum(np.round(np.exp(lt) - 1.0), 0.0)
+    return correct, tokens
+
+
+def _pct(x, q):
+    return float(np.percentile(np.asarray(x), q))
+
+
+# ----------------------------------------------------------------------------- section: one step
+def bench_step(quick: bool) -> None:
+    n_items = 30_000
+    n_sim, n_steps = (6, 40) if quick else (20, 50)
+    print(f"\n== one step (record + MAP update + next item) on {n_items:,}-item banks: "
+          f"{n_sim} simulees x {n_steps} steps; first 2 steps of each session excluded (warm-up) ==")
+    configs = [
+        ("2pl", "point information (MFI)", MaxFisherInformation(), False),
+        ("2pl", "point information (MFI), JSONL log", MaxFisherInformation(), True),
+        ("2pl", "posterior-expected (PEI, 9 GH nodes)", PosteriorExpectedInformation(), False),
+        ("4pl", "point information (MFI)", MaxFisherInformation(), False),
+        ("4pl", "posterior-expected (PEI, 9 GH nodes)", PosteriorExpectedInformation(), False),
+        ("lart", "theta-targeted 2x2 precision", ThetaTargetedInformation(), False),
+        ("lart", "point probit information (MFI)", MaxFisherInformation(), False),
+        ("lart", "posterior-expected (PEI)", PosteriorExpectedInformation(), False),
+    ]
+    banks = {m: _bank(m, n_items, seed=1) for m in ("2pl", "4pl", "lart")}
+    print("(p99 on a shared machine includes scheduler preemptions of ~4 ms; 'theta=-4 ms' is the selection alone\n"
+          " at an estimate far below every item, where the branch-and-bound pruning cannot skip much: the worst case)")
+    print(f"{'bank':<5} {'selector':<40} {'p50 ms':>8} {'p99 ms':>8} {'mean ms':>8} {'theta=-4 ms':>11}")
+    with tempfile.TemporaryDirectory() as tmp:
+        for model, label, selector, logged in configs:
+            bank = banks[model]
+            rng = np.random.default_rng(7)
+            times = []
+            for sim in range(n_sim + 1):  # simulee 0 warms up (JIT cache load)
+                theta = float(rng.standard_normal())
+                tau = float(bank.params.rho * theta + math.sqrt(1 - bank.params.rho**2) * rng.standard_normal())
+                correct, tokens = _answers(bank.params, theta, tau, rng)
+                log = Path(tmp) / f"{model}_{sim}_{id(selector)}.jsonl" if logged else None
+                s = CATSession(bank, selector=selector, stopping=MaxItems(n_steps), rng=sim, log=log)
+                item = s.next_item()
+                for step in range(n_steps - 1):
+                    j = bank.index_of(item)
+                    t0 = time.perf_counter()
+                    s.record(item, int(correct[j]), None if tokens is None else float(tokens[j]))
+                    item = s.next_item()
+                    dt = time.perf_counter() - t0
+                    if sim > 0 and step >= 2:
+                        times.append(dt * 1e3)
+                s.close()
+            far = _far_selection_ms(bank, selector)
+            print(f"{model:<5} {label:<40} {_pct(times, 50):>8.3f} {_pct(times, 99):>8.3f} {np.mean(times):>8.3f} {far:>11.3f}")
+
+
+def _far_selection_ms(bank, selector) -> float:
+    """Median time of one selection at theta = -4 after 10 answers (the pruning's worst case)."""
+    from catengine.estimation import ResponseState, TraitEstimate
+    from catengine.selection import SelectionState
+    from catengine.session.session import item_table
+
+    table = item_table(bank)
+    state = ResponseState(bank.params)
+    for j in range(10):
+        state.add(j, 0)
+    est = TraitEstimate(theta=-4.0, theta_sd=0.3, n_items=10,
+                        **({"tau": 2.0, "tau_sd": 0.3, "theta_tau_cov": 0.0} if bank.response_model == "lart" else {}))
+    sel_state = SelectionState(est, ~state.administered, state, table)
+    rng = np.random.default_rng(0)
+    times = []
+    for _ in range(7):
+        t0 = time.perf_counter()
+        selector.candidates(bank.params, sel_state, rng, 1)
+        times.append(time.perf_counter() - t0)
+    return float(np.median(times) * 1e3)
+
+
+# ----------------------------------------------------------------------------- section: comparison
+def _import_catsim():
+    try:
+        return importlib.import_module("catsim")
+    except ImportError:
+        pass
+    target = Path(tempfile.gettempdir()) / "catengine-benchmark-catsim"
+    if not (target / "catsim").is_dir():
+        print(f"(installing catsim + numexpr into {target} for this benchmark only)")
+        cmd = [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--target", str(target),
+               "catsim==0.21.0", "numexpr"]
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        if proc.returncode != 0:
+            print(f"catsim could not be installed ({proc.stderr.strip()[-300:]}); skipping it")
+            return None
+    sys.path.insert(0, str(target))
+    try:
+        return importlib.import_module("catsim")
+    except ImportError as exc:
+        print(f"catsim could not be imported ({exc}); skipping it")
+        return None
+
+
+def _numpy_loop(a, b, correct_row, n_items_test):
+    """fluid-benchmarking's approach in plain numpy: 2PL information of every item, masked argmax,
+    MAP (N(0, 1) prior) by Newton on the administered items."""
+    available = np.ones(a.size, dtype=bool)
+    admin, resp = [], []
+    theta = 0.0
+    step_times = []
+    for _ in range(n_items_test):
+        t0 = time.perf_counter()
+        p = 1.0 / (1.0 + np.exp(-(a * theta + b)))
+        info = np.where(available, a * a * p * (1.0 - p), -1.0)
+        j = int(np.argmax(info))
+        available[j] = False
+        admin.append(j)
+        resp.append(correct_row[j])
+        aa, bb, yy = a[admin], b[admin], np.asarray(resp, dtype=float)
+        for _ in range(100):
+            pp = 1.0 / (1.0 + np.exp(-(aa * theta + bb)))
+            g = np.sum(aa * (yy - pp)) - theta
+            h = -np.sum(aa * aa * pp * (1.0 - pp)) - 1.0
+            step = g / h
+            theta -= step
+            if abs(step) < 1e-10:
+                break
+        step_times.append(time.perf_counter() - t0)
+    return theta, step_times, admin
+
+
+def _catsim_loop(catsim, cbank, correct_row, n_items_test):
+    from scipy.optimize import minimize_scalar
+
+    from catsim import irt
+    from catsim.estimation.base import BaseEstimator
+    from catsim.selection import MaxInfoSelector
+
+    class MAPEstimatorCatsim(BaseEstimator):
+        """MAP with a N(0, 1) prior on catsim's own log-likelihood (catsim 0.21 ships ML only)."""
+
+        def estimate(self, index=None, item_bank=None, administered_items=None, response_vector=None, est_theta=None):
+            items = item_bank.get_items(administered_items)
+            res = minimize_scalar(lambda t: -irt.log_likelihood(t, response_vector, items) + 0.5 * t * t,
+                                  bounds=(-6, 6), method="bounded", options={"xatol": 1e-8})
+            return float(res.x)
+
+    selector, estimator = MaxInfoSelector(), MAPEstimatorCatsim()
+    admin, resp = [], []
+    theta = 0.0
+    step_times = []
+    for _ in range(n_items_test):
+        t0 = time.perf_counter()
+        j = int(selector.select(item_bank=cbank, administered_items=admin, est_theta=theta))
+        admin.append(j)
+        resp.append(bool(correct_row[j]))
+        theta = estimator.estimate(item_bank=cbank, administered_items=admin, response_vector=resp, est_theta=theta)
+        step_times.append(time.perf_counter() - t0)
+    return theta, step_times, admin
+
+
+def bench_compare(quick: bool) -> None:
+    n_items, n_sim, n_test = (2_000, 15, 30) if quick else (14_000, 40, 30)
+    print(f"\n== the same adaptive test in three engines: 2PL bank of {n_items:,} items, {n_sim} simulees "
+          f"theta ~ N(0, 1), {n_test} items, max information + MAP (N(0, 1) prior), pre-drawn answers ==")
+    bank = _bank("2pl", n_items, seed=3)
+    a, b = np.asarray(bank.params.a), np.asarray(bank.params.b)
+    rng = np.random.default_rng(11)
+    thetas = rng.standard_normal(n_sim)
+    answers = (rng.random((n_sim, n_items)) < 1 / (1 + np.exp(-(np.outer(thetas, a) + b)))).astype(int)
+    results = {}
+    # catengine (warm-up run first: numba cache load)
+    CATSession(bank, stopping=MaxItems(2)).record(bank.item_ids[0], 1)
+    est, times, orders = [], [], []
+    for i in range(n_sim):
+        s = CATSession(bank, selector=MaxFisherInformation(), estimator=MAPEstimator(), stopping=MaxItems(n_test))
+        order = []
+        while not s.finished:
+            t0 = time.perf_counter()
+            item = s.next_item()
+            j = bank.index_of(item)
+            s.record(item, int(answers[i, j]))
+            times.append(time.perf_counter() - t0)
+            order.append(j)
+        est.append(s.estimate.theta)
+        orders.append(order)
+    results["catengine"] = (np.array(est), times, orders)
+    est, times, orders = [], [], []
+    for i in range(n_sim):
+        th, t, order = _numpy_loop(a, b, answers[i], n_test)
+        est.append(th)
+        times.extend(t)
+        orders.append(order)
+    results["numpy loop (fluid-benchmarking style)"] = (np.array(est), times, orders)
+    catsim = _import_catsim()
+    if catsim is not None:
+        cbank = catsim.ItemBank(np.column_stack([a, -b / a, np.zeros(n_items), np.ones(n_items)]))
+        est, times, orders = [], [], []
+        for i in range(n_sim):
+            th, t, order = _catsim_loop(catsim, cbank, answers[i], n_test)
+            est.append(th)
+            times.extend(t)
+            orders.append(order)
+        results[f"catsim {catsim.__version__}"] = (np.array(est), times, orders)
+    base = results["catengine"]
+    base_ms = np.median(base[1]) * 1e3
+    print(f"{'engine':<40} {'p50 ms/step':>11} {'mean ms':>8} {'x catengine':>11} {'RMSE(theta)':>11} "
+          f"{'same items':>10} {'max|dtheta|':>11}")
+    for name, (est, times, orders) in results.items():
+        ms = np.asarray(times) * 1e3
+        rmse = float(np.sqrt(np.mean((est - thetas) ** 2)))
+        same = np.mean([o == p for o, p in zip(orders, base[2])])
+        print(f"{name:<40} {np.median(ms):>11.3f} {np.mean(ms):>8.3f} {np.median(ms) / base_ms:>11.1f} {rmse:>11.4f} "
+              f"{same:>10.2f} {np.max(np.abs(est - base[0])):>11.2e}")
+
+
+# ----------------------------------------------------------------------------- section: MATH500
+def bench_math500(quick: bool) -> None:
+    from scipy.stats import kendalltau
+
+    print("\n== adaptive efficiency on the real MATH500 data (LaRT paper, 158 LLMs x 500 items) ==")
+    if not (DATA / "accuracy_math500.csv").exists():
+        print(f"skipped: {DATA} is not available")
+        return
+    try:
+        from calibration.data import ResponseData
+        from calibration.lart_saem import LaRTSAEMCalibrator
+    except ImportError as exc:
+        print(f"skipped: the LaRT SAEM calibrator is not available yet ({exc})")
+        return
+    data = ResponseData.from_wide_csv(DATA / "accuracy_math500.csv", DATA / "cot_length_math500.csv")
+    rng = np.random.default_rng(2024)
+    perm = rng.permutation(data.n_subjects)
+    cal_ids = [data.subject_ids[k] for k in perm[:120]]
+    test_idx = perm[120:]
+    cal = data.subset(subjects=cal_ids)
+    t0 = time.perf_counter()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        fit_lart = LaRTSAEMCalibrator(rng=1).fit(cal)
+        fit_irt = LaRTSAEMCalibrator(rng=1, use_cot=False).fit(cal)
+    print(f"calibrated on 120 LLMs in {time.perf_counter() - t0:.0f} s: LaRT rho = {fit_lart.rho_:+.3f} "
+          f"({fit_lart.n_iter_} it), IRT-only ({fit_irt.n_iter_} it); {len(test_idx)} held-out LLMs replayed")
+    from catengine.selection._kernels import probit_h_fast
+
+    def b_sd(a, b, thetas):
+        z = np.outer(thetas, a) + b
+        return 1.0 / np.sqrt(np.vectorize(probit_h_fast)(z).sum(axis=0) + 1.0 / 25.0)
+
+    ids = [str(i) for i in data.item_ids]
+    J = len(ids)
+    bank_lart = ItemBank.from_params(
+        "lart", ids, bank_id="math500_lart", rho=fit_lart.rho_, cot_offset=1.0, a=fit_lart.a_, b=fit_lart.b_,
+        omega=fit_lart.omega_, phi=fit_lart.phi_, lam=fit_lart.lam_, b_sd=b_sd(fit_lart.a_, fit_lart.b_, fit_lart.theta_))
+    # IRT-only: the probit accuracy model fitted without CoT; CoT parameters inert (phi = 0), rho = 0
+    bank_irt = ItemBank.from_params(
+        "lart", ids, bank_id="math500_irt", rho=0.0, cot_offset=1.0, a=fit_irt.a_, b=fit_irt.b_,
+        omega=np.zeros(J), phi=np.zeros(J), lam=np.ones(J), b_sd=b_sd(fit_irt.a_, fit_irt.b_, fit_irt.theta_))
+    R = np.asarray(data.correct)
+    T = np.asarray(data.cot_length)
+    checkpoints = (25, 50, 100)
+    n_random = 2 if quick else 5
+    models = {
+        "LaRT (answers + CoT)": (bank_lart, MAPEstimator(), {
+            "point: theta-targeted": ThetaTargetedInformation(),
+            "point: probit MFI": MaxFisherInformation(),
+            "posterior-expected": PosteriorExpectedInformation(),
+            "random": RandomSelection()}),
+        "IRT-only (answers)": (bank_irt, MAPEstimator(use_cot=False), {
+            "point: probit MFI": MaxFisherInformation(),
+            "posterior-expected": PosteriorExpectedInformation(),
+            "random": RandomSelection()}),
+    }
+    print(f"{'model':<22} {'selection':<24} " + " ".join(f"{'tau@' + str(c):>8}" for c in checkpoints)
+          + f" {'|d|@50':>8} {'ms/step':>8}")
+    full_by_model = {}
+    for mname, (bank, estimator, selectors) in models.items():
+        use_cot = estimator.use_cot
+        full = []
+        for i in test_idx:
+            s = CATSession(bank, estimator=estimator, stopping=MaxItems(J))
+            for j in range(J):
+                s.record(ids[j], int(R[i, j]), float(T[i, j]) if use_cot and not np.isnan(T[i, j]) else None)
+            full.append(s.estimate.theta)
+        full = np.array(full)
+        full_by_model[mname] = full
+        for sname, selector in selectors.items():
+            reps = n_random if isinstance(selector, RandomSelection) else 1
+            taus = {c: [] for c in checkpoints}
+            dev50 = []
+            times = []
+            for rep in range(reps):
+                at = {c: [] for c in checkpoints}
+                for i in test_idx:
+                    s = CATSession(bank, selector=selector, estimator=estimator, stopping=MaxItems(max(checkpoints)), rng=rep)
+                    while not s.finished:
+                        t0 = time.perf_counter()
+                        item = s.next_item()
+                        j = int(item)
+                        s.record(item, int(R[i, j]), float(T[i, j]) if use_cot and not np.isnan(T[i, j]) else None)
+                        times.append(time.perf_counter() - t0)
+                        if s.n_items in at:
+                            at[s.n_items].append(s.estimate.theta)
+                for c in checkpoints:
+                    taus[c].append(kendalltau(at[c], full).statistic)
+                dev50.append(np.mean(np.abs(np.array(at[50]) - full)))
+            cells = " ".join(f"{np.mean(taus[c]):>8.3f}" for c in checkpoints)
+            print(f"{mname:<22} {sname + (f' (x{reps})' if reps > 1 else ''):<24} {cells} {np.mean(dev50):>8.3f} "
+                  f"{np.median(times) * 1e3:>8.3f}")
+    both = list(full_by_model.values())
+    print(f"Kendall tau between the full-500 LaRT and IRT-only estimates: {kendalltau(both[0], both[1]).statistic:.3f}")
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("section", nargs="?", default="all", choices=("step", "compare", "math500", "all"))
+    parser.add_argument("--quick", action="store_true", help="smaller runs (for smoke tests)")
+    args = parser.parse_args(argv)
+    print("catengine benchmarks; timings depend on the machine (wall clock, single thread)")
+    if args.section in ("step", "all"):
+        bench_step(args.quick)
+    if args.section in ("compare", "all"):
+        bench_compare(args.quick)
+    if args.section in ("math500", "all"):
+        bench_math500(args.quick)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,198 @@
+"""Trait estimates, the population prior, and the estimator role.
+
+The log posterior of one subject's traits (MATH.md 1.5) is
+
+    logistic banks:  sum_j l_j(theta) - (theta - mu)^2 / (2 sd^2)
+    LaRT banks:      sum_j log Phi(s_j z_j) - (1/2) (xi - mu)' Q (xi - mu) - F_T tau^2 / 2 + B tau,
+                     xi = (theta, tau), Q = Sigma^-1, F_T and B the CoT statistics (``ResponseState``)
+
+Because the LaRT CoT part is Gaussian in tau and the accuracy part does not involve tau, tau can be
+profiled (or, identically up to a constant, integrated) out in closed form:
+
+    tau*(theta) = alpha + beta theta,   alpha = (B + Q22 mu_tau + Q12 mu_theta) / (Q22 + F_T),
+                                        beta  = -Q12 / (Q22 + F_T)
+    profile:     sum_j log Phi(s_j z_j) - q (theta - m)^2 / 2,   q = Q11 - Q12^2 / (Q22 + F_T),
+                 m = first entry of [[Q11, Q12], [Q12, Q22 + F_T]]^-1 (Q mu + (0, B))
+
+With the standard prior (unit variances, correlation rho) (m, 1/q) is exactly Lemma 1's
+CoT-informed prior of theta (MATH.md 1.3). So the 2-D MAP of (theta, tau) is a 1-D Newton problem
+in theta followed by tau = tau*(theta); the joint Hessian is
+H = [[Q11 + c, Q12], [Q12, Q22 + F_T]] with c = -d2/dtheta2 of the accuracy log-likelihood.
+``use_cot=False`` drops the CoT terms (IRT-only scoring of a LaRT bank).
+"""
+
+from __future__ import annotations
+
+import math
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, fields
+from typing import ClassVar
+
+import numpy as np
+
+from catengine.estimation import _kernels as K
+from catengine.estimation.state import ResponseState
+from catengine.models.params import ItemParams
+
+
+def _finite(value, name: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise TypeError(f"{name} must be a real number, got {value!r}")
+    value = float(value)
+    if not math.isfinite(value):
+        raise ValueError(f"{name} must be finite, got {value}")
+    return value
+
+
+@dataclass(frozen=True)
+class TraitPrior:
+    """Gaussian population prior of (theta, tau); tau and rho are used by LaRT banks only.
+
+    ``TraitPrior.population(params)`` is the bank's own population: standard normal traits with
+    the bank's rho (calibrations fix the trait scale to unit variance).
+    """
+
+    theta_mean: float = 0.0
+    theta_sd: float = 1.0
+    tau_mean: float = 0.0
+    tau_sd: float = 1.0
+    rho: float = 0.0
+
+    def __post_init__(self):
+        for name in ("theta_mean", "theta_sd", "tau_mean", "tau_sd", "rho"):
+            object.__setattr__(self, name, _finite(getattr(self, name), name))
+        for name in ("theta_sd", "tau_sd"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
+        if not -1.0 < self.rho < 1.0:
+            raise ValueError(f"rho must lie strictly between -1 and 1, got {self.rho}")
+
+    @classmethod
+    def population(cls, params: ItemParams) -> "TraitPrior":
+        return cls(rho=params.rho if params.response_model == "lart" else 0.0)
+
+    def precision(self) -> np.ndarray:
+        """Q = Sigma^-1 of (theta, tau)."""
+        st, su, r = self.theta_sd, self.tau_sd, self.rho
+        cov = np.array([[st * st, r * st * su], [r * st * su, su * su]])
+        return np.linalg.inv(cov)
+
+
+@dataclass(frozen=True)
+class TraitEstimate:
+    """Posterior summary of one subject's traits after ``n_items`` answers.
+
+    ``theta_sd`` / ``tau_sd`` are posterior SDs (MAP: from the observed Hessian at the mode, MATH.md
+    1.5; EAP: posterior moments). ``tau``, ``tau_sd`` and ``theta_tau_cov`` are ``None`` for
+    logistic banks. ``n_iter`` / ``converged`` describe the optimiser (EAP: 0 / True).
+    """
+
+    theta: float
+    theta_sd: float
+    n_items: int
+    tau: float | None = None
+    tau_sd: float | None = None
+    theta_tau_cov: float | None = None
+    method: str = "map"
+    n_iter: int = 0
+    converged: bool = True
+
+    def interval(self, level: float = 0.95) -> tuple[float, float]:
+        """Normal-approximation credible interval of theta."""
+        if not 0.0 < level < 1.0:
+            raise ValueError(f"level must lie in (0, 1), got {level}")
+        from statistics import NormalDist
+
+        zq = NormalDist().inv_cdf(0.5 + level / 2.0)
+        return self.theta - zq * self.theta_sd, self.theta + zq * self.theta_sd
+
+    def covariance(self) -> np.ndarray:
+        """Posterior covariance: (1, 1) for logistic banks, (2, 2) of (theta, tau) for LaRT."""
+        if self.tau is None:
+            return np.array([[self.theta_sd**2]])
+        c = self.theta_tau_cov
+        return np.array([[self.theta_sd**2, c], [c, self.tau_sd**2]])
+
+    def precision(self) -> np.ndarray:
+        """Inverse of :meth:`covariance`."""
+        return np.linalg.inv(self.covariance())
+
+    def to_dict(self) -> dict:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+@dataclass(frozen=True)
+class GaussianPart:
+    """The Gaussian part of the log posterior of theta (see module docstring)."""
+
+    q: float  # precision
+    m: float  # mean
+    tau_alpha: float = math.nan
+    tau_beta: float = math.nan
+    tau_precision: float = math.nan  # Q22 + F_T: conditional precision of tau given theta
+    q12: float = math.nan
+
+
+def gaussian_part(params: ItemParams, state: ResponseState, prior: TraitPrior, use_cot: bool = True) -> GaussianPart:
+    """Precision and mean of the (profiled) Gaussian term for theta, plus tau's conditional line."""
+    if params.response_model != "lart":
+        return GaussianPart(q=1.0 / prior.theta_sd**2, m=prior.theta_mean)
+    Q = prior.precision()
+    f_t = state.cot_info if use_cot else 0.0
+    b_s = state.cot_score if use_cot else 0.0
+    q11, q12, q22 = float(Q[0, 0]), float(Q[0, 1]), float(Q[1, 1])
+    t_prec = q22 + f_t
+    mu_t, mu_u = prior.theta_mean, prior.tau_mean
+    rhs0 = q11 * mu_t + q12 * mu_u
+    rhs1 = q12 * mu_t + q22 * mu_u + b_s
+    det = q11 * t_prec - q12 * q12
+    m = (t_prec * rhs0 - q12 * rhs1) / det
+    return GaussianPart(
+        q=q11 - q12 * q12 / t_prec,
+        m=m,
+        tau_alpha=(b_s + q22 * mu_u + q12 * mu_t) / t_prec,
+        tau_beta=-q12 / t_prec,
+        tau_precision=t_prec,
+        q12=q12,
+    )
+
+
+class TraitEstimator(ABC):
+    """Role: estimate a subject's traits from a :class:`ResponseState`.
+
+    Implementations are frozen dataclasses (settings only); ``prior=None`` means the bank's
+    population prior (``TraitPrior.population``). ``use_cot`` (LaRT banks only) includes the CoT
+    lengths; ``False`` scores the accuracy answers alone (IRT-only).
+    """
+
+    name: ClassVar[str] = ""
+    prior: TraitPrior | None
+    use_cot: bool
+
+    @abstractmethod
+    def estimate(self, params: ItemParams, state: ResponseState, start: TraitEstimate | None = None) -> TraitEstimate:
+        """Posterior summary after the answers in ``state`` (``start``: previous estimate, a warm start)."""
+
+    # shared model helpers ------------------------------------------------------------------------
+    def resolved_prior(self, params: ItemParams) -> TraitPrior:
+        return self.prior if self.prior is not None else TraitPrior.population(params)
+
+    def gaussian(self, params: ItemParams, state: ResponseState) -> GaussianPart:
+        return gaussian_part(params, state, self.resolved_prior(params), self.use_cot)
+
+    def log_posterior(self, params: ItemParams, state: ResponseState, thetas) -> np.ndarray:
+        """Unnormalised marginal log posterior of theta at ``thetas`` (tau integrated out for LaRT)."""
+        th = np.ascontiguousarray(np.asarray(thetas, dtype=np.float64).reshape(-1))
+        gp = self.gaussian(params, state)
+        ll = K.loglik_points(state.model, th, state.a, state.b, state.c, state.d, state.y, state.n)
+        return ll - 0.5 * gp.q * (th - gp.m) ** 2
+
+
+def _check_prior(prior) -> None:
+    if prior is not None and not isinstance(prior, TraitPrior):
+        raise TypeError(f"prior must be a TraitPrior or None (the bank's population prior), got {type(prior).__name__}")
+
+
+def _check_bool(value, name: str) -> None:
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name} must be True or False, got {value!r}")

@@ -1,0 +1,123 @@
+"""``ResponseState``: what one subject has answered so far, kept as incremental sufficient statistics.
+
+The session owns one per subject and calls :meth:`ResponseState.add` once per answer (O(1)): the
+administered items' parameters are copied into contiguous per-answer buffers (so a likelihood pass
+touches ``n`` contiguous entries, never the whole bank), and the LaRT CoT statistics
+
+    F_T = sum_j phi_j^2 / lam_j^2,     B = -sum_j phi_j (log_cot_j - omega_j) / lam_j^2
+
+(MATH.md 1.3) are running sums over the items whose CoT length was observed. Estimators read the
+state; incremental caches of estimators (e.g. the EAP grid log-likelihood) live in ``scratch`` and
+are rebuilt from the answers, in answer order, whenever they fall out of step.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from catengine.models.params import ItemParams
+
+#: integer codes of the accuracy models used by the numba kernels
+MODEL_2PL, MODEL_4PL, MODEL_PROBIT = 0, 1, 2
+_MODEL_CODES = {"2pl": MODEL_2PL, "4pl": MODEL_4PL, "lart": MODEL_PROBIT}
+
+
+def model_code(params: ItemParams) -> int:
+    """Kernel code of the accuracy part of ``params``: 0 = 2PL, 1 = 4PL, 2 = probit (LaRT)."""
+    return _MODEL_CODES[params.response_model]
+
+
+def full_cd(params: ItemParams) -> tuple[np.ndarray, np.ndarray]:
+    """(c, d) arrays of the bank, also for models without asymptotes (c = 0, d = 1)."""
+    if params.response_model == "4pl":
+        return params.c, params.d
+    n = params.n_items
+    return np.zeros(n), np.ones(n)
+
+
+class ResponseState:
+    """Answers of one subject in administration order, with incremental sufficient statistics.
+
+    Attributes (read them, do not write them): ``n`` answers so far; ``items`` / ``correct`` /
+    ``log_cot`` (views of length ``n``); ``administered`` (bool mask over the bank); ``cot_info``
+    (F_T) and ``cot_score`` (B) over the answers with an observed CoT length; per-answer parameter
+    buffers ``a``, ``b``, ``c``, ``d``, ``y`` (first ``n`` entries valid).
+    """
+
+    __slots__ = ("params", "model", "n", "_items", "_y", "_log_cot", "administered", "a", "b", "c", "d",
+                 "cot_info", "cot_score", "n_correct", "scratch")
+
+    def __init__(self, params: ItemParams):
+        if not isinstance(params, ItemParams):
+            raise TypeError(f"ResponseState needs an ItemParams, got {type(params).__name__}")
+        J = params.n_items
+        self.params = params
+        self.model = model_code(params)
+        self.n = 0
+        self._items = np.empty(J, dtype=np.int64)
+        self._y = np.empty(J)
+        self._log_cot = np.full(J, np.nan)
+        self.administered = np.zeros(J, dtype=bool)
+        self.a = np.empty(J)
+        self.b = np.empty(J)
+        self.c = np.zeros(J)
+        self.d = np.ones(J)
+        self.cot_info = 0.0
+        self.cot_score = 0.0
+        self.n_correct = 0
+        self.scratch: dict = {}
+
+    # views -------------------------------------------------------------------------------------
+    @property
+    def items(self) -> np.ndarray:
+        return self._items[: self.n]
+
+    @property
+    def correct(self) -> np.ndarray:
+        return self._y[: self.n]
+
+    @property
+    def y(self) -> np.ndarray:
+        return self._y
+
+    @property
+    def log_cot(self) -> np.ndarray:
+        return self._log_cot[: self.n]
+
+    # updates -----------------------------------------------------------------------------------
+    def add(self, item: int, correct: int, log_cot: float = math.nan) -> None:
+        """Append one answer (no validation here: the session validates before calling)."""
+        p = self.params
+        k = self.n
+        self._items[k] = item
+        self._y[k] = float(correct)
+        self.a[k] = p.a[item]
+        self.b[k] = p.b[item]
+        if p.response_model == "4pl":
+            self.c[k] = p.c[item]
+            self.d[k] = p.d[item]
+        self.administered[item] = True
+        self.n_correct += int(correct)
+        if p.response_model == "lart" and not math.isnan(log_cot):
+            self._log_cot[k] = log_cot
+            phi, lam = float(p.phi[item]), float(p.lam[item])
+            w = phi / (lam * lam)
+            self.cot_info += w * phi
+            self.cot_score -= w * (float(log_cot) - float(p.omega[item]))
+        self.n = k + 1
+
+    def snapshot(self) -> tuple:
+        """Scalars needed to undo the next :meth:`add` exactly (see :meth:`restore`)."""
+        return self.n, self.cot_info, self.cot_score, self.n_correct
+
+    def restore(self, snap: tuple) -> None:
+        """Undo the answers added since ``snap`` was taken (bit-exact: no floating-point subtraction).
+        Estimator caches are dropped; they rebuild from the remaining answers in answer order."""
+        n, self.cot_info, self.cot_score, self.n_correct = snap
+        self.scratch.clear()
+        for k in range(n, self.n):
+            self.administered[self._items[k]] = False
+            self._log_cot[k] = np.nan
+        self.n = n

@@ -1,0 +1,83 @@
+"""Item selection: information criteria, exposure and content control (MATH.md 3 and 5).
+
+Selectors (role :class:`ItemSelector`; registry ``SELECTORS`` name -> class):
+
+======================  ======================================  ==========================
+name                    class                                   banks
+======================  ======================================  ==========================
+``mfi``                 :class:`MaxFisherInformation`           all (LaRT: probit part)
+``pei``                 :class:`PosteriorExpectedInformation`   banks with ``b_sd``
+``pwi``                 :class:`PosteriorWeightedInformation`   all
+``kl``                  :class:`KullbackLeiblerIndex`           all
+``random``              :class:`RandomSelection`                all
+``lart-theta``          :class:`ThetaTargetedInformation`       lart
+``lart-d``              :class:`DOptimalInformation`            lart
+``lart-a``              :class:`AOptimalInformation`            lart
+``lart-replication``    :class:`LaRTReplicationSelection`       lart
+======================  ======================================  ==========================
+
+Exposure / content control (role :class:`ExposureControl`; registry ``EXPOSURE_CONTROLS``):
+``randomesque`` (:class:`Randomesque`), ``sympson-hetter`` (:class:`SympsonHetter`),
+``content`` (:class:`ContentBalance`).
+"""
+
+from catengine.selection.base import ItemSelector, ItemTable, SelectionState
+from catengine.selection.exposure import ContentBalance, ExposureContext, ExposureControl, Randomesque, SympsonHetter
+from catengine.selection.information import (
+    KullbackLeiblerIndex,
+    MaxFisherInformation,
+    PosteriorExpectedInformation,
+    PosteriorWeightedInformation,
+    RandomSelection,
+)
+from catengine.selection.lart import (
+    AOptimalInformation,
+    DOptimalInformation,
+    LaRTReplicationSelection,
+    ThetaTargetedInformation,
+)
+
+SELECTORS = {
+    cls.name: cls
+    for cls in (
+        MaxFisherInformation,
+        PosteriorExpectedInformation,
+        PosteriorWeightedInformation,
+        KullbackLeiblerIndex,
+        RandomSelection,
+        ThetaTargetedInformation,
+        DOptimalInformation,
+        AOptimalInformation,
+        LaRTReplicationSelection,
+    )
+}
+EXPOSURE_CONTROLS = {cls.name: cls for cls in (Randomesque, SympsonHetter, ContentBalance)}
+
+
+def default_selector(response_model: str) -> ItemSelector:
+    """Theta-targeted precision for LaRT banks (uses CoT information), point information otherwise."""
+    return ThetaTargetedInformation() if response_model == "lart" else MaxFisherInformation()
+
+
+__all__ = [
+    "AOptimalInformation",
+    "ContentBalance",
+    "DOptimalInformation",
+    "EXPOSURE_CONTROLS",
+    "ExposureContext",
+    "ExposureControl",
+    "ItemSelector",
+    "ItemTable",
+    "KullbackLeiblerIndex",
+    "LaRTReplicationSelection",
+    "MaxFisherInformation",
+    "PosteriorExpectedInformation",
+    "PosteriorWeightedInformation",
+    "RandomSelection",
+    "Randomesque",
+    "SELECTORS",
+    "SelectionState",
+    "SympsonHetter",
+    "ThetaTargetedInformation",
+    "default_selector",
+]

@@ -1,0 +1,202 @@
+"""Numba kernels of item selection: one fused pass over the bank per step.
+
+Every ``topk_*`` kernel scores the ELIGIBLE items only (``eligible`` a bool mask over the bank) and
+keeps the ``k`` best in ``best_idx`` / ``best_val`` (descending; ties keep the lower item index),
+returning how many were filled (0: nothing eligible). No per-item Python, no (G, J) temporaries;
+most kernels prune by a trait-free upper bound of each item's score (see below).
+Items with a <= 0 carry no accuracy information: their information (and KL index) is 0.
+
+Model codes as in ``catengine.estimation.state``: 0 = 2PL, 1 = 4PL, 2 = probit (LaRT).
+Slow twins: ``tests/naive_engine.py``.
+"""
+
+from __future__ import annotations
+
+import math
+
+from numba import njit
+
+from catengine.models._kernels import _log_p_4pl, log_phi_cdf, log_sigmoid, probit_info_h
+from catengine.models.expected_information import _info_z
+
+_INV_SQRT2 = 1.0 / math.sqrt(2.0)
+_INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
+
+
+@njit(cache=True)
+def probit_h_fast(z):
+    """h(z) = phi(z)^2 / (Phi(z) Phi(-z)) with one exp and one erfc (|z| <= 8; beyond: the series form)."""
+    t = abs(z)
+    if t > 8.0:
+        return probit_info_h(t)
+    q = 0.5 * math.erfc(t * _INV_SQRT2)  # Phi(-t), accurate in the tail
+    ph = _INV_SQRT_2PI * math.exp(-0.5 * t * t)
+    return ph * ph / ((1.0 - q) * q)
+
+
+@njit(cache=True)
+def info_at(model, z, a, c, d):
+    """Fisher information about theta of one item at linear predictor z (0 when a <= 0).
+
+    Logistic models: the scalar 4PL kernel of ``catengine.models.expected_information`` (c = 0,
+    d = 1 for the 2PL); probit: a^2 h(z)."""
+    if a <= 0.0:
+        return 0.0
+    if model == 2:
+        return a * a * probit_h_fast(z)
+    return _info_z(z, a * a, c, d)
+
+
+@njit(cache=True)
+def log_p_q(model, z, c, d):
+    """(log P, log(1 - P)) of one item at linear predictor z."""
+    if model == 0:
+        return log_sigmoid(z), log_sigmoid(-z)
+    if model == 1:
+        return _log_p_4pl(z, c, d)
+    return log_phi_cdf(z), log_phi_cdf(-z)
+
+
+@njit(cache=True)
+def _better(val, j, other_val, other_j):
+    """Ranking order: larger score first, then lower item index."""
+    return val > other_val or (val == other_val and j < other_j)
+
+
+@njit(cache=True)
+def _insert(val, j, k, cnt, best_val, best_idx):
+    if cnt < k:
+        pos = cnt
+        cnt += 1
+    elif _better(val, j, best_val[k - 1], best_idx[k - 1]):
+        pos = k - 1
+    else:
+        return cnt
+    while pos > 0 and _better(val, j, best_val[pos - 1], best_idx[pos - 1]):
+        best_val[pos] = best_val[pos - 1]
+        best_idx[pos] = best_idx[pos - 1]
+        pos -= 1
+    best_val[pos] = val
+    best_idx[pos] = j
+    return cnt
+
+
+# Branch and bound: every kernel below visits items in ``order`` (decreasing ``bound``, an upper
+# bound of the item's score that does not depend on the traits: a^2/4 for the logistic models,
+# 2 a^2 / pi for the probit, 0 for a <= 0) and stops as soon as the bound of the next item falls
+# strictly below the k-th best score found. Exact (same result as scanning every item; ties by
+# lower index), and usually a small fraction of the bank is touched.
+
+
+@njit(cache=True)
+def topk_info(model, thetas, weights, a, b, c, d, eligible, order, bound, k, best_idx, best_val):
+    """Score_j = sum_q weights[q] * I_j(thetas[q]) (weights sum to <= 1; point information: one node)."""
+    n = order.shape[0]
+    nq = thetas.shape[0]
+    cnt = 0
+    for r in range(n):
+        j = order[r]
+        if cnt == k and bound[j] < best_val[k - 1]:
+            break
+        if not eligible[j]:
+            continue
+        v = 0.0
+        aj = a[j]
+        if model == 0 and nq == 1:  # the hot path: 2PL point information, one exp
+            if aj > 0.0:
+                e = math.exp(-abs(aj * thetas[0] + b[j]))
+                rr = 1.0 + e
+                v = weights[0] * aj * aj * e / (rr * rr)
+        else:
+            for q in range(nq):
+                v += weights[q] * info_at(model, aj * thetas[q] + b[j], aj, c[j], d[j])
+        if cnt < k or _better(v, j, best_val[k - 1], best_idx[k - 1]):
+            cnt = _insert(v, j, k, cnt, best_val, best_idx)
+    return cnt
+
+
+@njit(cache=True)
+def topk_expected_info(model, theta, a, b, b_sd, c, d, nodes, weights, eligible, order, bound, k, best_idx, best_val):
+    """Score_j = E_{b_j ~ Normal(b_j, b_sd_j^2)} I_j(theta) by Gauss-Hermite: sum_q w_q I(a theta + b + b_sd x_q).
+
+    ``nodes`` / ``weights``: probabilists' Gauss-Hermite rule normalised to sum 1 (expectation
+    under a standard normal). Items with b_sd = 0 need one evaluation.
+    """
+    n = order.shape[0]
+    nq = nodes.shape[0]
+    cnt = 0
+    for r in range(n):
+        j = order[r]
+        if cnt == k and bound[j] < best_val[k - 1]:
+            break
+        if not eligible[j]:
+            continue
+        z0 = a[j] * theta + b[j]
+        s = b_sd[j]
+        if s == 0.0:
+            v = info_at(model, z0, a[j], c[j], d[j])
+        else:
+            v = 0.0
+            for q in range(nq):
+                v += weights[q] * info_at(model, z0 + s * nodes[q], a[j], c[j], d[j])
+        if cnt < k or _better(v, j, best_val[k - 1], best_idx[k - 1]):
+            cnt = _insert(v, j, k, cnt, best_val, best_idx)
+    return cnt
+
+
+@njit(cache=True)
+def topk_kl(model, theta_hat, thetas, weights, a, b, c, d, eligible, k, best_idx, best_val):
+    """Chang & Ying's KL index: sum_q weights[q] * KL(P_j(theta_hat) || P_j(thetas[q])) (0 for a <= 0).
+    Full scan (no trait-free bound is used)."""
+    n = a.shape[0]
+    nq = thetas.shape[0]
+    cnt = 0
+    for j in range(n):
+        if not eligible[j]:
+            continue
+        v = 0.0
+        if a[j] > 0.0:
+            lp0, lq0 = log_p_q(model, a[j] * theta_hat + b[j], c[j], d[j])
+            p0 = math.exp(lp0)
+            q0 = math.exp(lq0)
+            for q in range(nq):
+                lp, lq = log_p_q(model, a[j] * thetas[q] + b[j], c[j], d[j])
+                v += weights[q] * (p0 * (lp0 - lp) + q0 * (lq0 - lq))
+        if cnt < k or _better(v, j, best_val[k - 1], best_idx[k - 1]):
+            cnt = _insert(v, j, k, cnt, best_val, best_idx)
+    return cnt
+
+
+@njit(cache=True)
+def _lart_score(criterion, u, v, p11, p12, p22):
+    A = p11 + u
+    D = p22 + v
+    det = A * D - p12 * p12
+    if criterion == 0:
+        return -D / det
+    if criterion == 1:
+        return det
+    return -(A + D) / det
+
+
+@njit(cache=True)
+def topk_lart(criterion, theta, a, b, v, p11, p12, p22, eligible, order, bound, v_max, k, best_idx, best_val):
+    """LaRT criteria on the 2 x 2 precision P + diag(u_j, v_j) (MATH.md 5).
+
+    criterion 0 (theta-targeted): score = -[(P + diag(u, v))^-1]_11 = -(P22 + v) / det;
+    1 (D-optimal): det; 2 (A-optimal): -trace of the inverse = -(P11 + u + P22 + v) / det.
+    All three increase with u and v, so score(bound_j, v_max) bounds item j's score.
+    """
+    n = order.shape[0]
+    cnt = 0
+    for r in range(n):
+        j = order[r]
+        if cnt == k and _lart_score(criterion, bound[j], v_max, p11, p12, p22) < best_val[k - 1]:
+            break
+        if not eligible[j]:
+            continue
+        u = info_at(2, a[j] * theta + b[j], a[j], 0.0, 1.0)
+        s = _lart_score(criterion, u, v[j], p11, p12, p22)
+        if cnt < k or _better(s, j, best_val[k - 1], best_idx[k - 1]):
+            cnt = _insert(s, j, k, cnt, best_val, best_idx)
+    return cnt

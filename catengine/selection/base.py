@@ -1,0 +1,131 @@
+"""The item-selection role, the per-step selection state and the bank view selectors see."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from typing import ClassVar
+
+import numpy as np
+
+from catengine.errors import BankExhaustedError
+from catengine.estimation.base import TraitEstimate
+from catengine.estimation.state import ResponseState, full_cd, model_code
+from catengine.models.params import ItemParams
+
+
+class ItemTable:
+    """What selectors and exposure controls may know about a bank, as numpy arrays (no xarray).
+
+    Built once per bank by the session: ``params``, ``item_ids``, optional ``b_sd`` (posterior SD of
+    the intercepts), and ``metadata(field)`` (a per-item array, e.g. the benchmark of each item).
+    Derived arrays (c/d filled in, LaRT CoT information phi^2/lam^2) are computed once and cached.
+    """
+
+    def __init__(self, params: ItemParams, item_ids=None, b_sd=None, metadata: Callable[[str], np.ndarray] | None = None):
+        if not isinstance(params, ItemParams):
+            raise TypeError(f"ItemTable needs an ItemParams, got {type(params).__name__}")
+        self.params = params
+        self.n_items = params.n_items
+        self.item_ids = tuple(str(v) for v in item_ids) if item_ids is not None else tuple(str(k) for k in range(params.n_items))
+        if len(self.item_ids) != self.n_items:
+            raise ValueError(f"{len(self.item_ids)} item ids for {self.n_items} items")
+        if b_sd is not None:
+            b_sd = np.ascontiguousarray(b_sd, dtype=np.float64)
+            if b_sd.shape != (self.n_items,) or not np.all(np.isfinite(b_sd)) or np.any(b_sd < 0):
+                raise ValueError("b_sd must hold one finite, non-negative posterior SD per item")
+            b_sd.flags.writeable = False
+        self.b_sd = b_sd
+        self._metadata = metadata
+        self.model = model_code(params)
+        self.c, self.d = full_cd(params)
+        self.cot_info = (params.phi / params.lam) ** 2 if params.response_model == "lart" else None
+        self.cot_info_max = float(self.cot_info.max()) if self.cot_info is not None else 0.0
+        # trait-free upper bound of each item's information about theta (a^2/4 logistic, 2a^2/pi
+        # probit, 0 for a <= 0), inflated by 1e-12 against rounding, and the items in decreasing
+        # order of it: the selection kernels stop scanning once no remaining item can win.
+        a = params.a
+        peak = 2.0 / np.pi if params.response_model == "lart" else 0.25
+        bound = np.where(a > 0, a * a * peak, 0.0) * (1.0 + 1e-12)
+        bound.flags.writeable = False
+        self.info_bound = bound
+        self.info_order = np.argsort(-bound, kind="stable").astype(np.int64)
+        self.info_order.flags.writeable = False
+        self._groups: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+
+    def metadata(self, field: str) -> np.ndarray:
+        if self._metadata is None:
+            raise KeyError(f"this item table has no metadata (asked for {field!r})")
+        return np.asarray(self._metadata(field))
+
+    def groups(self, field: str) -> tuple[np.ndarray, np.ndarray]:
+        """(labels, codes): the distinct values of a metadata field and each item's code into them."""
+        if field not in self._groups:
+            labels, codes = np.unique(np.asarray(self.metadata(field)).astype(str), return_inverse=True)
+            self._groups[field] = (labels, codes.astype(np.int64))
+        return self._groups[field]
+
+
+class SelectionState:
+    """What a selector sees at one step.
+
+    ``estimate`` (current posterior summary), ``eligible`` (bool mask over the bank: not yet
+    administered and allowed by exposure / content control; selectors must never propose outside
+    it), ``responses`` (the answers so far), ``items`` (the bank view) and ``log_posterior`` (the
+    unnormalised marginal log posterior of theta at given points, from the session's estimator).
+    """
+
+    __slots__ = ("estimate", "eligible", "responses", "items", "log_posterior")
+
+    def __init__(self, estimate: TraitEstimate, eligible: np.ndarray, responses: ResponseState, items: ItemTable,
+                 log_posterior: Callable[[np.ndarray], np.ndarray] | None = None):
+        self.estimate = estimate
+        self.eligible = eligible
+        self.responses = responses
+        self.items = items
+        self.log_posterior = log_posterior
+
+
+class ItemSelector(ABC):
+    """Role: rank the eligible items of a bank for the next administration.
+
+    ``candidates(params, state, rng, k)`` returns up to ``k`` distinct eligible item indices, best
+    first (ties: lower index first), and the criterion value of each; it raises
+    :class:`BankExhaustedError` when nothing is eligible. ``select`` is the k = 1 shortcut.
+    Implementations are frozen dataclasses validated in ``__post_init__``.
+    """
+
+    name: ClassVar[str] = ""
+    #: response models the selector works with
+    models: ClassVar[tuple[str, ...]] = ("lart", "2pl", "4pl")
+
+    @abstractmethod
+    def candidates(self, params: ItemParams, state: SelectionState, rng: np.random.Generator, k: int = 1) -> tuple[np.ndarray, np.ndarray]:
+        """(indices, criterion values) of up to ``k`` best eligible items, best first."""
+
+    def select(self, params: ItemParams, state: SelectionState, rng: np.random.Generator) -> int:
+        return int(self.candidates(params, state, rng, 1)[0][0])
+
+    def check_bank(self, items: ItemTable) -> None:
+        """Raise ValueError if this selector cannot work with the bank (called once per session)."""
+        if items.params.response_model not in self.models:
+            raise ValueError(
+                f"selector {type(self).__name__} works with response models {', '.join(self.models)}, "
+                f"not {items.params.response_model!r}"
+            )
+
+
+def run_topk(kernel, k: int, *args) -> tuple[np.ndarray, np.ndarray]:
+    """Call a ``topk_*`` kernel with fresh output buffers; raise BankExhaustedError if nothing is eligible."""
+    best_idx = np.empty(k, dtype=np.int64)
+    best_val = np.empty(k)
+    cnt = kernel(*args, k, best_idx, best_val)
+    if cnt == 0:
+        raise BankExhaustedError("no eligible item is left to administer (all administered, excluded or blocked)")
+    return best_idx[:cnt], best_val[:cnt]
+
+
+def check_k(k) -> int:
+    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
+        raise ValueError(f"k must be a positive integer, got {k!r}")
+    return int(k)

@@ -1,0 +1,158 @@
+"""``Engine``: many subjects (LLMs) tested at once against one bank, one shared session log."""
+
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+
+from catengine.session.errors import SessionLogError, UnknownSubjectError
+from catengine.session.log import LogWriter, quarantine_corrupt_tail, read_log, restore_rng
+from catengine.session.session import (
+    CATSession,
+    bank_fingerprint,
+    item_table,
+    make_header,
+    strategies_from_config,
+)
+
+
+def _subject_key(subject: str) -> int:
+    return int.from_bytes(hashlib.sha256(subject.encode("utf-8")).digest()[:8], "little")
+
+
+class Engine:
+    """Keeps one :class:`CATSession` per subject id and routes each request to it.
+
+    All sessions share the bank, the strategies (``selector``, ``estimator``, ``stopping``,
+    ``exposure``, as for ``CATSession``) and, with ``log=path``, one append-only JSONL log.
+    ``rng`` (int | Generator | None) seeds the engine; each subject's generator is derived from
+    it and the subject id, so a subject's draws do not depend on the order subjects arrive in.
+    """
+
+    def __init__(self, bank, *, selector=None, estimator=None, stopping=None, exposure=(), rng=None,
+                 log=None, fsync: bool = False, _writer=None, _seed_entropy=None):
+        self.bank = bank
+        self.items = item_table(bank)
+        self._strategies = {"selector": selector, "estimator": estimator, "stopping": stopping, "exposure": exposure}
+        if _seed_entropy is not None:
+            entropy = int(_seed_entropy)
+        elif isinstance(rng, np.random.Generator):
+            entropy = int(rng.integers(2**63))
+        elif rng is None or (isinstance(rng, (int, np.integer)) and not isinstance(rng, bool)):
+            entropy = int(np.random.SeedSequence(rng).entropy)
+        else:
+            raise TypeError(f"rng must be a numpy Generator, an int seed or None, got {type(rng).__name__}")
+        self._entropy = entropy
+        self.sessions: dict[str, CATSession] = {}
+        # a throwaway session validates the strategies against the bank and resolves the defaults
+        probe = CATSession(bank, _items=self.items, **self._strategies)
+        self._strategies = {"selector": probe.selector, "estimator": probe.estimator, "stopping": probe.stopping,
+                            "exposure": probe.exposure}
+        self._config = probe.config()
+        self._writer = _writer
+        if log is not None:
+            self._writer = LogWriter(log, fsync=fsync)
+            self._writer.write(make_header(bank, self.items, self._config, seed_entropy=self._entropy))
+
+    def config(self) -> dict:
+        return self._config
+
+    def _subject_rng(self, subject: str) -> np.random.Generator:
+        return np.random.default_rng(np.random.SeedSequence(self._entropy, spawn_key=(_subject_key(subject),)))
+
+    @staticmethod
+    def _check_subject(subject) -> str:
+        if not isinstance(subject, str) or not subject:
+            raise UnknownSubjectError(f"subject ids are non-empty strings, got {subject!r}")
+        return subject
+
+    # ------------------------------------------------------------------ routing
+    def start(self, subject: str) -> CATSession:
+        """The session of ``subject``, created (and logged) if new."""
+        subject = self._check_subject(subject)
+        session = self.sessions.get(subject)
+        if session is None:
+            session = CATSession(self.bank, subject=subject, rng=self._subject_rng(subject), _items=self.items,
+                                 _writer=self._writer, **self._strategies)
+            self.sessions[subject] = session
+        return session
+
+    def session(self, subject: str) -> CATSession:
+        """The existing session of ``subject`` (UnknownSubjectError if there is none)."""
+        try:
+            return self.sessions[subject]
+        except (KeyError, TypeError):
+            raise UnknownSubjectError(
+                f"unknown subject {subject!r}: start its session first (next_item or start); "
+                f"{len(self.sessions)} subject(s) known"
+            ) from None
+
+    def next_item(self, subject: str) -> str:
+        """Next item for ``subject`` (starts its session if new)."""
+        return self.start(subject).next_item()
+
+    def record(self, subject: str, item_id, correct, cot_length=None):
+        """Route an answer to the session of ``subject``; returns its new estimate."""
+        return self.session(subject).record(item_id, correct, cot_length)
+
+    def estimate(self, subject: str):
+        return self.session(subject).estimate
+
+    def close(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    # ------------------------------------------------------------------ resume
+    @classmethod
+    def resume(cls, log, bank=None, *, fsync: bool = False) -> "Engine":
+        """Rebuild every session of a log exactly (answers, estimates, pending proposals, random
+        generator states) and keep appending to it. ``bank`` defaults to the file named in the log."""
+        contents = read_log(log)
+        header = contents.header
+        meta = header["bank"]
+        if bank is None:
+            from catengine.itembank import open_item_bank
+
+            source = meta.get("source")
+            if not source or source == "<memory>":
+                raise SessionLogError(f"{log} was written for an in-memory bank; pass bank= to resume it")
+            bank = open_item_bank(source)
+        items = item_table(bank)
+        fp = bank_fingerprint(items)
+        if fp != meta.get("fingerprint"):
+            raise SessionLogError(
+                f"{log} was written for bank {meta.get('bank_id')!r} v{meta.get('bank_version')} with fingerprint "
+                f"{str(meta.get('fingerprint'))[:12]}..., but the bank given ({getattr(bank, 'bank_id', '?')!r} "
+                f"v{getattr(bank, 'version', '?')}) has {fp[:12]}..."
+            )
+        try:
+            strategies = strategies_from_config(header["config"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise SessionLogError(f"{log}: cannot rebuild the configuration from the header ({exc})") from None
+        engine = cls(bank, _seed_entropy=header.get("seed_entropy"), **strategies)
+        for event in contents.events:
+            subject = event.get("subject")
+            if event["event"] == "open":
+                if subject in engine.sessions:
+                    raise SessionLogError(f"{log}: subject {subject!r} is opened twice")
+                session = CATSession(bank, subject=subject, rng=restore_rng(event["rng"]), _items=engine.items,
+                                     **engine._strategies)
+                session._replaying = True
+                engine.sessions[subject] = session
+                continue
+            if subject not in engine.sessions:
+                raise SessionLogError(f"{log}: {event['event']} event for subject {subject!r} before its open event")
+            engine.sessions[subject]._replay(event)
+        quarantine_corrupt_tail(contents)
+        engine._writer = LogWriter(contents.path, fsync=fsync, must_be_new=False)
+        for session in engine.sessions.values():
+            session._writer = engine._writer
+            session._replaying = False
+        return engine

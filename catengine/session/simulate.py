@@ -1,0 +1,82 @@
+"""Simulated examinees for engine-side procedures (Sympson-Hetter calibration, demos).
+
+``catengine`` never imports the offline ``calibration`` package, so the few draws needed here are
+made directly from the bank's response model.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from catengine.models.information import prob_correct
+from catengine.selection.exposure import SympsonHetter
+
+
+def draw_traits(params, rng) -> tuple[float, float | None]:
+    """(theta, tau) from the bank's population: standard normal, correlation rho for LaRT."""
+    rng = np.random.default_rng(rng)
+    if params.response_model == "lart":
+        z1, z2 = rng.standard_normal(2)
+        rho = params.rho
+        return float(z1), float(rho * z1 + math.sqrt(1.0 - rho * rho) * z2)
+    return float(rng.standard_normal()), None
+
+
+def simulate_answer(params, item: int, theta: float, tau: float | None, rng, cot_offset: float = 1.0):
+    """(correct, CoT tokens or None) of a simulated subject with traits (theta, tau) on one item."""
+    rng = np.random.default_rng(rng)
+    p = float(prob_correct(params, theta, [item])[0])
+    correct = int(rng.random() < p)
+    if params.response_model != "lart":
+        return correct, None
+    log_t = params.omega[item] - params.phi[item] * tau + params.lam[item] * rng.standard_normal()
+    return correct, float(max(np.round(np.exp(log_t) - cot_offset), 0.0))
+
+
+def calibrate_sympson_hetter(bank, *, target_rate: float = 0.25, selector=None, estimator=None, stopping=None,
+                             n_simulees: int = 300, n_iter: int = 8, rng=None, progress: bool = False) -> SympsonHetter:
+    """Sympson-Hetter control parameters by simulation (Sympson & Hetter 1985).
+
+    Each iteration runs ``n_simulees`` simulated subjects from the bank's population through the
+    classic procedure with the current K (the selected item is administered with probability K_j,
+    otherwise blocked for that subject and the next best is selected), counts how often each item
+    was *selected*, P(S_j), and sets K_j = min(1, target_rate / P(S_j)). Returns the final
+    :class:`SympsonHetter` (store it with ``SympsonHetter.save``).
+    """
+    from catengine.session.session import CATSession
+
+    if not 0 < target_rate <= 1:
+        raise ValueError(f"target_rate must lie in (0, 1], got {target_rate!r}")
+    if isinstance(n_simulees, bool) or not isinstance(n_simulees, int) or n_simulees < 1:
+        raise ValueError(f"n_simulees must be a positive integer, got {n_simulees!r}")
+    if isinstance(n_iter, bool) or not isinstance(n_iter, int) or n_iter < 1:
+        raise ValueError(f"n_iter must be a positive integer, got {n_iter!r}")
+    rng = np.random.default_rng(rng)
+    params = bank.params
+    J = params.n_items
+    K = np.ones(J)
+    offset = bank.cot_offset or 1.0
+    iterator = range(n_iter)
+    if progress:
+        from tqdm.auto import tqdm
+
+        iterator = tqdm(iterator, desc="Sympson-Hetter")
+    for _ in iterator:
+        selected = np.zeros(J)
+        for _ in range(n_simulees):
+            theta, tau = draw_traits(params, rng)
+            s = CATSession(bank, selector=selector, estimator=estimator, stopping=stopping, rng=rng)
+            while not s.finished:
+                item = s.next_item()
+                j = bank.index_of(item)
+                selected[j] += 1
+                if rng.random() < K[j]:
+                    correct, cot = simulate_answer(params, j, theta, tau, rng, offset)
+                    s.record(item, correct, cot)
+                else:
+                    s.exclude(item)
+        p_sel = selected / n_simulees
+        K = np.where(p_sel > target_rate, target_rate / np.maximum(p_sel, 1e-300), 1.0)
+    return SympsonHetter(control=tuple(float(v) for v in K), target_rate=float(target_rate))

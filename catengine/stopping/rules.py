@@ -1,0 +1,260 @@
+"""Stopping rules (MATH.md 5), composable with :class:`AnyOf` / :class:`AllOf`."""
+
+from __future__ import annotations
+
+import math
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from statistics import NormalDist
+from typing import ClassVar
+
+import numpy as np
+
+from catengine.estimation.base import TraitEstimate
+
+_NORMAL = NormalDist()
+
+
+class StopState:
+    """What a stopping rule sees: ``n_items`` answered, the current ``estimate``, ``n_eligible``
+    (items still eligible) and ``max_information()`` (largest point information about theta among
+    eligible items at the estimate; computed on first use, O(bank))."""
+
+    __slots__ = ("n_items", "estimate", "n_eligible", "_max_info", "_max_info_fn")
+
+    def __init__(self, n_items: int, estimate: TraitEstimate, n_eligible: int,
+                 max_information: Callable[[], float] | None = None):
+        self.n_items = n_items
+        self.estimate = estimate
+        self.n_eligible = n_eligible
+        self._max_info = None
+        self._max_info_fn = max_information
+
+    def max_information(self) -> float:
+        if self._max_info is None:
+            if self._max_info_fn is None:
+                raise ValueError("this StopState cannot compute item information (no bank attached)")
+            self._max_info = float(self._max_info_fn())
+        return self._max_info
+
+
+class StoppingRule(ABC):
+    """Role: decide whether an adaptive test may stop.
+
+    ``reason(state)`` returns a short human-readable reason when the rule is met, else ``None``.
+    Implementations are frozen dataclasses validated in ``__post_init__``.
+    """
+
+    name: ClassVar[str] = ""
+
+    @abstractmethod
+    def reason(self, state: StopState) -> str | None:
+        """Why the test may stop now, or None."""
+
+    def is_met(self, state: StopState) -> bool:
+        return self.reason(state) is not None
+
+
+def _count(value, name: str, low: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
+        raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
+    return int(value)
+
+
+def _positive(value, name: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)) or not (
+        math.isfinite(value) and value > 0
+    ):
+        raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
+    return float(value)
+
+
+@dataclass(frozen=True)
+class MaxItems(StoppingRule):
+    """Stop after ``n`` answers."""
+
+    name: ClassVar[str] = "max-items"
+    n: int = 50
+
+    def __post_init__(self):
+        object.__setattr__(self, "n", _count(self.n, "n", 1))
+
+    def reason(self, state):
+        return f"reached {self.n} items" if state.n_items >= self.n else None
+
+
+@dataclass(frozen=True)
+class MinItems(StoppingRule):
+    """Met once ``n`` items were answered (use inside AllOf to forbid stopping earlier)."""
+
+    name: ClassVar[str] = "min-items"
+    n: int = 5
+
+    def __post_init__(self):
+        object.__setattr__(self, "n", _count(self.n, "n", 0))
+
+    def reason(self, state):
+        return f"at least {self.n} items" if state.n_items >= self.n else None
+
+
+@dataclass(frozen=True)
+class StandardErrorBelow(StoppingRule):
+    """Met when the posterior SD of ``trait`` ("theta" or "tau") is at most ``target``."""
+
+    name: ClassVar[str] = "se-below"
+    target: float = 0.3
+    trait: str = "theta"
+
+    def __post_init__(self):
+        object.__setattr__(self, "target", _positive(self.target, "target"))
+        if self.trait not in ("theta", "tau"):
+            raise ValueError(f"trait must be 'theta' or 'tau', got {self.trait!r}")
+
+    def reason(self, state):
+        sd = state.estimate.theta_sd if self.trait == "theta" else state.estimate.tau_sd
+        if sd is None:
+            return None
+        return f"posterior SD of {self.trait} {sd:.3f} <= {self.target}" if sd <= self.target else None
+
+
+@dataclass(frozen=True)
+class InformationBelow(StoppingRule):
+    """No informative item left: every eligible item has point information about theta below
+    ``threshold`` at the current estimate (also met when nothing is eligible)."""
+
+    name: ClassVar[str] = "information-below"
+    threshold: float = 1e-3
+
+    def __post_init__(self):
+        object.__setattr__(self, "threshold", _positive(self.threshold, "threshold"))
+
+    def reason(self, state):
+        if state.n_eligible == 0:
+            return "no eligible item left"
+        best = state.max_information()
+        return f"no informative item left (max information {best:.2g} < {self.threshold:g})" if best < self.threshold else None
+
+
+@dataclass(frozen=True)
+class RivalOrderDecided(StoppingRule):
+    """Met when the order with every named rival LLM is decided: P(theta > theta_k) > ``probability``
+    or < 1 - ``probability`` for each rival k.
+
+    ``rivals``: (name, theta, theta_sd) triples, e.g. from the bank's calibration sample with
+    :meth:`from_bank`. P(theta > theta_k) = Phi((theta^ - theta_k) / sqrt(sd^2 + sd_k^2)) (the
+    subject under test is independent of the calibration sample).
+    """
+
+    name: ClassVar[str] = "rival-order"
+    rivals: tuple[tuple[str, float, float], ...] = ()
+    probability: float = 0.95
+
+    def __post_init__(self):
+        items = self.rivals.items() if isinstance(self.rivals, Mapping) else self.rivals
+        try:
+            if isinstance(self.rivals, Mapping):
+                rivals = tuple((str(k), float(v[0]), float(v[1])) for k, v in items)
+            else:
+                rivals = tuple((str(r[0]), float(r[1]), float(r[2])) for r in items)
+        except (TypeError, ValueError, IndexError):
+            raise ValueError(f"rivals must be (name, theta, theta_sd) triples, got {self.rivals!r}") from None
+        if not rivals:
+            raise ValueError("name at least one rival")
+        for r in rivals:
+            if not (math.isfinite(r[1]) and math.isfinite(r[2]) and r[2] >= 0):
+                raise ValueError(f"rival {r[0]!r} needs a finite theta and a finite SD >= 0, got {r[1:]}")
+        object.__setattr__(self, "rivals", rivals)
+        p = self.probability
+        if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0.5 < p < 1:
+            raise ValueError(f"probability must lie in (0.5, 1), got {p!r}")
+
+    @classmethod
+    def from_bank(cls, bank, rivals, probability: float = 0.95) -> "RivalOrderDecided":
+        """Rivals by subject id from the bank's ``subjects`` group (theta and theta_sd)."""
+        subjects = bank.subjects
+        if subjects is None:
+            raise ValueError(f"bank {bank.bank_id!r} stores no calibration subjects; pass rivals as (name, theta, sd)")
+        ids = [str(s) for s in subjects["subject"].values]
+        theta = np.asarray(subjects["theta"].values, dtype=float)
+        sd = np.asarray(subjects["theta_sd"].values, dtype=float)
+        out = []
+        for r in rivals:
+            if str(r) not in ids:
+                raise KeyError(f"rival {r!r} is not a subject of bank {bank.bank_id!r}; known: {ids[:10]}{' ...' if len(ids) > 10 else ''}")
+            k = ids.index(str(r))
+            out.append((str(r), float(theta[k]), float(sd[k])))
+        return cls(rivals=tuple(out), probability=probability)
+
+    def probabilities(self, estimate: TraitEstimate) -> dict[str, float]:
+        """P(subject's theta > rival's theta) for each rival."""
+        out = {}
+        for name, m, s in self.rivals:
+            scale = math.sqrt(estimate.theta_sd**2 + s * s)
+            out[name] = _NORMAL.cdf((estimate.theta - m) / scale) if scale > 0 else float(estimate.theta > m)
+        return out
+
+    def reason(self, state):
+        probs = self.probabilities(state.estimate)
+        p = self.probability
+        if all(v > p or v < 1 - p for v in probs.values()):
+            ahead = sum(v > p for v in probs.values())
+            return f"order with {len(probs)} rival(s) decided (ahead of {ahead})"
+        return None
+
+
+def _check_rules(rules) -> tuple[StoppingRule, ...]:
+    rules = tuple(rules)
+    if not rules:
+        raise ValueError("a composite stopping rule needs at least one rule")
+    for r in rules:
+        if not isinstance(r, StoppingRule):
+            raise TypeError(f"expected StoppingRule instances, got {type(r).__name__}")
+    return rules
+
+
+@dataclass(frozen=True, init=False)
+class AnyOf(StoppingRule):
+    """Met when any of ``rules`` is met."""
+
+    name: ClassVar[str] = "any-of"
+    rules: tuple[StoppingRule, ...]
+
+    def __init__(self, *rules):
+        if len(rules) == 1 and not isinstance(rules[0], StoppingRule):
+            rules = tuple(rules[0])
+        object.__setattr__(self, "rules", _check_rules(rules))
+
+    def reason(self, state):
+        for r in self.rules:
+            why = r.reason(state)
+            if why is not None:
+                return why
+        return None
+
+
+@dataclass(frozen=True, init=False)
+class AllOf(StoppingRule):
+    """Met when all of ``rules`` are met."""
+
+    name: ClassVar[str] = "all-of"
+    rules: tuple[StoppingRule, ...]
+
+    def __init__(self, *rules):
+        if len(rules) == 1 and not isinstance(rules[0], StoppingRule):
+            rules = tuple(rules[0])
+        object.__setattr__(self, "rules", _check_rules(rules))
+
+    def reason(self, state):
+        reasons = []
+        for r in self.rules:
+            why = r.reason(state)
+            if why is None:
+                return None
+            reasons.append(why)
+        return " and ".join(reasons)
+
+
+def default_stopping(n_items: int) -> StoppingRule:
+    """Posterior SD of theta <= 0.3 after at least 5 items, or 50 items (capped at the bank size)."""
+    return AnyOf(AllOf(MinItems(5), StandardErrorBelow(0.3)), MaxItems(min(50, n_items)))

@@ -1,0 +1,174 @@
+"""Command line: ``catengine evaluate``, ``catengine serve`` (subprocess, hostile input) and ``demo``."""
+
+import csv
+import json
+import subprocess
+import sys
+
+import pytest
+
+import naive_engine as naive
+from catengine import open_item_bank, write_item_bank
+from catengine.cli import load_responses, main
+
+
+@pytest.fixture(scope="module")
+def lart_bank(tmp_path_factory):
+    root = tmp_path_factory.mktemp("banks")
+    path = write_item_bank(naive.make_bank("lart", 60, seed=31, bank_id="clibank"), root / "clibank")
+    return open_item_bank(path)
+
+
+def _wide_files(tmp_path, bank, n_subjects=3, missing=()):
+    acc, cot = tmp_path / "acc.csv", tmp_path / "cot.csv"
+    rows_a, rows_c = [], []
+    for k in range(n_subjects):
+        oracle, _ = naive.make_oracle(bank.params, seed=100 + k)
+        ra, rc = [f"llm_{k}"], [f"llm_{k}"]
+        for j in range(bank.n_items):
+            c, t = oracle[j]
+            ra.append("NA" if bank.item_ids[j] in missing else str(c))
+            rc.append("NA" if bank.item_ids[j] in missing else str(int(t)))
+        rows_a.append(ra)
+        rows_c.append(rc)
+    for path, rows in ((acc, rows_a), (cot, rows_c)):
+        with open(path, "w", newline="") as fh:
+            w = csv.writer(fh)
+            w.writerow([""] + list(bank.item_ids))
+            w.writerows(rows)
+    return acc, cot
+
+
+def test_evaluate_replays_a_wide_response_file(tmp_path, lart_bank, capsys):
+    acc, cot = _wide_files(tmp_path, lart_bank, missing={"q0010", "q0011", "q0012"})
+    rc = main(["evaluate", "--bank", lart_bank.source, "--responses", str(acc), "--cot", str(cot),
+               "--subject", "llm_1", "--max-items", "60", "--target-sd", "0.2", "--json"])
+    assert rc == 0
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    steps, summary = lines[:-1], lines[-1]["summary"]
+    assert [s["step"] for s in steps] == list(range(1, len(steps) + 1))
+    assert not {"q0010", "q0011", "q0012"} & {s["item"] for s in steps}
+    assert summary["n_items"] == len(steps) and summary["full_n_items"] == 57
+    assert summary["theta_sd"] <= 0.2 or summary["n_items"] == 57
+    assert all(s["tau"] is not None and s["cot_length"] is not None for s in steps)
+    # the table form prints the trajectory and the 95% interval
+    rc = main(["evaluate", "--bank", lart_bank.source, "--responses", str(acc), "--cot", str(cot),
+               "--subject", "llm_0", "--selector", "mfi", "--estimator", "eap", "--max-items", "8", "--no-cot"])
+    out = capsys.readouterr().out
+    assert rc == 0 and "95% interval" in out and "adaptive: theta" in out and out.count("\n   ") >= 1
+    assert "reached 8 items" in out
+
+
+def test_evaluate_errors_are_reported_not_raised(tmp_path, lart_bank, capsys):
+    acc, _ = _wide_files(tmp_path, lart_bank)
+    assert main(["evaluate", "--bank", lart_bank.source, "--responses", str(acc), "--subject", "nobody"]) == 2
+    assert "no row 'nobody'" in capsys.readouterr().err
+    assert main(["evaluate", "--bank", lart_bank.source, "--responses", str(acc), "--subject", "llm_0",
+                 "--selector", "bogus"]) == 2
+    assert "unknown selector" in capsys.readouterr().err
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps({"x1": 1, "x2": 0}))
+    assert main(["evaluate", "--bank", lart_bank.source, "--responses", str(other)]) == 2
+    assert "none of the 2 item ids" in capsys.readouterr().err
+
+
+def test_load_responses_formats(tmp_path):
+    long = tmp_path / "long.csv"
+    long.write_text("subject,item,correct,cot_tokens\na,q1,1,300\na,q2,0,NA\nb,q1,0,10\na,q3,NA,5\n")
+    assert load_responses(long, "a") == {"q1": (1, 300.0), "q2": (0, None)}
+    js = tmp_path / "r.json"
+    js.write_text(json.dumps({"q1": 1, "q2": {"correct": 0, "cot_tokens": 42}}))
+    assert load_responses(js) == {"q1": (1, None), "q2": (0, 42.0)}
+    jl = tmp_path / "r.jsonl"
+    jl.write_text('{"subject": "a", "item": "q1", "correct": 1}\n{"subject": "b", "item": "q1", "correct": 0}\n')
+    assert load_responses(jl, "b") == {"q1": (0, None)}
+    bad = tmp_path / "bad.csv"
+    bad.write_text("item,correct\nq1,2\n")
+    with pytest.raises(ValueError, match="0 or 1"):
+        load_responses(bad)
+
+
+def _serve(bank, log, requests, extra=()):
+    cmd = [sys.executable, "-m", "catengine.cli", "serve", "--bank", bank.source, "--log", str(log), *extra]
+    proc = subprocess.run(cmd, input="".join(r if isinstance(r, str) else json.dumps(r) + "\n" for r in requests),
+                          capture_output=True, text=True, timeout=180)
+    replies = [json.loads(line) for line in proc.stdout.splitlines()]
+    return proc, replies
+
+
+def test_serve_survives_hostile_input_and_resumes(tmp_path, lart_bank):
+    log = tmp_path / "serve.jsonl"
+    oracle, _ = naive.make_oracle(lart_bank.params, seed=7)
+    reqs = [
+        "this is not json\n",
+        "[1, 2, 3]\n",
+        {"op": "fly", "subject": "m1"},
+        {"op": "record", "subject": "ghost", "item": "q0001", "correct": 1},
+        {"op": "next", "subject": "m1", "id": 17},
+        {"op": "record", "subject": "m1", "item": "no-such-item", "correct": 1},
+        {"op": "record", "subject": "m1", "item": "q0001", "correct": 3},
+        {"op": "record", "subject": "m1", "item": "q0001", "correct": 1, "cot_length": -5},
+        {"op": "record", "subject": "m1", "item": "q0001"},
+        {"op": "next", "subject": 42},
+        "\n",
+    ]
+    proc, replies = _serve(lart_bank, log, reqs, extra=("--seed", "3", "--max-items", "30"))
+    assert proc.returncode == 0, proc.stderr  # closed stdin: clean exit
+    assert len(replies) == 10
+    assert [r["ok"] for r in replies] == [False, False, False, False, True, False, False, False, False, False]
+    assert replies[0]["error"] == "MalformedJSON"
+    assert "unknown op" in replies[2]["message"]
+    assert replies[3]["error"] == "UnknownSubjectError" and "ghost" in replies[3]["message"]
+    first = replies[4]
+    assert first["id"] == 17 and first["item"] in lart_bank.item_ids and first["finished"] is False
+    assert replies[5]["error"] == "UnknownItemError"
+    assert replies[6]["error"] == "InvalidResponseError" and replies[7]["error"] == "InvalidResponseError"
+    assert "correct" in replies[8]["message"]
+    # second run: the log is resumed; the pending proposal survives; answer a few items
+    reqs = [{"op": "next", "subject": "m1"}]
+    proc, replies = _serve(lart_bank, log, reqs + [{"op": "estimate", "subject": "m1"}])
+    assert proc.returncode == 0 and replies[0]["item"] == first["item"] and "resumed 1 session" in proc.stderr
+    reqs = []
+    item = first["item"]
+    for _ in range(3):
+        c, t = oracle[lart_bank.index_of(item)]
+        reqs.append({"op": "record", "subject": "m1", "item": item, "correct": c, "cot_length": t})
+        reqs.append({"op": "next", "subject": "m1"})
+    proc = subprocess.Popen([sys.executable, "-m", "catengine.cli", "serve", "--bank", lart_bank.source, "--log", str(log)],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    got = []
+    for r in reqs:  # interactive: each next item depends on the previous answer
+        if r["op"] == "record":
+            r["item"] = item
+            c, t = oracle[lart_bank.index_of(item)]
+            r["correct"], r["cot_length"] = c, t
+        proc.stdin.write(json.dumps(r) + "\n")
+        proc.stdin.flush()
+        reply = json.loads(proc.stdout.readline())
+        assert reply["ok"], reply
+        got.append(reply)
+        if r["op"] == "next":
+            item = reply["item"]
+    proc.stdin.write(json.dumps({"op": "quit"}) + "\n")
+    proc.stdin.flush()
+    assert json.loads(proc.stdout.readline())["bye"] is True
+    assert proc.wait(timeout=60) == 0
+    proc.stdout.close()
+    proc.stderr.close()
+    proc.stdin.close()
+    assert got[-2]["estimate"]["n_items"] == 3 and "tau" in got[-2]["estimate"]
+    # the log replays to the state the server reported
+    from catengine.session import Engine
+
+    e = Engine.resume(log, lart_bank)
+    est = e.session("m1").estimate
+    assert est.n_items == 3 and est.theta == pytest.approx(got[-2]["estimate"]["theta"], abs=0)
+    e.close()
+
+
+def test_demo_prints_trajectory_and_interval(capsys):
+    assert main(["demo", "--seed", "3", "--max-items", "12", "--target-sd", "0.05"]) == 0
+    out = capsys.readouterr().out
+    assert "95% interval" in out and "speed   tau" in out
+    table = [line for line in out.splitlines() if line[:4].strip().isdigit()]
+    assert len(table) == 12 and "reached 12 items" in out
