@@ -634,10 +634,15 @@ class ResponseData:
         path = Path(path)
         with xr.open_dataset(path, engine="netcdf4", mask_and_scale=False) as ds:
             ds = ds.load()
+        return cls.from_dataset(ds, source=path.name)
+
+    @classmethod
+    def from_dataset(cls, ds, *, source: str = "dataset") -> "ResponseData":
+        """Rebuild from an xarray Dataset made by :meth:`to_dataset` (checks the recorded sha256)."""
         if "correct" not in ds:
-            raise ValueError(f"{path.name}: no 'correct' variable; not a ResponseData file")
+            raise ValueError(f"{source}: no 'correct' variable; not a ResponseData dataset")
         if set(ds["correct"].dims) != {"subject", "item"}:
-            raise ValueError(f"{path.name}: 'correct' has dims {ds['correct'].dims}, expected ('subject', 'item')")
+            raise ValueError(f"{source}: 'correct' has dims {ds['correct'].dims}, expected ('subject', 'item')")
         correct = ds["correct"].transpose("subject", "item").values
         cot = None
         if "cot_length" in ds:
@@ -658,27 +663,23 @@ class ResponseData:
         recorded = ds.attrs.get("responses_sha256")
         if recorded is not None and recorded != data.sha256():
             raise ValueError(
-                f"{path.name}: content hashes to {data.sha256()} but the file records "
-                f"responses_sha256={recorded}; the file was modified or is corrupt"
+                f"{source}: content hashes to {data.sha256()} but it records "
+                f"responses_sha256={recorded}; the data was modified or is corrupt"
             )
         return data
 
     # ------------------------------------------------------------------ writers
-    def to_netcdf(self, path, *, attrs: Mapping | None = None, overwrite: bool = True) -> Path:
-        """Write a netCDF4 file (dims ``subject``, ``item``) atomically; returns the path.
+    def to_dataset(self, *, attrs: Mapping | None = None):
+        """An xarray Dataset (dims ``subject``, ``item``) holding everything; see :meth:`to_netcdf`.
 
-        Variables: ``correct`` int8 (-1 missing, no fill value), optional ``cot_length`` float64
-        (NaN missing), one string variable on ``item`` per item-metadata field (attr
-        ``role = "item_metadata"``). Root attrs: ``schema``, ``schema_version``,
-        ``responses_sha256``, ``n_subjects``, ``n_items``, ``has_cot`` plus ``attrs`` (str/int/float
-        values, e.g. provenance). The file is written to a temporary file in the same folder
-        and renamed into place, so a reader never sees a partial file.
+        Variables: ``correct`` int8 (-1 missing), optional ``cot_length`` float64 (NaN missing),
+        one string variable on ``item`` per item-metadata field (attr ``role = "item_metadata"``).
+        Attrs: ``schema``, ``schema_version``, ``responses_sha256``, ``n_subjects``, ``n_items``,
+        ``has_cot`` plus ``attrs`` (str/int/float values, e.g. provenance). Encodings are set so
+        that no fill values are written.
         """
         import xarray as xr
 
-        path = Path(path)
-        if not overwrite and path.exists():
-            raise FileExistsError(f"{path} exists (pass overwrite=True to replace it)")
         clash = sorted(_NETCDF_RESERVED & set(self.item_metadata))
         if clash:
             raise ValueError(f"item metadata field {clash[0]!r} clashes with a reserved variable name; rename it")
@@ -693,7 +694,7 @@ class ResponseData:
         }
         for key, value in dict(attrs or {}).items():
             if key in root:
-                raise ValueError(f"attr {key!r} is written by to_netcdf itself and cannot be overridden")
+                raise ValueError(f"attr {key!r} is written by to_dataset itself and cannot be overridden")
             if isinstance(value, (bool, np.bool_)):
                 value = int(value)
             if not isinstance(value, (str, int, float, np.integer, np.floating)):
@@ -706,14 +707,12 @@ class ResponseData:
                 {"long_name": "response correctness", "flag_values": "1 correct, 0 incorrect, -1 missing"},
             )
         }
-        encoding = {"correct": {"_FillValue": None}}
         if self.cot_length is not None:
             data_vars["cot_length"] = (
                 ("subject", "item"),
                 np.asarray(self.cot_length),
                 {"long_name": "chain-of-thought length", "units": "tokens", "missing": "NaN"},
             )
-            encoding["cot_length"] = {"_FillValue": None}
         for key, values in self.item_metadata.items():
             data_vars[key] = (("item",), np.asarray(values, dtype=object), {"role": "item_metadata"})
         ds = xr.Dataset(
@@ -724,10 +723,20 @@ class ResponseData:
             },
             attrs=root,
         )
+        for name in ds.variables:
+            ds[name].encoding["_FillValue"] = None
+        return ds
+
+    def to_netcdf(self, path, *, attrs: Mapping | None = None, overwrite: bool = True) -> Path:
+        """Write :meth:`to_dataset` as a netCDF4 file atomically (temporary file + rename); returns the path."""
+        path = Path(path)
+        if not overwrite and path.exists():
+            raise FileExistsError(f"{path} exists (pass overwrite=True to replace it)")
+        ds = self.to_dataset(attrs=attrs)
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
         os.close(fd)
         try:
-            ds.to_netcdf(tmp, engine="netcdf4", format="NETCDF4", encoding=encoding)
+            ds.to_netcdf(tmp, engine="netcdf4", format="NETCDF4")
             os.replace(tmp, path)
         except BaseException:
             if os.path.exists(tmp):

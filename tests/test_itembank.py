@@ -217,3 +217,19 @@ def test_no_pickle_in_packages():
         for source in (root / package).rglob("*.py"):
             text = source.read_text()
             assert "import pickle" not in text and "import dill" not in text, source
+
+
+def test_bank_can_keep_its_calibration_responses(tmp_path):
+    from calibration import ResponseData
+
+    data = ResponseData.from_arrays(
+        [[1, 0, -1, 1, 0, 1], [0, 0, 1, 1, 1, -1]],
+        [[10.0, np.nan, 3.0, 0.0, 7.0, 2.0], [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]],
+        item_ids=[f"q{k}" for k in range(6)],
+    )
+    bank = lart_bank().with_group("responses", data.to_dataset())
+    loaded = open_item_bank(write_item_bank(bank, tmp_path))
+    back = ResponseData.from_dataset(loaded.responses)
+    assert back.sha256() == data.sha256()
+    with pytest.raises(ValueError, match="not an optional group"):
+        bank.with_group("items", data.to_dataset())

@@ -78,6 +78,7 @@ class ItemBank:
         subjects: xr.Dataset | None = None,
         calibration: xr.Dataset | None = None,
         posterior: xr.Dataset | None = None,
+        responses: xr.Dataset | None = None,
         rho: float = 0.0,
         cot_offset: float | None = None,
         **arrays,
@@ -87,6 +88,8 @@ class ItemBank:
         ``arrays`` holds the item parameters of ``response_model`` (a, b; c, d for 4pl; omega,
         phi, lam for lart) and optionally ``b_sd``. ``item_metadata`` maps a field name to (J,)
         strings; ``item_vars`` to other (J,) numeric per-item variables (e.g. 0/1 flags).
+        ``responses`` (optional) keeps the calibration data, as made by
+        ``calibration.ResponseData.to_dataset()``, so that the bank can be recalibrated later.
         """
         if not isinstance(bank_id, str) or not bank_id or any(ch in bank_id for ch in "/\\ ") or bank_id.startswith("."):
             raise ValueError(f"bank_id must be a non-empty string without spaces or path separators, got {bank_id!r}")
@@ -130,12 +133,23 @@ class ItemBank:
             attrs["cot_offset"] = float(1.0 if cot_offset is None else cot_offset)
             attrs["lambda_is"] = "standard deviation (lambda_sd)"
         groups = {"/": xr.Dataset(attrs=attrs), "/items": items}
-        for name, group in (("posterior", posterior), ("subjects", subjects), ("calibration", calibration)):
+        optional = (("posterior", posterior), ("subjects", subjects), ("calibration", calibration), ("responses", responses))
+        for name, group in optional:
             if group is not None:
                 if not isinstance(group, xr.Dataset):
                     raise TypeError(f"{name} must be an xarray.Dataset, got {type(group).__name__}")
                 groups[f"/{name}"] = group
         return cls(xr.DataTree.from_dict(groups))
+
+    def with_group(self, name: str, dataset: xr.Dataset) -> "ItemBank":
+        """A new bank with the optional group ``name`` (posterior, subjects, calibration, responses) set."""
+        if name not in ("posterior", "subjects", "calibration", "responses"):
+            raise ValueError(f"{name!r} is not an optional group; choose posterior, subjects, calibration or responses")
+        if not isinstance(dataset, xr.Dataset):
+            raise TypeError(f"{name} must be an xarray.Dataset, got {type(dataset).__name__}")
+        tree = self._tree.copy(deep=True)
+        tree[name] = xr.DataTree(dataset)
+        return ItemBank(tree, source=self._source)
 
     def replace_attrs(self, **attrs) -> "ItemBank":
         """A new bank with some root attributes replaced (used by the writer to stamp versions)."""
@@ -168,6 +182,11 @@ class ItemBank:
     @property
     def calibration(self) -> xr.Dataset | None:
         return self._group("calibration")
+
+    @property
+    def responses(self) -> xr.Dataset | None:
+        """The calibration responses, when the bank keeps them (see ``calibration.ResponseData.from_dataset``)."""
+        return self._group("responses")
 
     @property
     def attrs(self) -> dict:

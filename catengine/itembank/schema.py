@@ -53,7 +53,7 @@ ROOT_ATTRS = {
     "scale": (str,),
 }
 JSON_ATTRS = ("calibration_settings", "scale")
-GROUPS = ("items", "posterior", "subjects", "calibration")
+GROUPS = ("items", "posterior", "subjects", "calibration", "responses")
 
 
 def _json_problem(name, value):
@@ -122,6 +122,8 @@ def validate_tree(tree) -> list[str]:
     problems.extend(_validate_items(tree["items"].to_dataset(), model))
     if "subjects" in tree.children:
         problems.extend(_validate_subjects(tree["subjects"].to_dataset()))
+    if "responses" in tree.children:
+        problems.extend(_validate_responses(tree["responses"].to_dataset()))
     return problems
 
 
@@ -207,4 +209,17 @@ def _validate_subjects(subjects) -> list[str]:
         n_bad, shown = _nonfinite_items(subjects["theta"].values, subjects["subject"].values)
         if n_bad:
             problems.append(f"variable '/subjects/theta' is NaN or infinite for {n_bad} subject(s): {shown}")
+    return problems
+
+
+def _validate_responses(responses) -> list[str]:
+    """The optional /responses group: the calibration data (subject x item), kept for recalibration."""
+    if "correct" not in responses.data_vars:
+        return ["group '/responses' needs a variable 'correct' (subject x item, int8, -1 = missing)"]
+    correct = responses["correct"]
+    problems = []
+    if set(correct.dims) != {"subject", "item"}:
+        problems.append(f"variable '/responses/correct' has dims {correct.dims}, expected ('subject', 'item')")
+    if correct.dtype.kind not in "iu":
+        problems.append(f"variable '/responses/correct' has dtype {correct.dtype}, expected int8")
     return problems
