@@ -1,0 +1,162 @@
+"""LaRT SAEM at benchmark scale (issue 4): real MATH500 (158 x 500) and simulated N = J = 500.
+
+    python benchmarks/lart_saem.py                 # MATH500 (LaRT + IRT-only) and simulated 500 x 500
+    python benchmarks/lart_saem.py --peer          # + mirt's ResponseTimeGibbsSampler on the simulated data
+    python benchmarks/lart_saem.py --sim 500x50 --seeds 5     # other simulated shapes / several seeds
+
+Every fit is timed after a warm-up fit on a tiny problem (numba kernels are compiled and cached
+on first use; compilation is not counted). Times are wall-clock on whatever machine runs this:
+state its load when quoting them (targets of issue 4: MATH500 <= 20 s, simulated 500 x 500
+<= 60 s). The time breakdown (S-step / M-step / MAP) comes from the calibrator's ``timing_``.
+
+Simulated design (MATH.md 1.4 / seed 000): a ~ U(0.5, 1), b ~ N(0, 0.5^2), omega ~ N(0, 1),
+phi ~ U(0.5, 1.5), lam ~ U(0.5, 2), rho = -0.8, lengths exactly lognormal (``cot_offset = 0``).
+
+Peer (``--peer``): ``mirt.estimation.rt_gibbs.ResponseTimeGibbsSampler`` (PyPI ``mirt``; van der
+Linden's hierarchical model: logistic 2PL a(theta - b), log T ~ N(beta - tau, 1/alpha^2), free
+population mean and covariance). It is a different model (logistic link, no per-item speed
+loading), so only link- and scale-free quantities are compared: Pearson correlations of the trait
+estimates and of item slopes/difficulties with the truth, and the ability-speed correlation
+sigma_12 / sqrt(sigma_11 sigma_22). If mirt is not importable the peer row says so
+(``pip install mirt`` into the environment, or point PYTHONPATH at a ``pip install --target`` dir).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import numpy as np
+from scipy import stats
+
+from calibration import ConvergenceWarning, ResponseData
+from calibration.lart_saem import LaRTSAEMCalibrator
+from calibration.simulate import simulate_dataset
+
+DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "lart"
+
+
+def _fit(data, **kw):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        t = time.perf_counter()
+        cal = LaRTSAEMCalibrator(**kw).fit(data)
+        return cal, time.perf_counter() - t
+
+
+def _breakdown(cal) -> str:
+    tm = cal.timing_
+    return f"S-step {tm['s_step']:.1f} s, M-step(a,b) {tm['m_step_ab']:.1f} s, MAP {tm['map']:.2f} s"
+
+
+def _rmse(x, y):
+    return float(np.sqrt(np.mean((np.asarray(x) - np.asarray(y)) ** 2)))
+
+
+def warm_up():
+    data, _ = simulate_dataset("lart", 30, 5, rng=0, cot_offset=0.0)
+    _fit(data, rng=0, cot_offset=0.0, max_iter=8, n_burnin=3)
+    _fit(data, rng=0, cot_offset=0.0, max_iter=8, n_burnin=3, use_cot=False)
+
+
+def real_math500(seed: int):
+    acc, cot = DATA / "accuracy_math500.csv", DATA / "cot_length_math500.csv"
+    if not acc.exists():
+        print(f"MATH500: data not found at {DATA}; skipped")
+        return
+    data = ResponseData.from_wide_csv(acc, cot)
+    accuracy = np.asarray(data.correct).mean(axis=1)
+    lart, t_lart = _fit(data, rng=seed)
+    irt, t_irt = _fit(data, rng=seed, use_cot=False)
+    print(f"MATH500 {data.n_subjects} x {data.n_items} (log(T + 1), no censoring)")
+    print(f"  LaRT SAEM : {t_lart:6.1f} s  {lart.n_iter_:4d} iter  converged={lart.converged_}  "
+          f"rho={lart.rho_:+.3f}  spearman(theta, accuracy)={stats.spearmanr(lart.theta_, accuracy)[0]:.3f}")
+    print(f"              ({_breakdown(lart)})")
+    print(f"  IRT-only  : {t_irt:6.1f} s  {irt.n_iter_:4d} iter  converged={irt.converged_}  "
+          f"spearman(theta, accuracy)={stats.spearmanr(irt.theta_, accuracy)[0]:.3f}")
+    ratio = lart.theta_sd_ / irt.theta_sd_
+    print(f"  posterior SD of theta, LaRT / IRT: median {np.median(ratio):.3f}; "
+          f"LaRT smaller for {100 * np.mean(ratio < 1):.0f}% of LLMs; "
+          f"theta scale slope IRT->LaRT {np.polyfit(irt.theta_, lart.theta_, 1)[0]:.3f}")
+    cens, t_cens = _fit(data, rng=seed, censor_at=10240.0)
+    print(f"  LaRT + Tobit censoring at 10,240 tokens: {t_cens:6.1f} s  {cens.n_iter_} iter  "
+          f"rho={cens.rho_:+.3f}  ({cens.censored_cells_} censored cells)")
+
+
+def simulated(n: int, j: int, seeds, peer: bool):
+    rows = []
+    for seed in seeds:
+        data, truth = simulate_dataset("lart", n, j, rng=seed, rho=-0.8, cot_offset=0.0)
+        cal, el = _fit(data, rng=seed, cot_offset=0.0)
+        p = truth.params
+        rows.append(dict(
+            seed=seed, time=el, iters=cal.n_iter_, conv=cal.converged_,
+            a=_rmse(cal.a_, p.a), b=_rmse(cal.b_, p.b), omega=_rmse(cal.omega_, p.omega),
+            phi=_rmse(cal.phi_, p.phi), lam=_rmse(cal.lam_, p.lam), rho=cal.rho_ - p.rho,
+            r_theta=np.corrcoef(cal.theta_, truth.theta)[0, 1], r_tau=np.corrcoef(cal.tau_, truth.tau)[0, 1],
+            breakdown=_breakdown(cal),
+        ))
+        r = rows[-1]
+        print(f"simulated N={n} J={j} seed={seed}: {el:6.1f} s  {r['iters']} iter  converged={r['conv']}")
+        print(f"  RMSE a {r['a']:.3f}  b {r['b']:.3f}  omega {r['omega']:.3f}  phi {r['phi']:.3f}  "
+              f"lam {r['lam']:.3f}  rho err {r['rho']:+.3f}  r(theta) {r['r_theta']:.3f}  r(tau) {r['r_tau']:.3f}")
+        print(f"  ({r['breakdown']})")
+        if peer:
+            run_peer(data, truth, cal, el)
+    if len(rows) > 1:
+        m = {k: np.mean([abs(r[k]) if k == "rho" else r[k] for r in rows]) for k in ("time", "a", "b", "phi", "rho")}
+        print(f"mean over {len(rows)} seeds: time {m['time']:.1f} s  RMSE a {m['a']:.3f}  b {m['b']:.3f}  "
+              f"phi {m['phi']:.3f}  |rho err| {m['rho']:.3f}")
+
+
+def run_peer(data, truth, cal, t_saem, n_iter=2000, burnin=500):
+    try:
+        from mirt.estimation.rt_gibbs import ResponseTimeGibbsSampler
+    except ImportError:
+        print("  peer mirt.ResponseTimeGibbsSampler: not installed (pip install mirt); skipped")
+        return
+    R = np.asarray(data.correct).astype(float)
+    T = np.asarray(data.cot_length)
+    t = time.perf_counter()
+    res = ResponseTimeGibbsSampler(n_iter=n_iter, burnin=burnin, seed=0).fit(R, T)
+    el = time.perf_counter() - t
+    mod = res.model
+    cov = np.asarray(mod.ability_speed_cov)
+    rho = cov[0, 1] / np.sqrt(cov[0, 0] * cov[1, 1])
+    p = truth.params
+    diff_true = -p.b / p.a
+    ours_diff = -cal.b_ / cal.a_
+    print(f"  peer mirt Gibbs ({n_iter} iter, {burnin} burn-in): {el:6.1f} s  (SAEM {t_saem:.1f} s, "
+          f"ratio {el / t_saem:.1f}x)")
+    print(f"    r(theta) mirt {np.corrcoef(res.theta_estimates, truth.theta)[0, 1]:.3f} vs SAEM "
+          f"{np.corrcoef(cal.theta_, truth.theta)[0, 1]:.3f};  r(tau) mirt "
+          f"{np.corrcoef(res.tau_estimates, truth.tau)[0, 1]:.3f} vs SAEM {np.corrcoef(cal.tau_, truth.tau)[0, 1]:.3f}")
+    print(f"    r(a) mirt {np.corrcoef(mod.discrimination, p.a)[0, 1]:.3f} vs SAEM {np.corrcoef(cal.a_, p.a)[0, 1]:.3f};"
+          f"  r(difficulty) mirt {np.corrcoef(mod.difficulty, diff_true)[0, 1]:.3f} vs SAEM "
+          f"{np.corrcoef(ours_diff, diff_true)[0, 1]:.3f}")
+    print(f"    rho (after standardising) mirt {rho:+.3f} vs SAEM {cal.rho_:+.3f} (truth {p.rho:+.3f})")
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--sim", default="500x500", help="simulated shape NxJ (default 500x500)")
+    ap.add_argument("--seeds", type=int, default=1, help="number of simulated seeds (default 1)")
+    ap.add_argument("--no-real", action="store_true", help="skip the MATH500 fits")
+    ap.add_argument("--peer", action="store_true", help="also fit the simulated data with mirt's Gibbs sampler")
+    args = ap.parse_args(argv)
+    n, j = (int(x) for x in args.sim.lower().split("x"))
+    print(f"# machine: {os.cpu_count()} logical CPUs; load average {os.getloadavg()[0]:.1f} at start")
+    warm_up()
+    if not args.no_real:
+        real_math500(seed=0)
+    simulated(n, j, range(args.seeds), args.peer)
+    print(f"# load average {os.getloadavg()[0]:.1f} at end")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

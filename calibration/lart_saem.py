@@ -1,0 +1,664 @@
+"""LaRT calibration by SAEM with exact posterior sampling (MATH.md 1.1-1.5, seed 000).
+
+Model (MATH.md 1.1): P(R_ij = 1) = Phi(a_j theta_i + b_j); log(T_ij + cot_offset) ~
+Normal(omega_j - phi_j tau_i, lam_j^2) with ``lam`` a standard deviation; (theta_i, tau_i)
+standard bivariate normal with correlation rho. Missing cells are allowed in R and T independently.
+
+Algorithm (one iteration t = 1, 2, ...):
+
+1. **S-step** -- for every LLM one EXACT draw from p(theta_i, tau_i | R_i, T_i; Omega_{t-1})
+   (Lemma 1): theta_i from its skew-normal marginal by adaptive rejection sampling
+   (``sampler="ars"``, default) or by the SUN construction with a minimax-tilting truncated
+   multivariate normal sampler (``sampler="sun"``, a slow O(J^3) cross-check), then tau_i from its
+   Gaussian conditional. See :mod:`calibration.lart_sampling`.
+2. **SA-step** -- Q~_t = (1 - alpha_t) Q~_{t-1} + alpha_t Q_t with the step-size schedule
+   ``alpha_t = 1`` for ``t <= n_burnin`` and ``alpha_t = 1 / (t - n_burnin)`` afterwards
+   (``n_burnin = 0`` is the reference schedule alpha_t = 1/t). The burn-in is a stochastic-EM
+   phase that forgets the initial values; afterwards Q~_t is the plain average of the
+   complete-data log-likelihood over the draws since the burn-in.
+3. **M-step** -- Omega_t = argmax Q~_t, exactly:
+
+   * CoT block (omega_j, phi_j, lam_j): closed-form least squares of log T_ij on (1, -tau_i) from
+     running averages of the per-item sums of tau, tau^2, tau log T (and log T, log T^2, which
+     vary only when censored cells are imputed).
+   * accuracy block (a_j, b_j): the averaged probit objective
+     (1/m) sum_k sum_i log Phi(s_ij (a_j theta_ik + b_j)) over the m stored draws since the burn-in
+     is maximised for all items at once by Newton with backtracking (numba, parallel over items)
+     until the Newton step is below ``newton_tol`` (that last step is taken too, so the result is
+     within O(newton_tol^2) of the exact maximiser). The plain form is kept: the history holds at
+     most ``max_iter - n_burnin`` draws of theta (N floats each). The averaged objective's value,
+     gradient and Hessian at the previous maximiser are cached per item, so the first Newton step
+     of an iteration costs one pass over the newest draw; each later Newton point is evaluated
+     exactly over the whole history (about one O(m N J) pass per iteration in practice;
+     ``_lart_kernels.item_newton_cached``).
+   * PX (``px=True``, default; parameter-expanded SAEM, Liu, Rubin & Wu 1998, Lavielle & Meza
+     2007): the M-step also maximises over the population means and SDs of theta and tau (the
+     averaged first and second moments), then maps back to the unit-variance parameterisation by
+     the affine reduction theta' = (theta - m)/s (a' = s a, b' = b + m a; likewise tau with
+     phi' = s phi, omega' = omega - phi m). The stored draws, the running CoT statistics and the
+     cached objective are re-expressed in the new coordinates, which relabels Q~ exactly. The
+     expanded model has the same observed-data likelihood, so the fixed point is the same MLE,
+     but EM's very slow drift along the scale of theta (a -> c a, theta -> theta / c: the missing
+     information in that direction is almost all of it when J >> N) is removed.
+   * rho: with ``px=True`` the exact maximiser of the expanded objective, i.e. the correlation
+     of the averaged second moments (in the standardised coordinates this is also the root of
+     the unit-variance cubic below). With ``px=False``: ``rho_update="exact"`` solves
+     rho (1 - rho^2) + (1 + rho^2) S_tt' - rho (S_tt + S_t't') = 0 in the averaged second moments
+     (:func:`rho_exact_update`); ``"average"`` is the reference code's rule (the sample
+     correlation of the draws, averaged with the same alpha_t).
+
+   An optional weak Normal(0, ``b_prior_sd``^2) prior on the intercepts b_j (default sd 5) keeps
+   items that everyone (or no one) answers correctly finite; ``b_prior_sd=None`` is plain ML.
+   The prior is on b only: b is invariant to the scale of theta, so the prior does not pull the
+   theta scale (a prior on a would: at the optimum E[sum theta^2] - N = sum a^2 / sd^2).
+4. **Stop** in the averaging phase when mean|Delta a| + mean|Delta b| < ``tol``, else at
+   ``max_iter`` with a :class:`~calibration.ConvergenceWarning`.
+
+Afterwards: identifiability sign-fix (sum a > 0, sum phi > 0; flipping a or phi flips rho),
+then MAP (theta_i, tau_i) per LLM by Newton with posterior SDs sqrt(diag(H^-1)) (MATH.md 1.5).
+
+``use_cot=False`` is the IRT-only mode: rho = 0, CoT ignored, fit by the same machinery (the
+S-step then draws theta from the same sampler with an N(0, 1) prior).
+
+``censor_at`` (tokens, off by default): right-censoring at the generation cap. Cells with
+T >= censor_at are treated as log(T + offset) >= log(censor_at + offset) (Tobit). In the S-step
+their log-lengths are imputed by data augmentation: given the imputed values (theta, tau) is an
+exact Lemma-1 draw, then each censored value is redrawn from its truncated normal given tau. That
+makes the S-step a two-block Gibbs kernel, i.e. SAEM-MCMC (Kuhn & Lavielle 2004) for the
+censored part; the MAP uses the exact Tobit term log(1 - Phi((log c - mu)/lam)).
+
+Initialisation: spectral (MATH.md 1.4), with the sign-fix applied.
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+
+import numpy as np
+from scipy import special
+
+from calibration import _lart_kernels as K
+from calibration.base import BaseCalibrator, ConvergenceWarning
+from calibration.data import ResponseData
+from calibration.lart_sampling import _ars_draws, cot_informed_prior, sample_theta_sun
+
+__all__ = ["LaRTSAEMCalibrator", "spectral_init", "rho_exact_update"]
+
+_LAM_FLOOR = 1e-3
+
+
+# ----------------------------------------------------------------------------- helpers
+
+
+def rho_exact_update(m_tt: float, m_uu: float, m_tu: float) -> float:
+    """Exact maximiser over rho of -(1/2) log(1 - rho^2) - (m_tt - 2 rho m_tu + m_uu) / (2 (1 - rho^2)).
+
+    (The per-subject averaged bivariate-normal log-likelihood with unit variances; m_* are the
+    averaged second moments.) The stationarity condition is the cubic
+    rho^3 - m_tu rho^2 + (m_tt + m_uu - 1) rho - m_tu = 0; the real root in (-1, 1) with the
+    largest objective is returned.
+    """
+    A = m_tt + m_uu
+    C = m_tu
+    roots = np.roots([1.0, -C, A - 1.0, -C])
+    cand = [float(r.real) for r in roots if abs(r.imag) < 1e-9 and -1.0 < r.real < 1.0]
+    if not cand:  # degenerate second moments (|C| ~ A/2): fall back to the sample correlation
+        return float(np.clip(2.0 * C / max(A, 1e-12), -0.999, 0.999))
+
+    def obj(r):
+        return -0.5 * np.log1p(-r * r) - (A - 2.0 * r * C) / (2.0 * (1.0 - r * r))
+
+    return max(cand, key=obj)
+
+
+def _fill_columns(x: np.ndarray, seen: np.ndarray) -> np.ndarray:
+    counts = seen.sum(axis=0)
+    sums = np.where(seen, x, 0.0).sum(axis=0)
+    means = np.divide(sums, counts, out=np.zeros(x.shape[1]), where=counts > 0)
+    return np.where(seen, x, means[None, :])
+
+
+def spectral_init(R: np.ndarray, Y: np.ndarray | None):
+    """Spectral initial values (MATH.md 1.4) with the sign-fix applied.
+
+    ``R`` (N, J) 1/0/-1, ``Y`` (N, J) log CoT lengths (NaN missing) or None. Missing cells are
+    filled with column means. SVD of R, keep singular values > 1.01 sqrt(N) (at least one),
+    reconstruct, clip to (1e-9, 1 - 1e-9), probit-transform; b0 = column means, the top singular
+    triplet of the centred matrix gives theta0 = u sqrt(N), a0 = v s / sqrt(N). On log T:
+    omega0 = column means, tau0 = u sqrt(N), phi0 = -v s / sqrt(N), lam0 = residual RMS;
+    rho0 = mean(theta0 tau0) (clipped to +-0.95). Returns a dict.
+    """
+    N, J = R.shape
+    seen = R >= 0
+    Rf = _fill_columns(R.astype(np.float64), seen)
+    U, S, Vt = np.linalg.svd(Rf, full_matrices=False)
+    k = max(1, int(np.sum(S > 1.01 * np.sqrt(N))))
+    P = (U[:, :k] * S[:k]) @ Vt[:k]
+    Z = special.ndtri(np.clip(P, 1e-9, 1.0 - 1e-9))
+    b0 = Z.mean(axis=0)
+    U1, S1, Vt1 = np.linalg.svd(Z - b0, full_matrices=False)
+    theta0 = U1[:, 0] * np.sqrt(N)
+    a0 = Vt1[0] * S1[0] / np.sqrt(N)
+    out = {"a": a0, "b": b0, "theta": theta0}
+    if Y is not None:
+        seen_t = ~np.isnan(Y)
+        Yf = _fill_columns(np.where(seen_t, Y, 0.0), seen_t)
+        omega0 = Yf.mean(axis=0)
+        U2, S2, Vt2 = np.linalg.svd(Yf - omega0, full_matrices=False)
+        tau0 = U2[:, 0] * np.sqrt(N)
+        phi0 = -Vt2[0] * S2[0] / np.sqrt(N)
+        resid = (Yf - omega0) - S2[0] * np.outer(U2[:, 0], Vt2[0])
+        cnt = np.maximum(seen_t.sum(axis=0), 1)
+        lam0 = np.sqrt(np.where(seen_t, resid**2, 0.0).sum(axis=0) / cnt)
+        lam0 = np.maximum(lam0, 0.05)
+        rho0 = float(np.clip(np.mean(theta0 * tau0), -0.95, 0.95))
+        out.update(omega=omega0, phi=phi0, lam=lam0, tau=tau0, rho=rho0)
+    else:
+        out["rho"] = 0.0
+    if out["a"].sum() < 0:
+        out["a"] = -out["a"]
+        out["theta"] = -out["theta"]
+        out["rho"] = -out["rho"]
+    if Y is not None and out["phi"].sum() < 0:
+        out["phi"] = -out["phi"]
+        out["tau"] = -out["tau"]
+        out["rho"] = -out["rho"]
+    return out
+
+
+def _trunc_normal_lower(mean, sd, lower, u):
+    """Inverse-cdf draw of Normal(mean, sd^2) truncated to [lower, inf) at uniforms u (exact to rounding)."""
+    alpha = (lower - mean) / sd
+    # upper-tail form: X = mean - sd * ndtri((1 - u) * Phi(-alpha)) keeps precision for large alpha
+    q = (1.0 - u) * special.ndtr(-alpha)
+    q = np.maximum(q, np.finfo(float).tiny)
+    x = mean - sd * special.ndtri(q)
+    return np.maximum(x, lower)
+
+
+# ----------------------------------------------------------------------------- calibrator
+
+
+class LaRTSAEMCalibrator(BaseCalibrator):
+    """Calibrate a LaRT item bank by SAEM with exact posterior sampling (see the module docstring).
+
+    Parameters
+    ----------
+    max_iter : int
+        Maximum number of SAEM iterations (burn-in included).
+    n_burnin : int
+        Iterations with alpha_t = 1 (stochastic EM) before the 1/(t - n_burnin) averaging.
+        0 gives alpha_t = 1/t from the start (the reference code's schedule).
+    tol : float
+        Stop when mean|Delta a| + mean|Delta b| < tol in the averaging phase.
+    use_cot : bool
+        False: IRT-only mode (rho = 0, CoT lengths ignored).
+    sampler : {"ars", "sun"}
+        Exact S-step sampler of theta: adaptive rejection sampling (fast) or the SUN
+        construction with a minimax-tilting TMVN sampler (O(J^3) per LLM; cross-check).
+    px : bool
+        Parameter-expanded SAEM (default True): the M-step also maximises over the population
+        means and SDs of theta and tau, then maps back to the unit-variance parameterisation
+        (see the module docstring). Removes EM's slow drift along the scale of theta.
+    rho_update : {"exact", "average"}
+        Rule for rho when ``px=False``: the exact M-step (root of the cubic) or the reference
+        code's averaged sample correlation. With ``px=True`` rho is the exact M-step of the
+        expanded model: the correlation of the averaged second moments.
+    b_prior_sd : float or None
+        SD of a weak Normal(0, sd^2) prior on each intercept b_j (None: plain maximum likelihood;
+        items answered correctly by everyone or no one then have no finite estimate).
+    cot_offset : float
+        T is modelled as log(T + cot_offset) (1 by default: zero-length chains exist).
+    censor_at : float or None
+        Generation cap in tokens: cells with T >= censor_at are right-censored (Tobit; SAEM-MCMC
+        imputation in the S-step). None (default): treat every length as observed.
+    newton_tol : float
+        Step tolerance of the accuracy-block Newton M-step and of the MAP Newton.
+    rng : numpy Generator, int or None
+        Randomness of the S-step (``np.random.default_rng(rng)`` is called once per fit).
+    progress : bool
+        Show a tqdm progress bar.
+
+    Fitted attributes
+    -----------------
+    a_, b_, omega_, phi_, lam_ (J,) item parameters (lam_ an SD; omega_/phi_/lam_ are None in
+    IRT-only mode), rho_, theta_, theta_sd_, tau_, tau_sd_ (N,) MAP traits and posterior SDs
+    (tau_ NaN in IRT-only mode), n_iter_, converged_, trace_ (dict of per-iteration arrays),
+    params_ (ItemParams, LaRT mode), init_ (spectral initial values), elapsed_ (seconds).
+    """
+
+    method_name = "saem"
+
+    def __init__(
+        self,
+        *,
+        max_iter: int = 200,
+        n_burnin: int = 30,
+        tol: float = 1e-3,
+        use_cot: bool = True,
+        sampler: str = "ars",
+        px: bool = True,
+        rho_update: str = "exact",
+        b_prior_sd: float | None = 5.0,
+        cot_offset: float = 1.0,
+        censor_at: float | None = None,
+        newton_tol: float = 1e-5,
+        rng=None,
+        progress: bool = False,
+    ):
+        self.max_iter = max_iter
+        self.n_burnin = n_burnin
+        self.tol = tol
+        self.use_cot = use_cot
+        self.sampler = sampler
+        self.px = px
+        self.rho_update = rho_update
+        self.b_prior_sd = b_prior_sd
+        self.cot_offset = cot_offset
+        self.censor_at = censor_at
+        self.newton_tol = newton_tol
+        self.rng = rng
+        self.progress = progress
+
+    # ------------------------------------------------------------------ validation
+    def _validate_settings(self):
+        if isinstance(self.max_iter, bool) or not isinstance(self.max_iter, (int, np.integer)) or self.max_iter < 1:
+            raise ValueError(f"max_iter must be a positive int, got {self.max_iter!r}")
+        if isinstance(self.n_burnin, bool) or not isinstance(self.n_burnin, (int, np.integer)) or self.n_burnin < 0:
+            raise ValueError(f"n_burnin must be an int >= 0, got {self.n_burnin!r}")
+        if self.n_burnin >= self.max_iter:
+            raise ValueError(f"n_burnin ({self.n_burnin}) must be smaller than max_iter ({self.max_iter}); lower n_burnin or raise max_iter")
+        if not (isinstance(self.tol, (int, float)) and self.tol >= 0):
+            raise ValueError(f"tol must be a number >= 0, got {self.tol!r}")
+        if self.sampler not in ("ars", "sun"):
+            raise ValueError(f"sampler must be 'ars' or 'sun', got {self.sampler!r}")
+        if self.rho_update not in ("exact", "average"):
+            raise ValueError(f"rho_update must be 'exact' or 'average', got {self.rho_update!r}")
+        if self.b_prior_sd is not None and not (
+            isinstance(self.b_prior_sd, (int, float)) and np.isfinite(self.b_prior_sd) and self.b_prior_sd > 0
+        ):
+            raise ValueError(f"b_prior_sd must be a positive number or None, got {self.b_prior_sd!r}")
+        if not (isinstance(self.cot_offset, (int, float)) and np.isfinite(self.cot_offset) and self.cot_offset >= 0):
+            raise ValueError(f"cot_offset must be a finite number >= 0, got {self.cot_offset!r}")
+        if self.censor_at is not None and not (
+            isinstance(self.censor_at, (int, float)) and np.isfinite(self.censor_at) and self.censor_at > 0
+        ):
+            raise ValueError(f"censor_at must be a positive token count or None, got {self.censor_at!r}")
+        if not (isinstance(self.newton_tol, (int, float)) and self.newton_tol > 0):
+            raise ValueError(f"newton_tol must be > 0, got {self.newton_tol!r}")
+
+    def _prepare(self, responses):
+        if not isinstance(responses, ResponseData):
+            raise TypeError(f"fit expects a calibration.ResponseData, got {type(responses).__name__}")
+        R = np.ascontiguousarray(responses.correct, dtype=np.int8)
+        N, J = R.shape
+        if N < 3:
+            raise ValueError(f"SAEM needs at least 3 subjects, got {N}")
+        Y = None
+        C = np.zeros((N, J), dtype=np.bool_)
+        if self.use_cot:
+            if responses.cot_length is None:
+                raise ValueError("these responses have no CoT lengths; pass use_cot=False for the IRT-only mode")
+            T = np.asarray(responses.cot_length, dtype=np.float64)
+            seen = ~np.isnan(T)
+            if self.cot_offset == 0 and np.any(T[seen] <= 0):
+                raise ValueError("zero-length chains cannot be modelled as log(T) with cot_offset=0; use cot_offset=1")
+            Y = np.full((N, J), np.nan)
+            np.log(T + self.cot_offset, out=Y, where=seen)
+            few = np.flatnonzero(seen.sum(axis=0) < 3)
+            if few.size:
+                raise ValueError(
+                    f"item {responses.item_ids[few[0]]!r} has fewer than 3 observed CoT lengths "
+                    f"({few.size} such item(s)); the CoT block needs at least 3 per item"
+                )
+            if self.censor_at is not None:
+                C = seen & (T >= self.censor_at)
+        return R, Y, C
+
+    # ------------------------------------------------------------------ fit
+    def fit(self, responses) -> "LaRTSAEMCalibrator":
+        """Fit to a :class:`calibration.ResponseData` (with CoT lengths unless ``use_cot=False``)."""
+        self._validate_settings()
+        R, Y, C = self._prepare(responses)
+        rng = np.random.default_rng(self.rng)
+        t_start = time.perf_counter()
+        N, J = R.shape
+        use_cot = bool(self.use_cot)
+        K_burn = int(self.n_burnin)
+        max_iter = int(self.max_iter)
+        ridge = 0.0 if self.b_prior_sd is None else 1.0 / float(self.b_prior_sd) ** 2
+        censored = use_cot and self.censor_at is not None and bool(C.any())
+        y_cap = np.log(float(self.censor_at) + self.cot_offset) if censored else np.inf
+
+        init = spectral_init(R, Y)
+        self.init_ = {k: (v.copy() if isinstance(v, np.ndarray) else v) for k, v in init.items()}
+        a = np.ascontiguousarray(init["a"], dtype=np.float64)
+        b = np.ascontiguousarray(init["b"], dtype=np.float64)
+        if use_cot:
+            omega = init["omega"].copy()
+            phi = init["phi"].copy()
+            lam = init["lam"].copy()
+            rho = float(init["rho"])
+            seen_t = ~np.isnan(Y)
+            Yw = Y.copy()  # working log lengths (censored cells imputed)
+            if censored:
+                Yw[C] = y_cap
+            seen_f = seen_t.astype(np.float64)
+            n_t = seen_f.sum(axis=0)
+            Y0 = np.where(seen_t, Yw, 0.0)
+        else:
+            omega = phi = lam = None
+            rho = 0.0
+
+        hist_cap = max_iter - K_burn if K_burn > 0 else max_iter
+        theta_hist = np.zeros((max(hist_cap, 1), N))
+        n_hist = 0
+        theta_start = np.ascontiguousarray(init["theta"], dtype=np.float64)
+        # running averages (SA step) of the CoT and rho sufficient statistics
+        st = {}
+        trace = {"a": [], "b": [], "rho": [], "alpha": [], "delta": []}
+        if use_cot:
+            trace.update(omega=[], phi=[], lam=[])
+        n_passes = np.zeros(J, dtype=np.int64)
+        cache = np.zeros((J, 6))  # data part of the averaged probit objective at (a, b), see item_newton_cached
+        n_passes_total = 0
+        timing = {"s_step": 0.0, "sa_step": 0.0, "m_step_ab": 0.0, "map": 0.0}
+        converged = False
+        n_iter = 0
+        theta = theta_start.copy()
+        tau = init.get("tau", np.zeros(N)).copy()
+
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=max_iter, desc="LaRT SAEM" if use_cot else "IRT SAEM", disable=not self.progress, leave=False)
+        try:
+            for t in range(1, max_iter + 1):
+                n_iter = t
+                # ---------------- S-step: exact (theta, tau) | R, T
+                tic = time.perf_counter()
+                if use_cot:
+                    mu, v, s2, Bsum = cot_informed_prior(Yw, omega, phi, lam, rho)
+                else:
+                    mu = np.zeros(N)
+                    v = np.ones(N)
+                if self.sampler == "ars":
+                    theta, modes = _ars_draws(R, a, b, mu, v, theta_start, rng)
+                    theta_start = modes
+                else:
+                    theta = sample_theta_sun(R, a, b, mu, v, rng=rng)
+                if use_cot:
+                    tau = s2 * (Bsum + rho * theta / (1.0 - rho * rho)) + np.sqrt(s2) * rng.standard_normal(N)
+                    if censored:
+                        mean = omega[None, :] - phi[None, :] * tau[:, None]
+                        u = rng.random(int(C.sum()))
+                        Yw[C] = _trunc_normal_lower(mean[C], np.broadcast_to(lam, (N, J))[C], y_cap, u)
+                        Y0 = np.where(seen_t, Yw, 0.0)
+                timing["s_step"] += time.perf_counter() - tic
+                tic = time.perf_counter()
+                # ---------------- SA-step
+                alpha = 1.0 if t <= K_burn + 1 else 1.0 / (t - K_burn)
+                if alpha == 1.0:
+                    n_hist = 0
+                theta_hist[n_hist] = theta
+                n_hist += 1
+                new = {"m_t": np.mean(theta), "tt": np.mean(theta * theta)}
+                if use_cot:
+                    new.update(
+                        m_u=np.mean(tau),
+                        uu=np.mean(tau * tau),
+                        tu=np.mean(theta * tau),
+                        s_u=tau @ seen_f,
+                        s_uu=(tau * tau) @ seen_f,
+                        s_uy=tau @ Y0,
+                        s_y=Y0.sum(axis=0),
+                        s_yy=(Y0 * Y0).sum(axis=0),
+                        corr=float(np.corrcoef(theta, tau)[0, 1]),
+                    )
+                for k, val in new.items():
+                    st[k] = val if alpha == 1.0 else (1.0 - alpha) * st[k] + alpha * val
+                a_old = a.copy()
+                b_old = b.copy()
+                # ---------------- PX step: re-express the history in standardised coordinates
+                if self.px:
+                    m_t = st["m_t"]
+                    s_t = float(np.sqrt(max(st["tt"] - m_t * m_t, 1e-12)))
+                    theta_hist[:n_hist] -= m_t
+                    theta_hist[:n_hist] /= s_t
+                    theta = (theta - m_t) / s_t
+                    theta_start = (theta_start - m_t) / s_t
+                    b = b + a * m_t  # warm start of the Newton M-step in the new coordinates
+                    a = a * s_t
+                    # the cached history objective, re-expressed: (a', b') = (s a, b + m a)
+                    g_a = (cache[:, 1] - m_t * cache[:, 2]) / s_t
+                    h_aa = (cache[:, 3] - 2.0 * m_t * cache[:, 4] + m_t * m_t * cache[:, 5]) / (s_t * s_t)
+                    h_ab = (cache[:, 4] - m_t * cache[:, 5]) / s_t
+                    cache[:, 1] = g_a
+                    cache[:, 3] = h_aa
+                    cache[:, 4] = h_ab
+                    st["m_t"], st["tt"] = 0.0, 1.0
+                    if use_cot:
+                        m_u = st["m_u"]
+                        s_u = float(np.sqrt(max(st["uu"] - m_u * m_u, 1e-12)))
+                        cov = st["tu"] - m_t * m_u
+                        st["s_uu"] = (st["s_uu"] - 2.0 * m_u * st["s_u"] + n_t * m_u * m_u) / (s_u * s_u)
+                        st["s_uy"] = (st["s_uy"] - m_u * st["s_y"]) / s_u
+                        st["s_u"] = (st["s_u"] - n_t * m_u) / s_u
+                        st["m_u"], st["uu"] = 0.0, 1.0
+                        st["tu"] = cov / (s_t * s_u)
+                        tau = (tau - m_u) / s_u
+                # ---------------- M-step
+                timing["sa_step"] += time.perf_counter() - tic
+                tic = time.perf_counter()
+                K.item_newton_cached(R, theta_hist, n_hist, alpha, a, b, ridge, cache, float(self.newton_tol), 100, n_passes)
+                timing["m_step_ab"] += time.perf_counter() - tic
+                n_passes_total += int(np.abs(n_passes).sum())
+                if use_cot:
+                    omega, phi, lam = self._cot_mstep(st, n_t)
+                    if self.px:
+                        rho = float(np.clip(st["tu"], -0.999, 0.999))
+                    elif self.rho_update == "exact":
+                        rho = rho_exact_update(st["tt"], st["uu"], st["tu"])
+                    else:
+                        rho = float(np.clip(st["corr"], -0.999, 0.999))
+                delta = float(np.mean(np.abs(a - a_old)) + np.mean(np.abs(b - b_old)))
+                trace["a"].append(a.copy())
+                trace["b"].append(b.copy())
+                trace["rho"].append(rho)
+                trace["alpha"].append(alpha)
+                trace["delta"].append(delta)
+                if use_cot:
+                    trace["omega"].append(omega.copy())
+                    trace["phi"].append(phi.copy())
+                    trace["lam"].append(lam.copy())
+                bar.update(1)
+                if self.progress:
+                    bar.set_postfix(delta=f"{delta:.2e}", rho=f"{rho:+.3f}")
+                if t > K_burn + 1 and delta < self.tol:
+                    converged = True
+                    break
+        finally:
+            bar.close()
+
+        bad_items = np.flatnonzero(n_passes < 0)
+        if bad_items.size:
+            ids = ", ".join(repr(responses.item_ids[k]) for k in bad_items[:5])
+            warnings.warn(
+                f"the accuracy M-step did not converge for {bad_items.size} item(s) ({ids}); their responses "
+                "are (nearly) separated by ability -- set b_prior_sd to keep them finite",
+                ConvergenceWarning,
+                stacklevel=2,
+            )
+
+        # ---------------- sign-fix (MATH.md 1.1)
+        if a.sum() < 0:
+            a = -a
+            rho = -rho
+            theta = -theta
+            trace["a"] = [-x for x in trace["a"]]
+        if use_cot and phi.sum() < 0:
+            phi = -phi
+            rho = -rho
+            tau = -tau
+            trace["phi"] = [-x for x in trace["phi"]]
+
+        # ---------------- MAP traits
+        tic = time.perf_counter()
+        map_out = np.empty((N, 5))
+        if use_cot:
+            Ymap = Y.copy()
+            if censored:
+                Ymap[C] = y_cap  # the Tobit term bounds the log length below by log(cap + offset)
+        else:
+            Ymap = np.full((N, J), np.nan)
+        K.map_traits(
+            R, np.ascontiguousarray(Ymap), np.ascontiguousarray(C & censored), a, b,
+            omega if use_cot else np.zeros(J), phi if use_cot else np.zeros(J), lam if use_cot else np.ones(J),
+            rho, use_cot, np.ascontiguousarray(theta), np.ascontiguousarray(tau if use_cot else np.zeros(N)),
+            map_out, 1e-9, 200,
+        )
+        timing["map"] = time.perf_counter() - tic
+        self.timing_ = timing
+        self.newton_passes_ = n_passes_total
+
+        self.a_ = a
+        self.b_ = b
+        self.omega_ = omega
+        self.phi_ = phi
+        self.lam_ = lam
+        self.rho_ = float(rho)
+        self.theta_ = map_out[:, 0].copy()
+        self.theta_sd_ = map_out[:, 2].copy()
+        if use_cot:
+            self.tau_ = map_out[:, 1].copy()
+            self.tau_sd_ = map_out[:, 3].copy()
+        else:
+            self.tau_ = np.full(N, np.nan)
+            self.tau_sd_ = np.full(N, np.nan)
+        self.theta_draw_ = theta
+        self.tau_draw_ = tau if use_cot else None
+        self.n_iter_ = n_iter
+        self.converged_ = converged
+        self.n_burnin_ = K_burn
+        self.trace_ = {k: np.asarray(v) for k, v in trace.items()}
+        self.elapsed_ = time.perf_counter() - t_start
+        self.item_ids_ = responses.item_ids
+        self.subject_ids_ = responses.subject_ids
+        self.item_metadata_ = dict(responses.item_metadata)
+        self.responses_sha256_ = responses.sha256()
+        self.n_subjects_ = N
+        self.censored_cells_ = int(C.sum()) if censored else 0
+        self._fitted = True
+        if not converged:
+            self._warn_not_converged(max_iter, f"mean|da| + mean|db| = {trace['delta'][-1]:.2e} > tol = {self.tol}")
+        return self
+
+    @staticmethod
+    def _cot_mstep(st, n):
+        """Closed-form argmax of the averaged CoT objective: regression of log T on (1, -tau)."""
+        su, suu, suy, sy, syy = st["s_u"], st["s_uu"], st["s_uy"], st["s_y"], st["s_yy"]
+        sxx = suu - su * su / n
+        sxy = suy - su * sy / n
+        slope = sxy / sxx  # d log T / d tau = -phi
+        phi = -slope
+        omega = (sy - slope * su) / n
+        rss = syy + n * omega**2 + phi**2 * suu - 2.0 * omega * sy + 2.0 * phi * suy - 2.0 * omega * phi * su
+        lam = np.sqrt(np.maximum(rss / n, _LAM_FLOOR**2))
+        return omega, phi, lam
+
+    # ------------------------------------------------------------------ outputs
+    @property
+    def params_(self):
+        """The fitted item parameters as a ``lart`` :class:`~catengine.models.params.ItemParams`."""
+        self._check_fitted()
+        if self.omega_ is None:
+            raise ValueError("an IRT-only fit (use_cot=False) has no CoT parameters, so no lart ItemParams")
+        from catengine.models.params import ItemParams
+
+        return ItemParams("lart", a=self.a_, b=self.b_, omega=self.omega_, phi=self.phi_, lam=self.lam_, rho=self.rho_)
+
+    def calibration_settings(self) -> dict:
+        """JSON-serialisable settings (the constructor parameters; a Generator ``rng`` is recorded by type)."""
+        out = {}
+        for k, v in self.get_params().items():
+            if isinstance(v, np.random.Generator):
+                v = "Generator"
+            elif isinstance(v, np.integer):
+                v = int(v)
+            elif isinstance(v, np.floating):
+                v = float(v)
+            out[k] = v
+        out["alpha_schedule"] = "1 for t <= n_burnin + 1, then 1/(t - n_burnin)"
+        out["rho_rule"] = "exact cubic maximiser" if self.rho_update == "exact" else "averaged sample correlation"
+        out["s_step"] = "exact: ARS on the skew-normal marginal" if self.sampler == "ars" else "exact: SUN + minimax-tilting TMVN"
+        if self.censor_at is not None:
+            out["s_step"] += " (censored cells: SAEM-MCMC data augmentation)"
+        return out
+
+    def to_item_bank(self, bank_id: str, *, item_metadata: dict | None = None, scale: dict | None = None):
+        """The fitted ``lart`` bank (``catengine.ItemBank``) with subjects and calibration traces."""
+        self._check_fitted()
+        if self.omega_ is None:
+            raise ValueError(
+                "an IRT-only fit (use_cot=False) has no CoT parameters; a lart bank needs them "
+                "(fit with use_cot=True)"
+            )
+        import xarray as xr
+
+        from catengine.itembank import ItemBank
+
+        subjects = xr.Dataset(
+            {
+                "theta": ("subject", self.theta_, {"long_name": "MAP ability"}),
+                "theta_sd": ("subject", self.theta_sd_, {"long_name": "posterior SD of theta (Laplace at the MAP)"}),
+                "tau": ("subject", self.tau_, {"long_name": "MAP CoT speed trait"}),
+                "tau_sd": ("subject", self.tau_sd_, {"long_name": "posterior SD of tau (Laplace at the MAP)"}),
+            },
+            coords={"subject": ("subject", np.asarray(self.subject_ids_, dtype=object))},
+        )
+        tr = self.trace_
+        calib = xr.Dataset(
+            {
+                name: (("iteration", "item"), tr[name], {"long_name": f"trace of {name}"})
+                for name in ("a", "b", "omega", "phi", "lam")
+            }
+            | {
+                "rho": ("iteration", tr["rho"], {"long_name": "trace of rho"}),
+                "alpha": ("iteration", tr["alpha"], {"long_name": "SA step size alpha_t"}),
+                "delta": ("iteration", tr["delta"], {"long_name": "mean|da| + mean|db| per iteration"}),
+            },
+            coords={
+                "iteration": ("iteration", np.arange(1, self.n_iter_ + 1)),
+                "item": ("item", np.asarray(self.item_ids_, dtype=object)),
+            },
+            attrs={"n_iter": int(self.n_iter_), "converged": int(bool(self.converged_)),
+                   "n_burnin": int(self.n_burnin_), "elapsed_s": float(self.elapsed_)},
+        )
+        meta = dict(self.item_metadata_)
+        meta.update(item_metadata or {})
+        scale_info = {
+            "theta": "population N(0, 1) (unit variance fixed in the model)",
+            "tau": "population N(0, 1)",
+            "sign_fix": "sum(a) > 0 and sum(phi) > 0",
+        }
+        scale_info.update(scale or {})
+        return ItemBank.from_params(
+            "lart",
+            self.item_ids_,
+            bank_id=bank_id,
+            calibration_method="saem",
+            calibration_settings=self.calibration_settings(),
+            responses_sha256=self.responses_sha256_,
+            n_subjects=int(self.n_subjects_),
+            scale=scale_info,
+            item_metadata=meta or None,
+            subjects=subjects,
+            calibration=calib,
+            rho=self.rho_,
+            cot_offset=float(self.cot_offset),
+            a=self.a_,
+            b=self.b_,
+            omega=self.omega_,
+            phi=self.phi_,
+            lam=self.lam_,
+        )
