@@ -1,4 +1,9 @@
-"""Offline calibration of item banks from LLM response matrices."""
+"""Offline calibration of item banks from LLM response matrices.
+
+The calibrators (numba kernels) and the heavier tools load lazily on first use.
+"""
+
+from importlib import import_module
 
 from calibration.base import BaseCalibrator, ConvergenceWarning, NotFittedError
 from calibration.data import ResponseData
@@ -10,6 +15,20 @@ from calibration.simulate import (
     simulate_responses,
 )
 
+_LAZY = {
+    "CBMMCalibrator": "calibration.cbmm",
+    "LaRTSAEMCalibrator": "calibration.lart_saem",
+    "PSNCalibrator": "calibration.psn",
+    "load_responses": "calibration.io",
+    "RecalibrationConfig": "calibration.recalibrate",
+    "recalibrate": "calibration.recalibrate",
+    "diff_banks": "calibration.recalibrate",
+    "merge_responses": "calibration.recalibrate",
+    "link": "calibration.linking",
+    "read_lm_eval_samples": "calibration.readers",
+    "read_inspect_logs": "calibration.readers",
+}
+
 __all__ = [
     "BaseCalibrator",
     "ConvergenceWarning",
@@ -20,4 +39,17 @@ __all__ = [
     "draw_item_params",
     "simulate_dataset",
     "simulate_responses",
+    *_LAZY,
 ]
+
+
+def __getattr__(name):
+    if name in _LAZY:
+        value = getattr(import_module(_LAZY[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'calibration' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__))

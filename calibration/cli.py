@@ -1,7 +1,8 @@
 """Command-line entry point ``calibration``.
 
 ``calibration fit --method {cbmm,saem,psn} --responses FILE --bank-id ID --out DIR [options]``
-calibrates a new item bank version. Each fitting method lives in its own module exposing
+calibrates a new item bank version; ``recalibrate``, ``diff`` and ``log`` maintain a bank's
+versions (see ``calibration/cli_recalibrate.py``). Each fitting method lives in its own module exposing
 ``add_arguments(parser)`` (its own options) and ``run(args) -> int``; only the chosen method's
 options are added, so methods never collide on option names.
 """
@@ -41,6 +42,18 @@ def build_parser(method: str | None = None) -> argparse.ArgumentParser:
         module = import_module(FIT_METHODS[method])
         module.add_arguments(fit)
         fit.set_defaults(func=module.run)
+
+    from calibration import cli_recalibrate as recal
+
+    for name, help_text, add, run in (
+        ("recalibrate", "refit a bank with new responses, link the scale to the previous version, write the next version",
+         recal.add_recalibrate_arguments, recal.run_recalibrate),
+        ("diff", "compare two versions of a bank", recal.add_diff_arguments, recal.run_diff),
+        ("log", "list the versions of a bank (lineage)", recal.add_log_arguments, recal.run_log),
+    ):
+        command = sub.add_parser(name, help=help_text, description=help_text)
+        add(command)
+        command.set_defaults(func=run)
     return parser
 
 

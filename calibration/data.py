@@ -64,12 +64,15 @@ def _validate_correct(correct) -> np.ndarray:
     if arr.shape[0] == 0 or arr.shape[1] == 0:
         raise ValueError(f"the response matrix is empty (shape {arr.shape})")
     if arr.dtype.kind == "f":
-        nan = np.isnan(arr)
-        filled = np.where(nan, MISSING, arr)
+        filled = np.where(np.isnan(arr), MISSING, arr)
     elif arr.dtype.kind in "iub":
-        filled = arr.astype(np.int64)
+        filled = arr  # checked in its own dtype: no widened copy of a large int8 matrix
     else:
         raise ValueError(f"correct must be numeric (0/1, -1 or NaN = missing), got dtype {arr.dtype}")
+    if filled.dtype.kind == "b":
+        return np.ascontiguousarray(filled, dtype=np.int8)
+    if filled.min() >= MISSING and filled.max() <= 1 and (filled.dtype.kind != "f" or np.all(filled == np.round(filled))):
+        return np.ascontiguousarray(filled, dtype=np.int8)
     bad = ~np.isin(filled, (0, 1, MISSING))
     if bad.any():
         i, j = (int(x) for x in np.argwhere(bad)[0])

@@ -1,0 +1,105 @@
+"""``calibration recalibrate``, ``calibration diff`` and ``calibration log``.
+
+    calibration recalibrate --bank DIR --responses FILE [FILE ...] [--cot FILE ...] [--wide]
+                            [--method cbmm|saem|psn] [--replace] [--linking stocking-lord|mean-sigma]
+                            [--config recalibration.toml]
+    calibration diff DIR V1 V2
+    calibration log DIR
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from calibration.linking import LINKING_METHODS
+
+
+def add_recalibrate_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", help="TOML file with a [recalibration] table (command-line options override it)")
+    parser.add_argument("--bank", help="bank directory (its latest version is the reference)")
+    parser.add_argument("--responses", nargs="+", help="new response file(s): long .csv/.jsonl, .nc, or wide CSVs with --wide")
+    parser.add_argument("--cot", nargs="+", help="wide CoT-length CSV(s), one per --responses file")
+    parser.add_argument("--wide", action="store_true", default=None, help="the response files are wide accuracy CSVs")
+    parser.add_argument("--method", choices=("cbmm", "saem", "psn"), help="calibration method (default: the bank's own)")
+    parser.add_argument("--replace", action="store_true", default=None, help="fit the new data alone instead of merging it with the stored responses")
+    parser.add_argument("--linking", choices=LINKING_METHODS, help="scale linking (default stocking-lord)")
+    parser.add_argument("--on-conflict", choices=("error", "new"), help="a cell answered differently in stored and new data: fail (default) or take the new value")
+    parser.add_argument("--drift-threshold", type=float, help="flag items whose a or b moved by more than this (default 0.5)")
+    parser.add_argument("--seed", type=int, help="random seed of the refit (default 0)")
+    parser.add_argument("--progress", action="store_true", help="show a progress bar")
+
+
+def run_recalibrate(args) -> int:
+    from calibration.recalibrate import RecalibrationConfig, recalibrate
+
+    overrides = {
+        "bank": args.bank,
+        "responses": args.responses,
+        "cot": args.cot,
+        "wide": args.wide,
+        "mode": "replace" if args.replace else None,
+        "method": args.method,
+        "linking": args.linking,
+        "on_conflict": args.on_conflict,
+        "drift_threshold": args.drift_threshold,
+        "seed": args.seed,
+    }
+    try:
+        if args.config:
+            config = RecalibrationConfig.from_toml(args.config, **overrides)
+        else:
+            missing = [name for name in ("bank", "responses") if not overrides[name]]
+            if missing:
+                print(f"calibration recalibrate: error: give --{missing[0]} (or --config FILE)", file=sys.stderr)
+                return 2
+            config = RecalibrationConfig(**{k: v for k, v in overrides.items() if v is not None})
+        result = recalibrate(config, progress=args.progress)
+    except (ValueError, OSError, KeyError) as exc:
+        print(f"calibration recalibrate: error: {exc}", file=sys.stderr)
+        return 2
+    print(result.message)
+    if result.diff is not None:
+        print(result.diff.format())
+    return 0
+
+
+def add_diff_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("bank", help="bank directory")
+    parser.add_argument("v1", type=int, help="older version")
+    parser.add_argument("v2", type=int, help="newer version")
+    parser.add_argument("--drift-threshold", type=float, default=0.5)
+    parser.add_argument("--theta-threshold", type=float, default=0.5)
+
+
+def run_diff(args) -> int:
+    from calibration.recalibrate import diff_banks
+    from catengine import open_item_bank
+
+    try:
+        old, new = open_item_bank(args.bank, version=args.v1), open_item_bank(args.bank, version=args.v2)
+    except (ValueError, OSError) as exc:
+        print(f"calibration diff: error: {exc}", file=sys.stderr)
+        return 2
+    print(diff_banks(old, new, drift_threshold=args.drift_threshold, theta_threshold=args.theta_threshold).format())
+    return 0
+
+
+def add_log_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("bank", help="bank directory")
+
+
+def run_log(args) -> int:
+    from calibration.recalibrate import bank_lineage
+
+    rows = bank_lineage(args.bank)
+    if not rows:
+        print(f"calibration log: error: {args.bank} holds no bank versions", file=sys.stderr)
+        return 2
+    print(f"{'version':>7} {'parent':>6}  {'written (UTC)':<25} {'method':<11} {'model':<5} {'items':>6} {'subjects':>8}  {'responses':<12}  linking")
+    for r in rows:
+        print(
+            f"{r['version']:>7} {r['parent']:>6}  {r['written_at']:<25} {r['method']:<11} {r['response_model']:<5} "
+            f"{r['n_items']:>6} {r['n_subjects']:>8}  {r['responses_sha256']:<12}  {r['linking']}"
+        )
+    return 0

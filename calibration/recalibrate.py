@@ -1,0 +1,458 @@
+"""Scripted recalibration of an item bank that keeps theta comparable across versions.
+
+A recalibration loads the latest version of a bank, merges new responses with the ones the bank
+keeps in its ``/responses`` group (or uses only the new data), refits with the bank's method and
+settings, links the new scale to the previous version through the common items (Stocking-Lord by
+default, or mean-sigma), and writes version k+1 with its parent, the linking constants, a change
+log and the merged responses. Running it again with the same inputs writes nothing.
+
+Everything here is orchestration: the numerics live in the calibrators and in ``linking.py``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import tomllib
+from dataclasses import dataclass, field, fields
+from importlib import import_module
+from pathlib import Path
+
+import numpy as np
+
+from calibration.data import MISSING, ResponseData
+from calibration.linking import LINKING_METHODS, LinkingResult, link
+
+#: bank ``calibration_method`` -> (module, calibrator class)
+CALIBRATORS = {
+    "cbmm": ("calibration.cbmm", "CBMMCalibrator"),
+    "saem": ("calibration.lart_saem", "LaRTSAEMCalibrator"),
+    "psn-laplace": ("calibration.psn", "PSNCalibrator"),
+}
+#: command-line spelling -> bank ``calibration_method``
+METHOD_ALIASES = {"cbmm": "cbmm", "saem": "saem", "psn": "psn-laplace", "psn-laplace": "psn-laplace"}
+
+
+def make_calibrator(method: str, settings: dict | None = None, *, rng=None, progress: bool = False):
+    """A calibrator for ``method`` built from recorded ``settings`` (keys it does not take are ignored)."""
+    method = METHOD_ALIASES.get(method, method)
+    if method not in CALIBRATORS:
+        raise ValueError(f"unknown calibration method {method!r}; allowed: {', '.join(sorted(METHOD_ALIASES))}")
+    module, name = CALIBRATORS[method]
+    cls = getattr(import_module(module), name)
+    accepted = set(cls._param_names())
+    kwargs = {k: v for k, v in (settings or {}).items() if k in accepted and k not in ("rng", "progress")}
+    if "rng" in accepted:
+        kwargs["rng"] = rng
+    if "progress" in accepted:
+        kwargs["progress"] = progress
+    return cls(**kwargs)
+
+
+# ----------------------------------------------------------------------------- merging responses
+
+
+def merge_responses(old: ResponseData, new: ResponseData, *, on_conflict: str = "error") -> ResponseData:
+    """Union of two response sets (subjects and items in first-seen order).
+
+    A cell observed in both with different values raises ValueError naming subject and item,
+    unless ``on_conflict="new"`` (the new value wins). Item metadata must agree on shared items.
+    """
+    if on_conflict not in ("error", "new"):
+        raise ValueError(f"on_conflict must be 'error' or 'new', got {on_conflict!r}")
+    if old.has_cot != new.has_cot:
+        have, lack = ("the stored", "the new") if old.has_cot else ("the new", "the stored")
+        raise ValueError(f"{have} responses carry CoT lengths but {lack} do not; both or neither must")
+    subjects = list(dict.fromkeys(old.subject_ids + new.subject_ids))
+    items = list(dict.fromkeys(old.item_ids + new.item_ids))
+    s_pos = {s: k for k, s in enumerate(subjects)}
+    i_pos = {i: k for k, i in enumerate(items)}
+    correct = np.full((len(subjects), len(items)), MISSING, dtype=np.int8)
+    cot = np.full(correct.shape, np.nan) if old.has_cot else None
+    rows_old = np.array([s_pos[s] for s in old.subject_ids])
+    cols_old = np.array([i_pos[i] for i in old.item_ids])
+    rows_new = np.array([s_pos[s] for s in new.subject_ids])
+    cols_new = np.array([i_pos[i] for i in new.item_ids])
+    correct[np.ix_(rows_old, cols_old)] = old.correct
+    block = correct[np.ix_(rows_new, cols_new)]
+    seen_both = (block != MISSING) & (new.correct != MISSING)
+    differ = seen_both & (block != new.correct)
+    if cot is not None:
+        cot[np.ix_(rows_old, cols_old)] = old.cot_length
+        cot_block = cot[np.ix_(rows_new, cols_new)]
+        both_cot = ~np.isnan(cot_block) & ~np.isnan(new.cot_length)
+        differ |= both_cot & (cot_block != new.cot_length)
+    if differ.any() and on_conflict == "error":
+        r, c = (int(x) for x in np.argwhere(differ)[0])
+        raise ValueError(
+            f"subject {new.subject_ids[r]!r}, item {new.item_ids[c]!r}: the new responses disagree with the stored "
+            f"ones ({int(differ.sum())} cell(s) differ); pass on_conflict='new' (--on-conflict new) to let new data win"
+        )
+    observed_new = new.correct != MISSING
+    block = np.where(observed_new, new.correct, block)
+    correct[np.ix_(rows_new, cols_new)] = block
+    if cot is not None:
+        cot_block = cot[np.ix_(rows_new, cols_new)]
+        cot[np.ix_(rows_new, cols_new)] = np.where(np.isnan(new.cot_length), cot_block, new.cot_length)
+    metadata = {}
+    for key in sorted(set(old.item_metadata) | set(new.item_metadata)):
+        values = np.full(len(items), "", dtype=object)
+        for data in (old, new):
+            if key not in data.item_metadata:
+                continue
+            for item, value in zip(data.item_ids, data.item_metadata[key]):
+                k = i_pos[item]
+                if values[k] not in ("", value):
+                    raise ValueError(f"item {item!r}: metadata {key!r} is {values[k]!r} in the stored data but {value!r} in the new")
+                values[k] = value
+        metadata[key] = values
+    return ResponseData.from_arrays(correct, cot, subject_ids=subjects, item_ids=items, item_metadata=metadata)
+
+
+# ----------------------------------------------------------------------------- diffs
+
+
+@dataclass(frozen=True)
+class ItemDrift:
+    item: str
+    a_old: float
+    a_new: float
+    b_old: float
+    b_new: float
+    sign_flip: bool
+
+    @property
+    def reason(self) -> str:
+        if self.sign_flip:
+            return "discrimination changed sign (possible mis-key)"
+        return "parameters drifted (possible contamination or changed item)"
+
+
+@dataclass(frozen=True)
+class BankDiff:
+    """What changed between two versions of a bank (both on the same, linked scale)."""
+
+    version_old: int
+    version_new: int
+    items_added: tuple[str, ...]
+    items_removed: tuple[str, ...]
+    drifted_items: tuple[ItemDrift, ...]
+    subjects_added: tuple[str, ...]
+    subjects_removed: tuple[str, ...]
+    subjects_moved: tuple[tuple[str, float, float], ...]
+    drift_threshold: float
+    theta_threshold: float
+
+    def to_dict(self) -> dict:
+        return {
+            "version_old": self.version_old,
+            "version_new": self.version_new,
+            "items_added": list(self.items_added),
+            "items_removed": list(self.items_removed),
+            "drifted_items": [
+                {"item": d.item, "a_old": d.a_old, "a_new": d.a_new, "b_old": d.b_old, "b_new": d.b_new, "reason": d.reason}
+                for d in self.drifted_items
+            ],
+            "subjects_added": list(self.subjects_added),
+            "subjects_removed": list(self.subjects_removed),
+            "subjects_moved": [{"subject": s, "theta_old": o, "theta_new": n} for s, o, n in self.subjects_moved],
+            "drift_threshold": self.drift_threshold,
+            "theta_threshold": self.theta_threshold,
+        }
+
+    def format(self, limit: int = 10) -> str:
+        def listing(values):
+            shown = ", ".join(values[:limit])
+            return shown + (f" ... (+{len(values) - limit})" if len(values) > limit else "")
+
+        lines = [f"diff v{self.version_old} -> v{self.version_new}"]
+        lines.append(f"  items added:   {len(self.items_added)}" + (f" ({listing(self.items_added)})" if self.items_added else ""))
+        lines.append(f"  items removed: {len(self.items_removed)}" + (f" ({listing(self.items_removed)})" if self.items_removed else ""))
+        lines.append(f"  items drifted (|da| or |db| > {self.drift_threshold}): {len(self.drifted_items)}")
+        for d in self.drifted_items[:limit]:
+            lines.append(f"    {d.item}: a {d.a_old:+.3f} -> {d.a_new:+.3f}, b {d.b_old:+.3f} -> {d.b_new:+.3f}  [{d.reason}]")
+        lines.append(f"  subjects added: {len(self.subjects_added)}" + (f" ({listing(self.subjects_added)})" if self.subjects_added else ""))
+        lines.append(f"  subjects removed: {len(self.subjects_removed)}")
+        lines.append(f"  subjects whose theta moved by more than {self.theta_threshold}: {len(self.subjects_moved)}")
+        for s, o, n in self.subjects_moved[:limit]:
+            lines.append(f"    {s}: theta {o:+.3f} -> {n:+.3f}")
+        return "\n".join(lines)
+
+
+def diff_banks(old, new, *, drift_threshold: float = 0.5, theta_threshold: float = 0.5) -> BankDiff:
+    """Compare two bank versions item by item and subject by subject (no linking is applied here)."""
+    old_ids, new_ids = old.item_ids, new.item_ids
+    new_pos = {item: k for k, item in enumerate(new_ids)}
+    common = [item for item in old_ids if item in new_pos]
+    drifted = []
+    if common:
+        io = np.array([old.index_of(i) for i in common])
+        inew = np.array([new_pos[i] for i in common])
+        a_o, b_o = old.params.a[io], old.params.b[io]
+        a_n, b_n = new.params.a[inew], new.params.b[inew]
+        flip = np.sign(a_o) * np.sign(a_n) < 0
+        moved = (np.abs(a_n - a_o) > drift_threshold) | (np.abs(b_n - b_o) > drift_threshold) | flip
+        order = np.argsort(-(np.abs(a_n - a_o) + np.abs(b_n - b_o)))
+        drifted = [
+            ItemDrift(common[k], float(a_o[k]), float(a_n[k]), float(b_o[k]), float(b_n[k]), bool(flip[k]))
+            for k in order
+            if moved[k]
+        ]
+    s_old, s_new = _subject_thetas(old), _subject_thetas(new)
+    moved_subjects = sorted(
+        ((s, s_old[s], s_new[s]) for s in s_old if s in s_new and abs(s_new[s] - s_old[s]) > theta_threshold),
+        key=lambda row: -abs(row[2] - row[1]),
+    )
+    return BankDiff(
+        version_old=old.version,
+        version_new=new.version,
+        items_added=tuple(i for i in new_ids if i not in set(old_ids)),
+        items_removed=tuple(i for i in old_ids if i not in new_pos),
+        drifted_items=tuple(drifted),
+        subjects_added=tuple(s for s in s_new if s not in s_old),
+        subjects_removed=tuple(s for s in s_old if s not in s_new),
+        subjects_moved=tuple(moved_subjects),
+        drift_threshold=float(drift_threshold),
+        theta_threshold=float(theta_threshold),
+    )
+
+
+def _subject_thetas(bank) -> dict[str, float]:
+    subjects = bank.subjects
+    if subjects is None:
+        return {}
+    return {str(s): float(t) for s, t in zip(subjects["subject"].values, subjects["theta"].values)}
+
+
+# ----------------------------------------------------------------------------- linking a bank
+
+
+def link_bank(bank, linking: LinkingResult, *, reference_version: int):
+    """``bank`` moved onto the reference scale: items by ``linking``, subjects' theta and SDs too."""
+    tree = bank.to_datatree()
+    p = linking.transform_params(bank.params)
+    items = tree["items"].to_dataset()
+    items["a"] = items["a"].copy(data=np.array(p.a))
+    items["b"] = items["b"].copy(data=np.array(p.b))
+    tree["items"] = items
+    if "subjects" in tree.children:
+        subjects = tree["subjects"].to_dataset()
+        for name in ("theta", "theta_lower", "theta_upper", "theta_mean"):
+            if name in subjects:
+                subjects[name] = subjects[name].copy(data=linking.A * subjects[name].values + linking.B)
+        for name in ("theta_sd",):
+            if name in subjects:
+                subjects[name] = subjects[name].copy(data=linking.A * subjects[name].values)
+        tree["subjects"] = subjects
+    scale = json.loads(tree.attrs["scale"])
+    scale["linking"] = {
+        **linking.to_dict(),
+        "reference_version": int(reference_version),
+        "applied_to": "items a, b; subjects theta, theta_sd, theta_lower/upper; tau and /posterior are left on the fitted scale",
+    }
+    tree.attrs["scale"] = json.dumps(scale, sort_keys=True)
+    from catengine.itembank import ItemBank
+
+    return ItemBank(tree, source=bank.source)
+
+
+# ----------------------------------------------------------------------------- configuration
+
+
+@dataclass(frozen=True)
+class RecalibrationConfig:
+    """One recalibration, as a TOML file describes it (see :meth:`from_toml`).
+
+    ``responses``: new response files (long .csv/.jsonl, .nc, or wide accuracy CSVs with
+    ``wide = true``; ``cot`` lists matching wide CoT files). ``mode``: "merge" (stored + new) or
+    "replace" (new only). ``method``: default the bank's own; ``settings`` override its recorded
+    calibration settings. ``linking``: "stocking-lord" (default) or "mean-sigma".
+    """
+
+    bank: Path
+    responses: tuple[Path, ...]
+    cot: tuple[Path, ...] = ()
+    wide: bool = False
+    mode: str = "merge"
+    method: str | None = None
+    settings: dict = field(default_factory=dict)
+    linking: str = "stocking-lord"
+    min_common: int = 5
+    on_conflict: str = "error"
+    drift_threshold: float = 0.5
+    theta_threshold: float = 0.5
+    seed: int = 0
+
+    def __post_init__(self):
+        object.__setattr__(self, "bank", Path(self.bank))
+        object.__setattr__(self, "responses", tuple(Path(p) for p in self.responses))
+        object.__setattr__(self, "cot", tuple(Path(p) for p in self.cot))
+        if not self.responses:
+            raise ValueError("a recalibration needs at least one new response file")
+        if self.cot and len(self.cot) != len(self.responses):
+            raise ValueError(f"{len(self.cot)} CoT file(s) given for {len(self.responses)} response file(s); give one per file or none")
+        if self.mode not in ("merge", "replace"):
+            raise ValueError(f"mode must be 'merge' or 'replace', got {self.mode!r}")
+        if self.linking not in LINKING_METHODS:
+            raise ValueError(f"linking must be one of {', '.join(LINKING_METHODS)}, got {self.linking!r}")
+        if self.method is not None and self.method not in METHOD_ALIASES:
+            raise ValueError(f"unknown method {self.method!r}; allowed: {', '.join(sorted(METHOD_ALIASES))}")
+        if self.on_conflict not in ("error", "new"):
+            raise ValueError(f"on_conflict must be 'error' or 'new', got {self.on_conflict!r}")
+
+    @classmethod
+    def from_toml(cls, path, **overrides) -> "RecalibrationConfig":
+        """Read a ``[recalibration]`` table (relative paths are relative to the TOML file)."""
+        path = Path(path)
+        try:
+            with open(path, "rb") as fh:
+                doc = tomllib.load(fh)
+        except tomllib.TOMLDecodeError as exc:
+            raise ValueError(f"{path}: not valid TOML ({exc})") from None
+        table = doc.get("recalibration")
+        if not isinstance(table, dict):
+            raise ValueError(f"{path}: expected a [recalibration] table")
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(table) - known)
+        if unknown:
+            raise ValueError(f"{path}: unknown key(s) {unknown} in [recalibration]; allowed: {sorted(known)}")
+        given = {k: v for k, v in overrides.items() if v is not None}
+        values = {**table, **given}
+        base = path.parent  # paths written in the TOML file are relative to it
+        if "bank" in table and "bank" not in given:
+            values["bank"] = base / table["bank"]
+        for key in ("responses", "cot"):
+            if key in table and key not in given:
+                raw = table[key]
+                values[key] = [base / p for p in ([raw] if isinstance(raw, str) else raw)]
+        return cls(**values)
+
+
+@dataclass(frozen=True)
+class RecalibrationResult:
+    status: str  # "written" | "unchanged"
+    message: str
+    path: Path | None = None
+    version: int | None = None
+    linking: LinkingResult | None = None
+    diff: BankDiff | None = None
+
+
+def _read_new_responses(config: RecalibrationConfig) -> ResponseData:
+    from calibration.io import load_responses
+
+    parts = [
+        load_responses(path, cot=(config.cot[k] if config.cot else None), wide=config.wide)
+        for k, path in enumerate(config.responses)
+    ]
+    data = parts[0]
+    for part in parts[1:]:
+        data = merge_responses(data, part, on_conflict=config.on_conflict)
+    return data
+
+
+def recalibration_key(responses: ResponseData, method: str, settings: dict, config: RecalibrationConfig, parent: int) -> str:
+    """Identity of a recalibration: same key = same inputs = nothing new to write."""
+    payload = {
+        "responses_sha256": responses.sha256(),
+        "method": method,
+        "settings": settings,
+        "linking": config.linking,
+        "min_common": config.min_common,
+        "seed": config.seed,
+        "parent_version": parent,
+    }
+    return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def recalibrate(config: RecalibrationConfig, *, progress: bool = False) -> RecalibrationResult:
+    """Run one recalibration (see the module docstring). Writes at most one new bank version."""
+    from catengine import open_item_bank, write_item_bank
+
+    old = open_item_bank(config.bank)
+    method = METHOD_ALIASES[config.method] if config.method else old.attrs["calibration_method"]
+    if method not in CALIBRATORS:
+        raise ValueError(
+            f"bank {old.bank_id!r} v{old.version} was made by {method or 'no calibration'!r}; "
+            f"choose a method to recalibrate it with (--method {'/'.join(sorted(METHOD_ALIASES))})"
+        )
+    new_data = _read_new_responses(config)
+    if config.mode == "merge":
+        if old.responses is None:
+            raise ValueError(
+                f"bank {old.bank_id!r} v{old.version} does not keep its calibration responses, so there is nothing "
+                "to merge with; recalibrate with mode = 'replace' (--replace) to fit the new data alone"
+            )
+        data = merge_responses(ResponseData.from_dataset(old.responses, source=f"{old.source}:/responses"), new_data,
+                               on_conflict=config.on_conflict)
+    else:
+        data = new_data
+    settings = dict(old.calibration_settings) if method == old.attrs["calibration_method"] else {}
+    settings.update(config.settings)
+    key = recalibration_key(data, method, config.settings, config, old.version)
+    if old.attrs.get("recalibration_key") == key or (
+        old.attrs.get("responses_sha256") == data.sha256() and not config.settings and method == old.attrs["calibration_method"]
+    ):
+        return RecalibrationResult(
+            "unchanged",
+            f"no new version: {old.source} (v{old.version}) was already calibrated from these inputs",
+            path=Path(old.source),
+            version=old.version,
+        )
+    calibrator = make_calibrator(method, settings, rng=config.seed, progress=progress).fit(data)
+    fitted = calibrator.to_item_bank(old.bank_id)
+    linking = link(old, fitted, method=config.linking, min_common=config.min_common)
+    linked = link_bank(fitted, linking, reference_version=old.version)
+    diff = diff_banks(old, linked, drift_threshold=config.drift_threshold, theta_threshold=config.theta_threshold)
+    change_log = {
+        "reference_version": old.version,
+        "mode": config.mode,
+        "new_response_files": [str(p) for p in config.responses],
+        "n_subjects": data.n_subjects,
+        "n_items": data.n_items,
+        "linking": linking.to_dict(),
+        "diff": diff.to_dict(),
+    }
+    bank = linked.with_group("responses", data.to_dataset()).replace_attrs(
+        recalibration_key=key,
+        change_log=json.dumps(change_log, sort_keys=True),
+    )
+    path = write_item_bank(bank, Path(old.source).parent)
+    written = open_item_bank(path)
+    diff = diff_banks(old, written, drift_threshold=config.drift_threshold, theta_threshold=config.theta_threshold)
+    return RecalibrationResult(
+        "written",
+        f"wrote {path} (v{written.version}, parent v{written.parent_version}); linked by {linking.method}: "
+        f"theta_v{old.version} = {linking.A:.4f} * theta_new + {linking.B:+.4f} over {linking.n_common} common items",
+        path=path,
+        version=written.version,
+        linking=linking,
+        diff=diff,
+    )
+
+
+def bank_lineage(directory) -> list[dict]:
+    """One row per stored version: version, parent, created/written times, method, sizes, linking."""
+    from catengine.itembank import list_versions, open_item_bank
+
+    rows = []
+    for version, path in list_versions(directory).items():
+        bank = open_item_bank(path)
+        attrs = bank.attrs
+        scale = bank.scale
+        rows.append(
+            {
+                "version": version,
+                "parent": bank.parent_version,
+                "written_at": attrs.get("written_at", attrs["created_at"]),
+                "method": attrs["calibration_method"] or "-",
+                "response_model": bank.response_model,
+                "n_items": bank.n_items,
+                "n_subjects": attrs["n_subjects"],
+                "responses_sha256": attrs["responses_sha256"][:12] or "-",
+                "linking": (f"{scale['linking']['method']} A={scale['linking']['A']:.4f} B={scale['linking']['B']:+.4f}"
+                            if "linking" in scale else "-"),
+                "path": str(path),
+            }
+        )
+    return rows

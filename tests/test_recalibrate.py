@@ -1,0 +1,178 @@
+"""Scripted recalibration: merging, linking to the previous version, idempotence, crash safety, CLI."""
+
+import json
+
+import numpy as np
+import pytest
+import xarray as xr
+
+from calibration import ResponseData
+from calibration.cli import main as calibration_main
+from calibration.cbmm import CBMMCalibrator
+from calibration.recalibrate import RecalibrationConfig, diff_banks, merge_responses, recalibrate
+from calibration.simulate import draw_item_params, simulate_responses
+from catengine import open_item_bank, write_item_bank
+from catengine.itembank import list_versions
+
+N_ITEMS = 120
+
+
+@pytest.fixture(scope="module")
+def truth():
+    return draw_item_params("2pl", N_ITEMS, rng=11)
+
+
+def _sample(params, theta, prefix, rng):
+    return simulate_responses(params, theta, rng=rng, subject_ids=[f"{prefix}{k}" for k in range(theta.size)],
+                              item_ids=[f"item{j}" for j in range(params.n_items)])
+
+
+def _version_one(tmp_path, truth, n=400):
+    theta = np.random.default_rng(1).standard_normal(n)
+    theta = (theta - theta.mean()) / theta.std()
+    data = _sample(truth, theta, "old", 2)
+    fit = CBMMCalibrator(progress=False).fit(data)
+    bank = fit.to_item_bank("sim").with_group("responses", data.to_dataset())
+    write_item_bank(bank, tmp_path / "sim")
+    return theta, data
+
+
+def _write_new(tmp_path, data, name="new.nc"):
+    return data.to_netcdf(tmp_path / name)
+
+
+def test_linking_recovers_a_known_change_of_scale(tmp_path, truth):
+    # Version 2 is calibrated on a new sample whose abilities are theta' = 1.3 z + 0.4 on the
+    # version-1 scale; each fit standardises over its own sample, so linking must find
+    # theta_v1 = 1.3 theta_v2 + 0.4. Both samples are standardised exactly (sample moments equal
+    # the population ones) so that the only error left is estimation error. Over seeds 0-7 of
+    # this design Stocking-Lord landed within 0.03 of A and 0.07 of B: tolerances 0.08 / 0.1.
+    _version_one(tmp_path, truth)
+    z = np.random.default_rng(3).standard_normal(400)
+    theta_new = 1.3 * (z - z.mean()) / z.std() + 0.4
+    new = _sample(truth, theta_new, "new", 4)
+    config = RecalibrationConfig(bank=tmp_path / "sim", responses=[_write_new(tmp_path, new)], mode="replace")
+    result = recalibrate(config)
+    assert result.status == "written" and result.version == 2
+    assert abs(result.linking.A - 1.3) < 0.08
+    assert abs(result.linking.B - 0.4) < 0.1
+    v2 = open_item_bank(tmp_path / "sim")
+    assert v2.parent_version == 1
+    scale = v2.scale["linking"]
+    assert scale["reference_version"] == 1 and scale["method"] == "stocking-lord"
+    # the linked abilities of the new LLMs sit on the version-1 scale: close to their truth
+    linked = v2.subjects["theta"].values
+    assert abs(linked.mean() - theta_new.mean()) < 0.15
+    assert abs(linked.std() / theta_new.std() - 1) < 0.1
+    # linked item parameters agree with version 1 (same items, same scale)
+    v1 = open_item_bank(tmp_path / "sim", version=1)
+    unlinked = result.linking.inverse().transform_params(v2.params)
+    gap_linked = np.mean(np.abs(v2.params.b - v1.params.b))
+    gap_unlinked = np.mean(np.abs(unlinked.b - v1.params.b))
+    assert gap_linked < 0.2 < gap_unlinked  # b SE ~0.15 at N = 400; unlinked is off by ~a * 0.4
+    assert abs(np.median(v2.params.a / v1.params.a) - 1) < 0.1 < abs(np.median(unlinked.a / v1.params.a) - 1)
+    change_log = json.loads(v2.attrs["change_log"])
+    assert change_log["reference_version"] == 1 and change_log["mode"] == "replace"
+
+
+def test_identical_inputs_write_nothing(tmp_path, truth):
+    _version_one(tmp_path, truth)
+    new = _sample(truth, np.random.default_rng(5).standard_normal(60), "extra", 6)
+    config = RecalibrationConfig(bank=tmp_path / "sim", responses=[_write_new(tmp_path, new)])
+    first = recalibrate(config)
+    assert first.status == "written" and first.version == 2
+    merged = ResponseData.from_dataset(open_item_bank(tmp_path / "sim").responses)
+    assert merged.n_subjects == 460 and merged.n_items == N_ITEMS
+    again = recalibrate(config)
+    assert again.status == "unchanged" and "already calibrated from these inputs" in again.message
+    assert sorted(list_versions(tmp_path / "sim")) == [1, 2]
+
+
+def test_merging_only_stored_responses_is_a_no_op(tmp_path, truth):
+    _, data = _version_one(tmp_path, truth)
+    config = RecalibrationConfig(bank=tmp_path / "sim", responses=[_write_new(tmp_path, data.subset(subjects=range(10)))])
+    assert recalibrate(config).status == "unchanged"
+    assert sorted(list_versions(tmp_path / "sim")) == [1]
+
+
+def test_interrupted_write_keeps_the_previous_version(tmp_path, truth, monkeypatch):
+    _version_one(tmp_path, truth)
+    before = (tmp_path / "sim" / "sim_v1.nc").read_bytes()
+    new = _sample(truth, np.random.default_rng(7).standard_normal(50), "extra", 8)
+    path = _write_new(tmp_path, new)
+
+    real = xr.DataTree.to_netcdf
+
+    def dies_mid_write(self, filepath, *args, **kwargs):
+        real(self, filepath, *args, **kwargs)
+        with open(filepath, "r+b") as fh:  # leave a half-written file behind, then die
+            fh.truncate(1000)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(xr.DataTree, "to_netcdf", dies_mid_write)
+    with pytest.raises(KeyboardInterrupt):
+        recalibrate(RecalibrationConfig(bank=tmp_path / "sim", responses=[path]))
+    monkeypatch.undo()
+    assert sorted(p.name for p in (tmp_path / "sim").iterdir()) == ["sim_v1.nc"]
+    assert (tmp_path / "sim" / "sim_v1.nc").read_bytes() == before
+    assert open_item_bank(tmp_path / "sim").version == 1
+    assert recalibrate(RecalibrationConfig(bank=tmp_path / "sim", responses=[path])).version == 2
+
+
+def test_merge_reports_conflicts_and_unions():
+    old = ResponseData.from_arrays([[1, 0, -1], [0, 1, 1]], subject_ids=["m1", "m2"], item_ids=["a", "b", "c"])
+    new = ResponseData.from_arrays([[1, 1], [0, 0]], subject_ids=["m2", "m3"], item_ids=["c", "d"])
+    merged = merge_responses(old, new)
+    assert merged.subject_ids == ("m1", "m2", "m3") and merged.item_ids == ("a", "b", "c", "d")
+    np.testing.assert_array_equal(merged.correct, [[1, 0, -1, -1], [0, 1, 1, 1], [-1, -1, 0, 0]])
+    clash = ResponseData.from_arrays([[0]], subject_ids=["m2"], item_ids=["c"])
+    with pytest.raises(ValueError, match="subject 'm2', item 'c': the new responses disagree"):
+        merge_responses(old, clash)
+    assert merge_responses(old, clash, on_conflict="new").correct[1, 2] == 0
+
+
+def test_merge_without_stored_responses_explains_replace(tmp_path, truth):
+    theta = np.random.default_rng(1).standard_normal(100)
+    data = _sample(truth, theta, "old", 2)
+    write_item_bank(CBMMCalibrator(progress=False).fit(data).to_item_bank("sim"), tmp_path / "sim")
+    config = RecalibrationConfig(bank=tmp_path / "sim", responses=[_write_new(tmp_path, data)])
+    with pytest.raises(ValueError, match="does not keep its calibration responses.*replace"):
+        recalibrate(config)
+
+
+def test_diff_flags_added_removed_and_drifted_items(truth):
+    from catengine import ItemBank
+
+    old = ItemBank.from_params("2pl", ["x", "y", "z"], bank_id="d", a=[1.0, 1.0, 1.0], b=[0.0, 0.0, 0.0])
+    new = ItemBank.from_params("2pl", ["y", "z", "w"], bank_id="d", a=[-0.8, 1.1, 1.0], b=[0.0, 2.0, 0.0])
+    diff = diff_banks(old, new, drift_threshold=0.5)
+    assert diff.items_added == ("w",) and diff.items_removed == ("x",)
+    assert {d.item for d in diff.drifted_items} == {"y", "z"}
+    assert next(d for d in diff.drifted_items if d.item == "y").sign_flip
+    text = diff.format()
+    assert "possible mis-key" in text and "items added:   1 (w)" in text
+
+
+def test_cli_recalibrate_from_toml_then_diff_and_log(tmp_path, truth, capsys):
+    _version_one(tmp_path, truth)
+    new = _sample(truth, np.random.default_rng(9).standard_normal(80), "extra", 10)
+    _write_new(tmp_path, new, "batch2.nc")
+    (tmp_path / "recal.toml").write_text(
+        '[recalibration]\nbank = "sim"\nresponses = ["batch2.nc"]\nlinking = "mean-sigma"\ndrift_threshold = 0.4\n'
+    )
+    assert calibration_main(["recalibrate", "--config", str(tmp_path / "recal.toml")]) == 0
+    out = capsys.readouterr().out
+    assert "sim_v2.nc (v2, parent v1); linked by mean-sigma" in out and "subjects added: 80" in out
+    assert calibration_main(["recalibrate", "--config", str(tmp_path / "recal.toml")]) == 0
+    assert "no new version" in capsys.readouterr().out
+    assert calibration_main(["diff", str(tmp_path / "sim"), "1", "2"]) == 0
+    assert "diff v1 -> v2" in capsys.readouterr().out
+    assert calibration_main(["log", str(tmp_path / "sim")]) == 0
+    log = capsys.readouterr().out.splitlines()
+    assert len(log) == 3 and "mean-sigma" in log[2]
+
+
+def test_config_rejects_unknown_keys(tmp_path):
+    (tmp_path / "bad.toml").write_text('[recalibration]\nbank = "x"\nresponses = ["a.nc"]\nlinkage = "x"\n')
+    with pytest.raises(ValueError, match=r"unknown key\(s\) \['linkage'\]"):
+        RecalibrationConfig.from_toml(tmp_path / "bad.toml")
