@@ -1,10 +1,13 @@
 """Command-line entry point ``calibration``.
 
 ``calibration fit --method {cbmm,saem,psn} --responses FILE --bank-id ID --out DIR [options]``
-calibrates a new item bank version; ``recalibrate``, ``diff`` and ``log`` maintain a bank's
-versions (see ``calibration/cli_recalibrate.py``). Each fitting method lives in its own module exposing
-``add_arguments(parser)`` (its own options) and ``run(args) -> int``; only the chosen method's
-options are added, so methods never collide on option names.
+calibrates a new item bank version; ``simulate`` draws response files from a bank;
+``recalibrate``, ``diff`` and ``log`` maintain a bank's versions (``cli_recalibrate.py``).
+
+Each fitting method lives in ``cli_fit_<method>.py`` exposing ``add_arguments(parser)`` (its own
+options only), ``build(args) -> calibrator``, ``summary(calibrator, data) -> str`` and optionally
+``check(data)``; reading the data and writing the bank happen here, once. Only the chosen
+method's options are added, so methods never collide on option names.
 """
 
 from __future__ import annotations
@@ -12,9 +15,10 @@ from __future__ import annotations
 import argparse
 import sys
 from importlib import import_module
+from pathlib import Path
 
 FIT_METHODS = {
-    "cbmm": "calibration.cli_fit",
+    "cbmm": "calibration.cli_fit_cbmm",
     "saem": "calibration.cli_fit_saem",
     "psn": "calibration.cli_fit_psn",
 }
@@ -29,6 +33,43 @@ def _peek_method(argv: list[str]) -> str | None:
     return None
 
 
+def _add_fit_common(fit: argparse.ArgumentParser) -> None:
+    fit.add_argument("--responses", required=True, metavar="FILE",
+                     help="long table (.csv/.jsonl: subject,item,correct[,cot_tokens]), ResponseData .nc, "
+                          "or a wide accuracy CSV (with --wide or --cot)")
+    fit.add_argument("--cot", metavar="FILE", help="wide CoT-length CSV matching a wide accuracy CSV")
+    fit.add_argument("--wide", action="store_true", help="--responses is a wide accuracy CSV (rows LLMs, header item ids)")
+    fit.add_argument("--bank-id", required=True, metavar="ID", help="bank id; versions go to OUT/ID/ID_v<N>.nc")
+    fit.add_argument("--out", default="item_banks", metavar="DIR", help="root directory of item banks (default item_banks)")
+    fit.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    fit.add_argument("--progress", action=argparse.BooleanOptionalAction, default=True, help="progress bar (default on)")
+    fit.add_argument("--keep-responses", action=argparse.BooleanOptionalAction, default=True,
+                     help="store the responses in the bank so that it can be recalibrated (default on)")
+
+
+def run_fit(args) -> int:
+    """Load the responses, fit with the chosen method, write a new bank version, print its path."""
+    from calibration.io import load_responses
+    from catengine import write_item_bank
+
+    module = import_module(FIT_METHODS[args.method])
+    try:
+        data = load_responses(args.responses, cot=args.cot, wide=args.wide)
+        if hasattr(module, "check"):
+            module.check(data)
+        calibrator = module.build(args).fit(data)
+        bank = calibrator.to_item_bank(args.bank_id)
+        if args.keep_responses:
+            bank = bank.with_group("responses", data.to_dataset())
+        path = write_item_bank(bank, Path(args.out) / args.bank_id)
+    except (ValueError, TypeError, OSError) as exc:
+        print(f"calibration fit: error: {exc}", file=sys.stderr)
+        return 2
+    print(module.summary(calibrator, data), file=sys.stderr)
+    print(path)
+    return 0
+
+
 def build_parser(method: str | None = None) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="calibration", description="Offline calibration of LLM item banks.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -38,14 +79,17 @@ def build_parser(method: str | None = None) -> argparse.ArgumentParser:
         description="Calibrate a new item bank version. Pass --method first to see that method's options with --help.",
     )
     fit.add_argument("--method", choices=sorted(FIT_METHODS), required=True)
+    _add_fit_common(fit)
     if method in FIT_METHODS:
-        module = import_module(FIT_METHODS[method])
-        module.add_arguments(fit)
-        fit.set_defaults(func=module.run)
+        import_module(FIT_METHODS[method]).add_arguments(fit)
+    fit.set_defaults(func=run_fit)
 
     from calibration import cli_recalibrate as recal
+    from calibration import cli_simulate
 
     for name, help_text, add, run in (
+        ("simulate", "write a response file of simulated LLMs drawn from a bank's parameters",
+         cli_simulate.add_arguments, cli_simulate.run),
         ("recalibrate", "refit a bank with new responses, link the scale to the previous version, write the next version",
          recal.add_recalibrate_arguments, recal.run_recalibrate),
         ("diff", "compare two versions of a bank", recal.add_diff_arguments, recal.run_diff),

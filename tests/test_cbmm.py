@@ -523,29 +523,32 @@ def test_to_item_bank_records_provenance(tmp_path):
 
 
 def test_cli_fit_writes_a_bank(tmp_path, capsys):
-    pytest.importorskip("catengine.itembank")
-    from calibration import cli_fit
+    from calibration import ResponseData
+    from calibration.cli import main
+    from catengine import open_item_bank
 
     data, _, _ = _sim(80, 30, seed=5, missing="mcar", rate=0.2)
     wide = tmp_path / "acc.csv"
     data.to_wide_csv(wide)
-    parser = argparse.ArgumentParser(prog="calibration")
-    cli_fit.add_fit_parser(parser.add_subparsers(dest="command"))
     out = tmp_path / "item_banks"
-    args = parser.parse_args(["fit", "--method", "cbmm", "--responses", str(wide), "--wide", "--bank-id", "sim80",
-                              "--out", str(out), "--tol", "1e-5", "--no-progress"])
-    assert cli_fit.run_fit(args) == 0
+    assert main(["fit", "--method", "cbmm", "--responses", str(wide), "--wide", "--bank-id", "sim80",
+                 "--out", str(out), "--tol", "1e-5", "--no-progress"]) == 0
     printed = capsys.readouterr().out.strip().splitlines()[-1]
     assert Path(printed).exists() and Path(printed).parent == out / "sim80" and Path(printed).name == "sim80_v1.nc"
-    # a long-table file through the lead's entry point, second version
-    from calibration import cli
-
+    stored = ResponseData.from_dataset(open_item_bank(printed).responses)  # kept for recalibration
+    assert stored.sha256() == ResponseData.from_wide_csv(wide).sha256()
+    # a long-table file, second version
     long_csv = tmp_path / "long.csv"
     rows = data.to_long(drop_missing=True)
     long_csv.write_text("subject,item,correct\n" + "".join(f"{r['subject']},{r['item']},{r['correct']}\n" for r in rows))
-    assert cli.main(["fit", "--method", "cbmm", "--responses", str(long_csv), "--bank-id", "sim80", "--out", str(out),
-                     "--no-progress"]) == 0
-    assert (out / "sim80" / "sim80_v2.nc").exists()
+    assert main(["fit", "--method", "cbmm", "--responses", str(long_csv), "--bank-id", "sim80", "--out", str(out),
+                 "--no-progress", "--no-keep-responses"]) == 0
+    assert open_item_bank(out / "sim80" / "sim80_v2.nc").responses is None
+    # bad input: exit code 2 and a message naming the file, nothing written
+    assert main(["fit", "--method", "cbmm", "--responses", str(tmp_path / "nope.csv"), "--bank-id", "sim80",
+                 "--out", str(out)]) == 2
+    assert "nope.csv" in capsys.readouterr().err
+    assert sorted(p.name for p in (out / "sim80").iterdir()) == ["sim80_v1.nc", "sim80_v2.nc"]
 
 
 # ------------------------------------------------------------------------------ real data

@@ -367,42 +367,25 @@ def test_item_bank_export_round_trip(small, tmp_path):
 
 
 def test_cli_fit_saem(tmp_path, capsys):
-    from calibration.cli_fit_saem import add_saem_arguments, run_saem_fit
-    import argparse
+    from calibration.cli import main
+    from catengine import open_item_bank
 
     data, _ = simulate_dataset("lart", 80, 6, rng=2, rho=-0.8)
     acc, cot = tmp_path / "acc.csv", tmp_path / "cot.csv"
     data.to_wide_csv(acc, cot)
-    parser = argparse.ArgumentParser()
-    add_saem_arguments(parser)
-    args = parser.parse_args(
-        ["--responses", str(acc), "--cot", str(cot), "--bank-id", "demo", "--out", str(tmp_path / "banks"),
-         "--seed", "1", "--max-iter", "60", "--no-progress"]
-    )
-    assert run_saem_fit(args) == 0
-    out = capsys.readouterr().out.strip().splitlines()
-    written = Path(out[-1])
+    args = ["fit", "--method", "saem", "--responses", str(acc), "--cot", str(cot), "--bank-id", "demo",
+            "--out", str(tmp_path / "banks"), "--seed", "1", "--max-iter", "60", "--no-progress"]
+    assert main(args) == 0
+    written = Path(capsys.readouterr().out.strip().splitlines()[-1])
     assert written.exists() and written == tmp_path / "banks" / "demo" / "demo_v1.nc"
-    from catengine import open_item_bank
-
     assert open_item_bank(written).n_items == 6
-    # bad input: exit code 2 and a message, no traceback
-    bad = parser.parse_args(["--responses", str(tmp_path / "missing.csv"), "--cot", str(cot), "--bank-id", "demo"])
-    assert run_saem_fit(bad) == 2
-    assert "error" in capsys.readouterr().err
-
-
-def test_cli_entry_point(tmp_path):
-    try:
-        from calibration.cli import main
-    except ImportError:  # pragma: no cover - wired by the lead
-        pytest.skip("calibration.cli not present")
-    data, _ = simulate_dataset("lart", 50, 5, rng=4, rho=-0.8)
-    acc, cot = tmp_path / "acc.csv", tmp_path / "cot.csv"
-    data.to_wide_csv(acc, cot)
-    rc = main(["fit", "--method", "saem", "--responses", str(acc), "--cot", str(cot), "--bank-id", "b1",
-               "--out", str(tmp_path / "o"), "--seed", "0", "--max-iter", "50", "--no-progress"])
-    assert rc == 0 and (tmp_path / "o" / "b1" / "b1_v1.nc").exists()
+    # bad input: exit code 2 and a message, no traceback; a LaRT fit without CoT lengths is refused
+    assert main(["fit", "--method", "saem", "--responses", str(tmp_path / "missing.csv"), "--cot", str(cot),
+                 "--bank-id", "demo", "--out", str(tmp_path / "banks")]) == 2
+    assert "missing.csv" in capsys.readouterr().err
+    assert main(["fit", "--method", "saem", "--responses", str(acc), "--wide", "--bank-id", "demo",
+                 "--out", str(tmp_path / "banks")]) == 2
+    assert "needs CoT lengths" in capsys.readouterr().err
 
 
 # ----------------------------------------------------------------------------- real data and recovery (slow)
