@@ -69,6 +69,10 @@ LINKING_METHODS = ("mean-sigma", "stocking-lord")
 
 #: Linking below this many common items raises (two is the mathematical minimum).
 DEFAULT_MIN_COMMON = 5
+#: mean-sigma skips items with a <= this (their difficulty -b/a is unstable) ...
+DEFAULT_MIN_SLOPE = 0.1
+#: ... and items whose difficulty is beyond +-this on either scale (unmeasured by any population)
+DEFAULT_MAX_ABS_DIFFICULTY = 6.0
 
 
 # ----------------------------------------------------------------------------------- results
@@ -313,7 +317,8 @@ def mean_sigma(
     common_items=None,
     *,
     min_common: int = DEFAULT_MIN_COMMON,
-    min_slope: float = 0.0,
+    min_slope: float = DEFAULT_MIN_SLOPE,
+    max_abs_difficulty: float = DEFAULT_MAX_ABS_DIFFICULTY,
 ) -> LinkingResult:
     """Mean-sigma linking on the common items' difficulties ``-b/a``.
 
@@ -323,26 +328,35 @@ def mean_sigma(
     common_items : see :func:`stocking_lord`.
     min_common : fewest usable common items accepted (after skipping low slopes); at least 2.
     min_slope : items with ``a <= min_slope`` in either calibration are skipped (difficulty is
-        undefined or unstable for them); how many is reported as ``n_excluded``.
+        undefined or unstable for them, e.g. items nobody solved, whose fitted slope is ~0 and
+        difficulty ~1e16); how many is reported as ``n_excluded``.
+    max_abs_difficulty : items whose difficulty lies outside +-this in either calibration are
+        skipped too (they are not measured by any plausible population and would dominate
+        the means and SDs).
 
     Returns a :class:`LinkingResult` with ``theta_ref = A * theta_new + B``.
     """
     ref, new = _resolve_common(params_ref, params_new, common_items, min_common)
-    return _mean_sigma_core(ref, new, min_slope=min_slope, min_common=min_common)
+    return _mean_sigma_core(ref, new, min_slope=min_slope, min_common=min_common, max_abs_difficulty=max_abs_difficulty)
 
 
-def _mean_sigma_core(ref: ItemParams, new: ItemParams, *, min_slope: float, min_common: int) -> LinkingResult:
+def _mean_sigma_core(ref: ItemParams, new: ItemParams, *, min_slope: float, min_common: int,
+                     max_abs_difficulty: float = DEFAULT_MAX_ABS_DIFFICULTY) -> LinkingResult:
     keep = (ref.a > min_slope) & (new.a > min_slope)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        d_ref_all = -ref.b / np.where(keep, ref.a, 1.0)
+        d_new_all = -new.b / np.where(keep, new.a, 1.0)
+    keep &= (np.abs(d_ref_all) <= max_abs_difficulty) & (np.abs(d_new_all) <= max_abs_difficulty)
     n_excluded = int((~keep).sum())
     n = int(keep.sum())
     floor = max(2, int(min_common))
     if n < floor:
         raise ValueError(
-            f"too few common items with slope a > {min_slope:g} for mean-sigma: {n} of {ref.n_items} "
-            f"({n_excluded} skipped); at least {floor} are required"
+            f"too few common items with slope a > {min_slope:g} and |difficulty| <= {max_abs_difficulty:g} for "
+            f"mean-sigma: {n} of {ref.n_items} ({n_excluded} skipped); at least {floor} are required"
         )
-    d_ref = -ref.b[keep] / ref.a[keep]
-    d_new = -new.b[keep] / new.a[keep]
+    d_ref = d_ref_all[keep]
+    d_new = d_new_all[keep]
     A, B = mean_sigma_difficulties(d_ref, d_new)
     rms = float(np.sqrt(np.mean((d_ref - (A * d_new + B)) ** 2)))
     return LinkingResult(A, B, method="mean-sigma", n_common=n, criterion=rms, n_excluded=n_excluded)
@@ -446,7 +460,7 @@ def stocking_lord(
     tcc_ref = p_ref.sum(axis=1)
     if start is None:
         try:
-            ms = _mean_sigma_core(ref, new, min_slope=0.0, min_common=2)
+            ms = _mean_sigma_core(ref, new, min_slope=DEFAULT_MIN_SLOPE, min_common=2)
             start = (ms.A, ms.B)
         except ValueError:
             start = (1.0, 0.0)
@@ -464,6 +478,12 @@ def stocking_lord(
     # BFGS reports "precision loss" when the criterion is already at rounding level (e.g. a
     # perfect transform); that is convergence too.
     converged = bool(res.success) or (np.max(np.abs(g)) < 1e-8 * max(1.0, ref.n_items))
+    if not (np.all(np.isfinite(x)) and abs(x[0]) < math.log(1e3) and abs(x[1]) < 1e3):
+        raise ValueError(
+            f"Stocking-Lord linking diverged (A = {math.exp(min(float(x[0]), 700.0)):.3g}, B = {float(x[1]):.3g}): "
+            "the common items do not pin down the scale; check them (items nobody or everybody solves carry no "
+            "information) or link on a chosen anchor set"
+        )
     return LinkingResult(
         math.exp(float(x[0])),
         float(x[1]),
@@ -484,7 +504,7 @@ def link(
     min_common: int = DEFAULT_MIN_COMMON,
     quadrature=61,
     theta_weights=None,
-    min_slope: float = 0.0,
+    min_slope: float = DEFAULT_MIN_SLOPE,
 ) -> LinkingResult:
     """Link by method name: ``"stocking-lord"`` (default) or ``"mean-sigma"``.
 

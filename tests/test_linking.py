@@ -235,7 +235,7 @@ def test_too_few_common_items():
     a = ref.a.copy()
     a[0] = -1.0
     bad = ItemParams("2pl", a=a, b=ref.b)
-    with pytest.raises(ValueError, match=r"too few common items with slope a > 0 for mean-sigma: 2 of 3 \(1 skipped\)"):
+    with pytest.raises(ValueError, match=r"too few common items with slope a > 0.1 and \|difficulty\| <= 6 for mean-sigma: 2 of 3 \(1 skipped\)"):
         mean_sigma(bad, bad, min_common=3)
 
 
@@ -272,3 +272,18 @@ def test_linking_result_is_frozen_and_validated():
     d = r.to_dict()
     assert d["direction"] == "theta_ref = A * theta_new + B" and d["A"] == 2.0
     assert r.inverse().inverse().A == pytest.approx(2.0) and r.inverse().inverse().B == pytest.approx(1.0)
+
+
+def test_items_nobody_solves_do_not_break_linking():
+    # An item nobody solves gets a slope ~0 and a huge intercept from some calibrations
+    # (difficulty -b/a ~ 1e16): mean-sigma must skip it, Stocking-Lord must not start from it.
+    rng = np.random.default_rng(5)
+    a = rng.uniform(0.5, 1.5, 40)
+    b = rng.normal(0, 1, 40)
+    a[:3], b[:3] = 2.7e-17, -5.0
+    ref = ItemParams("2pl", a=a, b=b)
+    new = apply_to_params(ref, 1 / 1.3, -0.4 / 1.3)  # new scale: theta_new = (theta_ref - 0.4) / 1.3
+    for method in ("mean-sigma", "stocking-lord"):
+        result = link(ref, new, method=method)
+        assert result.A == pytest.approx(1.3, rel=1e-5) and result.B == pytest.approx(0.4, abs=1e-5)
+    assert link(ref, new, method="mean-sigma").n_excluded == 3
