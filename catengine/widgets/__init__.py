@@ -1,0 +1,38 @@
+"""ipywidgets views for JupyterLab: they observe library objects and compute nothing themselves.
+
+* :class:`BankExplorer` — an item bank: sortable item table, item characteristic / information
+  curves, parameter distributions (LaRT: CoT parameters and rho; posterior bands where stored).
+* :class:`SessionPanel` — a live adaptive test (:class:`catengine.session.CATSession`): next item
+  and criterion, answer buttons or step-by-step replay, theta trajectory with its 95% band, item
+  sequence, ranking against the bank's calibration LLMs with P(ahead).
+* :class:`SimulatedLLM` / :class:`ReplayedLLM` — responders that answer for a SessionPanel (a
+  simulated LLM drawn from the bank's model; a known response vector replayed).
+* :class:`AuditDashboard` — small recovery audits (``calibration.audit``) with a progress bar.
+
+This is the only package of ``catengine`` that imports ipywidgets (and matplotlib); the classes
+load lazily so ``import catengine.widgets`` stays cheap.
+"""
+
+from importlib import import_module
+
+_LAZY = {
+    "BankExplorer": "catengine.widgets.bank_explorer",
+    "SessionPanel": "catengine.widgets.session_panel",
+    "AuditDashboard": "catengine.widgets.audit_dashboard",
+    "SimulatedLLM": "catengine.widgets.session_panel",
+    "ReplayedLLM": "catengine.widgets.session_panel",
+}
+
+__all__ = list(_LAZY)
+
+
+def __getattr__(name):
+    if name in _LAZY:
+        value = getattr(import_module(_LAZY[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'catengine.widgets' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__))
