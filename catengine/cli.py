@@ -148,6 +148,28 @@ def _number(text, what):
         raise ValueError(f"{what}: {text!r} is not a number") from None
 
 
+def _load_netcdf_row(path: Path, subject: str | None) -> dict[str, tuple[int, float | None]]:
+    import xarray as xr
+
+    with xr.open_dataset(path, engine="netcdf4", mask_and_scale=False) as ds:
+        if "correct" not in ds or set(ds["correct"].dims) != {"subject", "item"}:
+            raise ValueError(f"{path}: not a response file (needs 'correct' on dims subject x item)")
+        subjects = [str(s) for s in ds["subject"].values]
+        if subject is None:
+            raise ValueError(f"{path} holds {len(subjects)} subjects: name one with --subject (e.g. {subjects[0]!r})")
+        if subject not in subjects:
+            raise ValueError(f"{path} has no subject {subject!r}; it has {', '.join(subjects[:5])}{' ...' if len(subjects) > 5 else ''}")
+        row = ds.sel(subject=subject).load()
+    items = [str(i) for i in row["item"].values]
+    correct = row["correct"].values
+    cot = row["cot_length"].values if "cot_length" in row else None
+    return {
+        item: (int(c), None if cot is None or cot[k] != cot[k] else float(cot[k]))
+        for k, (item, c) in enumerate(zip(items, correct))
+        if c in (0, 1)
+    }
+
+
 def load_responses(path, subject: str | None = None, cot_path=None) -> dict[str, tuple[int, float | None]]:
     """One subject's answers: item id -> (correct, CoT tokens or None).
 
@@ -155,9 +177,13 @@ def load_responses(path, subject: str | None = None, cot_path=None) -> dict[str,
     ``cot_length``) and ``subject``; a wide CSV (first column the row label, header the item ids,
     one row per subject, e.g. the LaRT data) with ``subject`` naming the row, plus an optional wide
     CoT file of the same shape; JSON (an object item -> correct or -> {"correct", "cot_tokens"}) or
-    JSON lines with the long-format keys. Missing cells (empty, NA, NaN) are left out.
+    JSON lines with the long-format keys; a ResponseData netCDF file (``.nc``, as written by
+    ``calibration simulate`` or ``ResponseData.to_netcdf``) with ``subject`` naming the row.
+    Missing cells (empty, NA, NaN; -1 in netCDF) are left out.
     """
     path = Path(path)
+    if path.suffix.lower() == ".nc":
+        return _load_netcdf_row(path, subject)
     out: dict[str, tuple[int, float | None]] = {}
 
     def put(item, correct, cot):

@@ -172,3 +172,16 @@ def test_demo_prints_trajectory_and_interval(capsys):
     assert "95% interval" in out and "speed   tau" in out
     table = [line for line in out.splitlines() if line[:4].strip().isdigit()]
     assert len(table) == 12 and "reached 12 items" in out
+
+
+def test_load_responses_reads_one_row_of_a_response_netcdf(tmp_path):
+    from calibration import ResponseData
+
+    data = ResponseData.from_arrays([[1, 0, -1], [0, 1, 1]], [[10.0, np.nan, 3.0], [1.0, 2.0, 3.0]],
+                                    subject_ids=["m1", "m2"], item_ids=["q1", "q2", "q3"])
+    path = data.to_netcdf(tmp_path / "r.nc")
+    assert load_responses(path, "m1") == {"q1": (1, 10.0), "q2": (0, None)}
+    with pytest.raises(ValueError, match="name one with --subject"):
+        load_responses(path)
+    with pytest.raises(ValueError, match="no subject 'm9'"):
+        load_responses(path, "m9")
