@@ -1,12 +1,13 @@
 """Command-line entry point ``calibration``.
 
 ``calibration fit --method {cbmm,saem,psn} --responses FILE --bank-id ID --out DIR [options]``
-calibrates a new item bank version; ``simulate`` draws response files from a bank;
+calibrates a new item bank version; ``simulate`` draws response files from a bank; ``audit``
+runs recovery audits (``cli_audit.py``);
 ``recalibrate``, ``diff`` and ``log`` maintain a bank's versions (``cli_recalibrate.py``).
 
 Each fitting method lives in ``cli_fit_<method>.py`` exposing ``add_arguments(parser)`` (its own
 options only), ``build(args) -> calibrator``, ``summary(calibrator, data) -> str`` and optionally
-``check(data)``; reading the data and writing the bank happen here, once. Only the chosen
+``check(data)`` / ``to_bank(calibrator, args)``; reading the data and writing the bank happen here, once. Only the chosen
 method's options are added, so methods never collide on option names.
 """
 
@@ -41,7 +42,7 @@ def _add_fit_common(fit: argparse.ArgumentParser) -> None:
     fit.add_argument("--wide", action="store_true", help="--responses is a wide accuracy CSV (rows LLMs, header item ids)")
     fit.add_argument("--bank-id", required=True, metavar="ID", help="bank id; versions go to OUT/ID/ID_v<N>.nc")
     fit.add_argument("--out", default="item_banks", metavar="DIR", help="root directory of item banks (default item_banks)")
-    fit.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    fit.add_argument("--seed", type=int, default=None, help="random seed (default: the method's own)")
     fit.add_argument("--progress", action=argparse.BooleanOptionalAction, default=True, help="progress bar (default on)")
     fit.add_argument("--keep-responses", action=argparse.BooleanOptionalAction, default=True,
                      help="store the responses in the bank so that it can be recalibrated (default on)")
@@ -58,7 +59,7 @@ def run_fit(args) -> int:
         if hasattr(module, "check"):
             module.check(data)
         calibrator = module.build(args).fit(data)
-        bank = calibrator.to_item_bank(args.bank_id)
+        bank = module.to_bank(calibrator, args) if hasattr(module, "to_bank") else calibrator.to_item_bank(args.bank_id)
         if args.keep_responses:
             bank = bank.with_group("responses", data.to_dataset())
         path = write_item_bank(bank, Path(args.out) / args.bank_id)
@@ -84,10 +85,12 @@ def build_parser(method: str | None = None) -> argparse.ArgumentParser:
         import_module(FIT_METHODS[method]).add_arguments(fit)
     fit.set_defaults(func=run_fit)
 
+    from calibration import cli_audit, cli_simulate
     from calibration import cli_recalibrate as recal
-    from calibration import cli_simulate
 
     for name, help_text, add, run in (
+        ("audit", "recovery audit of a bank: simulate from it, refit, measure how well parameters and rankings come back",
+         cli_audit.add_arguments, cli_audit.run),
         ("simulate", "write a response file of simulated LLMs drawn from a bank's parameters",
          cli_simulate.add_arguments, cli_simulate.run),
         ("recalibrate", "refit a bank with new responses, link the scale to the previous version, write the next version",

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import csv
+import gzip
 from pathlib import Path
+
+import numpy as np
 
 from calibration.data import ResponseData
 
@@ -16,10 +20,40 @@ def _suffix(path: Path) -> str:
     return suffixes[-1] if suffixes else ""
 
 
+def _read_csv(path: Path) -> ResponseData:
+    """A .csv[.gz]: long when the header names subject, item and correct; a headerless 0/1 matrix
+    (rows = subjects, e.g. PSN-IRT's percent_0.7.csv; empty/NaN = missing) when the first row is
+    all numbers; otherwise wide (first column the subject id, header the item ids)."""
+    opener = gzip.open if path.suffix.lower() == ".gz" else open
+    with opener(path, "rt", encoding="utf-8-sig", newline="") as fh:
+        first = next(csv.reader(fh), None)
+    if first is None:
+        raise ValueError(f"{path.name} is empty")
+    if {"subject", "item", "correct"} <= {c.strip().lower() for c in first}:
+        return ResponseData.from_long(path)
+    if first[0].strip() and all(_is_number(c) for c in first):
+        with opener(path, "rt", encoding="utf-8-sig") as fh:
+            matrix = np.genfromtxt(fh, delimiter=",", dtype=np.float64, ndmin=2)
+        return ResponseData.from_arrays(matrix)
+    return ResponseData.from_wide_csv(path)
+
+
+def _is_number(cell: str) -> bool:
+    text = cell.strip().lower()
+    if text in ("", "na", "nan"):
+        return True
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
 def load_responses(path, *, cot=None, wide: bool = False) -> ResponseData:
-    """Read ``path`` by its suffix: ``.nc`` (ResponseData netCDF), ``.csv``/``.jsonl`` (long table:
-    subject, item, correct[, cot_tokens]); with ``wide=True`` (or when ``cot`` is given) a wide
-    accuracy CSV (first column the subject id, header the item ids) plus an optional wide CoT CSV.
+    """Read ``path`` by its suffix: ``.nc`` (ResponseData netCDF), ``.jsonl`` (long table),
+    ``.csv`` (long table with subject, item, correct[, cot_tokens]; a headerless 0/1 matrix; or
+    a wide table); with ``wide=True`` (or when ``cot`` is given) a wide accuracy CSV (first
+    column the subject id, header the item ids) plus an optional wide CoT CSV.
     """
     path = Path(path)
     if not path.exists():
@@ -31,6 +65,8 @@ def load_responses(path, *, cot=None, wide: bool = False) -> ResponseData:
     suffix = _suffix(path)
     if suffix == ".nc":
         return ResponseData.from_netcdf(path)
+    if suffix == ".csv":
+        return _read_csv(path)
     if suffix in LONG_SUFFIXES:
         return ResponseData.from_long(path)
     raise ValueError(

@@ -1,0 +1,44 @@
+"""Trust audits (seed 003): can a fitted bank and the adaptive engine be trusted?
+
+* :func:`recovery_audit` -- treat a bank as truth, simulate, refit, compare (parameter and
+  ranking recovery, MATH.md section 4).
+* :func:`short_form_audit` -- Fisher-information short forms vs random subsets on held-out
+  simulated LLMs.
+* :func:`cat_audit` -- simulated LLMs take adaptive tests: bias, RMSE, 95% coverage and Kendall
+  tau vs test length, per selector, LaRT vs IRT-only scoring.
+* :func:`summarize` -- means with Monte-Carlo standard errors over replications.
+* :func:`render_report` -- a one-page report (figures + table) as PNG and HTML.
+
+All audits run in parallel over replications (``n_workers``), are seeded so that results do not
+depend on the number of workers, and with ``out=DIR`` write one netCDF record per replication and
+cell, so an interrupted audit resumes by running the same call again.
+"""
+
+from calibration.audit._common import AbilitySpec, alter_bank, summarize
+from calibration.audit.methods import METHODS, Fit
+from calibration.audit.cat import cat_audit
+from calibration.audit.recovery import recovery_audit
+from calibration.audit.report import render_report, summary_table
+from calibration.audit.short_form import short_form_audit
+from calibration.audit.store import ResultStore, StoreMismatchError
+
+
+def load_results(directory):
+    """The combined Dataset of an audit output directory (finished or interrupted)."""
+    return ResultStore.open(directory).load()
+
+
+__all__ = [
+    "AbilitySpec",
+    "Fit",
+    "METHODS",
+    "StoreMismatchError",
+    "alter_bank",
+    "cat_audit",
+    "load_results",
+    "recovery_audit",
+    "render_report",
+    "short_form_audit",
+    "summarize",
+    "summary_table",
+]

@@ -1,0 +1,139 @@
+"""Calibration methods the audits refit with, behind one small interface.
+
+A *method* is a callable ``fit(data, rng, **options) -> Fit``: it calibrates a
+:class:`~calibration.ResponseData` and returns the fitted abilities and item parameters on the
+fit's own scale. Built-in names (``METHODS``):
+
+==============  ==========================================================  ==================
+name            calibrator                                                  fitted model
+==============  ==========================================================  ==================
+``cbmm``        :class:`calibration.cbmm.CBMMCalibrator`                     2PL (logistic)
+``saem``        :class:`calibration.lart_saem.LaRTSAEMCalibrator`            LaRT (probit + CoT)
+``saem-irt``    ``LaRTSAEMCalibrator(use_cot=False)`` (IRT-only mode)        probit 2PL
+``psn``         :class:`calibration.psn.PSNCalibrator`                        4PL (logistic)
+==============  ==========================================================  ==================
+
+``options`` are passed to the calibrator's constructor (``progress`` is forced off); the
+calibrator's ``rng`` is the replication's own stream. Any module-level function with the same
+signature can be passed instead of a name (a lambda works only with ``n_workers=1``: worker
+processes receive the function by reference).
+
+A probit fit without CoT parameters (``saem-irt``) is represented as a ``lart`` ItemParams with
+placeholder CoT parameters (omega = 0, phi = 1, lam = 1, rho = 0): the audits only evaluate
+P(correct) and the accuracy Fisher information of fitted parameters, which ignore them.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+
+import numpy as np
+
+from calibration.base import ConvergenceWarning
+from catengine.models.params import ItemParams
+
+__all__ = ["Fit", "METHODS", "NEEDS_COT", "resolve_method"]
+
+
+@dataclass(frozen=True)
+class Fit:
+    """What an audit needs from a calibration.
+
+    ``theta`` (N,) abilities and ``params`` (fitted item parameters) on the fit's own scale,
+    ``theta_sd`` (N,) posterior SDs if the method has them, ``has_cot``: whether ``params`` holds
+    fitted CoT parameters (omega, phi, lam, rho), ``converged`` / ``n_iter`` from the calibrator.
+    """
+
+    theta: np.ndarray
+    params: ItemParams
+    theta_sd: np.ndarray | None = None
+    has_cot: bool = False
+    converged: bool = True
+    n_iter: int = 0
+
+    @property
+    def link(self) -> str:
+        """"probit" (lart params) or "logistic" (2pl / 4pl)."""
+        return "probit" if self.params.response_model == "lart" else "logistic"
+
+
+def _probit_params(a, b) -> ItemParams:
+    j = np.asarray(a).size
+    return ItemParams("lart", a=a, b=b, omega=np.zeros(j), phi=np.ones(j), lam=np.ones(j), rho=0.0)
+
+
+def _converged(cal, caught) -> bool:
+    flag = bool(getattr(cal, "converged_", True))
+    return flag and not any(issubclass(w.category, ConvergenceWarning) for w in caught)
+
+
+def fit_cbmm(data, rng, **options) -> Fit:
+    """cBMM 2PL calibration (MATH.md 2); reported scale: standardised over the subjects."""
+    from calibration.cbmm import CBMMCalibrator
+
+    options = {"progress": False, **options, "rng": rng}
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ConvergenceWarning)
+        cal = CBMMCalibrator(**options).fit(data)
+    return Fit(theta=np.asarray(cal.theta_, dtype=float), params=ItemParams("2pl", a=cal.a_, b=cal.b_),
+               converged=_converged(cal, caught), n_iter=int(cal.n_iter_))
+
+
+def fit_saem(data, rng, **options) -> Fit:
+    """LaRT SAEM calibration (MATH.md 1.4) with CoT lengths; MAP abilities with posterior SDs."""
+    from calibration.lart_saem import LaRTSAEMCalibrator
+
+    options = {"progress": False, **options, "rng": rng}
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ConvergenceWarning)
+        cal = LaRTSAEMCalibrator(**options).fit(data)
+    if cal.omega_ is None:
+        params = _probit_params(cal.a_, cal.b_)
+        has_cot = False
+    else:
+        params = cal.params_
+        has_cot = True
+    return Fit(theta=np.asarray(cal.theta_, dtype=float), params=params, theta_sd=np.asarray(cal.theta_sd_, dtype=float),
+               has_cot=has_cot, converged=_converged(cal, caught), n_iter=int(cal.n_iter_))
+
+
+def fit_saem_irt(data, rng, **options) -> Fit:
+    """The IRT-only mode of the SAEM calibrator (probit 2PL, CoT lengths ignored)."""
+    return fit_saem(data, rng, **{**options, "use_cot": False})
+
+
+def fit_psn(data, rng, **options) -> Fit:
+    """PSN-IRT 4PL (MATH.md 3); abilities standardised over the subjects as the bank export does."""
+    from calibration.psn import PSNCalibrator
+
+    options = {"progress": False, **options, "rng": rng}
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ConvergenceWarning)
+        cal = PSNCalibrator(**options).fit(data)
+    post = cal.theta_posterior(standardize=True)
+    theta = np.asarray(cal.theta_, dtype=float)
+    sd = float(theta.std())
+    theta = (theta - theta.mean()) / (sd if sd > 0 else 1.0)
+    return Fit(theta=theta, params=cal.item_params(standardize=True), theta_sd=np.asarray(post["sd"], dtype=float),
+               converged=_converged(cal, caught), n_iter=int(cal.n_iter_))
+
+
+METHODS = {"cbmm": fit_cbmm, "saem": fit_saem, "saem-irt": fit_saem_irt, "psn": fit_psn}
+#: methods that need CoT lengths (a ``lart`` truth)
+NEEDS_COT = frozenset({"saem"})
+
+
+def resolve_method(method) -> tuple[str, object]:
+    """(name, fit function) of a method given by name, by ``(name, function)`` or as a function."""
+    if isinstance(method, str):
+        key = method.strip().lower()
+        if key not in METHODS:
+            raise ValueError(f"unknown method {method!r}; allowed: {', '.join(METHODS)} (or a fit function)")
+        return key, METHODS[key]
+    if isinstance(method, tuple) and len(method) == 2 and isinstance(method[0], str) and callable(method[1]):
+        return method[0], method[1]
+    if callable(method):
+        name = getattr(method, "__name__", None) or type(method).__name__
+        return str(name), method
+    raise TypeError(f"a method is a name ({', '.join(METHODS)}), a (name, fit function) pair or a function, got {method!r}")

@@ -1,0 +1,146 @@
+"""Run audit tasks in parallel over replications, seeded independently of the number of workers.
+
+Seeding: the audit's ``rng`` gives a root ``np.random.SeedSequence``; replication ``r`` uses
+``root.spawn(R)[r]`` and every stream inside it (data of a cell, a method's own randomness, ...) is
+the child with spawn key ``(r, *tags)`` (:func:`stream`), tags being integers or strings (hashed
+with CRC-32). A task's randomness therefore depends only on its own coordinates -- not on the
+worker that runs it, the order of completion, nor on which other cells the audit contains -- so
+``n_workers=1`` and ``n_workers=2`` give identical results, and a resumed audit recomputes a
+missing record exactly.
+
+Execution: ``n_workers <= 1`` runs in this process; otherwise a ``ProcessPoolExecutor`` with the
+"spawn" start method (safe with numba's threading layers) whose workers use one numba thread each
+(two workers on two cores). Each finished task is written to the store by this process at once;
+a ``KeyboardInterrupt`` cancels what has not started and re-raises, leaving every written record
+intact; the worker processes are terminated at once (their unfinished tasks are recomputed on
+resume). Progress is shown with ``tqdm.auto``.
+"""
+
+from __future__ import annotations
+
+import zlib
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+
+import numpy as np
+
+__all__ = ["as_seed_sequence", "run_tasks", "stream"]
+
+
+def _tag(value) -> int:
+    if isinstance(value, (bool, np.bool_)):
+        return int(value)
+    if isinstance(value, (int, np.integer)) and value >= 0:
+        return int(value)
+    return zlib.crc32(str(value).encode())
+
+
+def as_seed_sequence(rng) -> np.random.SeedSequence:
+    """Root SeedSequence from ``rng``: an int, a SeedSequence, a Generator (128 bits drawn from it),
+    or None (fresh OS entropy)."""
+    if isinstance(rng, np.random.SeedSequence):
+        return rng
+    if isinstance(rng, np.random.Generator):
+        return np.random.SeedSequence([int(v) for v in rng.integers(0, 2**32, size=4, dtype=np.uint64)])
+    if rng is None or (isinstance(rng, (int, np.integer)) and not isinstance(rng, bool) and rng >= 0):
+        return np.random.SeedSequence(rng)
+    raise TypeError(f"rng must be a non-negative int, a numpy Generator or SeedSequence, or None, got {rng!r}")
+
+
+def stream(entropy, replication: int, *tags) -> np.random.SeedSequence:
+    """The SeedSequence of one stream of one replication: spawn key (replication, *tags).
+
+    With no tags it equals ``np.random.SeedSequence(entropy).spawn(R)[replication]``; tags descend
+    further, like ``.spawn`` of that child, but addressed by value instead of by call order.
+    """
+    return np.random.SeedSequence(entropy, spawn_key=(int(replication), *(_tag(t) for t in tags)))
+
+
+def _init_worker() -> None:
+    try:
+        import numba
+
+        numba.set_num_threads(1)
+    except Exception:  # pragma: no cover - numba is a dependency, but never fail a worker on this
+        pass
+
+
+def _call(fn, payload):
+    return fn(payload)
+
+
+def run_tasks(tasks, fn, store, *, n_workers: int = 2, progress: bool = True, desc: str = "audit") -> dict:
+    """Run ``fn(payload)`` for every ``(key, payload)`` whose record is not in ``store`` yet.
+
+    ``fn`` must be a module-level function (it is sent to worker processes by reference) that
+    returns the record (an ``xarray.Dataset``); it should catch its own errors and return a record
+    flagging the failure. Returns ``{"total", "skipped", "ran"}`` counts.
+    """
+    from calibration.audit.store import record_name
+
+    if isinstance(n_workers, bool) or not isinstance(n_workers, (int, np.integer)) or n_workers < 0:
+        raise ValueError(f"n_workers must be an integer >= 0 (0 or 1: run in this process), got {n_workers!r}")
+    existing = store.done()
+    todo = [(key, payload) for key, payload in tasks if record_name(key) not in existing]
+    counts = {"total": len(tasks), "skipped": len(tasks) - len(todo), "ran": 0}
+    if not todo:
+        return counts
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=len(tasks), initial=counts["skipped"], desc=desc, unit="task", smoothing=0.1)
+    try:
+        if n_workers <= 1 or len(todo) == 1:
+            for key, payload in todo:
+                store.write(key, fn(payload))
+                counts["ran"] += 1
+                if bar is not None:
+                    bar.update(1)
+        else:
+            _run_pool(todo, fn, store, int(n_workers), bar, counts)
+    finally:
+        if bar is not None:
+            bar.close()
+    return counts
+
+
+def _run_pool(todo, fn, store, n_workers, bar, counts) -> None:
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("spawn")
+    executor = ProcessPoolExecutor(max_workers=min(n_workers, len(todo)), mp_context=ctx, initializer=_init_worker)
+    # keep at most a few tasks queued per worker so an interrupt cancels promptly
+    window = 2 * n_workers
+    pending = {}
+    it = iter(todo)
+    try:
+        for key, payload in it:
+            pending[executor.submit(_call, fn, payload)] = key
+            if len(pending) >= window:
+                break
+        while pending:
+            finished, _ = wait(pending, return_when=FIRST_COMPLETED)
+            for fut in finished:
+                key = pending.pop(fut)
+                store.write(key, fut.result())  # a KeyboardInterrupt raised in a worker re-raises here
+                counts["ran"] += 1
+                if bar is not None:
+                    bar.update(1)
+            for key, payload in it:
+                pending[executor.submit(_call, fn, payload)] = key
+                if len(pending) >= window:
+                    break
+    except BaseException:
+        # interrupted (or the store failed): drop what is queued and stop the workers now --
+        # whatever they are computing would be discarded anyway, and numba kernels only notice
+        # a Ctrl-C when they return. Records already written stay intact.
+        processes = list((getattr(executor, "_processes", None) or {}).values())
+        executor.shutdown(wait=False, cancel_futures=True)
+        for proc in processes:
+            try:
+                proc.terminate()
+            except Exception:  # pragma: no cover - already gone
+                pass
+        raise
+    executor.shutdown(wait=True)
+

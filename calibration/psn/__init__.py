@@ -1,0 +1,40 @@
+"""PSN-IRT (neural 4PL) in numpy/numba with a scoped last-layer Laplace posterior (seed 002).
+
+* :class:`PSNCalibrator` -- fit / to_item_bank (scikit-learn contract).
+* ``network``: :class:`PSNNetwork` (embedding tables, hand-derived backpropagation), :class:`Adam`
+  (torch semantics, coupled weight decay, exact lazy table updates), :func:`fit_network`.
+* ``laplace``: :class:`ReadoutPosterior`, ability / item-branch posteriors, evidence tuning.
+* ``report``: :func:`calibration_report` (held-out NLL / ECE, reliability diagrams).
+"""
+
+from calibration.psn.calibrator import PSNCalibrator
+from calibration.psn.laplace import (
+    CURVATURES,
+    ReadoutPosterior,
+    fit_ability_posterior,
+    fit_item_posterior,
+    laplace_from_network,
+    p_ahead,
+    tune_prior_precision,
+)
+from calibration.psn.network import Adam, PSNNetwork, TrainingHistory, fit_network
+from calibration.psn.report import CalibrationReport, calibration_report, expected_calibration_error, reliability_diagram
+
+__all__ = [
+    "CURVATURES",
+    "Adam",
+    "CalibrationReport",
+    "PSNCalibrator",
+    "PSNNetwork",
+    "ReadoutPosterior",
+    "TrainingHistory",
+    "calibration_report",
+    "expected_calibration_error",
+    "fit_ability_posterior",
+    "fit_item_posterior",
+    "fit_network",
+    "laplace_from_network",
+    "p_ahead",
+    "reliability_diagram",
+    "tune_prior_precision",
+]
