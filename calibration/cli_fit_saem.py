@@ -42,7 +42,7 @@ def build(args):
     return LaRTSAEMCalibrator(
         max_iter=args.max_iter, n_burnin=args.burnin, tol=args.tol, cot_offset=args.cot_offset,
         censor_at=args.censor_at, b_prior_sd=(args.b_prior_sd or None), sampler=args.sampler,
-        rng=args.seed, progress=args.progress,
+        rng=0 if args.seed is None else args.seed, progress=args.progress,
     )
 
 
