@@ -34,10 +34,15 @@ from numba import njit, prange
 from numba.core import types
 from numba.extending import intrinsic
 
-_OPTS = dict(cache=True, fastmath=True, nogil=True, error_model="numpy")
+# cache=False on purpose: with fastmath reductions, numba's cached machine code and a fresh compile
+# of the same kernel sum in different orders (seen here: numba 0.68, LLVM reassociation), so a fit
+# gave different iterates on its first run (fresh) than on later runs (cached) - a few ulps that
+# SQUAREM amplifies along flat directions of the loss. Compiling in every process (~4-5 s once)
+# keeps a fit bit-for-bit reproducible across runs, processes and audit workers.
+_OPTS = dict(cache=False, fastmath=True, nogil=True, error_model="numpy")
 # the polynomial helpers must not be reassociated (that would undo the Cody-Waite split); they are
 # compiled with these flags and inlined by LLVM, keeping their own flags inside fastmath loops
-_EXACT_OPTS = dict(cache=True, nogil=True, error_model="numpy", fastmath={"nnan", "ninf", "nsz", "contract"})
+_EXACT_OPTS = dict(cache=False, nogil=True, error_model="numpy", fastmath={"nnan", "ninf", "nsz", "contract"})
 
 
 @intrinsic
