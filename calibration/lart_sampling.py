@@ -298,7 +298,6 @@ def _psi_grad(y, L, l, u):
 
 
 def _psi(x, L, l, u, mu):
-    d = u.shape[0]
     x = np.append(x, 0.0)
     mu = np.append(mu, 0.0)
     c = L @ x

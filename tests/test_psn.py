@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import math
 from pathlib import Path
 
@@ -26,7 +25,7 @@ from calibration.psn import (
     tune_prior_precision,
 )
 from calibration.psn import _kernels as K
-from calibration.psn.network import PARAM_NAMES, Adam
+from calibration.psn.network import PARAM_NAMES
 from calibration.psn.laplace import ReadoutPosterior, cell_curvature
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "psn_irt" / "percent_0.7.csv.gz"

@@ -262,3 +262,17 @@ def summarize(ds, dim: str = "replication"):
     res = xr.Dataset(out, coords=coords, attrs=dict(ds.attrs))
     res.attrs["summarized_over"] = dim
     return res
+
+
+def method_cell_tasks(replications: int, specs, sizes, methods, options: dict, shared: dict) -> list:
+    """One (key, payload) task per replication x ability x sample size x method cell: the grid
+    shared by the recovery and short-form audits. ``shared`` holds the payload common to all."""
+    tasks = []
+    for r in range(replications):
+        for spec in specs:
+            for n in sizes:
+                for name, fn in methods:
+                    key = {"replication": r, "method": name, "n_subjects": n, "ability": spec.label}
+                    tasks.append((key, {**shared, "replication": r, "n_subjects": n, "ability": spec,
+                                        "method": name, "fit": fn, "options": options[name]}))
+    return tasks

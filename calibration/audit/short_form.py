@@ -29,6 +29,7 @@ from calibration.audit._common import (
     bank_fingerprint,
     check_replications,
     error_text,
+    method_cell_tasks,
     open_store,
     parse_abilities,
     positive_ints,
@@ -191,17 +192,10 @@ def short_form_audit(
     layout = {"cell_dims": {"method": names, "n_subjects": ns, "ability": [s.label for s in specs]},
               "record_dims": {"form": [label for label, _ in forms]}, "replications": reps}
     store, seed = open_store("short-form", out, config, layout, rng)
-    tasks = []
-    for r in range(reps):
-        for spec in specs:
-            for n in ns:
-                for name, fn in methods:
-                    key = {"replication": r, "method": name, "n_subjects": n, "ability": spec.label}
-                    tasks.append((key, {
-                        "truth": truth, "cot_offset": cot_offset, "entropy": seed, "replication": r,
-                        "n_subjects": n, "ability": spec, "ability_sample": sample, "method": name, "fit": fn,
-                        "options": options[name], "forms": forms, "n_heldout": n_held[0], "n_random": n_rand[0],
-                    }))
+    tasks = method_cell_tasks(reps, specs, ns, methods, options, {
+        "truth": truth, "cot_offset": cot_offset, "entropy": seed, "ability_sample": sample,
+        "forms": forms, "n_heldout": n_held[0], "n_random": n_rand[0],
+    })
     run_tasks(tasks, _short_form_task, store, n_workers=n_workers, progress=progress, desc="short-form audit")
     ds = store.load()
     ds.attrs.update({"bank_id": bank.bank_id, "response_model": truth.response_model, "n_heldout": n_held[0]})
