@@ -63,39 +63,38 @@ def _probit_params(a, b) -> ItemParams:
     return ItemParams("lart", a=a, b=b, omega=np.zeros(j), phi=np.ones(j), lam=np.ones(j), rho=0.0)
 
 
-def _converged(cal, caught) -> bool:
-    flag = bool(getattr(cal, "converged_", True))
-    return flag and not any(issubclass(w.category, ConvergenceWarning) for w in caught)
+def _fitted(calibrator_class, data, rng, options):
+    """Fit ``calibrator_class(**options)`` quietly; returns (calibrator, converged).
+
+    Converged means the calibrator says so and emitted no ConvergenceWarning on the way.
+    """
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ConvergenceWarning)
+        cal = calibrator_class(**{"progress": False, **options, "rng": rng}).fit(data)
+    converged = bool(getattr(cal, "converged_", True)) and not any(
+        issubclass(w.category, ConvergenceWarning) for w in caught
+    )
+    return cal, converged
 
 
 def fit_cbmm(data, rng, **options) -> Fit:
     """cBMM 2PL calibration (MATH.md 2); reported scale: standardised over the subjects."""
     from calibration.cbmm import CBMMCalibrator
 
-    options = {"progress": False, **options, "rng": rng}
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always", ConvergenceWarning)
-        cal = CBMMCalibrator(**options).fit(data)
+    cal, converged = _fitted(CBMMCalibrator, data, rng, options)
     return Fit(theta=np.asarray(cal.theta_, dtype=float), params=ItemParams("2pl", a=cal.a_, b=cal.b_),
-               converged=_converged(cal, caught), n_iter=int(cal.n_iter_))
+               converged=converged, n_iter=int(cal.n_iter_))
 
 
 def fit_saem(data, rng, **options) -> Fit:
     """LaRT SAEM calibration (MATH.md 1.4) with CoT lengths; MAP abilities with posterior SDs."""
     from calibration.lart_saem import LaRTSAEMCalibrator
 
-    options = {"progress": False, **options, "rng": rng}
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always", ConvergenceWarning)
-        cal = LaRTSAEMCalibrator(**options).fit(data)
-    if cal.omega_ is None:
-        params = _probit_params(cal.a_, cal.b_)
-        has_cot = False
-    else:
-        params = cal.params_
-        has_cot = True
+    cal, converged = _fitted(LaRTSAEMCalibrator, data, rng, options)
+    has_cot = cal.omega_ is not None
+    params = cal.params_ if has_cot else _probit_params(cal.a_, cal.b_)
     return Fit(theta=np.asarray(cal.theta_, dtype=float), params=params, theta_sd=np.asarray(cal.theta_sd_, dtype=float),
-               has_cot=has_cot, converged=_converged(cal, caught), n_iter=int(cal.n_iter_))
+               has_cot=has_cot, converged=converged, n_iter=int(cal.n_iter_))
 
 
 def fit_saem_irt(data, rng, **options) -> Fit:
@@ -107,16 +106,11 @@ def fit_psn(data, rng, **options) -> Fit:
     """PSN-IRT 4PL (MATH.md 3); abilities standardised over the subjects as the bank export does."""
     from calibration.psn import PSNCalibrator
 
-    options = {"progress": False, **options, "rng": rng}
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always", ConvergenceWarning)
-        cal = PSNCalibrator(**options).fit(data)
-    post = cal.theta_posterior(standardize=True)
-    theta = np.asarray(cal.theta_, dtype=float)
-    sd = float(theta.std())
-    theta = (theta - theta.mean()) / (sd if sd > 0 else 1.0)
+    cal, converged = _fitted(PSNCalibrator, data, rng, options)
+    post = cal.theta_posterior(standardize=True)  # its location / scale are the bank export's
+    theta = (np.asarray(cal.theta_, dtype=float) - post["location"]) / post["scale"]
     return Fit(theta=theta, params=cal.item_params(standardize=True), theta_sd=np.asarray(post["sd"], dtype=float),
-               converged=_converged(cal, caught), n_iter=int(cal.n_iter_))
+               converged=converged, n_iter=int(cal.n_iter_))
 
 
 METHODS = {"cbmm": fit_cbmm, "saem": fit_saem, "saem-irt": fit_saem_irt, "psn": fit_psn}
