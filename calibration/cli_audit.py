@@ -69,17 +69,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _write_dataset(ds, path: Path) -> None:
-    import os
-    import tempfile
+    from catengine.atomic import atomic_output
 
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".nc", dir=path.parent)
-    os.close(fd)
-    try:
+    with atomic_output(path) as tmp:
         ds.to_netcdf(tmp, engine="netcdf4")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def run(args: argparse.Namespace) -> int:

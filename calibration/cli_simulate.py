@@ -11,9 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
-import tempfile
 from pathlib import Path
 
 ABILITY_CHOICES = ("normal", "skew-normal", "bimodal", "student-t")
@@ -32,15 +30,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _write_jsonl(data, path: Path) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as fh:
-            for row in data.to_long(drop_missing=True):
-                fh.write(json.dumps(row) + "\n")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    from catengine.atomic import atomic_output
+
+    with atomic_output(path) as tmp, open(tmp, "w") as fh:
+        for row in data.to_long(drop_missing=True):
+            fh.write(json.dumps(row) + "\n")
 
 
 def run(args) -> int:

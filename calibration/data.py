@@ -21,12 +21,13 @@ import io
 import json
 import math
 import os
-import tempfile
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+
+from catengine.atomic import atomic_output
 
 MISSING = -1
 
@@ -736,15 +737,8 @@ class ResponseData:
         if not overwrite and path.exists():
             raise FileExistsError(f"{path} exists (pass overwrite=True to replace it)")
         ds = self.to_dataset(attrs=attrs)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-        os.close(fd)
-        try:
+        with atomic_output(path) as tmp:
             ds.to_netcdf(tmp, engine="netcdf4", format="NETCDF4")
-            os.replace(tmp, path)
-        except BaseException:
-            if os.path.exists(tmp):
-                os.remove(tmp)
-            raise
         return path
 
     def to_wide_csv(self, accuracy_csv, cot_csv=None) -> None:

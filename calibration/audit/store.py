@@ -21,28 +21,18 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
-import tempfile
 from pathlib import Path
 
 import numpy as np
+
+from catengine.atomic import atomic_output
 
 __all__ = ["MemoryStore", "ResultStore", "StoreMismatchError", "assemble", "record_name"]
 
 MANIFEST = "audit.json"
 RECORDS = "records"
 _UNSAFE = re.compile(r"[^A-Za-z0-9._=+-]+")
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
-#: mode of written files: what open() would give (mkstemp creates 0600)
-_FILE_MODE = 0o666 & ~_umask()
 
 
 class StoreMismatchError(ValueError):
@@ -164,18 +154,8 @@ class ResultStore(_BaseStore):
         path = self.path_for(key)
         record = record.copy()
         record.attrs["key"] = _canonical(key)
-        fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".nc", dir=self.records_dir)
-        os.close(fd)
-        try:
+        with atomic_output(path) as tmp:
             record.to_netcdf(tmp, engine="netcdf4")
-            os.chmod(tmp, _FILE_MODE)
-            os.replace(tmp, path)
-        except BaseException:
-            try:
-                os.unlink(tmp)
-            except FileNotFoundError:
-                pass
-            raise
         return path
 
     def _records(self):
@@ -183,8 +163,6 @@ class ResultStore(_BaseStore):
 
         out = []
         for path in sorted(self.records_dir.glob("*.nc")):
-            if path.name.startswith(".tmp-"):
-                continue
             with xr.open_dataset(path, engine="netcdf4") as ds:
                 out.append(ds.load())
         return out
@@ -194,18 +172,8 @@ class ResultStore(_BaseStore):
 
 
 def _atomic_write_text(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".json", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as fh:
-            fh.write(text)
-        os.chmod(tmp, _FILE_MODE)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
+    with atomic_output(path) as tmp:
+        tmp.write_text(text)
 
 
 def assemble(layout: dict, records, *, attrs: dict | None = None):

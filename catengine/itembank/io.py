@@ -2,19 +2,20 @@
 
 Layout: ``<directory>/<bank_id>_v<N>.nc``. Writing goes to a temporary file in the same directory
 and is then hard-linked to its final name, which fails if that name exists, so a version is never
-overwritten even by two writers racing; a crash mid-write leaves only a temporary file behind.
+overwritten even by two writers racing; a failed write leaves nothing behind
+(:func:`catengine.atomic.atomic_output`).
 """
 
 from __future__ import annotations
 
 import os
 import re
-import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
 
 import xarray as xr
 
+from catengine.atomic import atomic_output
 from catengine.errors import ItemBankSchemaError, ItemBankVersionExistsError
 from catengine.itembank.bank import ItemBank
 
@@ -127,21 +128,13 @@ def write_item_bank(bank: ItemBank, directory, *, version: int | None = None) ->
     )
     final = directory / f"{bank.bank_id}_v{new_version}.nc"
     tree = stamped.to_datatree()
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{final.name}.", suffix=".tmp", dir=directory)
-    os.close(fd)
-    tmp = Path(tmp_name)
     try:
-        tree.to_netcdf(tmp, engine="netcdf4", encoding=_encoding(tree))
-        with open(tmp, "rb") as fh:
-            os.fsync(fh.fileno())
-        os.chmod(tmp, 0o444)  # a stored version is read-only for everyone
-        try:
-            os.link(tmp, final)  # atomic, and fails instead of overwriting
-        except FileExistsError:
-            raise ItemBankVersionExistsError(f"{final} already exists; bank versions are never overwritten") from None
-        _fsync_dir(directory)
-    finally:
-        tmp.unlink(missing_ok=True)
+        # read-only for everyone; linked into place, which refuses to overwrite
+        with atomic_output(final, overwrite=False, mode=0o444, fsync=True) as tmp:
+            tree.to_netcdf(tmp, engine="netcdf4", encoding=_encoding(tree))
+    except FileExistsError:
+        raise ItemBankVersionExistsError(f"{final} already exists; bank versions are never overwritten") from None
+    _fsync_dir(directory)
     return final
 
 
