@@ -12,6 +12,18 @@ import argparse
 REFERENCE_SEED = 3407  # the reference train.py's seed
 
 
+def _temperature(text: str):
+    if text == "mean-loss":
+        return text
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive number or 'mean-loss', got {text!r}") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a positive finite number or 'mean-loss', got {text!r}")
+    return value
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     g = parser.add_argument_group("PSN-IRT options")
     g.add_argument("--epochs", type=int, default=30, help="training epochs (default 30)")
@@ -25,7 +37,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--patience", type=int, default=4, help="early-stopping patience in epochs (default 4)")
     g.add_argument("--prior-precision", type=float, default=1.0, help="Laplace prior precision delta (default 1.0)")
     g.add_argument("--tune-prior-precision", action="store_true", help="maximise the Laplace evidence over delta")
-    g.add_argument("--temperature", type=float, default=1.0, help="Laplace likelihood temperature T: H = GGN / T + delta I (default 1)")
+    g.add_argument("--temperature", type=_temperature, default=1.0, metavar="T",
+                   help="Laplace likelihood temperature: H = GGN / T + delta I (default 1); 'mean-loss' sets T = number "
+                        "of observed cells (the Laplace of the mean training loss, seed 002's setting)")
     g.add_argument("--curvature", choices=("fisher", "logistic", "exact"), default="fisher", help="Laplace curvature (default fisher)")
     g.add_argument("--float64", action="store_true", help="train in float64 (default float32, as torch)")
     g.add_argument("--native-scale", action="store_true", help="keep the network's theta scale (default: standardise)")

@@ -423,6 +423,21 @@ def test_temperature_tempers_the_likelihood():
         post.with_temperature(0.0)
 
 
+def test_mean_loss_posterior_does_not_narrow_with_more_cells():
+    # Seed 002 reports that its a-and-b miscalibration was "unaffected by a 10x increase in fitting
+    # data": true of the Laplace of the *mean* loss (T = number of cells), not of the summed one.
+    pb = _readout_problem(seed=9)
+    s, j, y = pb["cells"]
+    tenfold = (np.tile(s, 10), np.tile(j, 10), np.tile(y, 10))
+    item_params = (pb["beta"], pb["a"], pb["c"], pb["d"])
+    one = fit_ability_posterior(pb["U"], pb["wt"], item_params, pb["cells"], temperature=float(s.size))
+    ten = fit_ability_posterior(pb["U"], pb["wt"], item_params, tenfold, temperature=float(10 * s.size))
+    np.testing.assert_allclose(ten.covariance(), one.covariance(), rtol=1e-10)
+    plain_one = fit_ability_posterior(pb["U"], pb["wt"], item_params, pb["cells"])
+    plain_ten = fit_ability_posterior(pb["U"], pb["wt"], item_params, tenfold)
+    assert np.all(plain_ten.marginal_variance() < 0.5 * plain_one.marginal_variance())  # 0.1x less the prior
+
+
 def test_p_ahead_against_draws():
     rng = np.random.default_rng(6)
     A = rng.normal(0, 1, (4, 4))
@@ -478,6 +493,26 @@ def test_fit_sets_attributes(fitted):
     assert cal.subject_ids_ == data.subject_ids and cal.responses_sha256_ == data.sha256()
     # larger theta = more able (orientation fixed after training)
     assert stats.kendalltau(cal.theta_, (data.correct == 1).mean(axis=1)).statistic > 0.5
+
+
+def test_mean_loss_temperature_option():
+    data, _ = _sim(N=12, J=40, seed=5)
+    settings = dict(max_epochs=2, hidden_dim=8, embedding_dim=8, rng=2)
+    plain = PSNCalibrator(**settings).fit(data)
+    mean_loss = PSNCalibrator(temperature="mean-loss", **settings).fit(data)
+    n_cells = int((data.correct >= 0).sum())
+    assert plain.temperature_ == 1.0 and mean_loss.temperature_ == float(n_cells)
+    np.testing.assert_allclose(mean_loss.theta_, plain.theta_)  # same training; only the posterior differs
+    np.testing.assert_allclose(mean_loss.ability_posterior_.covariance(),
+                               plain.ability_posterior_.with_temperature(n_cells).covariance(), rtol=1e-10)
+    np.testing.assert_allclose(mean_loss.item_posterior_.marginal_sd(),
+                               plain.item_posterior_.with_temperature(n_cells).marginal_sd(), rtol=1e-10)
+    bank = mean_loss.to_item_bank("mean_loss")
+    assert bank.posterior.attrs["temperature"] == float(n_cells)
+    assert bank.calibration_settings["temperature"] == "mean-loss"
+    for bad in ("mean", "hot", -1.0, 0.0):
+        with pytest.raises(ValueError, match="temperature"):
+            PSNCalibrator(temperature=bad, **settings).fit(data)
 
 
 def test_item_bank_export_round_trip(fitted, tmp_path):
@@ -585,6 +620,14 @@ def test_cli_fit_writes_bank(tmp_path, capsys):
     bank = open_item_bank(path)
     assert bank.bank_id == "cli_psn" and bank.n_items == 30 and "b_sd" in bank.items
     assert bank.subjects["p_ahead"].shape == (8, 8)
+    assert main(["fit", "--method", "psn", "--responses", str(csv_path), "--bank-id", "cli_psn_mean", "--out",
+                 str(tmp_path / "banks"), "--epochs", "1", "--hidden-dim", "4", "--embedding-dim", "4",
+                 "--no-progress", "--temperature", "mean-loss"]) == 0
+    bank = open_item_bank(Path(capsys.readouterr().out.strip()))
+    assert bank.posterior.attrs["temperature"] == float((data.correct >= 0).sum())
+    with pytest.raises(SystemExit):
+        main(["fit", "--method", "psn", "--responses", str(csv_path), "--bank-id", "x", "--temperature", "warm"])
+    assert "expected a positive number or 'mean-loss', got 'warm'" in capsys.readouterr().err
 
 
 def test_calibration_cli_entry_point(tmp_path, capsys):
@@ -615,7 +658,7 @@ def test_recovery_paper_4pl_design():
     c ~ U(0, .25), d ~ U(.85, 1)) carries little information per item at N = 50 -- even the
     sufficient-statistic-like proportion correct reaches only tau ~ 0.55 -- so tau >= 0.9 is out
     of reach for any estimator; require PSN to match that benchmark within 0.05 instead (the
-    tau >= 0.9 case is the high-information test below). ``ordered_asymptotes``: with the reference
+    tau >= 0.9 case is ``test_recovery_informative_design``). ``ordered_asymptotes``: with the reference
     head d starts at c (both sigmoid(0)), the 4PL is flat and on this weak-signal design training
     stalls at theta = 0 (documented in the report).
     """
@@ -631,29 +674,43 @@ def test_recovery_paper_4pl_design():
     assert tau_beta >= tau_pc - 0.05
 
 
-@pytest.mark.slow
-def test_recovery_high_information_design():
-    """N = 50, J = 2000 with informative items (a ~ U(1, 2), intercepts N(0, 3^2), c <= .05, d >= .95).
+def _grid_posterior_mean_difficulty(Y, theta, a, c, d, grid=np.linspace(-6, 6, 481)):
+    """Each item's beta by brute force: posterior mean on a grid (flat prior) given the TRUE theta,
+    a, c, d -- an oracle no estimator of beta from these responses can beat by much."""
+    P = c[:, None, None] + (d - c)[:, None, None] / (1 + np.exp(-a[:, None, None] * (theta[None, :, None] - grid)))
+    ll = np.where(Y.T[:, :, None] == 1, np.log(P), np.log1p(-P)).sum(axis=1)
+    w = np.exp(ll - ll.max(axis=1, keepdims=True))
+    return (w * grid).sum(axis=1) / w.sum(axis=1)
 
-    theta: Kendall tau >= 0.9. Difficulty: with 50 binary responses per item the ranks of 2000
-    items are tie-limited -- the proportion correct reaches tau ~ 0.89 here and at most ~ 0.92 over
-    the designs we tried; PSN reached 0.85-0.88 over three seeds -- so require tau >= 0.83 and
-    within 0.05 of the proportion correct.
+
+@pytest.mark.slow
+def test_recovery_informative_design():
+    """N = 50 LLMs x J = 2000 items: Kendall tau >= 0.9 for the ranks of theta AND of difficulty.
+
+    With 50 binary answers per item a difficulty rank is at the information limit: items whose
+    difficulty falls between the same two abilities cannot be told apart, and on realistic
+    designs (item parameters resampled from the PSN-IRT repository's fit, or a ~ U(1, 2.5)) even
+    the grid oracle below reaches only tau 0.63-0.89 (measured while choosing this design). So
+    this design makes the items informative -- abilities spread like the difficulties, steep
+    slopes a ~ U(4, 8), asymptotes c <= .05, d >= .95 -- where the oracle reaches ~0.93 and the
+    threshold is attainable; PSN must also stay within 0.03 of that oracle. Over 3 data seeds x 2
+    training seeds PSN gave tau(difficulty) 0.904-0.915 against the oracle's 0.924-0.929, and
+    tau(theta) 0.969-0.980.
     """
     from calibration.simulate import simulate_responses
     from catengine.models.params import ItemParams
 
-    g = np.random.default_rng(5)
-    theta = g.normal(0, 1, 50)
-    a = g.uniform(1, 2, 2000)
-    b = g.normal(0, 3, 2000)
-    params = ItemParams("4pl", a=a, b=b, c=g.uniform(0, 0.05, 2000), d=g.uniform(0.95, 1, 2000))
-    data = simulate_responses(params, theta, rng=g)
+    g = np.random.default_rng(401)
+    theta = g.uniform(-3, 3, 50)
+    beta = g.uniform(-2.5, 2.5, 2000)
+    a, c, d = g.uniform(4, 8, 2000), g.uniform(0, 0.05, 2000), g.uniform(0.95, 1, 2000)
+    data = simulate_responses(ItemParams("4pl", a=a, b=-a * beta, c=c, d=d), theta, rng=g)
     cal = PSNCalibrator(rng=1).fit(data)
     assert stats.kendalltau(cal.theta_, theta).statistic >= 0.9
-    tau_beta = stats.kendalltau(cal.beta_, -b / a).statistic
-    tau_pc = stats.kendalltau(-(data.correct == 1).mean(axis=0), -b / a).statistic
-    assert tau_beta >= 0.83 and tau_beta >= tau_pc - 0.05
+    tau_beta = stats.kendalltau(cal.beta_, beta).statistic
+    tau_oracle = stats.kendalltau(_grid_posterior_mean_difficulty(data.correct, theta, a, c, d), beta).statistic
+    assert tau_beta >= 0.9
+    assert tau_beta >= tau_oracle - 0.03
 
 
 @pytest.mark.slow

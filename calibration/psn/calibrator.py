@@ -31,6 +31,7 @@ from calibration.psn.laplace import CURVATURES, fit_item_posterior, laplace_from
 from calibration.psn.network import A, BETA, PSNNetwork, fit_network
 
 Z95 = 1.959963984540054
+MEAN_LOSS = "mean-loss"  # temperature = number of observed cells
 
 
 def _pos_int(name, value):
@@ -65,8 +66,13 @@ class PSNCalibrator(BaseCalibrator):
     prior_precision : delta of the Laplace prior Normal(0, I / delta) on the readout weights.
     tune_prior_precision : maximise the Laplace evidence over delta (per branch) instead.
     curvature : "fisher" (default), "logistic" or "exact" (see ``calibration.psn.laplace``).
-    temperature : likelihood tempering of the Laplace posterior, H = GGN / T + delta I (default 1:
-        the plain posterior; T = number of cells gives the Laplace of the mean training loss).
+    temperature : likelihood tempering of the Laplace posterior, H = GGN / T + delta I. Default 1:
+        the plain posterior of the readout given every observed cell (MATH.md section 3). The
+        string ``"mean-loss"`` sets T = number of observed cells, the Laplace approximation of the
+        *mean* training loss; this is the setting under which seed 002's calibration table and
+        its "2 of 66 pairs separated" reproduce (its posterior does not narrow as more cells are
+        added, as the paper reports). See ``benchmarks/psn_laplace.py`` and the README
+        ("How wide is the PSN posterior?") for what each choice means.
     dtype : "float32" (default: torch's precision, faster) or "float64" training arithmetic.
     rng : seed / Generator for initialisation, shuffling and the validation split.
     progress : show a tqdm progress bar.
@@ -77,7 +83,8 @@ class PSNCalibrator(BaseCalibrator):
     run), ``converged_``, ``validation_index_`` (positions in ``cells_`` of the validation cells),
     ``orientation_`` (-1 if the trained network was mirrored so that larger
     theta means more able), ``loss_curve_``, ``validation_loss_curve_``, ``subject_ids_``,
-    ``item_ids_``, ``responses_sha256_``, ``fit_seconds_``.
+    ``item_ids_``, ``responses_sha256_``, ``fit_seconds_``, ``temperature_`` (the Laplace
+    temperature used, a number).
     """
 
     method_name = "psn-laplace"
@@ -98,7 +105,7 @@ class PSNCalibrator(BaseCalibrator):
         prior_precision: float = 1.0,
         tune_prior_precision: bool = False,
         curvature: str = "fisher",
-        temperature: float = 1.0,
+        temperature: float | str = 1.0,
         dtype: str = "float32",
         rng=None,
         progress: bool = False,
@@ -129,7 +136,10 @@ class PSNCalibrator(BaseCalibrator):
         _pos_float("weight_decay", self.weight_decay, allow_zero=True)
         _pos_float("min_delta", self.min_delta, allow_zero=True)
         _pos_float("prior_precision", self.prior_precision)
-        _pos_float("temperature", self.temperature)
+        if not (isinstance(self.temperature, str) and self.temperature == MEAN_LOSS):
+            if isinstance(self.temperature, str):
+                raise ValueError(f"temperature must be a positive number or {MEAN_LOSS!r}, got {self.temperature!r}")
+            _pos_float("temperature", self.temperature)
         vf = self.validation_fraction
         if isinstance(vf, bool) or not isinstance(vf, (int, float, np.floating, np.integer)) or not 0.0 <= float(vf) < 1.0:
             raise ValueError(f"validation_fraction must lie in [0, 1), got {vf!r}")
@@ -228,13 +238,14 @@ class PSNCalibrator(BaseCalibrator):
                 ConvergenceWarning,
                 stacklevel=2,
             )
+        self.temperature_ = float(subj.size) if self.temperature == MEAN_LOSS else float(self.temperature)
         self.ability_posterior_, self.item_posterior_ = laplace_from_network(
             net,
             self._cells,
             prior_precision=float(self.prior_precision),
             curvature=self.curvature,
             tune=bool(self.tune_prior_precision),
-            temperature=float(self.temperature),
+            temperature=self.temperature_,
         )
         self._joint_ab = None
         self._fitted = True
