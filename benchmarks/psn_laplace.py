@@ -12,7 +12,17 @@ Prints, side by side with the paper / the reference PyTorch run:
    apparent protocol (cells of test.csv, whose responses are also in the training matrix), plus a
    sensitivity sweep that widens the posterior (likelihood temperature T);
 5. the top-n subset experiment (n = 50 ... 1000): Kendall tau between the subset ranking and the
-   full-item ranking for point vs posterior-expected information selection vs random.
+   full-item ranking for point vs posterior-expected information selection vs random;
+6. which Laplace scaling the paper used: the table again with the posterior fitted on 10% of the
+   cells (the paper: "unaffected by a 10x increase in fitting data" -- true of the Laplace of the
+   mean loss, temperature="mean-loss", not of the plain summed one), and the separated-pair count
+   with and without the posterior covariance;
+7. how wide the ability posterior should be: abilities refitted with another training seed and on
+   two disjoint halves of the items, their differences in units of the posterior SD (z; an honest
+   posterior gives RMS z ~ 1) for the plain posterior and for temperature="mean-loss";
+8. the same questions against the truth, on simulated 4PL data (N = 30, J = 1000, three seeds):
+   the share of confidently ordered pairs (P > 0.95 or < 0.05) in the wrong order at T = 1, and
+   RMS z of the abilities against the true ones with temperature="split-half".
 
 Usage: python benchmarks/psn_laplace.py [--epochs 30] [--seed 3407] [--quick]
 The numbers depend on the machine's load (timings) and on the seed (everything else).
@@ -30,7 +40,10 @@ import numpy as np
 from scipy import optimize, stats
 
 from calibration.data import ResponseData
-from calibration.psn import PSNCalibrator, calibration_report, p_ahead
+from calibration.psn import PSNCalibrator, calibration_report, fit_item_posterior, p_ahead
+from calibration.psn.laplace import laplace_from_network
+from calibration.psn.network import A, BETA
+from calibration.psn.replication import compare_ability_fits, split_half_check
 from catengine.models import logistic
 from catengine.models.expected_information import expected_information
 from catengine.models.params import ItemParams
@@ -121,6 +134,106 @@ def calib_table(cal, cells, title, rng_seed=1):
         pe, pn = PAPER_CALIBRATION[r["configuration"]]
         print(f"{r['configuration']:<12} {r['ece']:>7.3f} {r['nll']:>7.3f}   {pe:.3f} / {pn:.3f}")
     return rep
+
+
+def n_separated(mean, cov, *, use_covariance=True):
+    if not use_covariance:
+        cov = np.diag(np.diag(cov))
+    pa = p_ahead(mean, cov)
+    return int(np.sum(np.triu((pa > 0.95) | (pa < 0.05), 1)))
+
+
+def refit_posteriors(cal, cells, temperature):
+    """(ability, b-only, joint a-and-b) Laplace posteriors of the trained network on ``cells``."""
+    net = cal.network_
+    ability, item = laplace_from_network(net, cells, temperature=temperature)
+    joint = fit_item_posterior(net.item_embeddings(), net.item_readout(BETA), cal.theta_, (cal.beta_, cal.a_, cal.c_, cal.d_),
+                               cells, a_readout=net.item_readout(A), temperature=temperature)
+    return ability, item, joint
+
+
+def fitting_data_check(cal, paper_cells, rng):
+    """Section 6: the calibration table with the Laplace fitted on 10% vs all of the cells."""
+    subj, item, y = cal.cells_
+    keep = np.sort(rng.choice(subj.size, subj.size // 10, replace=False))
+    tenth = (subj[keep], item[keep], y[keep])
+    saved = cal.ability_posterior_, cal.item_posterior_, cal._joint_ab
+    print("\n6. Which Laplace scaling did the paper use? (paper: the a-and-b miscalibration was 'unaffected by a 10x increase")
+    print("   in fitting data'.) ECE of 'ab' / 'ability' / 'b' with the Laplace fitted on 10% and on 100% of the cells:")
+    print(f"   {'scaling':<40} {'10% of cells':>22} {'100% of cells':>22}")
+    for label, mean_loss in (("plain (T = 1, summed loss)", False), ("temperature='mean-loss' (T = n cells)", True)):
+        out = []
+        for cells in (tenth, cal.cells_):
+            T = float(cells[0].size) if mean_loss else 1.0
+            cal.ability_posterior_, cal.item_posterior_, cal._joint_ab = refit_posteriors(cal, cells, T)
+            rep = calibration_report(cal, paper_cells, configurations=CONFIGS, n_draws=200, rng=1)  # draws as in section 4
+            ece = {r["configuration"]: r["ece"] for r in rep.rows}
+            out.append(" / ".join(f"{ece[k]:.3f}" for k in ("ab", "ability", "b")))
+        print(f"   {label:<40} {out[0]:>22} {out[1]:>22}")
+    cal.ability_posterior_, cal.item_posterior_, cal._joint_ab = saved
+    th1 = cal.theta_posterior(standardize=False)
+    cal.ability_posterior_ = saved[0].with_temperature(float(saved[0].n_cells))
+    thn = cal.theta_posterior(standardize=False)
+    cal.ability_posterior_ = saved[0]
+    print("   confidently separated pairs of 66 (paper: 2), with the posterior covariance / marginals only:")
+    for label, th in (("plain (T = 1)", th1), ("mean-loss", thn)):
+        print(f"   {label:<40} {n_separated(th['mean'], th['cov']):>3} / {n_separated(th['mean'], th['cov'], use_covariance=False):>3}")
+
+
+def replication_check(cal, Y, settings, paper_cells, seed):
+    """Section 7: refits (another training seed; two disjoint item halves) against the posterior SD."""
+    data = ResponseData.from_arrays(Y)
+    reseeded = PSNCalibrator(**{**settings, "rng": settings["rng"] + 1}).fit(data)
+    halves = split_half_check(PSNCalibrator(**settings), data, rng=seed)
+    half_cells = [int((Y[:, h] >= 0).sum()) for h in halves.item_halves]
+    print("\n7. How wide should the ability posterior be? Abilities refitted, standardised over the 12 LLMs in each fit;")
+    print("   z_i = (theta_i - theta'_i) / sqrt(sd_i^2 + sd'_i^2); an honest posterior gives RMS z ~ 1 (pairs: share of the 66")
+    print("   orders that agree between the two fits, and the share the two posteriors expect to agree)")
+    print(f"   {'refit':<28} {'posterior':<10} {'RMS z':>9} {'max |z|':>9} {'order agrees':>13} {'expected':>9}")
+    rows = [("another training seed", "T = 1", compare_ability_fits(cal, reseeded)),
+            ("another training seed", "mean-loss", compare_ability_fits(cal, reseeded, temperatures=(cal.ability_posterior_.n_cells,) * 2)),
+            ("two halves of the items", "T = 1", halves)]
+    rows.append(("two halves of the items", "mean-loss", compare_ability_fits(*halves.fits, temperatures=half_cells)))
+    for label, post_label, out in rows:
+        print(f"   {label:<28} {post_label:<10} {out.rms_z:9.2f} {out.max_abs_z:9.2f} {out.order_agreement:13.3f} "
+              f"{out.expected_order_agreement:9.3f}")
+    print("   implied temperature (mean z^2 at T = 1; SDs grow like sqrt(T)): "
+          f"{rows[0][2].implied_temperature:.0f} (training seed), {halves.implied_temperature:.0f} (item halves)")
+    T = max(1.0, halves.implied_temperature)  # what PSNCalibrator(temperature="split-half") would use with this split
+    saved = cal.ability_posterior_, cal.item_posterior_, cal._joint_ab
+    cal.ability_posterior_, cal.item_posterior_, cal._joint_ab = (x.with_temperature(T) for x in (saved[0], saved[1], cal.joint_item_posterior()))
+    th = cal.theta_posterior(standardize=False)
+    calib_table(cal, paper_cells, f"   with T = {T:.0f} (split-half): theta SD median {np.median(th['sd']):.3f}, b SD median "
+                f"{np.median(cal.item_posterior_.marginal_sd()):.3f}, separated pairs {n_separated(th['mean'], th['cov'])} "
+                f"(marginals only: {n_separated(th['mean'], th['cov'], use_covariance=False)})")
+    cal.ability_posterior_, cal.item_posterior_, cal._joint_ab = saved
+
+
+def simulated_truth_check(seeds=(1, 2, 3)):
+    """Section 8: p_ahead and split-half SDs against the true abilities of simulated 4PL data."""
+    from calibration.simulate import simulate_responses
+
+    print("\n8. Against the truth: simulated 4PL, N = 30 LLMs x J = 1000 items (theta ~ N(0, 1), beta ~ N(0, 1),")
+    print("   a ~ U(0.8, 2), c ~ U(0, 0.2), d ~ U(0.85, 1)); abilities compared on the standardised scale")
+    print(f"   {'seed':>4} | {'T = 1: pairs called':>19} {'wrong order':>11} | {'split-half T':>12} {'RMS z vs truth':>14} {'at T = 1':>9}")
+    for seed in seeds:
+        g = np.random.default_rng(seed)
+        N, J = 30, 1000
+        theta = g.normal(0, 1, N)
+        beta, a, c, d = g.normal(0, 1, J), g.uniform(0.8, 2, J), g.uniform(0, 0.2, J), g.uniform(0.85, 1, J)
+        data = simulate_responses(ItemParams("4pl", a=a, b=-a * beta, c=c, d=d), theta, rng=g)
+        cal = PSNCalibrator(rng=seed, temperature="split-half").fit(data)
+        truth = (theta - theta.mean()) / theta.std()
+        tempered = cal.theta_posterior()
+        cal.ability_posterior_ = cal.ability_posterior_.with_temperature(1.0)
+        plain = cal.theta_posterior()
+        iu = np.triu_indices(N, 1)
+        pa = p_ahead(plain["mean"], plain["cov"])[iu]
+        called = (pa > 0.95) | (pa < 0.05)
+        wrong = called & ((pa > 0.5) != (theta[:, None] > theta[None, :])[iu])
+        rms = [float(np.sqrt(np.mean(((t["mean"] - truth) / t["sd"]) ** 2))) for t in (tempered, plain)]
+        print(f"   {seed:>4} | {int(called.sum()):>9} of {iu[0].size:<7} {int(wrong.sum()):>11} | {cal.temperature_:>12.1f} "
+              f"{rms[0]:>14.2f} {rms[1]:>9.2f}")
 
 
 def main(argv=None) -> int:
@@ -236,6 +349,13 @@ def main(argv=None) -> int:
             print(f"   {n:>5} | {r[0]:9.3f} {r[1]:6.3f} | {r[2]:8.3f} {r[3]:6.3f} | {r[4]:8.3f} {r[5]:6.3f} | {overlap:7.2f} | "
                   f"{pp[0]:.3f}/{pp[1]:.3f}, {pp[2]:.3f}/{pp[3]:.3f}")
     cal.item_posterior_ = i0
+
+    # ---------------------------------------------------------------- 6-7. which posterior width
+    fitting_data_check(cal, paper_cells, np.random.default_rng(2))
+    if not args.quick:
+        settings = dict(max_epochs=epochs, rng=args.seed, dtype=dtype, ordered_asymptotes=False)
+        replication_check(cal, Y, settings, paper_cells, seed=3)
+        simulated_truth_check()
     return 0
 
 

@@ -13,14 +13,14 @@ REFERENCE_SEED = 3407  # the reference train.py's seed
 
 
 def _temperature(text: str):
-    if text == "mean-loss":
+    if text in ("mean-loss", "split-half"):
         return text
     try:
         value = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive number or 'mean-loss', got {text!r}") from None
+        raise argparse.ArgumentTypeError(f"expected a positive number, 'split-half' or 'mean-loss', got {text!r}") from None
     if not value > 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"expected a positive finite number or 'mean-loss', got {text!r}")
+        raise argparse.ArgumentTypeError(f"expected a positive finite number, 'split-half' or 'mean-loss', got {text!r}")
     return value
 
 
@@ -38,8 +38,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--prior-precision", type=float, default=1.0, help="Laplace prior precision delta (default 1.0)")
     g.add_argument("--tune-prior-precision", action="store_true", help="maximise the Laplace evidence over delta")
     g.add_argument("--temperature", type=_temperature, default=1.0, metavar="T",
-                   help="Laplace likelihood temperature: H = GGN / T + delta I (default 1); 'mean-loss' sets T = number "
-                        "of observed cells (the Laplace of the mean training loss, seed 002's setting)")
+                   help="Laplace likelihood temperature: H = GGN / T + delta I (default 1); 'split-half' fits two item "
+                        "halves and sets T so that the ability SDs match how far the halves disagree; 'mean-loss' sets "
+                        "T = number of observed cells (the Laplace of the mean training loss, seed 002's setting)")
     g.add_argument("--curvature", choices=("fisher", "logistic", "exact"), default="fisher", help="Laplace curvature (default fisher)")
     g.add_argument("--float64", action="store_true", help="train in float64 (default float32, as torch)")
     g.add_argument("--native-scale", action="store_true", help="keep the network's theta scale (default: standardise)")
@@ -64,7 +65,10 @@ def to_bank(cal, args):
 
 
 def summary(cal, data) -> str:
-    return (
+    text = (
         f"PSN-IRT: {data.n_subjects} subjects x {data.n_items} items, {cal.n_iter_} epochs in {cal.fit_seconds_:.1f} s "
-        f"(final loss {cal.loss_curve_[-1]:.4f})"
+        f"(final loss {cal.loss_curve_[-1]:.4f}); Laplace temperature {cal.temperature_:.4g}"
     )
+    if cal.split_half_ is not None:
+        text += f"\nsplit-half check at T = 1: {cal.split_half_.summary()}"
+    return text

@@ -510,9 +510,30 @@ def test_mean_loss_temperature_option():
     bank = mean_loss.to_item_bank("mean_loss")
     assert bank.posterior.attrs["temperature"] == float(n_cells)
     assert bank.calibration_settings["temperature"] == "mean-loss"
+    assert plain.split_half_ is None and bank.posterior.attrs["temperature_setting"] == "mean-loss"
     for bad in ("mean", "hot", -1.0, 0.0):
         with pytest.raises(ValueError, match="temperature"):
             PSNCalibrator(temperature=bad, **settings).fit(data)
+
+
+def test_split_half_temperature_option():
+    from calibration.psn import compare_ability_fits
+
+    data, _ = _sim(N=12, J=40, seed=5)
+    settings = dict(max_epochs=2, hidden_dim=8, embedding_dim=8, rng=2)
+    plain = PSNCalibrator(**settings).fit(data)
+    cal = PSNCalibrator(temperature="split-half", **settings).fit(data)
+    check = cal.split_half_
+    assert cal.temperature_ == max(1.0, check.implied_temperature)
+    np.testing.assert_allclose(cal.theta_, plain.theta_)  # the main fit is unchanged
+    np.testing.assert_allclose(cal.ability_posterior_.covariance(),
+                               plain.ability_posterior_.with_temperature(cal.temperature_).covariance(), rtol=1e-10)
+    # the halves: the calibrator's settings at T = 1, on disjoint item halves
+    assert [f.temperature_ for f in check.fits] == [1.0, 1.0]
+    assert [f.n_items_ for f in check.fits] == [20, 20] and not set(check.item_halves[0]) & set(check.item_halves[1])
+    np.testing.assert_allclose(compare_ability_fits(*check.fits).z, check.z)
+    attrs = cal.to_item_bank("split").posterior.attrs
+    assert attrs["temperature"] == cal.temperature_ and attrs["split_half_rms_z"] == pytest.approx(check.rms_z)
 
 
 def test_item_bank_export_round_trip(fitted, tmp_path):
@@ -627,7 +648,7 @@ def test_cli_fit_writes_bank(tmp_path, capsys):
     assert bank.posterior.attrs["temperature"] == float((data.correct >= 0).sum())
     with pytest.raises(SystemExit):
         main(["fit", "--method", "psn", "--responses", str(csv_path), "--bank-id", "x", "--temperature", "warm"])
-    assert "expected a positive number or 'mean-loss', got 'warm'" in capsys.readouterr().err
+    assert "expected a positive number, 'split-half' or 'mean-loss', got 'warm'" in capsys.readouterr().err
 
 
 def test_calibration_cli_entry_point(tmp_path, capsys):
@@ -643,6 +664,9 @@ def test_calibration_cli_entry_point(tmp_path, capsys):
     out = capsys.readouterr()
     path = Path(out.out.strip())
     assert path.exists() and path.parent.name == "psn_cli" and "PSN-IRT" in out.err
+    rc = main(["fit", "--method", "psn", "--responses", str(nc), "--bank-id", "psn_cli_sh", "--out", str(tmp_path),
+               "--epochs", "1", "--hidden-dim", "4", "--embedding-dim", "4", "--no-progress", "--temperature", "split-half"])
+    assert rc == 0 and "split-half check at T = 1: 6 subjects: RMS z" in capsys.readouterr().err
     rc = main(["fit", "--method", "psn", "--responses", str(tmp_path / "missing.csv"), "--bank-id", "x", "--out", str(tmp_path)])
     assert rc == 2 and "does not exist" in capsys.readouterr().err
 

@@ -5,6 +5,8 @@
   (torch semantics, coupled weight decay, exact lazy table updates), :func:`fit_network`.
 * ``laplace``: :class:`ReadoutPosterior`, ability / item-branch posteriors, evidence tuning.
 * ``report``: :func:`calibration_report` (held-out NLL / ECE, reliability diagrams).
+* ``replication``: :func:`split_half_check`, :func:`compare_ability_fits` (do the ability SDs
+  match how far abilities move when the network is refitted?).
 """
 
 from calibration.psn.calibrator import PSNCalibrator
@@ -18,6 +20,7 @@ from calibration.psn.laplace import (
     tune_prior_precision,
 )
 from calibration.psn.network import Adam, PSNNetwork, TrainingHistory, fit_network
+from calibration.psn.replication import RefitComparison, compare_ability_fits, split_half_check
 from calibration.psn.report import CalibrationReport, calibration_report, expected_calibration_error, reliability_diagram
 
 __all__ = [
@@ -27,8 +30,10 @@ __all__ = [
     "PSNCalibrator",
     "PSNNetwork",
     "ReadoutPosterior",
+    "RefitComparison",
     "TrainingHistory",
     "calibration_report",
+    "compare_ability_fits",
     "expected_calibration_error",
     "fit_ability_posterior",
     "fit_item_posterior",
@@ -36,5 +41,6 @@ __all__ = [
     "laplace_from_network",
     "p_ahead",
     "reliability_diagram",
+    "split_half_check",
     "tune_prior_precision",
 ]

@@ -29,9 +29,12 @@ from calibration.base import BaseCalibrator, ConvergenceWarning
 from calibration.data import ResponseData
 from calibration.psn.laplace import CURVATURES, fit_item_posterior, laplace_from_network, p_ahead
 from calibration.psn.network import A, BETA, PSNNetwork, fit_network
+from calibration.psn.replication import split_half_check
 
 Z95 = 1.959963984540054
 MEAN_LOSS = "mean-loss"  # temperature = number of observed cells
+SPLIT_HALF = "split-half"  # temperature = max(1, mean z^2) of a split-half refit (calibration.psn.replication)
+TEMPERATURE_WORDS = (MEAN_LOSS, SPLIT_HALF)
 
 
 def _pos_int(name, value):
@@ -66,13 +69,24 @@ class PSNCalibrator(BaseCalibrator):
     prior_precision : delta of the Laplace prior Normal(0, I / delta) on the readout weights.
     tune_prior_precision : maximise the Laplace evidence over delta (per branch) instead.
     curvature : "fisher" (default), "logistic" or "exact" (see ``calibration.psn.laplace``).
-    temperature : likelihood tempering of the Laplace posterior, H = GGN / T + delta I. Default 1:
-        the plain posterior of the readout given every observed cell (MATH.md section 3). The
-        string ``"mean-loss"`` sets T = number of observed cells, the Laplace approximation of the
-        *mean* training loss; this is the setting under which seed 002's calibration table and
-        its "2 of 66 pairs separated" reproduce (its posterior does not narrow as more cells are
-        added, as the paper reports). See ``benchmarks/psn_laplace.py`` and the README
-        ("How wide is the PSN posterior?") for what each choice means.
+    temperature : likelihood tempering of the Laplace posterior, H = GGN / T + delta I.
+
+        * 1 (default): the plain posterior of the readout given every observed cell (MATH.md
+          section 3). Its pairwise orders held up against refits and against the truth in our
+          checks, but its SDs are far narrower than the spread of refitted abilities.
+        * ``"split-half"``: refit on two disjoint item halves (two extra fits, each on half the
+          data) and set T = max(1, mean z^2) from :func:`calibration.psn.split_half_check`, so
+          the SDs match how far abilities move between refits; the check is kept in
+          ``split_half_``. A lower bound: a warp of the theta scale shared by both halves is not
+          seen.
+        * ``"mean-loss"``: T = number of observed cells, the Laplace approximation of the *mean*
+          training loss -- the setting under which seed 002's calibration table reproduces (its
+          posterior does not narrow as cells are added, as the paper reports). The prior then
+          dominates and SDs are several times wider than the refit spread.
+        * any positive number.
+
+        See ``benchmarks/psn_laplace.py`` (sections 6-7) and the README ("How wide is the PSN
+        posterior?") for the measurements.
     dtype : "float32" (default: torch's precision, faster) or "float64" training arithmetic.
     rng : seed / Generator for initialisation, shuffling and the validation split.
     progress : show a tqdm progress bar.
@@ -84,7 +98,8 @@ class PSNCalibrator(BaseCalibrator):
     ``orientation_`` (-1 if the trained network was mirrored so that larger
     theta means more able), ``loss_curve_``, ``validation_loss_curve_``, ``subject_ids_``,
     ``item_ids_``, ``responses_sha256_``, ``fit_seconds_``, ``temperature_`` (the Laplace
-    temperature used, a number).
+    temperature used, a number), ``split_half_`` (the :class:`RefitComparison` behind
+    ``temperature="split-half"``, else None).
     """
 
     method_name = "psn-laplace"
@@ -136,9 +151,12 @@ class PSNCalibrator(BaseCalibrator):
         _pos_float("weight_decay", self.weight_decay, allow_zero=True)
         _pos_float("min_delta", self.min_delta, allow_zero=True)
         _pos_float("prior_precision", self.prior_precision)
-        if not (isinstance(self.temperature, str) and self.temperature == MEAN_LOSS):
-            if isinstance(self.temperature, str):
-                raise ValueError(f"temperature must be a positive number or {MEAN_LOSS!r}, got {self.temperature!r}")
+        if isinstance(self.temperature, str):
+            if self.temperature not in TEMPERATURE_WORDS:
+                raise ValueError(
+                    f"temperature must be a positive number, {MEAN_LOSS!r} or {SPLIT_HALF!r}, got {self.temperature!r}"
+                )
+        else:
             _pos_float("temperature", self.temperature)
         vf = self.validation_fraction
         if isinstance(vf, bool) or not isinstance(vf, (int, float, np.floating, np.integer)) or not 0.0 <= float(vf) < 1.0:
@@ -238,7 +256,15 @@ class PSNCalibrator(BaseCalibrator):
                 ConvergenceWarning,
                 stacklevel=2,
             )
-        self.temperature_ = float(subj.size) if self.temperature == MEAN_LOSS else float(self.temperature)
+        self.split_half_ = None
+        if self.temperature == MEAN_LOSS:
+            self.temperature_ = float(subj.size)
+        elif self.temperature == SPLIT_HALF:
+            halves = type(self)(**{**self.get_params(), "temperature": 1.0, "progress": False})
+            self.split_half_ = split_half_check(halves, responses, rng=gen)
+            self.temperature_ = max(1.0, self.split_half_.implied_temperature)
+        else:
+            self.temperature_ = float(self.temperature)
         self.ability_posterior_, self.item_posterior_ = laplace_from_network(
             net,
             self._cells,
@@ -399,12 +425,20 @@ class PSNCalibrator(BaseCalibrator):
                 "prior_tuned": int(bool(ipost.tuned)),
                 "curvature": self.curvature,
                 "temperature": float(ipost.temperature),
+                "temperature_setting": str(self.temperature),
                 "log_evidence_b": float(ipost.log_marginal_likelihood()),
                 "log_evidence_theta": float(apost.log_marginal_likelihood()),
                 "n_cells": int(ipost.n_cells),
                 "features_included": int(bool(include_features)),
             },
         )
+        if self.split_half_ is not None:
+            sh = self.split_half_
+            posterior.attrs.update({
+                "split_half_rms_z": sh.rms_z,  # at T = 1; the temperature used is max(1, rms_z^2)
+                "split_half_order_agreement": sh.order_agreement,
+                "split_half_expected_order_agreement": sh.expected_order_agreement,
+            })
 
         hist = self.history_
         epochs = np.arange(1, self.n_iter_ + 1)

@@ -40,7 +40,9 @@ lambda_k the eigenvalues of the data part of H (computed once, so each evaluatio
 ``temperature`` T (default 1: the plain posterior) tempers the likelihood, H = GGN / T + delta I,
 as laplace-torch's ``temperature``. With every observed cell in the GGN the last-layer posterior is
 very narrow (predictions at its draws equal the MAP's to three decimals on the seed-002 data);
-T = number of cells is the Laplace approximation of the *mean* loss the network was trained on.
+T = number of cells is the Laplace approximation of the *mean* loss the network was trained on
+(seed 002's setting); ``PSNCalibrator(temperature="split-half")`` chooses T from refits instead
+(``calibration.psn.replication``).
 """
 
 from __future__ import annotations
