@@ -291,6 +291,8 @@ def bench_compare(quick: bool) -> None:
 def bench_math500(quick: bool) -> None:
     from scipy.stats import kendalltau
 
+    from calibration.audit.replay import replay_metrics
+
     print("\n== adaptive efficiency on the real MATH500 data (LaRT paper, 158 LLMs x 500 items) ==")
     if not (DATA / "accuracy_math500.csv").exists():
         print(f"skipped: {DATA} is not available")
@@ -347,23 +349,27 @@ def bench_math500(quick: bool) -> None:
     print(f"{'model':<22} {'selection':<24} " + " ".join(f"{'tau@' + str(c):>8}" for c in checkpoints)
           + f" {'|d|@50':>8} {'ms/step':>8}")
     full_by_model = {}
+    honesty = {}
     for mname, (bank, estimator, selectors) in models.items():
         use_cot = estimator.use_cot
-        full = []
+        full, full_sd = [], []
         for i in test_idx:
             s = CATSession(bank, estimator=estimator, stopping=MaxItems(J))
             for j in range(J):
                 s.record(ids[j], int(R[i, j]), float(T[i, j]) if use_cot and not np.isnan(T[i, j]) else None)
             full.append(s.estimate.theta)
-        full = np.array(full)
+            full_sd.append(s.estimate.theta_sd)
+        full, full_sd = np.array(full), np.array(full_sd)
         full_by_model[mname] = full
         for sname, selector in selectors.items():
             reps = n_random if isinstance(selector, RandomSelection) else 1
             taus = {c: [] for c in checkpoints}
+            honest = {c: [] for c in checkpoints}
             dev50 = []
             times = []
             for rep in range(reps):
                 at = {c: [] for c in checkpoints}
+                sd_at = {c: [] for c in checkpoints}
                 for i in test_idx:
                     s = CATSession(bank, selector=selector, estimator=estimator, stopping=MaxItems(max(checkpoints)), rng=rep)
                     while not s.finished:
@@ -374,14 +380,25 @@ def bench_math500(quick: bool) -> None:
                         times.append(time.perf_counter() - t0)
                         if s.n_items in at:
                             at[s.n_items].append(s.estimate.theta)
+                            sd_at[s.n_items].append(s.estimate.theta_sd)
                 for c in checkpoints:
                     taus[c].append(kendalltau(at[c], full).statistic)
+                    honest[c].append(replay_metrics(full, full_sd, np.array(at[c]), np.array(sd_at[c])))
                 dev50.append(np.mean(np.abs(np.array(at[50]) - full)))
             cells = " ".join(f"{np.mean(taus[c]):>8.3f}" for c in checkpoints)
             print(f"{mname:<22} {sname + (f' (x{reps})' if reps > 1 else ''):<24} {cells} {np.mean(dev50):>8.3f} "
                   f"{np.median(times) * 1e3:>8.3f}")
+            honesty[(mname, sname)] = {c: {k: np.mean([h[k] for h in honest[c]]) for k in honest[c][0]} for c in checkpoints}
     both = list(full_by_model.values())
     print(f"Kendall tau between the full-500 LaRT and IRT-only estimates: {kendalltau(both[0], both[1]).statistic:.3f}")
+    print("\nAre the adaptive error bars honest on real LLMs? (calibration.audit.replay_metrics) coverage: share of the held-out")
+    print("LLMs whose full-500 estimate lies in the adaptive 95% interval, against what the model promises (>= 0.95);")
+    print("ratio: RMS(theta_n - theta_full) / RMS sqrt(SD_n^2 - SD_full^2), 1 when the SDs are honest")
+    print(f"{'model':<22} {'selection':<24} " + " ".join(f"{'cov@' + str(c):>7} {'prom':>5} {'ratio':>5}" for c in checkpoints))
+    for (mname, sname), h in honesty.items():
+        cells = " ".join(f"{h[c]['coverage']:>7.2f} {h[c]['nominal_coverage']:>5.2f} {h[c]['sd_ratio']:>5.2f}" for c in checkpoints)
+        print(f"{mname:<22} {sname:<24} {cells}")
+    print("(the same check, cross-fitted over folds of LLMs: calibration audit --kind replay)")
 
 
 def main(argv=None) -> int:

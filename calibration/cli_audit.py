@@ -1,6 +1,8 @@
 """``calibration audit``: recovery, short-form and CAT audits of an item bank from the command line.
 
     calibration audit --bank PATH --out DIR [--kind recovery|short-form|cat]
+    calibration audit --kind replay --responses FILE --out DIR [--method saem] [--folds 4]
+                      [--selectors mfi,random --test-lengths 10,25,50 --scoring lart,irt]
                       [--subjects 30,100,400] [--method cbmm,saem] [--ability normal,skew-normal:skew=8]
                       [--reps 20] [--seed N] [--workers 2] [--missing mcar --missing-rate 0.5]
                       [--sizes 10%,20%,100 --heldout 1000]                       (short-form)
@@ -39,9 +41,14 @@ def _ints(text: str) -> list[int]:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Add the audit options to ``parser`` (the ``audit`` subcommand)."""
-    parser.add_argument("--bank", required=True, metavar="PATH", help="item bank file (.nc) or bank directory (latest version)")
+    parser.add_argument("--bank", metavar="PATH", help="item bank file (.nc) or bank directory (latest version); all kinds but replay")
+    parser.add_argument("--responses", metavar="FILE", help="replay: real response file (as for calibration fit)")
+    parser.add_argument("--cot", metavar="FILE", help="replay: CoT lengths of a wide accuracy file (as for calibration fit)")
+    parser.add_argument("--wide", action="store_true", help="replay: the responses file is a wide LLM x item matrix")
+    parser.add_argument("--folds", type=int, default=4, help="replay: LLM folds, each held out once (default 4)")
     parser.add_argument("--out", required=True, metavar="DIR", help="output directory (records, results, report); reused to resume")
-    parser.add_argument("--kind", choices=("recovery", "short-form", "cat"), default="recovery", help="which audit (default recovery)")
+    parser.add_argument("--kind", choices=("recovery", "short-form", "cat", "replay"), default="recovery",
+                        help="which audit (default recovery); replay: real LLMs' answers through adaptive tests")
     parser.add_argument("--subjects", type=_ints, default=[30, 100, 400], metavar="N,N,...",
                         help="calibration sample sizes (recovery, short-form; default 30,100,400)")
     parser.add_argument("--method", type=_csv, default=["cbmm"], metavar="M,M,...",
@@ -58,8 +65,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--heldout", type=int, default=1000, help="held-out simulated LLMs per replication (short-form; default 1000)")
     parser.add_argument("--selectors", type=_csv, default=["mfi", "random"], metavar="S,S,...",
                         help="CAT item selectors (default mfi,random)")
-    parser.add_argument("--test-lengths", type=_ints, default=[5, 10, 20, 40], metavar="L,L,...",
-                        help="CAT test lengths to evaluate (default 5,10,20,40)")
+    parser.add_argument("--test-lengths", type=_ints, default=None, metavar="L,L,...",
+                        help="test lengths to evaluate (default 5,10,20,40 for cat, 10,25,50 for replay)")
     parser.add_argument("--simulees", type=int, default=200, help="simulated LLMs per CAT replication (default 200)")
     parser.add_argument("--scoring", type=_csv, default=None, metavar="lart,irt",
                         help="CAT scoring: lart (with CoT) and/or irt (default: both for a LaRT bank)")
@@ -84,7 +91,18 @@ def run(args: argparse.Namespace) -> int:
     common = dict(replications=args.reps, rng=args.seed, out=out, n_workers=args.workers,
                   progress=not args.no_progress)
     try:
-        if args.kind == "recovery":
+        if (args.kind == "replay") == (args.bank is not None) or (args.kind == "replay") != (args.responses is not None):
+            raise ValueError("--kind replay takes --responses (and no --bank); the other kinds take --bank")
+        if args.kind == "replay":
+            from calibration.io import load_responses
+
+            if len(args.method) != 1:
+                raise ValueError("the replay audit takes one --method")
+            data = load_responses(args.responses, cot=args.cot, wide=args.wide)
+            ds = audit.replay_audit(data, method=args.method[0], folds=args.folds, test_lengths=args.test_lengths or [10, 25, 50],
+                                    selector=args.selectors, scoring=args.scoring, rng=args.seed, out=out,
+                                    n_workers=args.workers, progress=not args.no_progress)
+        elif args.kind == "recovery":
             ds = audit.recovery_audit(args.bank, args.subjects, ability=args.ability, method=args.method,
                                       missing=args.missing, missing_rate=args.missing_rate, **common)
         elif args.kind == "short-form":
@@ -95,7 +113,7 @@ def run(args: argparse.Namespace) -> int:
             if len(args.ability) != 1:
                 raise ValueError("the CAT audit takes one --ability distribution")
             ds = audit.cat_audit(args.bank, true_bank=args.true_bank, n_simulees=args.simulees,
-                                 test_lengths=args.test_lengths, selector=args.selectors, scoring=args.scoring,
+                                 test_lengths=args.test_lengths or [5, 10, 20, 40], selector=args.selectors, scoring=args.scoring,
                                  ability=args.ability[0], **common)
     except KeyboardInterrupt:
         print(f"\ncalibration audit: interrupted; the finished replications are in {out}. "

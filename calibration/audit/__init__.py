@@ -6,6 +6,8 @@
   simulated LLMs.
 * :func:`cat_audit` -- simulated LLMs take adaptive tests: bias, RMSE, 95% coverage and Kendall
   tau vs test length, per selector, LaRT vs IRT-only scoring.
+* :func:`replay_audit` -- real LLMs' recorded answers replayed through adaptive tests against
+  cross-fitted banks: do the adaptive 95% intervals contain the full-benchmark estimate?
 * :func:`summarize` -- means with Monte-Carlo standard errors over replications.
 * :func:`render_report` -- a one-page report (figures + table) as PNG and HTML.
 
@@ -18,6 +20,7 @@ from calibration.audit._common import AbilitySpec, alter_bank, summarize
 from calibration.audit.methods import METHODS, Fit
 from calibration.audit.cat import cat_audit
 from calibration.audit.recovery import recovery_audit
+from calibration.audit.replay import replay_audit
 from calibration.audit.report import render_report, summary_table
 from calibration.audit.short_form import short_form_audit
 from calibration.audit.store import ResultStore, StoreMismatchError
@@ -37,6 +40,7 @@ __all__ = [
     "cat_audit",
     "load_results",
     "recovery_audit",
+    "replay_audit",
     "render_report",
     "short_form_audit",
     "summarize",

@@ -73,6 +73,31 @@ def _selector(spec):
     raise TypeError(f"a selector is a registered name or an ItemSelector, got {spec!r}")
 
 
+def _selectors(selector) -> list:
+    """[(name, ItemSelector)] from one selector spec or several, with distinct names."""
+    specs = (selector,) if isinstance(selector, str) or not hasattr(selector, "__iter__") else selector
+    selectors = [_selector(s) for s in specs]
+    names = [n for n, _ in selectors]
+    if not selectors or len(set(names)) != len(names):
+        raise ValueError(f"give one or more distinct selectors, got {names}")
+    return selectors
+
+
+def _scorings(scoring, lart_ok: bool, why_not: str) -> list[str]:
+    """The scorings to run (default: both when LaRT scoring is possible); ``why_not`` explains a refusal."""
+    if scoring is None:
+        scoring = SCORINGS if lart_ok else ("irt",)
+    scorings = [scoring] if isinstance(scoring, str) else list(scoring)
+    for s in scorings:
+        if s not in SCORINGS:
+            raise ValueError(f"unknown scoring {s!r}; allowed: {', '.join(SCORINGS)}")
+        if s == "lart" and not lart_ok:
+            raise ValueError(f"scoring 'lart' needs {why_not}")
+    if len(set(scorings)) != len(scorings) or not scorings:
+        raise ValueError(f"give one or more distinct scorings, got {scorings}")
+    return scorings
+
+
 def _estimator(name: str, use_cot: bool):
     from catengine.estimation import ESTIMATORS
 
@@ -226,25 +251,14 @@ def cat_audit(
     if len(specs) != 1:
         raise ValueError("cat_audit takes one ability distribution; run it once per distribution")
     sample = resolve_ability_sample(specs, truth_bank, ability_sample)
-    selectors = [_selector(s) for s in ((selector,) if isinstance(selector, str) or not hasattr(selector, "__iter__") else selector)]
+    selectors = _selectors(selector)
     sel_names = [n for n, _ in selectors]
-    if not selectors or len(set(sel_names)) != len(sel_names):
-        raise ValueError(f"give one or more distinct selectors, got {sel_names}")
     for _, sel in selectors:
         from catengine.session.session import item_table
 
         sel.check_bank(item_table(bank))
     lart_engine = bank.params.response_model == "lart"
-    if scoring is None:
-        scoring = SCORINGS if lart_engine else ("irt",)
-    scorings = [scoring] if isinstance(scoring, str) else list(scoring)
-    for s in scorings:
-        if s not in SCORINGS:
-            raise ValueError(f"unknown scoring {s!r}; allowed: {', '.join(SCORINGS)}")
-        if s == "lart" and not lart_engine:
-            raise ValueError(f"scoring 'lart' needs a lart bank; bank {bank.bank_id!r} is {bank.params.response_model!r}")
-    if len(set(scorings)) != len(scorings) or not scorings:
-        raise ValueError(f"give one or more distinct scorings, got {scorings}")
+    scorings = _scorings(scoring, lart_engine, f"a lart bank; bank {bank.bank_id!r} is {bank.params.response_model!r}")
     _estimator(estimator, True)  # validate the name
     from catengine.session.config import to_config
 

@@ -39,19 +39,27 @@ _PANELS = {
         ("theta_sd_mean", "mean posterior SD of theta", None),
         ("sd_ratio", "RMSE / RMS posterior SD (1 = honest SDs)", None),
     ],
+    "replay": [
+        (("coverage", "nominal_coverage"), "theta_full inside the adaptive 95% interval (dashed: promised)", None),
+        ("sd_ratio", "RMS diff / RMS promised SD (1 = honest)", None),
+        ("kendall_tau", "Kendall tau(theta_full, theta_L)", None),
+        ("mean_abs_diff", "mean |theta_L - theta_full|", None),
+        ("theta_sd_mean", "mean posterior SD of theta_L", None),
+    ],
     "short-form": [
         ("tau_irt", "short-form ranking recovery: IRT selection", None),
         ("tau_random", "random subsets (mean of the baseline draws)", None),
         ("gain", "gain = IRT - random", None),
     ],
 }
-_X = {"recovery": "n_subjects", "cat": "test_length", "short-form": "form"}
+_X = {"recovery": "n_subjects", "cat": "test_length", "replay": "test_length", "short-form": "form"}
 _TABLE_VARS = {
     "recovery": ["kendall_tau", "pearson_a", "pearson_b", "pearson_difficulty", "rmse_theta", "rmse_a", "rmse_b",
                  "aggregate_score_error", "item_mean_error", "marginal_reliability", "insufficient_coverage",
                  "abs_skewness", "failed", "converged", "runtime_s"],
     "cat": ["bias", "rmse", "coverage", "kendall_tau", "theta_sd_mean", "sd_ratio", "failed"],
     "short-form": ["tau_irt", "tau_random", "gain", "form_items", "failed"],
+    "replay": ["coverage", "nominal_coverage", "sd_ratio", "kendall_tau", "mean_abs_diff", "theta_sd_mean", "failed"],
 }
 _PNG_TABLE_VARS = {
     "recovery": ["kendall_tau", "pearson_a", "pearson_difficulty", "rmse_theta", "aggregate_score_error",
@@ -62,7 +70,8 @@ _SHORT = {"kendall_tau": "tau", "pearson_a": "r(a)", "pearson_b": "r(b)", "pears
           "rmse_theta": "rmse th", "rmse_a": "rmse a", "rmse_b": "rmse b", "aggregate_score_error": "score err",
           "item_mean_error": "item err", "marginal_reliability": "rel", "insufficient_coverage": "insuff cov",
           "abs_skewness": "|skew|", "failed": "fail rate", "converged": "conv", "runtime_s": "runtime s", "theta_sd_mean": "mean SD",
-          "sd_ratio": "rmse/SD", "tau_irt": "tau IRT", "tau_random": "tau random", "form_items": "items"}
+          "sd_ratio": "rmse/SD", "tau_irt": "tau IRT", "tau_random": "tau random", "form_items": "items",
+          "nominal_coverage": "promised", "mean_abs_diff": "|diff|"}
 
 
 def _kind(ds) -> str:

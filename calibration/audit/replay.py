@@ -1,0 +1,230 @@
+"""Replay audit: are adaptive error bars honest on *real* LLMs?
+
+The CAT audit (``cat.py``) asks the question on simulated LLMs, where the model is true by
+construction. Here the answers are real. The LLMs of a response file are split into ``folds``
+groups. For each fold:
+
+1. calibrate a bank on the other folds (a ``calibration.audit.methods`` method);
+2. for every LLM of the fold, score *all* of its observed answers with that bank (the
+   full-benchmark estimate theta_full, SD_full), then replay an adaptive test from its recorded
+   answers (and CoT lengths), one per (selector, scoring);
+3. after L items compare the adaptive estimate theta_L (SD_L) with theta_full.
+
+Under the model, the difference of the nested estimates has variance SD_L^2 - SD_full^2, so the
+full-benchmark estimate should fall inside the adaptive 95% interval at least 95% of the time.
+
+Variables (dims ``replication`` (= fold), ``selector, scoring, test_length``):
+
+=================  ================================================================
+coverage           share of the fold's LLMs with |theta_L - theta_full| <= 1.96 SD_L
+nominal_coverage   what the model promises for that: mean of 2 Phi(1.96 SD_L / d) - 1,
+                   d = sqrt(SD_L^2 - SD_full^2) (>= 0.95)
+sd_ratio           RMS(theta_L - theta_full) / RMS(d): 1 when the SDs are honest
+kendall_tau        Kendall tau-b(theta_full, theta_L) over the fold's LLMs
+mean_abs_diff      mean |theta_L - theta_full|
+theta_sd_mean      mean SD_L
+=================  ================================================================
+
+and per record ``n_llms`` (LLMs replayed), ``converged`` (the fold's calibration), ``runtime_s``,
+``failed``, ``error``. Every record refits its fold's bank from the same seed stream, so the cells
+of one fold share one bank.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+
+import numpy as np
+
+from calibration.audit import metrics as M
+from calibration.audit._common import check_replications, error_text, open_store, positive_ints
+from calibration.audit.cat import _estimator, _scorings, _selectors
+from calibration.audit.methods import NEEDS_COT, resolve_method
+from calibration.audit.runner import run_tasks, stream
+from calibration.data import ResponseData
+
+__all__ = ["replay_audit", "REPLAY_METRICS", "bank_from_fit"]
+
+REPLAY_METRICS = ("coverage", "nominal_coverage", "sd_ratio", "kendall_tau", "mean_abs_diff", "theta_sd_mean")
+_Z95 = 1.959963984540054
+
+
+_BANK_METHOD = {"cbmm": "cbmm", "saem": "saem", "saem-irt": "saem", "psn": "psn-laplace"}
+
+
+def bank_from_fit(fit, item_ids, bank_id: str, method: str = ""):
+    """A :class:`catengine.ItemBank` holding a :class:`~calibration.audit.methods.Fit`'s parameters."""
+    from catengine.itembank import ItemBank
+
+    p = fit.params
+    arrays = {name: np.asarray(getattr(p, name), dtype=np.float64) for name in p.parameter_names}
+    extra = {"rho": float(p.rho), "cot_offset": 1.0} if p.response_model == "lart" else {}
+    return ItemBank.from_params(p.response_model, [str(i) for i in item_ids], bank_id=bank_id,
+                                calibration_method=_BANK_METHOD.get(method, ""), **extra, **arrays)
+
+
+def replay_metrics(full, full_sd, est, sd) -> dict:
+    """The metrics above for one fold and test length (arrays over the fold's LLMs)."""
+    from scipy.stats import norm
+
+    diff = est - full
+    d = np.sqrt(np.clip(sd**2 - full_sd**2, 0.0, None))
+    with np.errstate(divide="ignore"):
+        nominal = np.where(d > 0, 2.0 * norm.cdf(_Z95 * sd / np.where(d > 0, d, 1.0)) - 1.0, 1.0)
+    rms_d = float(np.sqrt(np.mean(d * d)))
+    return {
+        "coverage": float(np.mean(np.abs(diff) <= _Z95 * sd)),
+        "nominal_coverage": float(np.mean(nominal)),
+        "sd_ratio": float(np.sqrt(np.mean(diff * diff))) / rms_d if rms_d > 0 else math.nan,
+        "kendall_tau": M.kendall_tau_b(full, est) if full.size > 1 else math.nan,
+        "mean_abs_diff": float(np.mean(np.abs(diff))),
+        "theta_sd_mean": float(np.mean(sd)),
+    }
+
+
+def _replay_task(task: dict):
+    """One record: one fold's LLMs through one (selector, scoring) configuration."""
+    import xarray as xr
+
+    from catengine.session import CATSession
+    from catengine.stopping import MaxItems
+
+    t_start = time.perf_counter()
+    lengths = np.asarray(task["test_lengths"], dtype=int)
+    out = {name: np.full(lengths.size, np.nan) for name in REPLAY_METRICS}
+    failed, error, converged, n_llms = False, "", False, 0
+    try:
+        data: ResponseData = task["responses"]
+        test = task["test_rows"]
+        train = np.setdiff1d(np.arange(data.n_subjects), test)
+        fit_rng = np.random.default_rng(stream(task["entropy"], task["replication"], "fit"))
+        fit = task["fit"](data.subset(subjects=train), fit_rng, **task["options"])
+        converged = bool(fit.converged)
+        bank = bank_from_fit(fit, data.item_ids, f"replay_fold{task['replication']}", task["method"])
+        use_cot = task["scoring"] == "lart"
+        give_cot = use_cot and data.cot_length is not None
+        estimator = _estimator(task["estimator"], use_cot)
+        engine_rng = np.random.default_rng(stream(task["entropy"], task["replication"], "engine",
+                                                  task["selector_name"], task["scoring"]))
+        ids = list(bank.item_ids)
+        index = {item: k for k, item in enumerate(ids)}
+        L = int(lengths.max())
+        full, full_sd, est, sd = [], [], [], []
+        for i in test:
+            observed = np.flatnonzero(data.correct[i] >= 0)
+            if observed.size < L:
+                continue  # too few answers for the longest test
+
+            def cot(j):
+                if not give_cot:
+                    return None
+                value = data.cot_length[i, j]
+                return None if np.isnan(value) else float(value)
+
+            whole = CATSession(bank, estimator=estimator, stopping=MaxItems(observed.size))
+            for j in observed:
+                e = whole.record(ids[j], int(data.correct[i, j]), cot(j))
+            full.append(e.theta)
+            full_sd.append(e.theta_sd)
+            s = CATSession(bank, selector=task["selector"], estimator=estimator, stopping=MaxItems(L), rng=engine_rng)
+            for j in np.flatnonzero(data.correct[i] < 0):
+                s.exclude(ids[j])
+            row_est, row_sd = [], []
+            for _ in range(L):
+                item = s.next_item()
+                j = index[item]
+                e = s.record(item, int(data.correct[i, j]), cot(j))
+                row_est.append(e.theta)
+                row_sd.append(e.theta_sd)
+            est.append(row_est)
+            sd.append(row_sd)
+        n_llms = len(full)
+        if n_llms:
+            full, full_sd, est, sd = (np.asarray(x, dtype=np.float64) for x in (full, full_sd, est, sd))
+            for k, length in enumerate(lengths):
+                for name, value in replay_metrics(full, full_sd, est[:, length - 1], sd[:, length - 1]).items():
+                    out[name][k] = value
+    except Exception as exc:  # recorded, never raised
+        failed, error = True, error_text(exc)
+        out = {name: np.full(lengths.size, np.nan) for name in REPLAY_METRICS}
+    record = {name: ("test_length", values) for name, values in out.items()}
+    record["n_llms"] = ((), np.int64(n_llms))
+    record["converged"] = ((), np.int8(converged))
+    record["runtime_s"] = ((), time.perf_counter() - t_start)
+    record["failed"] = ((), np.int8(failed))
+    record["error"] = ((), error)
+    return xr.Dataset(record)
+
+
+def replay_audit(
+    responses: ResponseData,
+    *,
+    method="cbmm",
+    method_options: dict | None = None,
+    folds: int = 4,
+    test_lengths=(10, 25, 50),
+    selector=("mfi", "random"),
+    scoring=None,
+    estimator: str = "map",
+    rng=None,
+    out=None,
+    n_workers: int = 2,
+    progress: bool = True,
+):
+    """Replay real LLMs' recorded answers through adaptive tests against cross-fitted banks.
+
+    Parameters
+    ----------
+    responses : the real response data (``calibration.ResponseData``; CoT lengths for ``saem``).
+    method : calibration method name (``cbmm``, ``saem``, ``saem-irt``, ``psn``) or fit function;
+        ``method_options`` go to its calibrator.
+    folds : number of LLM groups (each is held out once; the ``replication`` dimension).
+    test_lengths : test lengths L at which to compare (each test runs to max(L)); LLMs with fewer
+        observed answers than max(L) are skipped.
+    selector : selector name(s) or ItemSelector instances (as :func:`cat_audit`).
+    scoring : "lart" and/or "irt" (default: both for ``saem``, "irt" otherwise).
+    estimator, rng, out, n_workers, progress : as for :func:`cat_audit`.
+    """
+    if not isinstance(responses, ResponseData):
+        raise TypeError(f"replay_audit expects a calibration.ResponseData, got {type(responses).__name__}")
+    name, fit_fn = resolve_method(method)
+    if name in NEEDS_COT and not responses.has_cot:
+        raise ValueError(f"method {name!r} needs CoT lengths; these responses have none")
+    n_folds = check_replications(folds)
+    if n_folds < 2 or n_folds > responses.n_subjects // 2:
+        raise ValueError(f"folds must lie in 2..{responses.n_subjects // 2} for {responses.n_subjects} LLMs, got {folds!r}")
+    lengths = sorted(positive_ints(test_lengths, "test_lengths"))
+    if lengths[-1] > responses.n_items:
+        raise ValueError(f"the longest test ({lengths[-1]} items) exceeds the {responses.n_items} items")
+    selectors = _selectors(selector)
+    sel_names = [n for n, _ in selectors]
+    scorings = _scorings(scoring, name in NEEDS_COT, f"a LaRT fit (method 'saem'), not {name!r}")
+    _estimator(estimator, True)  # validate the name
+    from catengine.session.config import to_config
+
+    options = dict(method_options or {})
+    config = {"responses": responses.sha256(), "method": name, "method_options": options,
+              "selectors": [to_config(s) for _, s in selectors], "scorings": scorings, "estimator": estimator,
+              "folds": n_folds}
+    layout = {"cell_dims": {"selector": sel_names, "scoring": scorings},
+              "record_dims": {"test_length": lengths}, "replications": n_folds}
+    store, seed = open_store("replay", out, config, layout, rng)
+    perm = np.random.default_rng(stream(seed, 0, "folds")).permutation(responses.n_subjects)
+    fold_rows = [np.sort(perm[k::n_folds]) for k in range(n_folds)]
+    tasks = []
+    for r in range(n_folds):
+        for sel_name, sel in selectors:
+            for sc in scorings:
+                key = {"replication": r, "selector": sel_name, "scoring": sc}
+                tasks.append((key, {
+                    "responses": responses, "test_rows": fold_rows[r], "fit": fit_fn, "method": name, "options": options,
+                    "entropy": seed, "replication": r, "selector": sel, "selector_name": sel_name, "scoring": sc,
+                    "estimator": estimator, "test_lengths": lengths,
+                }))
+    run_tasks(tasks, _replay_task, store, n_workers=n_workers, progress=progress, desc="replay audit")
+    ds = store.load()
+    ds.attrs.update({"method": name, "folds": n_folds, "n_llms": responses.n_subjects, "n_items": responses.n_items,
+                     "bank_id": f"cross-fitted {name} banks ({n_folds} folds)"})
+    ds["coverage"].attrs["nominal"] = "nominal_coverage (>= 0.95)"
+    return ds
