@@ -46,6 +46,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cot", metavar="FILE", help="replay: CoT lengths of a wide accuracy file (as for calibration fit)")
     parser.add_argument("--wide", action="store_true", help="replay: the responses file is a wide LLM x item matrix")
     parser.add_argument("--folds", type=int, default=4, help="replay: LLM folds, each held out once (default 4)")
+    parser.add_argument("--sd-scale", type=float, default=1.0,
+                        help="replay: multiply the engine's posterior SDs by this (check a widening factor; default 1)")
     parser.add_argument("--out", required=True, metavar="DIR", help="output directory (records, results, report); reused to resume")
     parser.add_argument("--kind", choices=("recovery", "short-form", "cat", "replay"), default="recovery",
                         help="which audit (default recovery); replay: real LLMs' answers through adaptive tests")
@@ -100,7 +102,7 @@ def run(args: argparse.Namespace) -> int:
                 raise ValueError("the replay audit takes one --method")
             data = load_responses(args.responses, cot=args.cot, wide=args.wide)
             ds = audit.replay_audit(data, method=args.method[0], folds=args.folds, test_lengths=args.test_lengths or [10, 25, 50],
-                                    selector=args.selectors, scoring=args.scoring, rng=args.seed, out=out,
+                                    selector=args.selectors, scoring=args.scoring, sd_scale=args.sd_scale, rng=args.seed, out=out,
                                     n_workers=args.workers, progress=not args.no_progress)
         elif args.kind == "recovery":
             ds = audit.recovery_audit(args.bank, args.subjects, ability=args.ability, method=args.method,

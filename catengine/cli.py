@@ -27,6 +27,9 @@ def _add_strategy_options(p: argparse.ArgumentParser, *, max_items: int | None =
                         "(default: lart-theta for LaRT banks, mfi otherwise)")
     g.add_argument("--estimator", default="map", choices=("map", "eap"), help="trait estimator (default map)")
     g.add_argument("--no-cot", action="store_true", help="LaRT banks: ignore CoT lengths when scoring (IRT-only)")
+    g.add_argument("--sd-scale", type=float, default=1.0,
+                   help="multiply the posterior SDs (intervals, --target-sd, rivals) by this, e.g. the ratio a replay "
+                        "audit measured on real LLMs (calibration audit --kind replay); default 1")
     g.add_argument("--max-items", type=int, default=max_items, help=f"stop after this many items (default {max_items})")
     g.add_argument("--min-items", type=int, default=5, help="never stop on precision before this many items (default 5)")
     g.add_argument("--target-sd", type=float, default=target_sd,
@@ -54,7 +57,7 @@ def _strategies(args, bank) -> dict:
         raise ValueError(f"unknown selector {args.selector!r}; choose from {', '.join(SELECTORS)}")
     else:
         selector = SELECTORS[args.selector]()
-    estimator = ESTIMATORS[args.estimator](use_cot=not args.no_cot)
+    estimator = ESTIMATORS[args.estimator](use_cot=not args.no_cot, sd_scale=args.sd_scale)
     precise = []
     if args.target_sd:
         precise.append(StandardErrorBelow(args.target_sd))

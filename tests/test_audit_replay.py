@@ -86,6 +86,19 @@ def test_resume_missing_answers_and_report(tmp_path):
     assert paths["png"].exists() and paths["html"].exists()
 
 
+def test_sd_scale_rescales_the_promise_exactly():
+    # the modes (and, for mfi / random, the items) do not depend on sd_scale: only the SDs move
+    data = _simulated(6, n_llms=24, n_items=60)
+    kw = dict(method="cbmm", folds=3, test_lengths=(6, 12), rng=2, progress=False, n_workers=1)
+    plain = replay_audit(data, **kw)
+    wide = replay_audit(data, sd_scale=2.0, **kw)
+    np.testing.assert_allclose(wide["sd_ratio"].values, plain["sd_ratio"].values / 2.0, rtol=1e-9)
+    np.testing.assert_allclose(wide["mean_abs_diff"].values, plain["mean_abs_diff"].values, rtol=1e-12)
+    assert np.all(wide["coverage"].values >= plain["coverage"].values)
+    with pytest.raises(ValueError, match="sd_scale must be a positive finite number"):
+        replay_audit(data, sd_scale=0.0, **kw)
+
+
 def test_bad_input_is_named():
     data = _simulated(3, n_llms=12, n_items=30)
     with pytest.raises(TypeError, match="ResponseData"):

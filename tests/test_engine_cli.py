@@ -60,6 +60,20 @@ def test_evaluate_replays_a_wide_response_file(tmp_path, lart_bank, capsys):
     assert "reached 8 items" in out
 
 
+def test_evaluate_sd_scale_widens_the_reported_sd(tmp_path, lart_bank, capsys):
+    acc, cot = _wide_files(tmp_path, lart_bank)
+    summaries = []
+    for scale in ("1", "2"):
+        rc = main(["evaluate", "--bank", lart_bank.source, "--responses", str(acc), "--cot", str(cot), "--subject", "llm_2", "--selector", "mfi",
+                   "--max-items", "10", "--target-sd", "0", "--sd-scale", scale, "--json"])
+        assert rc == 0
+        summaries.append(json.loads(capsys.readouterr().out.splitlines()[-1])["summary"])
+    plain, wide = summaries
+    assert wide["theta"] == pytest.approx(plain["theta"]) and wide["theta_sd"] == pytest.approx(2 * plain["theta_sd"])
+    assert main(["evaluate", "--bank", lart_bank.source, "--responses", str(acc), "--subject", "llm_2", "--sd-scale", "0"]) == 2
+    assert "sd_scale must be a positive finite number, got 0.0" in capsys.readouterr().err
+
+
 def test_evaluate_errors_are_reported_not_raised(tmp_path, lart_bank, capsys):
     acc, _ = _wide_files(tmp_path, lart_bank)
     assert main(["evaluate", "--bank", lart_bank.source, "--responses", str(acc), "--subject", "nobody"]) == 2

@@ -280,6 +280,24 @@ def test_all_correct_and_all_wrong_prefixes_are_finite(estimator, model):
             prev = est.theta
 
 
+@pytest.mark.parametrize("cls", [MAPEstimator, EAPEstimator])
+@pytest.mark.parametrize("model", ["2pl", "lart"])
+def test_sd_scale_widens_the_posterior_only(cls, model):
+    from catengine.session.config import from_config, to_config
+
+    p = _params(model, 12, 4)
+    s = _state(p, 12, 5)
+    plain = cls().estimate(p, s)
+    wide = cls(sd_scale=2.0).estimate(p, s)
+    assert wide.theta == plain.theta and wide.tau == plain.tau
+    np.testing.assert_allclose(wide.covariance(), 4.0 * plain.covariance(), rtol=1e-12)
+    assert wide.theta_sd == pytest.approx(2.0 * plain.theta_sd)
+    assert from_config(to_config(cls(sd_scale=1.7))) == cls(sd_scale=1.7)
+    for bad in (0.0, -1.0, math.inf, True, "2"):
+        with pytest.raises(ValueError, match="sd_scale must be a positive finite number"):
+            cls(sd_scale=bad)
+
+
 def test_state_restore_is_exact():
     p = _params("lart", 10, 21)
     s = _state(p, 6, 22)

@@ -98,12 +98,12 @@ def _scorings(scoring, lart_ok: bool, why_not: str) -> list[str]:
     return scorings
 
 
-def _estimator(name: str, use_cot: bool):
+def _estimator(name: str, use_cot: bool, sd_scale: float = 1.0):
     from catengine.estimation import ESTIMATORS
 
     if name not in ESTIMATORS:
         raise ValueError(f"unknown estimator {name!r}; allowed: {', '.join(ESTIMATORS)}")
-    return ESTIMATORS[name](use_cot=use_cot)
+    return ESTIMATORS[name](use_cot=use_cot, sd_scale=sd_scale)
 
 
 def _draw_simulees(task):

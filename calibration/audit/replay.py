@@ -104,7 +104,7 @@ def _replay_task(task: dict):
         bank = bank_from_fit(fit, data.item_ids, f"replay_fold{task['replication']}", task["method"])
         use_cot = task["scoring"] == "lart"
         give_cot = use_cot and data.cot_length is not None
-        estimator = _estimator(task["estimator"], use_cot)
+        estimator = _estimator(task["estimator"], use_cot, task["sd_scale"])
         engine_rng = np.random.default_rng(stream(task["entropy"], task["replication"], "engine",
                                                   task["selector_name"], task["scoring"]))
         ids = list(bank.item_ids)
@@ -167,6 +167,7 @@ def replay_audit(
     selector=("mfi", "random"),
     scoring=None,
     estimator: str = "map",
+    sd_scale: float = 1.0,
     rng=None,
     out=None,
     n_workers: int = 2,
@@ -185,6 +186,8 @@ def replay_audit(
     selector : selector name(s) or ItemSelector instances (as :func:`cat_audit`).
     scoring : "lart" and/or "irt" (default: both for ``saem``, "irt" otherwise).
     estimator, rng, out, n_workers, progress : as for :func:`cat_audit`.
+    sd_scale : the estimator's ``sd_scale`` (1: the model's SDs); rerun with the measured
+        ``sd_ratio`` to check that widened intervals keep their promise.
     """
     if not isinstance(responses, ResponseData):
         raise TypeError(f"replay_audit expects a calibration.ResponseData, got {type(responses).__name__}")
@@ -200,13 +203,13 @@ def replay_audit(
     selectors = _selectors(selector)
     sel_names = [n for n, _ in selectors]
     scorings = _scorings(scoring, name in NEEDS_COT, f"a LaRT fit (method 'saem'), not {name!r}")
-    _estimator(estimator, True)  # validate the name
+    _estimator(estimator, True, sd_scale)  # validate the name and the scale
     from catengine.session.config import to_config
 
     options = dict(method_options or {})
     config = {"responses": responses.sha256(), "method": name, "method_options": options,
               "selectors": [to_config(s) for _, s in selectors], "scorings": scorings, "estimator": estimator,
-              "folds": n_folds}
+              "sd_scale": float(sd_scale), "folds": n_folds}
     layout = {"cell_dims": {"selector": sel_names, "scoring": scorings},
               "record_dims": {"test_length": lengths}, "replications": n_folds}
     store, seed = open_store("replay", out, config, layout, rng)
@@ -220,7 +223,7 @@ def replay_audit(
                 tasks.append((key, {
                     "responses": responses, "test_rows": fold_rows[r], "fit": fit_fn, "method": name, "options": options,
                     "entropy": seed, "replication": r, "selector": sel, "selector_name": sel_name, "scoring": sc,
-                    "estimator": estimator, "test_lengths": lengths,
+                    "estimator": estimator, "sd_scale": float(sd_scale), "test_lengths": lengths,
                 }))
     run_tasks(tasks, _replay_task, store, n_workers=n_workers, progress=progress, desc="replay audit")
     ds = store.load()

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from typing import ClassVar
 
 import numpy as np
@@ -191,6 +191,26 @@ class TraitEstimator(ABC):
 def _check_prior(prior) -> None:
     if prior is not None and not isinstance(prior, TraitPrior):
         raise TypeError(f"prior must be a TraitPrior or None (the bank's population prior), got {type(prior).__name__}")
+
+
+def _check_sd_scale(value) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)) or not (
+        math.isfinite(float(value)) and float(value) > 0
+    ):
+        raise ValueError(f"sd_scale must be a positive finite number, got {value!r}")
+
+
+def scale_sd(estimate: TraitEstimate, factor: float) -> TraitEstimate:
+    """``estimate`` with its posterior covariance scaled by factor^2 (SDs by ``factor``); mode unchanged."""
+    if factor == 1.0:
+        return estimate
+    f = float(factor)
+    return replace(
+        estimate,
+        theta_sd=estimate.theta_sd * f,
+        tau_sd=None if estimate.tau_sd is None else estimate.tau_sd * f,
+        theta_tau_cov=None if estimate.theta_tau_cov is None else estimate.theta_tau_cov * f * f,
+    )
 
 
 def _check_bool(value, name: str) -> None:
