@@ -258,23 +258,22 @@ def bench_compare(quick: bool) -> None:
         est.append(s.estimate.theta)
         orders.append(order)
     results["catengine"] = (np.array(est), times, orders)
-    est, times, orders = [], [], []
-    for i in range(n_sim):
-        th, t, order = _numpy_loop(a, b, answers[i], n_test)
-        est.append(th)
-        times.extend(t)
-        orders.append(order)
-    results["numpy loop (fluid-benchmarking style)"] = (np.array(est), times, orders)
-    catsim = _import_catsim()
-    if catsim is not None:
-        cbank = catsim.ItemBank(np.column_stack([a, -b / a, np.zeros(n_items), np.ones(n_items)]))
+
+    def every_simulee(loop):
+        """(estimates, per-step times, item orders) of ``loop(answer row)`` over all simulees."""
         est, times, orders = [], [], []
         for i in range(n_sim):
-            th, t, order = _catsim_loop(catsim, cbank, answers[i], n_test)
+            th, t, order = loop(answers[i])
             est.append(th)
             times.extend(t)
             orders.append(order)
-        results[f"catsim {catsim.__version__}"] = (np.array(est), times, orders)
+        return np.array(est), times, orders
+
+    results["numpy loop (fluid-benchmarking style)"] = every_simulee(lambda row: _numpy_loop(a, b, row, n_test))
+    catsim = _import_catsim()
+    if catsim is not None:
+        cbank = catsim.ItemBank(np.column_stack([a, -b / a, np.zeros(n_items), np.ones(n_items)]))
+        results[f"catsim {catsim.__version__}"] = every_simulee(lambda row: _catsim_loop(catsim, cbank, row, n_test))
     base = results["catengine"]
     base_ms = np.median(base[1]) * 1e3
     print(f"{'engine':<40} {'p50 ms/step':>11} {'mean ms':>8} {'x catengine':>11} {'RMSE(theta)':>11} "

@@ -41,7 +41,7 @@ from scipy import optimize, stats
 
 from calibration.data import ResponseData
 from calibration.psn import PSNCalibrator, calibration_report, fit_item_posterior, p_ahead
-from calibration.psn.laplace import laplace_from_network
+from calibration.psn.laplace import laplace_from_network, n_separated_pairs
 from calibration.psn.network import A, BETA
 from calibration.psn.replication import compare_ability_fits, split_half_check
 from catengine.models import logistic
@@ -139,8 +139,7 @@ def calib_table(cal, cells, title, rng_seed=1):
 def n_separated(mean, cov, *, use_covariance=True):
     if not use_covariance:
         cov = np.diag(np.diag(cov))
-    pa = p_ahead(mean, cov)
-    return int(np.sum(np.triu((pa > 0.95) | (pa < 0.05), 1)))
+    return n_separated_pairs(p_ahead(mean, cov))
 
 
 def refit_posteriors(cal, cells, temperature):
@@ -274,7 +273,7 @@ def main(argv=None) -> int:
     # ---------------------------------------------------------------- 2. abilities
     th = cal.theta_posterior(standardize=False)
     pa = p_ahead(th["mean"], th["cov"])
-    sep = int(np.sum(np.triu((pa > 0.95) | (pa < 0.05), 1)))
+    sep = n_separated_pairs(pa)
     order = np.argsort(-th["mean"])
     print("\n2. Ability posterior (ability branch, delta = 1, Fisher GGN over all cells)")
     for i in order:
@@ -321,7 +320,7 @@ def main(argv=None) -> int:
         paf = p_ahead(thf["mean"], thf["cov"])
         label = "T = n cells (Laplace of the mean loss)" if temp == n_cells else f"T = {temp:g}"
         calib_table(cal, paper_cells, f"   (b') tempered, {label}: theta SD median {np.median(thf['sd']):.3f}, b SD median "
-                    f"{np.median(cal.item_posterior_.marginal_sd()):.3f}, separated pairs {int(np.sum(np.triu((paf > 0.95) | (paf < 0.05), 1)))}")
+                    f"{np.median(cal.item_posterior_.marginal_sd()):.3f}, separated pairs {n_separated_pairs(paf)}")
         if temp == n_cells:
             q, sp_t, spost_t = saturation(cal)
             print("   saturation with this posterior (%, posterior-expected): " + " ".join(f"{x:.1f}" for x in spost_t))

@@ -93,7 +93,8 @@ def run(args: argparse.Namespace) -> int:
     common = dict(replications=args.reps, rng=args.seed, out=out, n_workers=args.workers,
                   progress=not args.no_progress)
     try:
-        if (args.kind == "replay") == (args.bank is not None) or (args.kind == "replay") != (args.responses is not None):
+        wants_responses = args.kind == "replay"
+        if (args.responses is not None) != wants_responses or (args.bank is not None) == wants_responses:
             raise ValueError("--kind replay takes --responses (and no --bank); the other kinds take --bank")
         if args.kind == "replay":
             from calibration.io import load_responses

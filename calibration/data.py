@@ -329,7 +329,9 @@ def _csv_records(path: Path):
             yield f"{path.name} line {reader.line_num}", dict(zip(header, row))
 
 
-def _jsonl_records(path: Path):
+def jsonl_objects(path: Path):
+    """(line number, object) of every non-blank line of a JSON Lines file (``.gz`` read transparently);
+    a line that is not a JSON object raises ValueError naming the file and line."""
     with _open_text(path) as fh:
         for lineno, line in enumerate(fh, start=1):
             if not line.strip():
@@ -337,10 +339,18 @@ def _jsonl_records(path: Path):
             try:
                 rec = json.loads(line)
             except json.JSONDecodeError as exc:
-                raise ValueError(f"{path.name} line {lineno}: not valid JSON ({exc.msg})") from None
+                raise ValueError(
+                    f"{path.name} line {lineno}: not valid JSON ({exc.msg} at column {exc.colno}); "
+                    "the file may be truncated or corrupt"
+                ) from None
             if not isinstance(rec, dict):
                 raise ValueError(f"{path.name} line {lineno}: expected a JSON object, got {type(rec).__name__}")
-            yield f"{path.name} line {lineno}", rec
+            yield lineno, rec
+
+
+def _jsonl_records(path: Path):
+    for lineno, rec in jsonl_objects(path):
+        yield f"{path.name} line {lineno}", rec
 
 
 def _id_value(value, column: str, where: str) -> str:

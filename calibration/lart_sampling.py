@@ -157,6 +157,16 @@ def _ars_draws(R, a, b, mu, v, theta_start, rng):
     raise RuntimeError("adaptive rejection sampling failed to accept a draw after 50 x 24 proposals")
 
 
+def _theta_problem(R, a, b, mu, v):
+    """Validated (R, a, b, mu, v) of a theta-sampling problem: R (N, J); a, b (J,); mu, v (N,), v > 0."""
+    R = _as_R(R)
+    N, J = R.shape
+    v = _per_subject("v", v, N)
+    if np.any(v <= 0):
+        raise ValueError("prior variances v must be > 0")
+    return R, _as_vec("a", a, J), _as_vec("b", b, J), _per_subject("mu", mu, N), v
+
+
 def sample_theta(R, a, b, mu, v, *, rng=None, theta_start=None, return_modes=False):
     """Exact draws theta_i ~ p(theta | R_i, T_i) ∝ N(theta; mu_i, v_i) prod_{j: R_ij >= 0} Phi(s_ij (a_j theta + b_j)).
 
@@ -166,14 +176,8 @@ def sample_theta(R, a, b, mu, v, *, rng=None, theta_start=None, return_modes=Fal
     search (default ``mu``). Returns (N,) draws (and the posterior modes with ``return_modes``).
     """
     rng = _rng(rng)
-    R = _as_R(R)
-    N, J = R.shape
-    a = _as_vec("a", a, J)
-    b = _as_vec("b", b, J)
-    mu = _per_subject("mu", mu, N)
-    v = _per_subject("v", v, N)
-    if np.any(v <= 0):
-        raise ValueError("prior variances v must be > 0")
+    R, a, b, mu, v = _theta_problem(R, a, b, mu, v)
+    N = R.shape[0]
     start = mu.copy() if theta_start is None else _per_subject("theta_start", theta_start, N)
     draws, modes = _ars_draws(R, a, b, mu, v, start, rng)
     return (draws, modes) if return_modes else draws
@@ -399,12 +403,8 @@ def sample_theta_sun(R, a, b, mu, v, *, rng=None, size=1, tmvn="minimax"):
     Returns (N,) draws for size=1, else (N, size).
     """
     rng = _rng(rng)
-    R = _as_R(R)
+    R, a, b, mu, v = _theta_problem(R, a, b, mu, v)
     N, J = R.shape
-    a = _as_vec("a", a, J)
-    b = _as_vec("b", b, J)
-    mu = _per_subject("mu", mu, N)
-    v = _per_subject("v", v, N)
     out = np.empty((N, size))
     for i in range(N):
         seen = R[i] >= 0

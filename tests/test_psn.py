@@ -451,6 +451,14 @@ def test_p_ahead_against_draws():
     np.testing.assert_allclose(pa, emp, atol=0.01)  # binomial SE <= 0.0016
 
 
+def test_n_separated_pairs_by_hand():
+    from calibration.psn import n_separated_pairs
+
+    pa = np.array([[0.5, 0.97, 0.60], [0.03, 0.5, 0.04], [0.40, 0.96, 0.5]])
+    assert n_separated_pairs(pa) == 2  # (0, 1) at 0.97 and (1, 2) at 0.04; (0, 2) at 0.60 is open
+    assert n_separated_pairs(pa, level=0.55) == 3
+
+
 def test_non_pd_precision_raises_clear_error():
     pb = _readout_problem(seed=7)
     post = fit_ability_posterior(pb["U"], pb["wt"], (pb["beta"], pb["a"], pb["c"], pb["d"]), pb["cells"])

@@ -90,22 +90,22 @@ def kendall_tau_b(x, y) -> float:
 
 
 # ----------------------------------------------------------------------------- scores
-def aggregate_score_error(p_true, p_hat) -> float:
-    """mean_i | mean_j pi_ij - mean_j pi^_ij |: error of the expected full-benchmark score per subject."""
+def _mean_abs_error_of_means(p_true, p_hat, axis: int) -> float:
     p_true = _matrix(p_true, "p_true")
     p_hat = _matrix(p_hat, "p_hat")
     if p_true.shape != p_hat.shape:
         raise ValueError(f"p_true and p_hat must have the same shape, got {p_true.shape} and {p_hat.shape}")
-    return float(np.mean(np.abs(p_true.mean(axis=1) - p_hat.mean(axis=1))))
+    return float(np.mean(np.abs(p_true.mean(axis=axis) - p_hat.mean(axis=axis))))
+
+
+def aggregate_score_error(p_true, p_hat) -> float:
+    """mean_i | mean_j pi_ij - mean_j pi^_ij |: error of the expected full-benchmark score per subject."""
+    return _mean_abs_error_of_means(p_true, p_hat, axis=1)
 
 
 def item_mean_error(p_true, p_hat) -> float:
     """mean_j | mean_i pi_ij - mean_i pi^_ij |: error of each item's expected proportion correct."""
-    p_true = _matrix(p_true, "p_true")
-    p_hat = _matrix(p_hat, "p_hat")
-    if p_true.shape != p_hat.shape:
-        raise ValueError(f"p_true and p_hat must have the same shape, got {p_true.shape} and {p_hat.shape}")
-    return float(np.mean(np.abs(p_true.mean(axis=0) - p_hat.mean(axis=0))))
+    return _mean_abs_error_of_means(p_true, p_hat, axis=0)
 
 
 # ----------------------------------------------------------------------------- parameters

@@ -25,9 +25,9 @@ mean_abs_diff      mean |theta_L - theta_full|
 theta_sd_mean      mean SD_L
 =================  ================================================================
 
-and per record ``n_llms`` (LLMs replayed), ``converged`` (the fold's calibration), ``runtime_s``,
-``failed``, ``error``. Every record refits its fold's bank from the same seed stream, so the cells
-of one fold share one bank.
+and per fold ``n_llms`` (LLMs replayed), ``converged`` (the fold's calibration), ``runtime_s``,
+``failed``, ``error``. A fold is one record: its bank is fitted once and its full-benchmark
+estimates computed once per scoring.
 """
 
 from __future__ import annotations
@@ -84,7 +84,7 @@ def replay_metrics(full, full_sd, est, sd) -> dict:
 
 
 def _replay_task(task: dict):
-    """One record: one fold's LLMs through one (selector, scoring) configuration."""
+    """One record: one fold -- its bank fitted once, its LLMs through every (selector, scoring)."""
     import xarray as xr
 
     from catengine.session import CATSession
@@ -92,63 +92,56 @@ def _replay_task(task: dict):
 
     t_start = time.perf_counter()
     lengths = np.asarray(task["test_lengths"], dtype=int)
-    out = {name: np.full(lengths.size, np.nan) for name in REPLAY_METRICS}
+    selectors, scorings = task["selectors"], task["scorings"]
+    shape = (len(selectors), len(scorings), lengths.size)
+    out = {name: np.full(shape, np.nan) for name in REPLAY_METRICS}
     failed, error, converged, n_llms = False, "", False, 0
     try:
         data: ResponseData = task["responses"]
-        test = task["test_rows"]
-        train = np.setdiff1d(np.arange(data.n_subjects), test)
+        L = int(lengths.max())
+        test = [i for i in task["test_rows"] if np.count_nonzero(data.correct[i] >= 0) >= L]  # else too few answers
+        n_llms = len(test)
+        train = np.setdiff1d(np.arange(data.n_subjects), task["test_rows"])
         fit_rng = np.random.default_rng(stream(task["entropy"], task["replication"], "fit"))
         fit = task["fit"](data.subset(subjects=train), fit_rng, **task["options"])
         converged = bool(fit.converged)
         bank = bank_from_fit(fit, data.item_ids, f"replay_fold{task['replication']}", task["method"])
-        use_cot = task["scoring"] == "lart"
-        give_cot = use_cot and data.cot_length is not None
-        estimator = _estimator(task["estimator"], use_cot, task["sd_scale"])
-        engine_rng = np.random.default_rng(stream(task["entropy"], task["replication"], "engine",
-                                                  task["selector_name"], task["scoring"]))
         ids = list(bank.item_ids)
         index = {item: k for k, item in enumerate(ids)}
-        L = int(lengths.max())
-        full, full_sd, est, sd = [], [], [], []
-        for i in test:
-            observed = np.flatnonzero(data.correct[i] >= 0)
-            if observed.size < L:
-                continue  # too few answers for the longest test
+        for c, scoring in enumerate(scorings):
+            estimator = _estimator(task["estimator"], scoring == "lart", task["sd_scale"])
+            give_cot = scoring == "lart" and data.cot_length is not None
 
-            def cot(j):
-                if not give_cot:
-                    return None
-                value = data.cot_length[i, j]
+            def cot(i, j):
+                value = data.cot_length[i, j] if give_cot else math.nan
                 return None if np.isnan(value) else float(value)
 
-            whole = CATSession(bank, estimator=estimator, stopping=MaxItems(observed.size))
-            for j in observed:
-                e = whole.record(ids[j], int(data.correct[i, j]), cot(j))
-            full.append(e.theta)
-            full_sd.append(e.theta_sd)
-            s = CATSession(bank, selector=task["selector"], estimator=estimator, stopping=MaxItems(L), rng=engine_rng)
-            for j in np.flatnonzero(data.correct[i] < 0):
-                s.exclude(ids[j])
-            row_est, row_sd = [], []
-            for _ in range(L):
-                item = s.next_item()
-                j = index[item]
-                e = s.record(item, int(data.correct[i, j]), cot(j))
-                row_est.append(e.theta)
-                row_sd.append(e.theta_sd)
-            est.append(row_est)
-            sd.append(row_sd)
-        n_llms = len(full)
-        if n_llms:
-            full, full_sd, est, sd = (np.asarray(x, dtype=np.float64) for x in (full, full_sd, est, sd))
-            for k, length in enumerate(lengths):
-                for name, value in replay_metrics(full, full_sd, est[:, length - 1], sd[:, length - 1]).items():
-                    out[name][k] = value
+            full, full_sd = np.empty(n_llms), np.empty(n_llms)
+            for k, i in enumerate(test):  # the full-benchmark estimate: every observed answer
+                whole = CATSession(bank, estimator=estimator, stopping=MaxItems(data.n_items))
+                for j in np.flatnonzero(data.correct[i] >= 0):
+                    e = whole.record(ids[j], int(data.correct[i, j]), cot(i, j))
+                full[k], full_sd[k] = e.theta, e.theta_sd
+            for r, (sel_name, selector) in enumerate(selectors):
+                engine_rng = np.random.default_rng(stream(task["entropy"], task["replication"], "engine", sel_name, scoring))
+                est, sd = np.empty((n_llms, L)), np.empty((n_llms, L))
+                for k, i in enumerate(test):
+                    s = CATSession(bank, selector=selector, estimator=estimator, stopping=MaxItems(L), rng=engine_rng)
+                    for j in np.flatnonzero(data.correct[i] < 0):
+                        s.exclude(ids[j])
+                    for step in range(L):
+                        item = s.next_item()
+                        j = index[item]
+                        e = s.record(item, int(data.correct[i, j]), cot(i, j))
+                        est[k, step], sd[k, step] = e.theta, e.theta_sd
+                if n_llms:
+                    for t, length in enumerate(lengths):
+                        for name, value in replay_metrics(full, full_sd, est[:, length - 1], sd[:, length - 1]).items():
+                            out[name][r, c, t] = value
     except Exception as exc:  # recorded, never raised
         failed, error = True, error_text(exc)
-        out = {name: np.full(lengths.size, np.nan) for name in REPLAY_METRICS}
-    record = {name: ("test_length", values) for name, values in out.items()}
+        out = {name: np.full(shape, np.nan) for name in REPLAY_METRICS}
+    record = {name: (("selector", "scoring", "test_length"), values) for name, values in out.items()}
     record["n_llms"] = ((), np.int64(n_llms))
     record["converged"] = ((), np.int8(converged))
     record["runtime_s"] = ((), time.perf_counter() - t_start)
@@ -210,21 +203,16 @@ def replay_audit(
     config = {"responses": responses.sha256(), "method": name, "method_options": options,
               "selectors": [to_config(s) for _, s in selectors], "scorings": scorings, "estimator": estimator,
               "sd_scale": float(sd_scale), "folds": n_folds}
-    layout = {"cell_dims": {"selector": sel_names, "scoring": scorings},
-              "record_dims": {"test_length": lengths}, "replications": n_folds}
+    layout = {"cell_dims": {}, "record_dims": {"selector": sel_names, "scoring": scorings, "test_length": lengths},
+              "replications": n_folds}
     store, seed = open_store("replay", out, config, layout, rng)
     perm = np.random.default_rng(stream(seed, 0, "folds")).permutation(responses.n_subjects)
     fold_rows = [np.sort(perm[k::n_folds]) for k in range(n_folds)]
-    tasks = []
-    for r in range(n_folds):
-        for sel_name, sel in selectors:
-            for sc in scorings:
-                key = {"replication": r, "selector": sel_name, "scoring": sc}
-                tasks.append((key, {
-                    "responses": responses, "test_rows": fold_rows[r], "fit": fit_fn, "method": name, "options": options,
-                    "entropy": seed, "replication": r, "selector": sel, "selector_name": sel_name, "scoring": sc,
-                    "estimator": estimator, "sd_scale": float(sd_scale), "test_lengths": lengths,
-                }))
+    tasks = [({"replication": r}, {
+        "responses": responses, "test_rows": fold_rows[r], "fit": fit_fn, "method": name, "options": options,
+        "entropy": seed, "replication": r, "selectors": selectors, "scorings": scorings, "estimator": estimator,
+        "sd_scale": float(sd_scale), "test_lengths": lengths,
+    }) for r in range(n_folds)]
     run_tasks(tasks, _replay_task, store, n_workers=n_workers, progress=progress, desc="replay audit")
     ds = store.load()
     ds.attrs.update({"method": name, "folds": n_folds, "n_llms": responses.n_subjects, "n_items": responses.n_items,

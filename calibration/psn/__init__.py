@@ -16,6 +16,7 @@ from calibration.psn.laplace import (
     fit_ability_posterior,
     fit_item_posterior,
     laplace_from_network,
+    n_separated_pairs,
     p_ahead,
     tune_prior_precision,
 )
@@ -39,6 +40,7 @@ __all__ = [
     "fit_item_posterior",
     "fit_network",
     "laplace_from_network",
+    "n_separated_pairs",
     "p_ahead",
     "reliability_diagram",
     "split_half_check",

@@ -27,7 +27,7 @@ import numpy as np
 
 from calibration.base import BaseCalibrator, ConvergenceWarning
 from calibration.data import ResponseData
-from calibration.psn.laplace import CURVATURES, fit_item_posterior, laplace_from_network, p_ahead
+from calibration.psn.laplace import CURVATURES, fit_item_posterior, laplace_from_network, n_separated_pairs, p_ahead
 from calibration.psn.network import A, BETA, PSNNetwork, fit_network
 from calibration.psn.replication import split_half_check
 
@@ -399,7 +399,7 @@ class PSNCalibrator(BaseCalibrator):
                 "p_ahead": (("subject", "rival"), pa, {"long_name": "P(theta_subject > theta_rival)", "description": "Phi((m_i - m_k) / sqrt(v_i + v_k - 2 c_ik)); 0.5 on the diagonal"}),
             },
             coords={"subject": ("subject", sub_ids), "rival": ("rival", sub_ids.copy())},
-            attrs={"n_separated_pairs": int(np.sum(np.triu((pa > 0.95) | (pa < 0.05), 1))), "n_pairs": int(len(sub_ids) * (len(sub_ids) - 1) // 2)},
+            attrs={"n_separated_pairs": n_separated_pairs(pa), "n_pairs": int(len(sub_ids) * (len(sub_ids) - 1) // 2)},
         )
 
         P = ipost.features.shape[1]

@@ -393,3 +393,9 @@ def p_ahead(mean: np.ndarray, cov: np.ndarray) -> np.ndarray:
     out[off] = (diff[off] > 0).astype(float)
     np.fill_diagonal(out, 0.5)
     return out
+
+
+def n_separated_pairs(p_ahead_matrix, level: float = 0.95) -> int:
+    """Pairs (i < k) whose order is decided: P(theta_i > theta_k) > ``level`` or < 1 - ``level``."""
+    pa = np.asarray(p_ahead_matrix, dtype=np.float64)
+    return int(np.sum(np.triu((pa > level) | (pa < 1.0 - level), 1)))

@@ -96,7 +96,8 @@ def compare_ability_fits(first, second, *, temperatures=(None, None)) -> RefitCo
     (e.g. the number of cells, for the mean-loss scaling); None keeps the fit's own.
     """
     ids1, ids2 = list(first.subject_ids_), list(second.subject_ids_)
-    shared = [s for s in ids1 if s in set(ids2)]
+    in_second = set(ids2)
+    shared = [s for s in ids1 if s in in_second]
     if len(shared) < 3:
         raise ValueError(f"the two fits share {len(shared)} subjects; need at least 3")
     posts = []

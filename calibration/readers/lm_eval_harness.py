@@ -20,15 +20,13 @@ Correctness is one binary metric (values 0/1 or true/false). CoT length is, in o
 
 from __future__ import annotations
 
-import gzip
-import json
 import re
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import numpy as np
 
-from calibration.data import ResponseData
+from calibration.data import ResponseData, jsonl_objects
 from calibration.readers._common import (
     FileReport,
     ReadReport,
@@ -69,30 +67,12 @@ def task_from_filename(path) -> str:
     return m.group("task")
 
 
-def _open(path: Path):
-    if path.name.endswith(".gz"):
-        return gzip.open(path, "rt", encoding="utf-8")
-    return open(path, encoding="utf-8")
-
-
 def _read_lines(path: Path) -> list[tuple[int, dict]]:
     rows = []
-    with _open(path) as fh:
-        for lineno, line in enumerate(fh, start=1):
-            if not line.strip():
-                continue
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise ValueError(
-                    f"{path.name} line {lineno}: not valid JSON ({exc.msg} at column {exc.colno}); "
-                    "the file may be truncated or corrupt"
-                ) from None
-            if not isinstance(rec, dict):
-                raise ValueError(f"{path.name} line {lineno}: expected a JSON object, got {type(rec).__name__}")
-            if "doc_id" not in rec:
-                raise ValueError(f"{path.name} line {lineno}: no 'doc_id' field (is this an lm-eval samples file?)")
-            rows.append((lineno, rec))
+    for lineno, rec in jsonl_objects(path):
+        if "doc_id" not in rec:
+            raise ValueError(f"{path.name} line {lineno}: no 'doc_id' field (is this an lm-eval samples file?)")
+        rows.append((lineno, rec))
     if not rows:
         raise ValueError(f"{path.name}: the file has no samples")
     return rows

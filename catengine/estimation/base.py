@@ -162,16 +162,32 @@ class TraitEstimator(ABC):
 
     Implementations are frozen dataclasses (settings only); ``prior=None`` means the bank's
     population prior (``TraitPrior.population``). ``use_cot`` (LaRT banks only) includes the CoT
-    lengths; ``False`` scores the accuracy answers alone (IRT-only).
+    lengths; ``False`` scores the accuracy answers alone (IRT-only). ``sd_scale`` multiplies the
+    reported posterior SDs (the covariance by its square; the mode is unchanged), e.g. by the RMS
+    ratio a replay audit measured on real LLMs (``calibration audit --kind replay``), so that
+    intervals and SD-based stopping rules are honest; selectors that use the posterior (pwi, kl,
+    the LaRT criteria) then see the widened one. Implementations provide :meth:`_posterior` and
+    call :meth:`_check_settings` in ``__post_init__``.
     """
 
     name: ClassVar[str] = ""
     prior: TraitPrior | None
     use_cot: bool
+    sd_scale: float
 
-    @abstractmethod
     def estimate(self, params: ItemParams, state: ResponseState, start: TraitEstimate | None = None) -> TraitEstimate:
         """Posterior summary after the answers in ``state`` (``start``: previous estimate, a warm start)."""
+        return scale_sd(self._posterior(params, state, start), self.sd_scale)
+
+    @abstractmethod
+    def _posterior(self, params: ItemParams, state: ResponseState, start: TraitEstimate | None) -> TraitEstimate:
+        """The model's posterior summary (before ``sd_scale``)."""
+
+    def _check_settings(self) -> None:
+        """Validate the settings every estimator shares."""
+        _check_prior(self.prior)
+        _check_bool(self.use_cot, "use_cot")
+        _check_sd_scale(self.sd_scale)
 
     # shared model helpers ------------------------------------------------------------------------
     def resolved_prior(self, params: ItemParams) -> TraitPrior:

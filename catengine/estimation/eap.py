@@ -9,15 +9,7 @@ from typing import ClassVar
 import numpy as np
 
 from catengine.estimation import _kernels as K
-from catengine.estimation.base import (
-    TraitEstimate,
-    TraitEstimator,
-    TraitPrior,
-    _check_bool,
-    _check_prior,
-    _check_sd_scale,
-    scale_sd,
-)
+from catengine.estimation.base import TraitEstimate, TraitEstimator, TraitPrior
 from catengine.estimation.state import ResponseState
 from catengine.models.params import ItemParams
 
@@ -48,10 +40,7 @@ class EAPEstimator(TraitEstimator):
     Accuracy: the trapezoid rule on a smooth posterior is exact to ~exp(-2 pi^2 sd^2 / h^2) for
     node spacing h, i.e. below 1e-8 while the posterior SD exceeds the spacing (default 0.04);
     the grid must also cover the posterior mass (default +-8).
-    ``sd_scale`` multiplies the reported posterior SDs (covariance by its square; the mode is
-    unchanged), e.g. by the RMS ratio a replay audit measured on real LLMs
-    (``calibration audit --kind replay``), so that intervals and SD-based stopping rules are honest.
-    Selectors that use the posterior (pwi, kl, the LaRT criteria) then see the widened one.
+    ``sd_scale``: see :class:`TraitEstimator`.
     """
 
     name: ClassVar[str] = "eap"
@@ -63,9 +52,7 @@ class EAPEstimator(TraitEstimator):
     sd_scale: float = 1.0
 
     def __post_init__(self):
-        _check_prior(self.prior)
-        _check_bool(self.use_cot, "use_cot")
-        _check_sd_scale(self.sd_scale)
+        self._check_settings()
         if isinstance(self.n_points, bool) or not isinstance(self.n_points, int) or self.n_points < 3:
             raise ValueError(f"n_points must be an integer >= 3, got {self.n_points!r}")
         try:
@@ -100,7 +87,7 @@ class EAPEstimator(TraitEstimator):
         cache.n = state.n
         return cache.loglik
 
-    def estimate(self, params: ItemParams, state: ResponseState, start: TraitEstimate | None = None) -> TraitEstimate:
+    def _posterior(self, params: ItemParams, state: ResponseState, start: TraitEstimate | None = None) -> TraitEstimate:
         gp = self.gaussian(params, state)
         grid = self.grid
         lp = self.grid_loglik(state) - 0.5 * gp.q * (grid - gp.m) ** 2
@@ -110,11 +97,11 @@ class EAPEstimator(TraitEstimator):
         var = float(np.dot(w, (grid - mean) ** 2) / total)
         sd = math.sqrt(var)
         if params.response_model != "lart":
-            return scale_sd(TraitEstimate(theta=mean, theta_sd=sd, n_items=state.n, method="eap"), self.sd_scale)
+            return TraitEstimate(theta=mean, theta_sd=sd, n_items=state.n, method="eap")
         beta = gp.tau_beta
-        return scale_sd(TraitEstimate(
+        return TraitEstimate(
             theta=mean, theta_sd=sd, n_items=state.n,
             tau=gp.tau_alpha + beta * mean,
             tau_sd=math.sqrt(1.0 / gp.tau_precision + beta * beta * var),
             theta_tau_cov=beta * var, method="eap",
-        ), self.sd_scale)
+        )

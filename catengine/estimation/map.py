@@ -7,15 +7,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from catengine.estimation import _kernels as K
-from catengine.estimation.base import (
-    TraitEstimate,
-    TraitEstimator,
-    TraitPrior,
-    _check_bool,
-    _check_prior,
-    _check_sd_scale,
-    scale_sd,
-)
+from catengine.estimation.base import TraitEstimate, TraitEstimator, TraitPrior
 from catengine.estimation.state import MODEL_4PL, ResponseState
 from catengine.models.params import ItemParams
 
@@ -32,10 +24,7 @@ class MAPEstimator(TraitEstimator):
 
     ``tol`` bounds the last Newton step (relative to 1 + |theta|); ``max_iter`` the iterations.
     4PL banks (non-concave likelihood) also scan a coarse grid for the start (``grid_start``).
-    ``sd_scale`` multiplies the reported posterior SDs (covariance by its square; the mode is
-    unchanged), e.g. by the RMS ratio a replay audit measured on real LLMs
-    (``calibration audit --kind replay``), so that intervals and SD-based stopping rules are honest.
-    Selectors that use the posterior (pwi, kl, the LaRT criteria) then see the widened one.
+    ``sd_scale``: see :class:`TraitEstimator`.
     """
 
     name: ClassVar[str] = "map"
@@ -46,15 +35,13 @@ class MAPEstimator(TraitEstimator):
     sd_scale: float = 1.0
 
     def __post_init__(self):
-        _check_prior(self.prior)
-        _check_bool(self.use_cot, "use_cot")
-        _check_sd_scale(self.sd_scale)
+        self._check_settings()
         if not (isinstance(self.tol, (int, float)) and 0 < self.tol < 1e-2):
             raise ValueError(f"tol must be a number in (0, 0.01), got {self.tol!r}")
         if isinstance(self.max_iter, bool) or not isinstance(self.max_iter, int) or self.max_iter < 1:
             raise ValueError(f"max_iter must be a positive integer, got {self.max_iter!r}")
 
-    def estimate(self, params: ItemParams, state: ResponseState, start: TraitEstimate | None = None) -> TraitEstimate:
+    def _posterior(self, params: ItemParams, state: ResponseState, start: TraitEstimate | None = None) -> TraitEstimate:
         gp = self.gaussian(params, state)
         theta0 = gp.m if start is None else float(start.theta)
         theta, _, _, hl, n_iter, converged = K.map_newton_1d(
@@ -66,15 +53,15 @@ class MAPEstimator(TraitEstimator):
             total = gp.q + curv
             if not total > 0:  # 4PL far outside concavity: fall back to the prior precision
                 total = gp.q
-            return scale_sd(TraitEstimate(theta=theta, theta_sd=1.0 / math.sqrt(total), n_items=state.n,
-                                          method="map", n_iter=n_iter, converged=converged), self.sd_scale)
+            return TraitEstimate(theta=theta, theta_sd=1.0 / math.sqrt(total), n_items=state.n,
+                                 method="map", n_iter=n_iter, converged=converged)
         # joint Hessian H = [[Q11 + c, Q12], [Q12, Q22 + F]]; cov = H^-1
         h11 = gp.q + gp.q12 * gp.q12 / gp.tau_precision + curv  # = Q11 + c
         h12, h22 = gp.q12, gp.tau_precision
         det = h11 * h22 - h12 * h12
         tau = gp.tau_alpha + gp.tau_beta * theta
-        return scale_sd(TraitEstimate(
+        return TraitEstimate(
             theta=theta, theta_sd=math.sqrt(h22 / det), n_items=state.n,
             tau=tau, tau_sd=math.sqrt(h11 / det), theta_tau_cov=-h12 / det,
             method="map", n_iter=n_iter, converged=converged,
-        ), self.sd_scale)
+        )

@@ -21,6 +21,7 @@ from catengine.errors import BankExhaustedError, CatEngineError
 from catengine.widgets._display import escape, fmt, html_table, new_figure, show_figure
 
 THETA_LABEL = "ability θ (population SD units)"
+_USER_ERRORS = (CatEngineError, ValueError, TypeError, KeyError)  # shown in the panel, not raised
 
 
 class SimulatedLLM:
@@ -241,20 +242,35 @@ class SessionPanel(widgets.VBox):
         self.last_error = f"{type(exc).__name__}: {exc}"
         self.error_html.value = f"<span style='color:#b00'>{escape(self.last_error)}</span>"
 
-    def answer(self, correct: int, cot_length=None) -> bool:
-        """Record an answer to the proposed item (CoT length from ``cot_length`` or the input box)."""
+    def _start_action(self, needs_responder: str | None = None) -> bool:
+        """Clear the error line; False (with the error shown) if ``needs_responder`` names an action without one."""
         self.last_error = None
         self.error_html.value = ""
+        if needs_responder and self.responder is None:
+            self._report(RuntimeError(f"no responder: pass responder= (e.g. SimulatedLLM, ReplayedLLM) to {needs_responder}"))
+            return False
+        return True
+
+    def _attempt(self, action) -> bool:
+        """Run ``action``; a user error is shown instead of raised; redraw either way. True if it ran through."""
         try:
-            cot = cot_length if cot_length is not None else self._cot_value()
-            item = self.session.next_item()
-            self.session.record(item, correct, cot_length=cot)
-        except (CatEngineError, ValueError, TypeError, KeyError) as exc:
+            action()
+        except _USER_ERRORS as exc:
             self._report(exc)
             return False
         finally:
             self.refresh()
         return True
+
+    def answer(self, correct: int, cot_length=None) -> bool:
+        """Record an answer to the proposed item (CoT length from ``cot_length`` or the input box)."""
+        self._start_action()
+
+        def record():
+            cot = cot_length if cot_length is not None else self._cot_value()
+            self.session.record(self.session.next_item(), correct, cot_length=cot)
+
+        return self._attempt(record)
 
     def _step_once(self) -> bool:
         """One answer from the responder; items it has no answer for are excluded first."""
@@ -274,43 +290,30 @@ class SessionPanel(widgets.VBox):
 
     def step(self) -> bool:
         """Let the responder answer the next item (no-op when the test is finished)."""
-        self.last_error = None
-        self.error_html.value = ""
-        if self.responder is None:
-            self._report(RuntimeError("no responder: pass responder= (e.g. SimulatedLLM, ReplayedLLM) to step"))
+        if not self._start_action("step"):
             return False
         if self.session.finished:
             self.refresh()
             return False
-        try:
-            self._step_once()
-        except (CatEngineError, ValueError, TypeError, KeyError) as exc:
-            self._report(exc)
-            return False
-        finally:
-            self.refresh()
-        return True
+        return self._attempt(self._step_once)
 
     def play(self, max_steps: int | None = None) -> int:
         """Let the responder answer until the stopping rule is met (at most ``max_steps``); returns the count."""
-        self.last_error = None
-        self.error_html.value = ""
-        if self.responder is None:
-            self._report(RuntimeError("no responder: pass responder= (e.g. SimulatedLLM, ReplayedLLM) to play"))
+        if not self._start_action("play"):
             return 0
         limit = self.max_play if max_steps is None else int(max_steps)
         done = 0
-        try:
+
+        def run():
+            nonlocal done
             while done < limit and not self.session.finished:
                 if not self._step_once():
                     break
                 done += 1
                 if done % 10 == 0:
                     self.count_label.value = self._count_html()
-        except (CatEngineError, ValueError, TypeError, KeyError) as exc:
-            self._report(exc)
-        finally:
-            self.refresh()
+
+        self._attempt(run)
         return done
 
     # ------------------------------------------------------------------ rendering
