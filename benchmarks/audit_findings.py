@@ -53,7 +53,7 @@ def _slice(bank, k, bank_id):
     from catengine import ItemBank
 
     p = bank.params
-    return ItemBank.from_params("lart", bank.item_ids[:k], bank_id=bank_id, rho=p.rho, cot_offset=bank.cot_offset or 1.0,
+    return ItemBank.from_params("lart", bank.item_ids[:k], bank_id=bank_id, rho=p.rho, cot_offset=bank.effective_cot_offset,
                                 a=p.a[:k], b=p.b[:k], omega=p.omega[:k], phi=p.phi[:k], lam=p.lam[:k])
 
 

@@ -157,10 +157,6 @@ class _Problem:
         return loss, gt, ga, gb
 
 
-def _as_generator(rng):
-    return rng if isinstance(rng, np.random.Generator) else np.random.default_rng(rng)
-
-
 def _as_response_data(responses) -> ResponseData:
     if isinstance(responses, ResponseData):
         return responses
@@ -359,7 +355,7 @@ class CBMMCalibrator(BaseCalibrator):
                 "with mixed answers on >= 1 item with mixed answers)"
             )
         prob = _Problem(c, row_on, col_on, rank, ct=ct)
-        rng = _as_generator(self.rng)
+        rng = np.random.default_rng(self.rng)  # a Generator is returned as is
         theta, a, b = self._initial(prob, sigma, rank, rng, counts)
         self.init_params_ = {"theta": theta.copy(), "a": a * sigma, "b": b * sigma}
 

@@ -56,7 +56,7 @@ def run(args) -> int:
         theta = draw_abilities(args.subjects, args.ability, rng=rng)
         data = simulate_responses(
             bank.params, theta, rng=rng, missing=args.missing, missing_rate=args.missing_rate,
-            cot_cap=args.cot_cap, cot_offset=bank.cot_offset or 1.0,
+            cot_cap=args.cot_cap, cot_offset=bank.effective_cot_offset,
             subject_ids=[f"{args.prefix}{k}" for k in range(args.subjects)], item_ids=bank.item_ids,
         )
         out.parent.mkdir(parents=True, exist_ok=True)

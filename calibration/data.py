@@ -159,14 +159,14 @@ _CORRECT_ALLOWED = "allowed: 0, 1, true/false; empty, NA or NaN = missing; -1 is
 _COT_ALLOWED = "a CoT length must be a finite token count >= 0; empty, NA or NaN = missing"
 
 
-def _open_text(path: Path):
+def open_text(path: Path):
     """Open a text file for the csv/json readers; ``.gz`` files are decompressed transparently."""
     if path.suffix.lower() == ".gz":
         return gzip.open(path, "rt", encoding="utf-8-sig", newline="")
     return open(path, encoding="utf-8-sig", newline="")
 
 
-def _format_suffix(path: Path) -> str:
+def format_suffix(path: Path) -> str:
     suffixes = [s.lower() for s in path.suffixes]
     if suffixes and suffixes[-1] == ".gz":
         suffixes = suffixes[:-1]
@@ -175,7 +175,7 @@ def _format_suffix(path: Path) -> str:
 
 def _read_wide(path: Path):
     """Read a wide CSV: returns (item_ids, subject_ids, rows of cell strings, line numbers)."""
-    with _open_text(path) as fh:
+    with open_text(path) as fh:
         reader = csv.reader(fh)
         header = None
         subjects, rows, lines = [], [], []
@@ -267,7 +267,7 @@ def _long_records(source) -> Iterator[tuple[str, Mapping]]:
     """
     if isinstance(source, (str, os.PathLike)):
         path = Path(source)
-        kind = _format_suffix(path)
+        kind = format_suffix(path)
         if kind == ".csv":
             return _csv_records(path)
         if kind in (".jsonl", ".ndjson"):
@@ -310,7 +310,7 @@ def _long_records(source) -> Iterator[tuple[str, Mapping]]:
 
 
 def _csv_records(path: Path):
-    with _open_text(path) as fh:
+    with open_text(path) as fh:
         reader = csv.reader(fh)
         header = None
         for row in reader:
@@ -332,7 +332,7 @@ def _csv_records(path: Path):
 def jsonl_objects(path: Path):
     """(line number, object) of every non-blank line of a JSON Lines file (``.gz`` read transparently);
     a line that is not a JSON object raises ValueError naming the file and line."""
-    with _open_text(path) as fh:
+    with open_text(path) as fh:
         for lineno, line in enumerate(fh, start=1):
             if not line.strip():
                 continue

@@ -3,36 +3,27 @@
 from __future__ import annotations
 
 import csv
-import gzip
 from pathlib import Path
 
 import numpy as np
 
-from calibration.data import ResponseData
+from calibration.data import ResponseData, format_suffix, open_text
 
 LONG_SUFFIXES = (".csv", ".jsonl", ".ndjson")
-
-
-def _suffix(path: Path) -> str:
-    suffixes = [s.lower() for s in path.suffixes]
-    if suffixes and suffixes[-1] == ".gz":
-        suffixes = suffixes[:-1]
-    return suffixes[-1] if suffixes else ""
 
 
 def _read_csv(path: Path) -> ResponseData:
     """A .csv[.gz]: long when the header names subject, item and correct; a headerless 0/1 matrix
     (rows = subjects, e.g. PSN-IRT's percent_0.7.csv; empty/NaN = missing) when the first row is
     all numbers; otherwise wide (first column the subject id, header the item ids)."""
-    opener = gzip.open if path.suffix.lower() == ".gz" else open
-    with opener(path, "rt", encoding="utf-8-sig", newline="") as fh:
+    with open_text(path) as fh:
         first = next(csv.reader(fh), None)
     if first is None:
         raise ValueError(f"{path.name} is empty")
     if {"subject", "item", "correct"} <= {c.strip().lower() for c in first}:
         return ResponseData.from_long(path)
     if first[0].strip() and all(_is_number(c) for c in first):
-        with opener(path, "rt", encoding="utf-8-sig") as fh:
+        with open_text(path) as fh:
             matrix = np.genfromtxt(fh, delimiter=",", dtype=np.float64, ndmin=2)
         return ResponseData.from_arrays(matrix)
     return ResponseData.from_wide_csv(path)
@@ -62,7 +53,7 @@ def load_responses(path, *, cot=None, wide: bool = False) -> ResponseData:
         raise FileNotFoundError(f"CoT file {cot} does not exist")
     if wide or cot is not None:
         return ResponseData.from_wide_csv(path, cot)
-    suffix = _suffix(path)
+    suffix = format_suffix(path)
     if suffix == ".nc":
         return ResponseData.from_netcdf(path)
     if suffix == ".csv":

@@ -47,10 +47,6 @@ __all__ = [
 _UNIF_PAIRS = 24  # uniform pairs handed to the ARS kernel per subject and attempt
 
 
-def _rng(rng) -> np.random.Generator:
-    return rng if isinstance(rng, np.random.Generator) else np.random.default_rng(rng)
-
-
 # ----------------------------------------------------------------------------- input handling
 
 
@@ -118,7 +114,7 @@ def cot_informed_prior(log_t, omega, phi, lam, rho):
 
 def draw_tau(theta, s2, B, rho, rng=None):
     """tau_i ~ Normal(s2_i (B_i + rho theta_i / (1 - rho^2)), s2_i) (Lemma 1): exact given theta."""
-    rng = _rng(rng)
+    rng = np.random.default_rng(rng)
     theta = np.asarray(theta, dtype=np.float64)
     mean = s2 * (B + rho * theta / (1.0 - rho * rho))
     return mean + np.sqrt(s2) * rng.standard_normal(np.shape(mean))
@@ -175,7 +171,7 @@ def sample_theta(R, a, b, mu, v, *, rng=None, theta_start=None, return_modes=Fal
     :func:`cot_informed_prior`, or 0 and 1 for plain IRT); ``theta_start`` warm-starts the mode
     search (default ``mu``). Returns (N,) draws (and the posterior modes with ``return_modes``).
     """
-    rng = _rng(rng)
+    rng = np.random.default_rng(rng)
     R, a, b, mu, v = _theta_problem(R, a, b, mu, v)
     N = R.shape[0]
     start = mu.copy() if theta_start is None else _per_subject("theta_start", theta_start, N)
@@ -333,7 +329,7 @@ def sample_tmvn(cov, lower, size, *, method="minimax", rng=None, max_proposals=1
     ``method="rejection"``: draw from the untruncated normal and keep the draws inside the region.
     Exact; acceptance = P(X > lower), so only for tiny d or mild truncation.
     """
-    rng = _rng(rng)
+    rng = np.random.default_rng(rng)
     cov = np.asarray(cov, dtype=np.float64)
     l = np.asarray(lower, dtype=np.float64).reshape(-1)
     d = l.shape[0]
@@ -402,7 +398,7 @@ def sample_theta_sun(R, a, b, mu, v, *, rng=None, size=1, tmvn="minimax"):
     only). ``tmvn`` picks the truncated-normal sampler (see :func:`sample_tmvn`).
     Returns (N,) draws for size=1, else (N, size).
     """
-    rng = _rng(rng)
+    rng = np.random.default_rng(rng)
     R, a, b, mu, v = _theta_problem(R, a, b, mu, v)
     N, J = R.shape
     out = np.empty((N, size))
@@ -435,7 +431,7 @@ def sample_traits(R, log_t, a, b, omega, phi, lam, rho, *, rng=None, method="ars
     Gaussian conditional. ``log_t`` is (N, J) log(T + offset) with NaN = missing, or None (no CoT:
     then rho must be 0 and tau is drawn from its N(0, 1) prior). Returns (theta, tau).
     """
-    rng = _rng(rng)
+    rng = np.random.default_rng(rng)
     R = _as_R(R)
     N, J = R.shape
     if log_t is None:

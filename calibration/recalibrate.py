@@ -183,6 +183,7 @@ def diff_banks(old, new, *, drift_threshold: float = 0.5, theta_threshold: float
     """Compare two bank versions item by item and subject by subject (no linking is applied here)."""
     old_ids, new_ids = old.item_ids, new.item_ids
     new_pos = {item: k for k, item in enumerate(new_ids)}
+    old_set = set(old_ids)
     common = [item for item in old_ids if item in new_pos]
     drifted = []
     if common:
@@ -206,7 +207,7 @@ def diff_banks(old, new, *, drift_threshold: float = 0.5, theta_threshold: float
     return BankDiff(
         version_old=old.version,
         version_new=new.version,
-        items_added=tuple(i for i in new_ids if i not in set(old_ids)),
+        items_added=tuple(i for i in new_ids if i not in old_set),
         items_removed=tuple(i for i in old_ids if i not in new_pos),
         drifted_items=tuple(drifted),
         subjects_added=tuple(s for s in s_new if s not in s_old),

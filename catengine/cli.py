@@ -257,7 +257,8 @@ def _cmd_evaluate(args) -> int:
 
     bank = _open_bank(args.bank)
     responses = load_responses(args.responses, args.subject, args.cot)
-    known = [i for i in responses if i in set(bank.item_ids)]
+    in_bank = set(bank.item_ids)
+    known = [i for i in responses if i in in_bank]
     if not known:
         print(f"none of the {len(responses)} item ids in {args.responses} is in bank {bank.bank_id} "
               f"(bank ids look like {bank.item_ids[:3]})", file=sys.stderr)

@@ -42,7 +42,7 @@ def run_demo(bank, *, target_sd: float = 0.25, max_items: int = 50, min_items: i
     session = CATSession(bank, selector=selector, estimator=estimator, stopping=stopping, rng=rng,
                          subject="simulated-llm", log=log)
     steps = []
-    offset = bank.cot_offset or 1.0
+    offset = bank.effective_cot_offset
     while not session.finished:
         item = session.next_item()
         j = bank.index_of(item)

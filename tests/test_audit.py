@@ -201,21 +201,25 @@ def test_alter_bank():
 # ============================================================================ recovery audit
 def test_recovery_dataset_layout_and_summary():
     bank = _bank_2pl(40)
-    ds = recovery_audit(bank, [40, 80], method="cbmm", ability=["normal", "skew-normal:skew=8"], replications=2,
-                        rng=0, n_workers=1, progress=False)
+    from calibration.audit.methods import fit_cbmm
+
+    ds = recovery_audit(bank, [40, 80], method=["cbmm", ("cbmm-again", fit_cbmm)], ability=["normal", "skew-normal:skew=8"],
+                        replications=2, rng=0, n_workers=1, progress=False)
     assert tuple(ds["kendall_tau"].dims) == ("replication", "method", "n_subjects", "ability")
-    assert ds.sizes == {"replication": 2, "method": 1, "n_subjects": 2, "ability": 2}
+    assert ds.sizes == {"replication": 2, "method": 2, "n_subjects": 2, "ability": 2}
     assert bool(ds["done"].all()) and not bool((ds["failed"] == 1).any())
     for name in ("kendall_tau", "pearson_a", "pearson_b", "rmse_theta", "rmse_a", "rmse_b", "aggregate_score_error",
                  "item_mean_error", "abs_skewness", "insufficient_coverage", "marginal_reliability", "runtime_s"):
         assert np.all(np.isfinite(ds[name].values)), name
     # the design diagnostics describe the truth: identical for every method of a replication
-    assert (ds["runtime_s"] >= 0).all()
+    for name in ("abs_skewness", "insufficient_coverage", "marginal_reliability"):
+        np.testing.assert_array_equal(ds[name].sel(method="cbmm").values, ds[name].sel(method="cbmm-again").values)
+    assert len(np.unique(ds["abs_skewness"].values)) > 1  # ... and differ between replications and designs
     s = summarize(ds)
     assert list(s["statistic"].values) == ["mean", "mcse", "sd", "n"]
     assert "replication" not in s.dims and s["kendall_tau"].sel(statistic="n").min() == 2
     table = summary_table(ds)
-    assert len(table) == 4 and "±" in table["tau"].iloc[0]
+    assert len(table) == 8 and "±" in table["tau"].iloc[0]  # 2 methods x 2 sizes x 2 abilities
 
 
 def test_correct_model_at_large_n_recovers_parameters():
@@ -426,8 +430,12 @@ def test_cat_audit_lart_vs_irt_scoring():
     assert bool((sd.sel(scoring="lart") < sd.sel(scoring="irt")).all())
     assert np.all(np.isfinite(ds["tau_rmse"].sel(scoring="lart").values))
     assert np.all(np.isnan(ds["tau_rmse"].sel(scoring="irt").values))
-    # common random numbers: the same simulees and answers for every configuration
-    assert 0 < ds["max_exposure"].sel({"selector": "mfi"}).min() <= 1
+    # common random numbers: the same simulees and answers for every configuration, so a run of the
+    # mfi cells alone reproduces them exactly
+    alone = cat_audit(bank, n_simulees=60, test_lengths=(5, 10), selector=("mfi",), replications=1, rng=1,
+                      n_workers=1, progress=False)
+    for name in ("rmse", "coverage", "theta_sd_mean", "max_exposure"):
+        np.testing.assert_array_equal(alone[name].sel(selector="mfi").values, ds[name].sel(selector="mfi").values)
 
 
 def test_cat_audit_validates():
@@ -472,8 +480,15 @@ def test_cli(tmp_path, capsys):
         assert (out / name).exists(), name
     with xr.open_dataset(out / "recovery_results.nc") as ds:
         assert ds.sizes["replication"] == 2 and ds.sizes["n_subjects"] == 2
-    # same command again: everything is resumed from the records (and the stored seed)
+    # same command again: everything is resumed from the records (and the stored seed): no record is
+    # rewritten and the results are identical
+    records = {p: p.stat().st_mtime_ns for p in (out / "records").glob("*.nc")}
+    with xr.open_dataset(out / "recovery_results.nc") as ds:
+        before = ds.load()
     assert main(argv[:-5] + ["--workers", "1", "--no-progress", "--no-report"]) == 0
+    assert records and {p: p.stat().st_mtime_ns for p in (out / "records").glob("*.nc")} == records
+    with xr.open_dataset(out / "recovery_results.nc") as ds:
+        xr.testing.assert_identical(ds.load(), before)
     # a different configuration in the same directory is refused with exit status 2
     assert main([*argv[:3], "30", *argv[4:]]) == 2
     assert "different" in capsys.readouterr().err
@@ -481,3 +496,5 @@ def test_cli(tmp_path, capsys):
     assert main(["--bank", str(bank_path), "--kind", "cat", "--simulees", "20", "--test-lengths", "5,10",
                  "--reps", "1", "--out", str(tmp_path / "cat"), "--seed", "1", "--workers", "1", "--no-progress",
                  "--no-report"]) == 0
+    with xr.open_dataset(tmp_path / "cat" / "cat_results.nc") as ds:
+        assert ds["coverage"].sizes == {"replication": 1, "selector": 2, "scoring": 1, "test_length": 2}

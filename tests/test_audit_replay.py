@@ -18,10 +18,11 @@ def test_replay_metrics_by_hand():
     sd = np.array([0.3, 0.2, 0.2, 0.5])
     m = replay_metrics(full, full_sd, est, sd)
     assert m["coverage"] == 0.5  # |diff| <= 1.96 sd for LLMs 0 and 2 (1.5 - 1 = 0.5 > 0.392; 1.0 > 0.98)
-    d = np.sqrt(np.clip(sd**2 - full_sd**2, 0, None))  # LLM 2: SD_L = SD_full -> d = 0, promised 1
-    promised = np.where(d > 0, 2 * stats.norm.cdf(1.959963984540054 * sd / np.where(d > 0, d, 1)) - 1, 1.0)
-    assert m["nominal_coverage"] == pytest.approx(promised.mean())
-    assert m["sd_ratio"] == pytest.approx(np.sqrt(np.mean((est - full) ** 2)) / np.sqrt(np.mean(d**2)))
+    # by hand: d^2 = SD_L^2 - SD_full^2 = 0.08, 0.03, 0 (LLM 2: promised 1), 0.24; diffs 0.1, 0.5, -0.1, -1.0
+    promised = [2 * stats.norm.cdf(1.96 * 0.3 / 0.08**0.5) - 1, 2 * stats.norm.cdf(1.96 * 0.2 / 0.03**0.5) - 1,
+                1.0, 2 * stats.norm.cdf(1.96 * 0.5 / 0.24**0.5) - 1]
+    assert m["nominal_coverage"] == pytest.approx(np.mean(promised), abs=1e-4)  # 1.96 vs the exact quantile
+    assert m["sd_ratio"] == pytest.approx(((0.01 + 0.25 + 0.01 + 1.0) / (0.08 + 0.03 + 0.0 + 0.24)) ** 0.5)
     assert m["mean_abs_diff"] == pytest.approx(0.425) and m["theta_sd_mean"] == pytest.approx(0.3)
     assert m["kendall_tau"] == pytest.approx(stats.kendalltau(full, est).statistic)
 
@@ -95,7 +96,7 @@ def test_sd_scale_rescales_the_promise_exactly():
     np.testing.assert_allclose(wide["sd_ratio"].values, plain["sd_ratio"].values / 2.0, rtol=1e-9)
     np.testing.assert_allclose(wide["mean_abs_diff"].values, plain["mean_abs_diff"].values, rtol=1e-12)
     assert np.all(wide["coverage"].values >= plain["coverage"].values)
-    with pytest.raises(ValueError, match="sd_scale must be a positive finite number"):
+    with pytest.raises(ValueError, match="sd_scale must be a finite number > 0"):
         replay_audit(data, sd_scale=0.0, **kw)
 
 

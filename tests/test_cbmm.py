@@ -482,11 +482,18 @@ def test_convergence_warning_at_max_iter_and_contract():
     assert "CBMMCalibrator(" in repr(cal)
 
 
-def test_progress_bar_runs(capsys):
+def test_progress_bar_runs(capsys, monkeypatch):
+    import tqdm.auto
+
     data, _, _ = _sim(60, 30, seed=1)
+    real = tqdm.auto.tqdm
+    monkeypatch.setattr(tqdm.auto, "tqdm", lambda *a, **kw: real(*a, **{**kw, "delay": 0}))  # show even a short fit
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # no stray warnings from the bar
         CBMMCalibrator(progress=True).fit(data)
+    assert "cBMM" in capsys.readouterr().err
+    CBMMCalibrator(progress=False).fit(data)
+    assert "cBMM" not in capsys.readouterr().err
 
 
 # ------------------------------------------------------------------------------ item bank + CLI

@@ -60,17 +60,22 @@ def test_quadrature_equals_large_monte_carlo_average():
 
 @pytest.mark.parametrize("sd", [0.1, 0.5, 1.0, 2.0, 4.0])
 def test_quadrature_accuracy_table(sd):
-    """Against adaptive quadrature: n nodes needed for ~1% accuracy grow with the posterior SD.
+    """Against adaptive quadrature: the nodes needed for 1% accuracy grow with the posterior SD.
 
-    Measured max relative errors (9 nodes): 3e-13 (sd .1), 9e-9 (.5), 7e-5 (1), 3e-2 (2). The
-    test pins the number of nodes that reaches 1e-2 relative error at each SD.
+    Measured max relative errors with 9 nodes: 1e-15 (sd .1), 8e-9 (.5), 9e-5 (1), 3.5e-2 (2),
+    0.48 (4). The test pins the smallest node count that reaches 1e-2 at each SD (one node fewer
+    does not), so a loss of accuracy shows up as a failure here.
     """
     a, b, c, d, _ = _items(n=25, seed=2)
     th = 0.4
     ref = np.array([naive.expected_information_quad(th, a[j], b[j], c[j], d[j], sd) for j in range(a.size)])
-    nodes = {0.1: 5, 0.5: 9, 1.0: 9, 2.0: 15, 4.0: 41}[sd]
-    got = expected_information(th, a, b, c, d, np.full(a.size, sd), n_nodes=nodes)
-    np.testing.assert_allclose(got, ref, rtol=1e-2, atol=1e-12)
+    nodes = {0.1: 2, 0.5: 3, 1.0: 5, 2.0: 12, 4.0: 41}[sd]
+
+    def worst_relative_error(n):
+        got = expected_information(th, a, b, c, d, np.full(a.size, sd), n_nodes=n)
+        return float(np.max(np.abs(got - ref) / ref))
+
+    assert worst_relative_error(nodes) < 1e-2 <= worst_relative_error(nodes - 1)
 
 
 @pytest.mark.parametrize("sd", [0.3, 0.99, 1.0, 2.0, 4.0, 8.0, 20.0, 60.0])

@@ -233,3 +233,20 @@ def test_bank_can_keep_its_calibration_responses(tmp_path):
     assert back.sha256() == data.sha256()
     with pytest.raises(ValueError, match="not an optional group"):
         bank.with_group("items", data.to_dataset())
+
+
+def test_effective_cot_offset_keeps_zero():
+    """A LaRT bank calibrated with offset 0 (log T exactly) is scored and simulated with 0, not 1."""
+    from catengine.session.simulate import simulate_answer
+
+    kw = dict(a=[1.0], b=[0.0], omega=[5.0], phi=[1.0], lam=[0.5], rho=-0.5)
+    zero = ItemBank.from_params("lart", ["x"], bank_id="z", cot_offset=0.0, **kw)
+    default = ItemBank.from_params("lart", ["x"], bank_id="d", **kw)
+    assert zero.effective_cot_offset == 0.0 and default.effective_cot_offset == 1.0
+    assert ItemBank.from_params("2pl", ["x"], bank_id="t", a=[1.0], b=[0.0]).effective_cot_offset == 1.0
+    from catengine.session import CATSession
+
+    assert CATSession(zero).cot_offset == 0.0
+    t0 = simulate_answer(zero.params, 0, 0.0, 0.0, np.random.default_rng(1), zero.effective_cot_offset)[1]
+    t1 = simulate_answer(default.params, 0, 0.0, 0.0, np.random.default_rng(1), default.effective_cot_offset)[1]
+    assert t1 == pytest.approx(t0 - 1.0)  # exp(x) - offset with the same draw

@@ -141,13 +141,17 @@ def test_stopping_contract(model):
 
 
 def test_information_below_uses_eligible_items_only():
+    from catengine.models import logistic
+
     bank = naive.make_bank("2pl", 12, seed=5)
     s = CATSession(bank, stopping=InformationBelow(1e-9), rng=0)
-    best = s._max_information()
-    info = np.asarray(bank.params.a) ** 2 / 4
-    assert best <= info.max()
-    for item in bank.item_ids[:11]:
-        s.exclude(item)
-    assert s._max_information() > 0
-    s.exclude(bank.item_ids[11])
+    info = logistic.item_information(bank.params, s.estimate.theta)  # at the current estimate
+    assert s._max_information() == pytest.approx(info.max(), rel=1e-12)
+    keep = int(np.argmin(info))  # exclude all but the least informative item
+    assert info[keep] < info.max()
+    for j, item in enumerate(bank.item_ids):
+        if j != keep:
+            s.exclude(item)
+    assert s._max_information() == pytest.approx(info[keep], rel=1e-12)
+    s.exclude(bank.item_ids[keep])
     assert s.finished and s.stop_reason == "no item left in the bank"

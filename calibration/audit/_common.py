@@ -13,6 +13,8 @@ from calibration.audit.store import MemoryStore, ResultStore
 from calibration.simulate import ABILITY_FAMILIES, draw_abilities
 from catengine.models.params import ItemParams
 
+Z95 = 1.959963984540054  # two-sided 95% normal quantile
+
 __all__ = [
     "AbilitySpec",
     "alter_bank",
@@ -81,7 +83,7 @@ def alter_bank(bank, *, a_scale: float = 1.0, b_shift: float = 0.0, rho: float |
             if k not in p.parameter_names and k not in ("rho", "b_sd") and items[k].dtype.kind in "OUS"}
     kwargs = {}
     if p.response_model == "lart":
-        kwargs["cot_offset"] = bank.cot_offset if bank.cot_offset is not None else 1.0
+        kwargs["cot_offset"] = bank.effective_cot_offset
     return ItemBank.from_params(
         p.response_model,
         bank.item_ids,

@@ -40,6 +40,7 @@ import numpy as np
 
 from calibration.audit import metrics as M
 from calibration.audit._common import (
+    Z95,
     array_fingerprint,
     as_bank,
     bank_fingerprint,
@@ -57,7 +58,6 @@ __all__ = ["cat_audit", "CAT_METRICS"]
 
 CAT_METRICS = ("bias", "rmse", "coverage", "kendall_tau", "theta_sd_mean", "sd_ratio", "tau_rmse", "tau_coverage")
 SCORINGS = ("lart", "irt")
-_Z95 = 1.959963984540054
 
 
 def _selector(spec):
@@ -126,7 +126,7 @@ def _step_metrics(theta, est, sd):
     return {
         "bias": float(np.mean(err)),
         "rmse": rmse,
-        "coverage": float(np.mean(np.abs(err) <= _Z95 * sd)),
+        "coverage": float(np.mean(np.abs(err) <= Z95 * sd)),
         "kendall_tau": M.kendall_tau_b(theta, est),
         "theta_sd_mean": float(np.mean(sd)),
         "sd_ratio": rmse / rms_sd if rms_sd > 0 else math.nan,
@@ -186,7 +186,7 @@ def _cat_task(task: dict):
             if tau is not None and use_cot and lart_engine and np.all(np.isfinite(est_tau[:, length - 1])):
                 err = est_tau[:, length - 1] - tau
                 out["tau_rmse"][k] = float(np.sqrt(np.mean(err * err)))
-                out["tau_coverage"][k] = float(np.mean(np.abs(err) <= _Z95 * sd_tau[:, length - 1]))
+                out["tau_coverage"][k] = float(np.mean(np.abs(err) <= Z95 * sd_tau[:, length - 1]))
     except Exception as exc:  # recorded, never raised
         failed, error = True, error_text(exc)
         out = {name: np.full(n_len, np.nan) for name in CAT_METRICS}
@@ -262,7 +262,7 @@ def cat_audit(
     _estimator(estimator, True)  # validate the name
     from catengine.session.config import to_config
 
-    cot_offset = float(truth_bank.cot_offset) if truth.response_model == "lart" and truth_bank.cot_offset is not None else 1.0
+    cot_offset = truth_bank.effective_cot_offset
     config = {
         "bank": bank_fingerprint(bank.params), "bank_id": bank.bank_id, "true_bank": bank_fingerprint(truth),
         "selectors": [to_config(s) for _, s in selectors], "scorings": scorings, "estimator": estimator,

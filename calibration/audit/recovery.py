@@ -45,6 +45,7 @@ import numpy as np
 
 from calibration.audit import metrics as M
 from calibration.audit._common import (
+    Z95,
     array_fingerprint,
     as_bank,
     bank_fingerprint,
@@ -70,7 +71,6 @@ RECOVERY_METRICS = (
     "abs_skewness", "insufficient_coverage", "marginal_reliability",
     "runtime_s", "cpu_s", "wall_s", "converged", "n_iter", "missing_share", "degenerate",
 )
-_Z95 = 1.959963984540054
 
 
 def difficulty(a, b) -> np.ndarray:
@@ -135,7 +135,7 @@ def fit_metrics(truth, theta, fit) -> dict:
         if ok.any():
             out["theta_sd_mean"] = float(np.mean(sd[ok]))
             err = np.abs(A * theta_hat + B - theta)
-            out["theta_coverage"] = float(np.mean(err[ok] <= _Z95 * sd[ok]))
+            out["theta_coverage"] = float(np.mean(err[ok] <= Z95 * sd[ok]))
     if truth.response_model == "lart" and fit.has_cot:
         p = fit.params
         out["rmse_omega"] = M.rmse(p.omega, truth.omega)
@@ -245,7 +245,7 @@ def recovery_audit(
     if unknown:
         raise ValueError(f"method_options given for methods not audited: {sorted(unknown)}")
     sample = resolve_ability_sample(specs, bank, ability_sample)
-    cot_offset = float(bank.cot_offset) if truth.response_model == "lart" and bank.cot_offset is not None else 1.0
+    cot_offset = bank.effective_cot_offset
 
     config = {
         "bank": bank_fingerprint(truth), "bank_id": bank.bank_id, "response_model": truth.response_model,

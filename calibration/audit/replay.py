@@ -38,7 +38,7 @@ import time
 import numpy as np
 
 from calibration.audit import metrics as M
-from calibration.audit._common import check_replications, error_text, open_store, positive_ints
+from calibration.audit._common import Z95, check_replications, error_text, open_store, positive_ints
 from calibration.audit.cat import _estimator, _scorings, _selectors
 from calibration.audit.methods import NEEDS_COT, resolve_method
 from calibration.audit.runner import run_tasks, stream
@@ -47,7 +47,6 @@ from calibration.data import ResponseData
 __all__ = ["replay_audit", "REPLAY_METRICS", "bank_from_fit"]
 
 REPLAY_METRICS = ("coverage", "nominal_coverage", "sd_ratio", "kendall_tau", "mean_abs_diff", "theta_sd_mean")
-_Z95 = 1.959963984540054
 
 
 _BANK_METHOD = {"cbmm": "cbmm", "saem": "saem", "saem-irt": "saem", "psn": "psn-laplace"}
@@ -71,10 +70,10 @@ def replay_metrics(full, full_sd, est, sd) -> dict:
     diff = est - full
     d = np.sqrt(np.clip(sd**2 - full_sd**2, 0.0, None))
     with np.errstate(divide="ignore"):
-        nominal = np.where(d > 0, 2.0 * norm.cdf(_Z95 * sd / np.where(d > 0, d, 1.0)) - 1.0, 1.0)
+        nominal = np.where(d > 0, 2.0 * norm.cdf(Z95 * sd / np.where(d > 0, d, 1.0)) - 1.0, 1.0)
     rms_d = float(np.sqrt(np.mean(d * d)))
     return {
-        "coverage": float(np.mean(np.abs(diff) <= _Z95 * sd)),
+        "coverage": float(np.mean(np.abs(diff) <= Z95 * sd)),
         "nominal_coverage": float(np.mean(nominal)),
         "sd_ratio": float(np.sqrt(np.mean(diff * diff))) / rms_d if rms_d > 0 else math.nan,
         "kendall_tau": M.kendall_tau_b(full, est) if full.size > 1 else math.nan,

@@ -130,7 +130,7 @@ def summary_table(ds, variables=None):
     return pd.DataFrame(rows)
 
 
-def _line_panel(ax, ds, summary, var, xdim, logy=False, linestyle="-"):
+def _line_panel(ax, summary, var, xdim, logy=False, linestyle="-"):
     dims, combos = _series(summary, xdim)
     varying = [d for d in dims if summary.sizes[d] > 1] or dims[:1]
     xs = list(summary[xdim].values)
@@ -208,7 +208,7 @@ def _figure(ds, kind, title):
             ax.set_visible(False)
             continue
         for v, style in zip(present, ("-", "--")):
-            _line_panel(ax, ds, summary, v, xdim, logy=scale == "log", linestyle=style)
+            _line_panel(ax, summary, v, xdim, logy=scale == "log", linestyle=style)
         if var == "coverage":
             ax.axhline(0.95, color="k", linestyle=":", linewidth=1)
         if var in ("bias", "gain"):
@@ -248,7 +248,7 @@ def _table_figure(table, title):
     return fig
 
 
-def _stack_png(figs, path: Path, dpi=110):
+def _stack_png(figs, path: Path) -> None:
     """Render figures to one tall PNG (one page)."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
 

@@ -183,7 +183,7 @@ def short_form_audit(
     if unknown:
         raise ValueError(f"method_options given for methods not audited: {sorted(unknown)}")
     sample = resolve_ability_sample(specs, bank, ability_sample)
-    cot_offset = float(bank.cot_offset) if truth.response_model == "lart" and bank.cot_offset is not None else 1.0
+    cot_offset = bank.effective_cot_offset
     config = {
         "bank": bank_fingerprint(truth), "bank_id": bank.bank_id, "methods": names, "method_options": options,
         "n_heldout": n_held[0], "n_random": n_rand[0],

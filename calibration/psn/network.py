@@ -145,10 +145,6 @@ class PSNNetwork:
         self.i_W[:, [BETA, A]] *= -1
         self.i_b[[BETA, A]] *= -1
 
-    @property
-    def n_parameters(self) -> int:
-        return self.dense.size + self.S.size + self.I.size
-
     # ------------------------------------------------------------------ forward
     def _f64(self, name):
         return np.asarray(getattr(self, name), dtype=np.float64)

@@ -103,7 +103,8 @@ def compare_ability_fits(first, second, *, temperatures=(None, None)) -> RefitCo
     posts = []
     for fit, ids, temp in ((first, ids1, temperatures[0]), (second, ids2, temperatures[1])):
         post = fit.ability_posterior_ if temp is None else fit.ability_posterior_.with_temperature(float(temp))
-        idx = np.array([ids.index(s) for s in shared])
+        position = {s: k for k, s in enumerate(ids)}
+        idx = np.array([position[s] for s in shared])
         posts.append((post.predictive_mean(idx), post.covariance(idx)))
     return compare_posteriors(shared, *posts)
 

@@ -30,6 +30,7 @@ from typing import ClassVar
 
 import numpy as np
 
+from catengine.validation import positive_finite
 from catengine.estimation import _kernels as K
 from catengine.estimation.state import ResponseState
 from catengine.models.params import ItemParams
@@ -187,7 +188,7 @@ class TraitEstimator(ABC):
         """Validate the settings every estimator shares."""
         _check_prior(self.prior)
         _check_bool(self.use_cot, "use_cot")
-        _check_sd_scale(self.sd_scale)
+        positive_finite(self.sd_scale, "sd_scale")
 
     # shared model helpers ------------------------------------------------------------------------
     def resolved_prior(self, params: ItemParams) -> TraitPrior:
@@ -207,13 +208,6 @@ class TraitEstimator(ABC):
 def _check_prior(prior) -> None:
     if prior is not None and not isinstance(prior, TraitPrior):
         raise TypeError(f"prior must be a TraitPrior or None (the bank's population prior), got {type(prior).__name__}")
-
-
-def _check_sd_scale(value) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)) or not (
-        math.isfinite(float(value)) and float(value) > 0
-    ):
-        raise ValueError(f"sd_scale must be a positive finite number, got {value!r}")
 
 
 def scale_sd(estimate: TraitEstimate, factor: float) -> TraitEstimate:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import ClassVar
 
 import numpy as np
@@ -26,6 +27,23 @@ class _GridCache:
         self.grid = grid
         self.loglik = np.zeros(grid.size)
 
+
+
+@lru_cache(maxsize=8)
+def _grid(lo: float, hi: float, n: int) -> np.ndarray:
+    """The quadrature nodes (cached and read-only: EAP needs them on every answer)."""
+    grid = np.linspace(lo, hi, n)
+    grid.flags.writeable = False
+    return grid
+
+
+@lru_cache(maxsize=8)
+def _rule_weights(n: int, rule: str) -> np.ndarray:
+    w = np.ones(n)
+    if rule == "trapezoid":
+        w[0] = w[-1] = 0.5
+    w.flags.writeable = False
+    return w
 
 @dataclass(frozen=True)
 class EAPEstimator(TraitEstimator):
@@ -67,13 +85,10 @@ class EAPEstimator(TraitEstimator):
 
     @property
     def grid(self) -> np.ndarray:
-        return np.linspace(self.bounds[0], self.bounds[1], self.n_points)
+        return _grid(self.bounds[0], self.bounds[1], self.n_points)
 
     def _weights(self) -> np.ndarray:
-        w = np.ones(self.n_points)
-        if self.rule == "trapezoid":
-            w[0] = w[-1] = 0.5
-        return w
+        return _rule_weights(self.n_points, self.rule)
 
     def grid_loglik(self, state: ResponseState) -> np.ndarray:
         """Log-likelihood of the answers at every grid node, brought up to date incrementally."""

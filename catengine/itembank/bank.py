@@ -39,6 +39,9 @@ def _json_default(obj):
     raise TypeError(f"{type(obj).__name__} is not JSON serialisable: {obj!r}")
 
 
+DEFAULT_COT_OFFSET = 1.0  # log(T + 1): a zero-token CoT stays finite
+
+
 class ItemBank:
     """A calibrated item bank (read-only).
 
@@ -130,7 +133,7 @@ class ItemBank:
             "scale": _json_attr(scale),
         }
         if response_model == "lart":
-            attrs["cot_offset"] = float(1.0 if cot_offset is None else cot_offset)
+            attrs["cot_offset"] = float(DEFAULT_COT_OFFSET if cot_offset is None else cot_offset)
             attrs["lambda_is"] = "standard deviation (lambda_sd)"
         groups = {"/": xr.Dataset(attrs=attrs), "/items": items}
         optional = (("posterior", posterior), ("subjects", subjects), ("calibration", calibration), ("responses", responses))
@@ -218,6 +221,13 @@ class ItemBank:
     def cot_offset(self) -> float | None:
         value = self._tree.attrs.get("cot_offset")
         return None if value is None else float(value)
+
+    @property
+    def effective_cot_offset(self) -> float:
+        """The offset in log(T + offset) that scoring and simulation use: the bank's (0.0 included),
+        or the default 1.0 when it records none (non-LaRT banks)."""
+        value = self.cot_offset
+        return DEFAULT_COT_OFFSET if value is None else value
 
     @property
     def calibration_settings(self) -> dict:

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import ClassVar
 
 import numpy as np
 
+from catengine.validation import positive_finite
 from catengine.errors import BankExhaustedError
 from catengine.models.expected_information import DEFAULT_NODES, gauss_hermite_normal
 from catengine.selection import _kernels as K
@@ -20,6 +22,15 @@ def _positive_int(value, name: str, low: int = 1, high: int = 64) -> None:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not low <= value <= high:
         raise ValueError(f"{name} must be an integer in [{low}, {high}], got {value!r}")
 
+
+
+@lru_cache(maxsize=16)
+def _legendre_rule(n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Gauss-Legendre nodes and weights on [-1, 1] (cached: the KL index asks on every step)."""
+    x, w = np.polynomial.legendre.leggauss(n)
+    x.flags.writeable = False
+    w.flags.writeable = False
+    return x, w
 
 @dataclass(frozen=True)
 class MaxFisherInformation(ItemSelector):
@@ -123,10 +134,7 @@ class KullbackLeiblerIndex(ItemSelector):
     n_nodes: int = 8
 
     def __post_init__(self):
-        if isinstance(self.delta_scale, bool) or not isinstance(self.delta_scale, (int, float)) or not (
-            math.isfinite(self.delta_scale) and self.delta_scale > 0
-        ):
-            raise ValueError(f"delta_scale must be a finite number > 0, got {self.delta_scale!r}")
+        positive_finite(self.delta_scale, "delta_scale")
         _positive_int(self.n_nodes, "n_nodes")
 
     def candidates(self, params, state: SelectionState, rng, k: int = 1):
@@ -134,7 +142,7 @@ class KullbackLeiblerIndex(ItemSelector):
         t = state.items
         theta = float(state.estimate.theta)
         delta = self.delta_scale / math.sqrt(max(state.responses.n, 1))
-        x, w = np.polynomial.legendre.leggauss(self.n_nodes)
+        x, w = _legendre_rule(self.n_nodes)
         nodes = np.ascontiguousarray(theta + delta * x)
         return run_topk(K.topk_kl, k, t.model, theta, nodes, np.ascontiguousarray(w * delta),
                         params.a, params.b, t.c, t.d, state.eligible)

@@ -152,7 +152,7 @@ class CATSession:
             exposure = (exposure,)
         self.exposure = tuple(exposure)
         self._validate_strategies()
-        self.cot_offset = float(bank.cot_offset) if self.params.response_model == "lart" and bank.cot_offset is not None else 1.0
+        self.cot_offset = bank.effective_cot_offset
         self._rng = np.random.default_rng(rng)
         self._responses = ResponseState(self.params)
         J = self.params.n_items

@@ -57,7 +57,7 @@ def calibrate_sympson_hetter(bank, *, target_rate: float = 0.25, selector=None, 
     params = bank.params
     J = params.n_items
     K = np.ones(J)
-    offset = bank.cot_offset or 1.0
+    offset = bank.effective_cot_offset
     iterator = range(n_iter)
     if progress:
         from tqdm.auto import tqdm

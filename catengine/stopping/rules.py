@@ -11,6 +11,7 @@ from typing import ClassVar
 
 import numpy as np
 
+from catengine.validation import integer_at_least, positive_finite
 from catengine.estimation.base import TraitEstimate
 
 _NORMAL = NormalDist()
@@ -56,20 +57,6 @@ class StoppingRule(ABC):
         return self.reason(state) is not None
 
 
-def _count(value, name: str, low: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
-        raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
-    return int(value)
-
-
-def _positive(value, name: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)) or not (
-        math.isfinite(value) and value > 0
-    ):
-        raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
-    return float(value)
-
-
 @dataclass(frozen=True)
 class MaxItems(StoppingRule):
     """Stop after ``n`` answers."""
@@ -78,7 +65,7 @@ class MaxItems(StoppingRule):
     n: int = 50
 
     def __post_init__(self):
-        object.__setattr__(self, "n", _count(self.n, "n", 1))
+        object.__setattr__(self, "n", integer_at_least(self.n, "n", 1))
 
     def reason(self, state):
         return f"reached {self.n} items" if state.n_items >= self.n else None
@@ -92,7 +79,7 @@ class MinItems(StoppingRule):
     n: int = 5
 
     def __post_init__(self):
-        object.__setattr__(self, "n", _count(self.n, "n", 0))
+        object.__setattr__(self, "n", integer_at_least(self.n, "n", 0))
 
     def reason(self, state):
         return f"at least {self.n} items" if state.n_items >= self.n else None
@@ -107,7 +94,7 @@ class StandardErrorBelow(StoppingRule):
     trait: str = "theta"
 
     def __post_init__(self):
-        object.__setattr__(self, "target", _positive(self.target, "target"))
+        object.__setattr__(self, "target", positive_finite(self.target, "target"))
         if self.trait not in ("theta", "tau"):
             raise ValueError(f"trait must be 'theta' or 'tau', got {self.trait!r}")
 
@@ -127,7 +114,7 @@ class InformationBelow(StoppingRule):
     threshold: float = 1e-3
 
     def __post_init__(self):
-        object.__setattr__(self, "threshold", _positive(self.threshold, "threshold"))
+        object.__setattr__(self, "threshold", positive_finite(self.threshold, "threshold"))
 
     def reason(self, state):
         if state.n_eligible == 0:
@@ -176,13 +163,14 @@ class RivalOrderDecided(StoppingRule):
         if subjects is None:
             raise ValueError(f"bank {bank.bank_id!r} stores no calibration subjects; pass rivals as (name, theta, sd)")
         ids = [str(s) for s in subjects["subject"].values]
+        position = {s: k for k, s in enumerate(ids)}
         theta = np.asarray(subjects["theta"].values, dtype=float)
         sd = np.asarray(subjects["theta_sd"].values, dtype=float)
         out = []
         for r in rivals:
-            if str(r) not in ids:
+            if str(r) not in position:
                 raise KeyError(f"rival {r!r} is not a subject of bank {bank.bank_id!r}; known: {ids[:10]}{' ...' if len(ids) > 10 else ''}")
-            k = ids.index(str(r))
+            k = position[str(r)]
             out.append((str(r), float(theta[k]), float(sd[k])))
         return cls(rivals=tuple(out), probability=probability)
 

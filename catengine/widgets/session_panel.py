@@ -44,7 +44,7 @@ class SimulatedLLM:
             raise ValueError("a simulated LLM on a LaRT bank needs tau (or leave theta=None to draw both)")
         self.theta = float(theta)
         self.tau = None if tau is None else float(tau)
-        self.cot_offset = float(bank.cot_offset) if bank.cot_offset is not None else 1.0
+        self.cot_offset = bank.effective_cot_offset
         self.label = f"simulated LLM (true θ = {self.theta:+.2f})"
 
     def __call__(self, item_id):
