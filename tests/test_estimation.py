@@ -144,6 +144,12 @@ def test_lart_map_hessian_and_gradient_match_math_1_5():
     assert est.theta_tau_cov == pytest.approx(cov[0, 1], rel=1e-8, abs=1e-14)
 
 
+@pytest.mark.parametrize("rho,st,su", [(-0.6, 1.0, 1.0), (0.3, 0.5, 2.0), (0.0, 1.3, 0.7), (-0.99, 2.0, 0.3)])
+def test_prior_precision_inverts_the_covariance(rho, st, su):
+    cov = np.array([[st * st, rho * st * su], [rho * st * su, su * su]])
+    np.testing.assert_allclose(TraitPrior(theta_sd=st, tau_sd=su, rho=rho).precision(), np.linalg.inv(cov), rtol=1e-10)
+
+
 def test_lart_profile_prior_is_lemma_1():
     """With the standard prior, the Gaussian part for theta is Lemma 1's CoT-informed prior (MATH.md 1.3)."""
     p = _params("lart", 20, 7)

@@ -73,10 +73,11 @@ class TraitPrior:
         return cls(rho=params.rho if params.response_model == "lart" else 0.0)
 
     def precision(self) -> np.ndarray:
-        """Q = Sigma^-1 of (theta, tau)."""
+        """Q = Sigma^-1 of (theta, tau), in closed form (called on every estimate)."""
         st, su, r = self.theta_sd, self.tau_sd, self.rho
-        cov = np.array([[st * st, r * st * su], [r * st * su, su * su]])
-        return np.linalg.inv(cov)
+        k = 1.0 / (1.0 - r * r)
+        off = -k * r / (st * su)
+        return np.array([[k / (st * st), off], [off, k / (su * su)]])
 
 
 @dataclass(frozen=True)
@@ -195,7 +196,12 @@ class TraitEstimator(ABC):
         return self.prior if self.prior is not None else TraitPrior.population(params)
 
     def gaussian(self, params: ItemParams, state: ResponseState) -> GaussianPart:
-        return gaussian_part(params, state, self.resolved_prior(params), self.use_cot)
+        prior = self.prior
+        if prior is None:  # the population prior, built once per session (scratch lives with the state)
+            prior = state.scratch.get("population-prior")
+            if prior is None:
+                prior = state.scratch["population-prior"] = TraitPrior.population(params)
+        return gaussian_part(params, state, prior, self.use_cot)
 
     def log_posterior(self, params: ItemParams, state: ResponseState, thetas) -> np.ndarray:
         """Unnormalised marginal log posterior of theta at ``thetas`` (tau integrated out for LaRT)."""
