@@ -129,12 +129,12 @@ def run(args: argparse.Namespace) -> int:
     summary = audit.summarize(ds)
     _write_dataset(ds, out / f"{stem}_results.nc")
     _write_dataset(summary, out / f"{stem}_summary.nc")
-    table = audit.summary_table(ds)
+    table = audit.summary_table(ds, summary=summary)
     print(table.to_string(index=False))
     n_failed = int((ds["failed"] == 1).sum()) if "failed" in ds else 0
     print(f"\n{int(ds['done'].sum())} records, {n_failed} failed; results: {out / f'{stem}_results.nc'}", file=sys.stderr)
     if not args.no_report:
-        paths = audit.render_report(ds, out)
+        paths = audit.render_report(ds, out, summary=summary)
         print(f"report: {paths['html']} and {paths['png']}", file=sys.stderr)
     return 0
 

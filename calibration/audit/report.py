@@ -105,13 +105,16 @@ def _fmt(mean, mcse) -> str:
     return f"{mean:.{digits}f}"
 
 
-def summary_table(ds, variables=None):
-    """A pandas DataFrame of "mean ± MCSE" strings: one row per cell, one column per metric."""
+def summary_table(ds, variables=None, *, summary=None):
+    """A pandas DataFrame of "mean ± MCSE" strings: one row per cell, one column per metric.
+
+    ``summary``: ``summarize(ds)`` if the caller has it already.
+    """
     import pandas as pd
 
     kind = _kind(ds)
     variables = [v for v in (variables or _TABLE_VARS[kind]) if v in ds.data_vars]
-    s = summarize(ds)
+    s = summarize(ds) if summary is None else summary
     # cell dims in the audit's order (replication, method, n_subjects, ...), then record dims
     order = [d for v in variables for d in ds[v].dims] + list(ds.dims)
     dims = list(dict.fromkeys(d for d in order if d in s.dims and d != "statistic"))
@@ -186,10 +189,9 @@ def _skew_scatter(ax, ds, summary, xdim):
     ax.set_ylabel("Kendall tau")
 
 
-def _figure(ds, kind, title):
+def _figure(ds, kind, title, summary):
     from matplotlib.figure import Figure
 
-    summary = summarize(ds)
     panels = _PANELS[kind]
     xdim = _X[kind]
     ncol = 3
@@ -271,12 +273,13 @@ def _stack_png(figs, path: Path) -> None:
     return page
 
 
-def render_report(ds, out, *, name: str | None = None, title: str | None = None) -> dict:
+def render_report(ds, out, *, name: str | None = None, title: str | None = None, summary=None) -> dict:
     """Write a one-page report of an audit Dataset: ``{"png": path, "html": path}``.
 
     ``out`` is a directory (created if needed); ``name`` the file stem (default
     ``"<audit>_report"``). The PNG holds the figure grid above the summary table (mean ± MCSE per
     cell); the HTML embeds the same figure and the table and lists the configuration.
+    ``summary``: ``summarize(ds)`` if the caller has it already.
     """
     kind = _kind(ds)
     out = Path(out)
@@ -292,9 +295,10 @@ def render_report(ds, out, *, name: str | None = None, title: str | None = None)
     done = int(ds["done"].sum()) if "done" in ds else 0
     total = int(ds["done"].size) if "done" in ds else 0
     title = title or f"{kind} audit of bank {bank!r}: {n_rep} replications ({done}/{total} records)"
-    table = summary_table(ds)
-    fig = _figure(ds, kind, title)
-    png_table = summary_table(ds, _PNG_TABLE_VARS.get(kind)) if kind in _PNG_TABLE_VARS else table
+    summary = summarize(ds) if summary is None else summary
+    table = summary_table(ds, summary=summary)
+    fig = _figure(ds, kind, title, summary)
+    png_table = summary_table(ds, _PNG_TABLE_VARS.get(kind), summary=summary) if kind in _PNG_TABLE_VARS else table
     tfig = _table_figure(png_table, "summary: mean ± Monte-Carlo SE over replications (all metrics: see the HTML)")
     png = out / f"{name}.png"
     _stack_png([fig, tfig], png)
