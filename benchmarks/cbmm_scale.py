@@ -23,7 +23,7 @@ For every shape:
   a, b with the truth; the ratio is L-BFGS-B time / cBMM time.
 
 Timings are wall-clock on whatever machine runs this; state its load when quoting them. cBMM
-runs single-threaded below 2.1 M cells (``calibration.cbmm._PARALLEL_MIN_CELLS``). On a busy
+runs single-threaded below 2.1 M cells (``calibration.methods.cbmm.calibrator._PARALLEL_MIN_CELLS``). On a busy
 machine numba's default OpenMP layer makes every parallel region wait for descheduled workers;
 ``--threading-layer workqueue`` shows the difference. py-irt pins pandas < 3, so it is run in
 its own interpreter (``--pyirt-python``), e.g. a venv made with
@@ -47,7 +47,7 @@ from pathlib import Path
 import numpy as np
 from scipy import optimize, special, stats
 
-from calibration.cbmm import CBMMCalibrator
+from calibration.methods.cbmm.calibrator import CBMMCalibrator
 from calibration.data import ResponseData
 from calibration.simulate import draw_abilities, draw_item_params, simulate_responses
 

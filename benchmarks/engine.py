@@ -298,7 +298,7 @@ def bench_math500(quick: bool) -> None:
         return
     try:
         from calibration.data import ResponseData
-        from calibration.lart_saem import LaRTSAEMCalibrator
+        from calibration.methods.lart.calibrator import LaRTSAEMCalibrator
     except ImportError as exc:
         print(f"skipped: the LaRT SAEM calibrator is not available yet ({exc})")
         return

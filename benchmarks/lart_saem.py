@@ -34,7 +34,7 @@ import numpy as np
 from scipy import stats
 
 from calibration import ConvergenceWarning, ResponseData
-from calibration.lart_saem import LaRTSAEMCalibrator
+from calibration.methods.lart.calibrator import LaRTSAEMCalibrator
 from calibration.simulate import simulate_dataset
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "lart"

@@ -40,10 +40,10 @@ import numpy as np
 from scipy import optimize, stats
 
 from calibration.data import ResponseData
-from calibration.psn import PSNCalibrator, calibration_report, fit_item_posterior, p_ahead
-from calibration.psn.laplace import laplace_from_network, n_separated_pairs
-from calibration.psn.network import A, BETA
-from calibration.psn.replication import compare_ability_fits, split_half_check
+from calibration.methods.psn import PSNCalibrator, calibration_report, fit_item_posterior, p_ahead
+from calibration.methods.psn.laplace import laplace_from_network, n_separated_pairs
+from calibration.methods.psn.network import A, BETA
+from calibration.methods.psn.replication import compare_ability_fits, split_half_check
 from catengine.models import logistic
 from catengine.models.expected_information import expected_information
 from catengine.models.params import ItemParams
@@ -281,7 +281,7 @@ def main(argv=None) -> int:
     print(f"   confidently separated pairs: {sep} of {N * (N - 1) // 2} (paper: 2 of 66)")
     bsd = cal.item_posterior_.marginal_sd()
     print(f"   difficulty posterior SD: median {np.median(bsd):.4f}, 99th pct {np.quantile(bsd, 0.99):.4f}, max {bsd.max():.4f}")
-    from calibration.psn.laplace import tune_prior_precision
+    from calibration.methods.psn.laplace import tune_prior_precision
 
     ta = tune_prior_precision(cal.ability_posterior_)
     tb = tune_prior_precision(cal.item_posterior_)

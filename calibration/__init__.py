@@ -16,9 +16,9 @@ from calibration.simulate import (
 )
 
 _LAZY = {
-    "CBMMCalibrator": "calibration.cbmm",
-    "LaRTSAEMCalibrator": "calibration.lart_saem",
-    "PSNCalibrator": "calibration.psn",
+    "CBMMCalibrator": "calibration.methods.cbmm",
+    "LaRTSAEMCalibrator": "calibration.methods.lart",
+    "PSNCalibrator": "calibration.methods.psn",
     "load_responses": "calibration.io",
     "RecalibrationConfig": "calibration.recalibrate",
     "recalibrate": "calibration.recalibrate",

@@ -25,9 +25,9 @@ from calibration.linking import LINKING_METHODS, LinkingResult, link
 
 #: bank ``calibration_method`` -> (module, calibrator class)
 CALIBRATORS = {
-    "cbmm": ("calibration.cbmm", "CBMMCalibrator"),
-    "saem": ("calibration.lart_saem", "LaRTSAEMCalibrator"),
-    "psn-laplace": ("calibration.psn", "PSNCalibrator"),
+    "cbmm": ("calibration.methods.cbmm.calibrator", "CBMMCalibrator"),
+    "saem": ("calibration.methods.lart.calibrator", "LaRTSAEMCalibrator"),
+    "psn-laplace": ("calibration.methods.psn", "PSNCalibrator"),
 }
 #: command-line spelling -> bank ``calibration_method``
 METHOD_ALIASES = {"cbmm": "cbmm", "saem": "saem", "psn": "psn-laplace", "psn-laplace": "psn-laplace"}

@@ -1,4 +1,4 @@
-"""Slow pure-numpy twins of every kernel in calibration._cbmm_kernels (dense textbook formulas).
+"""Slow pure-numpy twins of every kernel in calibration.methods.cbmm._kernels (dense textbook formulas).
 
 They materialise what the kernels stream (the float mask, x = theta a' + b, the working
 response) and use numpy's exp/log1p, scipy's NNLS and brentq, so they are independent of the

@@ -1,4 +1,4 @@
-"""Slow pure-Python twins of the kernels in calibration/_lart_kernels.py (loops, scipy, grids).
+"""Slow pure-Python twins of the kernels in calibration/methods/lart/_kernels.py (loops, scipy, grids).
 
 The probit terms come from tests/naive_models.py (continued-fraction Mills ratio in the lower
 tail), so these twins share no code with the numba kernels.

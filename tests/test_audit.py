@@ -177,7 +177,7 @@ def test_ability_specs():
 
 
 def test_abilities_resampled_from_the_banks_calibration_subjects():
-    from calibration.cbmm import CBMMCalibrator
+    from calibration.methods.cbmm.calibrator import CBMMCalibrator
     from calibration.simulate import simulate_dataset
 
     data, truth = simulate_dataset("2pl", 80, 30, rng=4, ability="skew-normal", ability_kwargs={"skew": 6})

@@ -1,4 +1,4 @@
-"""Tests of cBMM (calibration.cbmm, calibration._cbmm_kernels); tolerances are explained inline."""
+"""Tests of cBMM (calibration.methods.cbmm.calibrator, calibration.methods.cbmm._kernels); tolerances are explained inline."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ import pytest
 from scipy import optimize, special, stats
 
 import naive_cbmm as naive
-from calibration import _cbmm_kernels as K
+from calibration.methods.cbmm import _kernels as K
 from calibration.base import ConvergenceWarning, NotFittedError
-from calibration.cbmm import CBMMCalibrator, _Problem, _transposed, joint_nll
+from calibration.methods.cbmm.calibrator import CBMMCalibrator, _Problem, _transposed, joint_nll
 from calibration.data import ResponseData
 from calibration.simulate import draw_abilities, draw_item_params, simulate_responses
 

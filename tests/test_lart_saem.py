@@ -1,4 +1,4 @@
-"""LaRT SAEM calibrator (calibration.lart_saem): M-step pieces vs naive twins, MAP vs grid,
+"""LaRT SAEM calibrator (calibration.methods.lart.calibrator): M-step pieces vs naive twins, MAP vs grid,
 SAEM vs quadrature marginal likelihood, sign constraints, IRT-only mode, censoring, bank export,
 CLI, real MATH500 data (slow) and the seed-000 recovery design (slow)."""
 
@@ -13,9 +13,9 @@ import pytest
 from scipy import optimize, stats
 
 from calibration import ConvergenceWarning, ResponseData
-from calibration import _lart_kernels as K
-from calibration.lart_quadrature import fit_quadrature, marginal_loglik
-from calibration.lart_saem import LaRTSAEMCalibrator, rho_exact_update, spectral_init
+from calibration.methods.lart import _kernels as K
+from lart_quadrature import fit_quadrature, marginal_loglik
+from calibration.methods.lart.calibrator import LaRTSAEMCalibrator, rho_exact_update, spectral_init
 from calibration.simulate import simulate_dataset
 
 try:  # tests/ may or may not be a package

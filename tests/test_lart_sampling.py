@@ -1,4 +1,4 @@
-"""Exact posterior sampling of LaRT traits (calibration.lart_sampling, MATH.md 1.3 / Lemma 1).
+"""Exact posterior sampling of LaRT traits (calibration.methods.lart.sampling, MATH.md 1.3 / Lemma 1).
 
 Distribution tests use many draws and a KS test at level 1e-3 (fixed seeds, so they are
 deterministic; the level only says how surprising a failure would be).
@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 from scipy import special, stats
 
-from calibration import _lart_kernels as K
-from calibration import lart_sampling as S
+from calibration.methods.lart import _kernels as K
+from calibration.methods.lart import sampling as S
 
 try:  # tests/ may or may not be a package
     from . import naive_lart as NL

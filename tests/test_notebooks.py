@@ -24,9 +24,9 @@ NOTEBOOK_DIR = ROOT / "notebooks"
 # notebook -> library modules it needs (a notebook is skipped only while one of these is missing)
 NOTEBOOKS = {
     "01_adaptive_evaluation.ipynb": ["catengine.session", "catengine.widgets.session_panel"],
-    "02_calibrate_a_bank.ipynb": ["calibration.lart_saem", "calibration.cbmm", "calibration.linking"],
+    "02_calibrate_a_bank.ipynb": ["calibration.methods.lart.calibrator", "calibration.methods.cbmm.calibrator", "calibration.linking"],
     "03_trust_audit.ipynb": ["calibration.audit", "catengine.widgets.audit_dashboard"],
-    "04_uncertainty.ipynb": ["calibration.psn", "calibration.psn.laplace"],
+    "04_uncertainty.ipynb": ["calibration.methods.psn", "calibration.methods.psn.laplace"],
 }
 
 # generous per-cell limit: a runaway cell fails instead of hanging CI (each notebook's whole budget is

@@ -1,4 +1,4 @@
-"""PSN-IRT network, Adam, Laplace posterior, calibrator, report and CLI (calibration.psn)."""
+"""PSN-IRT network, Adam, Laplace posterior, calibrator, report and CLI (calibration.methods.psn)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from scipy import stats
 import naive_psn as naive
 from calibration.base import NotFittedError
 from calibration.data import ResponseData
-from calibration.psn import (
+from calibration.methods.psn import (
     PSNCalibrator,
     PSNNetwork,
     calibration_report,
@@ -24,9 +24,9 @@ from calibration.psn import (
     reliability_diagram,
     tune_prior_precision,
 )
-from calibration.psn import _kernels as K
-from calibration.psn.network import PARAM_NAMES
-from calibration.psn.laplace import ReadoutPosterior, cell_curvature
+from calibration.methods.psn import _kernels as K
+from calibration.methods.psn.network import PARAM_NAMES
+from calibration.methods.psn.laplace import ReadoutPosterior, cell_curvature
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "psn_irt" / "percent_0.7.csv.gz"
 
@@ -455,7 +455,7 @@ def test_p_ahead_against_draws():
 
 
 def test_n_separated_pairs_by_hand():
-    from calibration.psn import n_separated_pairs
+    from calibration.methods.psn import n_separated_pairs
 
     pa = np.array([[0.5, 0.97, 0.60], [0.03, 0.5, 0.04], [0.40, 0.96, 0.5]])
     assert n_separated_pairs(pa) == 2  # (0, 1) at 0.97 and (1, 2) at 0.04; (0, 2) at 0.60 is open
@@ -761,7 +761,7 @@ def test_collapsed_training_is_reported():
     # Pure-noise answers with the reference head (d starts equal to c: a flat 4PL) leave every
     # ability at the same value; a standardised scale built on that would be meaningless.
     from calibration import ConvergenceWarning, ResponseData
-    from calibration.psn import PSNCalibrator
+    from calibration.methods.psn import PSNCalibrator
 
     noise = (np.random.default_rng(0).random((22, 150)) < 0.5).astype(int)
     with pytest.warns(ConvergenceWarning, match="PSN training collapsed"):

@@ -1,4 +1,4 @@
-"""Refit comparisons of PSN ability posteriors (calibration.psn.replication)."""
+"""Refit comparisons of PSN ability posteriors (calibration.methods.psn.replication)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import pytest
 from scipy import stats
 
 from calibration.data import ResponseData
-from calibration.psn import PSNCalibrator, p_ahead
-from calibration.psn.replication import compare_ability_fits, compare_posteriors, split_half_check
+from calibration.methods.psn import PSNCalibrator, p_ahead
+from calibration.methods.psn.replication import compare_ability_fits, compare_posteriors, split_half_check
 
 
 def _posterior(rng, n):

@@ -8,7 +8,7 @@ import xarray as xr
 
 from calibration import ResponseData
 from calibration.cli import main as calibration_main
-from calibration.cbmm import CBMMCalibrator
+from calibration.methods.cbmm.calibrator import CBMMCalibrator
 from calibration.recalibrate import RecalibrationConfig, diff_banks, merge_responses, recalibrate
 from calibration.simulate import draw_item_params, simulate_responses
 from catengine import open_item_bank, write_item_bank

@@ -7,10 +7,10 @@ fit's own scale. Built-in names (``METHODS``):
 ==============  ==========================================================  ==================
 name            calibrator                                                  fitted model
 ==============  ==========================================================  ==================
-``cbmm``        :class:`calibration.cbmm.CBMMCalibrator`                     2PL (logistic)
-``saem``        :class:`calibration.lart_saem.LaRTSAEMCalibrator`            LaRT (probit + CoT)
+``cbmm``        :class:`calibration.methods.cbmm.calibrator.CBMMCalibrator`                     2PL (logistic)
+``saem``        :class:`calibration.methods.lart.calibrator.LaRTSAEMCalibrator`            LaRT (probit + CoT)
 ``saem-irt``    ``LaRTSAEMCalibrator(use_cot=False)`` (IRT-only mode)        probit 2PL
-``psn``         :class:`calibration.psn.PSNCalibrator`                        4PL (logistic)
+``psn``         :class:`calibration.methods.psn.PSNCalibrator`                        4PL (logistic)
 ==============  ==========================================================  ==================
 
 ``options`` are passed to the calibrator's constructor (``progress`` is forced off); the
@@ -79,7 +79,7 @@ def _fitted(calibrator_class, data, rng, options):
 
 def fit_cbmm(data, rng, **options) -> Fit:
     """cBMM 2PL calibration (MATH.md 2); reported scale: standardised over the subjects."""
-    from calibration.cbmm import CBMMCalibrator
+    from calibration.methods.cbmm.calibrator import CBMMCalibrator
 
     cal, converged = _fitted(CBMMCalibrator, data, rng, options)
     return Fit(theta=np.asarray(cal.theta_, dtype=float), params=ItemParams("2pl", a=cal.a_, b=cal.b_),
@@ -88,7 +88,7 @@ def fit_cbmm(data, rng, **options) -> Fit:
 
 def fit_saem(data, rng, **options) -> Fit:
     """LaRT SAEM calibration (MATH.md 1.4) with CoT lengths; MAP abilities with posterior SDs."""
-    from calibration.lart_saem import LaRTSAEMCalibrator
+    from calibration.methods.lart.calibrator import LaRTSAEMCalibrator
 
     cal, converged = _fitted(LaRTSAEMCalibrator, data, rng, options)
     has_cot = cal.omega_ is not None
@@ -104,7 +104,7 @@ def fit_saem_irt(data, rng, **options) -> Fit:
 
 def fit_psn(data, rng, **options) -> Fit:
     """PSN-IRT 4PL (MATH.md 3); abilities standardised over the subjects as the bank export does."""
-    from calibration.psn import PSNCalibrator
+    from calibration.methods.psn import PSNCalibrator
 
     cal, converged = _fitted(PSNCalibrator, data, rng, options)
     post = cal.theta_posterior(standardize=True)  # its location / scale are the bank export's

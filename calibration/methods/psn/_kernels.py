@@ -111,7 +111,7 @@ def cell_loss_grad(theta, out, y, ordered, weight, g_theta, g_out):
     return total
 
 
-@njit(cache=False, error_model="numpy", fastmath=True)  # not cached: see calibration/_cbmm_kernels.py
+@njit(cache=False, error_model="numpy", fastmath=True)  # not cached: see calibration/methods/cbmm/_kernels.py
 def _fold_rows(T, idx, b1, M, c, hid, out):
     """hid[n] = relu(T[idx[n]] + b1); out[n] = c + hid[n] @ M (M: (H, K))."""
     H = T.shape[1]

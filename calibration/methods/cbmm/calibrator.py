@@ -14,7 +14,7 @@ accepted loss, otherwise the plain MM point is used, so ``loss_trace_`` never in
 ``CBMMCalibrator._iterate``). The stopping rule is the paper's: relative loss change below
 ``tol`` between consecutive recorded points (with SQUAREM, one per two-sweep cycle).
 
-The numerical work happens in ``_cbmm_kernels.py``: two streaming passes per sweep over the int8
+The numerical work happens in ``_kernels.py``: two streaming passes per sweep over the int8
 matrix (rows) and an int8 transposed copy made once (columns), the working response recomputed
 on the fly and never stored, all cores used on fits above 2.1 M cells (smaller fits run on one
 thread, see ``_PARALLEL_MIN_CELLS``). Memory: 1 byte per cell (the transposed copy)
@@ -42,7 +42,7 @@ import numbers
 
 import numpy as np
 
-from calibration import _cbmm_kernels as _k
+from calibration.methods.cbmm import _kernels as _k
 from calibration.base import BaseCalibrator
 from calibration.data import ResponseData
 

@@ -48,7 +48,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def build(args):
-    from calibration.psn import PSNCalibrator
+    from calibration.methods.psn import PSNCalibrator
 
     return PSNCalibrator(
         hidden_dim=args.hidden_dim, embedding_dim=args.embedding_dim, learning_rate=args.learning_rate,

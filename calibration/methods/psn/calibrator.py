@@ -27,13 +27,13 @@ import numpy as np
 
 from calibration.base import BaseCalibrator, ConvergenceWarning
 from calibration.data import ResponseData
-from calibration.psn.laplace import CURVATURES, fit_item_posterior, laplace_from_network, n_separated_pairs, p_ahead
-from calibration.psn.network import A, BETA, PSNNetwork, fit_network
-from calibration.psn.replication import split_half_check
+from calibration.methods.psn.laplace import CURVATURES, fit_item_posterior, laplace_from_network, n_separated_pairs, p_ahead
+from calibration.methods.psn.network import A, BETA, PSNNetwork, fit_network
+from calibration.methods.psn.replication import split_half_check
 
 Z95 = 1.959963984540054
 MEAN_LOSS = "mean-loss"  # temperature = number of observed cells
-SPLIT_HALF = "split-half"  # temperature = max(1, mean z^2) of a split-half refit (calibration.psn.replication)
+SPLIT_HALF = "split-half"  # temperature = max(1, mean z^2) of a split-half refit (calibration.methods.psn.replication)
 TEMPERATURE_WORDS = (MEAN_LOSS, SPLIT_HALF)
 
 
@@ -68,14 +68,14 @@ class PSNCalibrator(BaseCalibrator):
         improvement larger than ``min_delta`` stop training; the best epoch's weights are kept.
     prior_precision : delta of the Laplace prior Normal(0, I / delta) on the readout weights.
     tune_prior_precision : maximise the Laplace evidence over delta (per branch) instead.
-    curvature : "fisher" (default), "logistic" or "exact" (see ``calibration.psn.laplace``).
+    curvature : "fisher" (default), "logistic" or "exact" (see ``calibration.methods.psn.laplace``).
     temperature : likelihood tempering of the Laplace posterior, H = GGN / T + delta I.
 
         * 1 (default): the plain posterior of the readout given every observed cell (MATH.md
           section 3). Its pairwise orders held up against refits and against the truth in our
           checks, but its SDs are far narrower than the spread of refitted abilities.
         * ``"split-half"``: refit on two disjoint item halves (two extra fits, each on half the
-          data) and set T = max(1, mean z^2) from :func:`calibration.psn.split_half_check`, so
+          data) and set T = max(1, mean z^2) from :func:`calibration.methods.psn.split_half_check`, so
           the SDs match how far abilities move between refits; the check is kept in
           ``split_half_``. A lower bound: a warp of the theta scale shared by both halves is not
           seen.

@@ -1,6 +1,6 @@
 """Numba kernels of cBMM (MATH.md section 2), streaming the int8 response matrix.
 
-Conventions shared by every kernel (the public wrapper in ``cbmm.py`` validates and converts):
+Conventions shared by every kernel (the public wrapper in ``calibrator.py`` validates and converts):
 
 * ``c`` is the C-contiguous (N, J) int8 matrix: 1 correct, 0 incorrect, -1 missing. A cell takes
   part when ``c >= 0`` and its row is listed in ``rows`` (the active subjects) and, where a kernel

@@ -1,4 +1,4 @@
-"""Numba kernels of the LaRT SAEM calibrator (compute only; ``lart_saem.py`` validates and converts).
+"""Numba kernels of the LaRT SAEM calibrator (compute only; ``calibrator.py`` validates and converts).
 
 Layout conventions: ``R`` is the (N, J) int8 correctness matrix (1 / 0 / -1 missing), item
 parameters are (J,) float64, per-subject quantities (N,) float64. Every kernel has a slow twin in

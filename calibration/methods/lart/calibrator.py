@@ -10,7 +10,7 @@ Algorithm (one iteration t = 1, 2, ...):
    (Lemma 1): theta_i from its skew-normal marginal by adaptive rejection sampling
    (``sampler="ars"``, default) or by the SUN construction with a minimax-tilting truncated
    multivariate normal sampler (``sampler="sun"``, a slow O(J^3) cross-check), then tau_i from its
-   Gaussian conditional. See :mod:`calibration.lart_sampling`.
+   Gaussian conditional. See :mod:`calibration.methods.lart.sampling`.
 2. **SA-step** -- Q~_t = (1 - alpha_t) Q~_{t-1} + alpha_t Q_t with the step-size schedule
    ``alpha_t = 1`` for ``t <= n_burnin`` and ``alpha_t = 1 / (t - n_burnin)`` afterwards
    (``n_burnin = 0`` is the reference schedule alpha_t = 1/t). The burn-in is a stochastic-EM
@@ -30,7 +30,7 @@ Algorithm (one iteration t = 1, 2, ...):
      gradient and Hessian at the previous maximiser are cached per item, so the first Newton step
      of an iteration costs one pass over the newest draw; each later Newton point is evaluated
      exactly over the whole history (about one O(m N J) pass per iteration in practice;
-     ``_lart_kernels.item_newton_cached``).
+     ``_kernels.item_newton_cached``).
    * PX (``px=True``, default; parameter-expanded SAEM, Liu, Rubin & Wu 1998, Lavielle & Meza
      2007): the M-step also maximises over the population means and SDs of theta and tau (the
      averaged first and second moments), then maps back to the unit-variance parameterisation by
@@ -78,10 +78,10 @@ import warnings
 import numpy as np
 from scipy import special
 
-from calibration import _lart_kernels as K
+from calibration.methods.lart import _kernels as K
 from calibration.base import BaseCalibrator, ConvergenceWarning
 from calibration.data import ResponseData
-from calibration.lart_sampling import _ars_draws, cot_informed_prior, sample_theta_sun
+from calibration.methods.lart.sampling import _ars_draws, cot_informed_prior, sample_theta_sun
 
 __all__ = ["LaRTSAEMCalibrator", "spectral_init", "rho_exact_update"]
 

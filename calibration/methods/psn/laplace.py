@@ -42,7 +42,7 @@ as laplace-torch's ``temperature``. With every observed cell in the GGN the last
 very narrow (predictions at its draws equal the MAP's to three decimals on the seed-002 data);
 T = number of cells is the Laplace approximation of the *mean* loss the network was trained on
 (seed 002's setting); ``PSNCalibrator(temperature="split-half")`` chooses T from refits instead
-(``calibration.psn.replication``).
+(``calibration.methods.psn.replication``).
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ from functools import cached_property
 import numpy as np
 from scipy import linalg, optimize
 
-from calibration.psn import _kernels as K
+from calibration.methods.psn import _kernels as K
 
 CURVATURES = tuple(K.CURVATURE_CODES)
 
@@ -363,7 +363,7 @@ def _maybe_tune(post, tune):
 
 def laplace_from_network(net, cells, *, prior_precision=1.0, curvature="fisher", tune=False, joint_a=False, temperature=1.0):
     """(ability posterior, item posterior) of a trained :class:`PSNNetwork` on ``cells``."""
-    from calibration.psn.network import BETA, A
+    from calibration.methods.psn.network import BETA, A
 
     item_params = net.item_parameters()
     ability = fit_ability_posterior(

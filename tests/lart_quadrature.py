@@ -1,6 +1,6 @@
 """Marginal maximum likelihood of LaRT by adaptive 2-D Gauss-Hermite quadrature (test reference).
 
-An independent check of the SAEM calibrator (:mod:`calibration.lart_saem`): the observed-data
+An independent check of the SAEM calibrator (:mod:`calibration.methods.lart.calibrator`): the observed-data
 log-likelihood
 
     l(Omega) = sum_i log int int prod_j p(R_ij | theta) p(log T_ij | tau) N_2((theta, tau); 0, Sigma) dtheta dtau

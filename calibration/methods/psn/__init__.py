@@ -9,8 +9,8 @@
   match how far abilities move when the network is refitted?).
 """
 
-from calibration.psn.calibrator import PSNCalibrator
-from calibration.psn.laplace import (
+from calibration.methods.psn.calibrator import PSNCalibrator
+from calibration.methods.psn.laplace import (
     CURVATURES,
     ReadoutPosterior,
     fit_ability_posterior,
@@ -20,9 +20,9 @@ from calibration.psn.laplace import (
     p_ahead,
     tune_prior_precision,
 )
-from calibration.psn.network import Adam, PSNNetwork, TrainingHistory, fit_network
-from calibration.psn.replication import RefitComparison, compare_ability_fits, split_half_check
-from calibration.psn.report import CalibrationReport, calibration_report, expected_calibration_error, reliability_diagram
+from calibration.methods.psn.network import Adam, PSNNetwork, TrainingHistory, fit_network
+from calibration.methods.psn.replication import RefitComparison, compare_ability_fits, split_half_check
+from calibration.methods.psn.report import CalibrationReport, calibration_report, expected_calibration_error, reliability_diagram
 
 __all__ = [
     "CURVATURES",

@@ -2,10 +2,10 @@
 
 ``calibration fit --method {cbmm,saem,psn} --responses FILE --bank-id ID --out DIR [options]``
 calibrates a new item bank version; ``simulate`` draws response files from a bank; ``audit``
-runs recovery audits (``cli_audit.py``);
-``recalibrate``, ``diff`` and ``log`` maintain a bank's versions (``cli_recalibrate.py``).
+runs recovery audits (``calibration/cli/audit.py``);
+``recalibrate``, ``diff`` and ``log`` maintain a bank's versions (``calibration/cli/recalibrate.py``).
 
-Each fitting method lives in ``cli_fit_<method>.py`` exposing ``add_arguments(parser)`` (its own
+Each fitting method lives in ``calibration/cli/fit_<method>.py`` exposing ``add_arguments(parser)`` (its own
 options only), ``build(args) -> calibrator``, ``summary(calibrator, data) -> str`` and optionally
 ``check(data)`` / ``to_bank(calibrator, args)``; reading the data and writing the bank happen here, once. Only the chosen
 method's options are added, so methods never collide on option names.
@@ -20,9 +20,9 @@ from importlib import import_module
 from pathlib import Path
 
 FIT_METHODS = {
-    "cbmm": "calibration.cli_fit_cbmm",
-    "saem": "calibration.cli_fit_saem",
-    "psn": "calibration.cli_fit_psn",
+    "cbmm": "calibration.cli.fit_cbmm",
+    "saem": "calibration.cli.fit_saem",
+    "psn": "calibration.cli.fit_psn",
 }
 
 
@@ -86,8 +86,8 @@ def build_parser(method: str | None = None) -> argparse.ArgumentParser:
         import_module(FIT_METHODS[method]).add_arguments(fit)
     fit.set_defaults(func=run_fit)
 
-    from calibration import cli_audit, cli_simulate
-    from calibration import cli_recalibrate as recal
+    from calibration.cli import audit as cli_audit, simulate as cli_simulate
+    from calibration.cli import recalibrate as recal
 
     for name, help_text, add, run in (
         ("audit", "recovery audit of a bank: simulate from it, refit, measure how well parameters and rankings come back",

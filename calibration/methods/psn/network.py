@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from calibration.psn import _kernels as K
+from calibration.methods.psn import _kernels as K
 
 #: dense parameters in storage order: name -> shape factory (H hidden, E embedding)
 _DENSE = (

@@ -140,7 +140,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv=None) -> int:
-    """Standalone entry (``python -m calibration.cli_audit ...``); ``calibration audit`` is the usual one."""
+    """Standalone entry (``python -m calibration.cli.audit ...``); ``calibration audit`` is the usual one."""
     parser = argparse.ArgumentParser(prog="calibration audit", description=__doc__.splitlines()[0])
     add_arguments(parser)
     return run(parser.parse_args(argv))

@@ -37,7 +37,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def build(args):
-    from calibration.lart_saem import LaRTSAEMCalibrator
+    from calibration.methods.lart.calibrator import LaRTSAEMCalibrator
 
     return LaRTSAEMCalibrator(
         max_iter=args.max_iter, n_burnin=args.burnin, tol=args.tol, cot_offset=args.cot_offset,

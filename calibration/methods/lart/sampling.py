@@ -32,7 +32,7 @@ from __future__ import annotations
 import numpy as np
 from scipy import optimize, special
 
-from calibration import _lart_kernels as K
+from calibration.methods.lart import _kernels as K
 
 __all__ = [
     "cot_informed_prior",

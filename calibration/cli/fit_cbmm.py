@@ -16,7 +16,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def build(args):
-    from calibration.cbmm import CBMMCalibrator
+    from calibration.methods.cbmm.calibrator import CBMMCalibrator
 
     return CBMMCalibrator(sigma=args.sigma, init=args.init, tol=args.tol, max_iter=args.max_iter,
                           acceleration=args.acceleration, rng=args.seed, progress=args.progress)

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from calibration.data import ResponseData
-from calibration.psn.laplace import p_ahead
+from calibration.methods.psn.laplace import p_ahead
 
 
 @dataclass(frozen=True)
