@@ -418,7 +418,7 @@ def recalibrate(config: RecalibrationConfig, *, progress: bool = False) -> Recal
         recalibration_key=key,
         change_log=json.dumps(change_log, sort_keys=True),
     )
-    path = write_item_bank(bank, Path(old.source).parent)
+    path = write_item_bank(bank, Path(old.source).parent, parent=old.version)
     written = open_item_bank(path)
     diff = diff_banks(old, written, drift_threshold=config.drift_threshold, theta_threshold=config.theta_threshold)
     return RecalibrationResult(
@@ -445,6 +445,8 @@ def bank_lineage(directory) -> list[dict]:
             {
                 "version": version,
                 "parent": bank.parent_version,
+                # a recalibration carries its change log; anything else written here is a fresh fit
+                "origin": "recalibration" if "change_log" in attrs else ("fit" if bank.parent_version == 0 else "copy"),
                 "written_at": attrs.get("written_at", attrs["created_at"]),
                 "method": attrs["calibration_method"] or "-",
                 "response_model": bank.response_model,

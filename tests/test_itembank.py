@@ -77,12 +77,15 @@ def test_versions_increase_and_record_parent(tmp_path):
     bank = lart_bank()
     first = write_item_bank(bank, tmp_path)
     second = write_item_bank(open_item_bank(first), tmp_path)
-    third = write_item_bank(bank, tmp_path)  # a fresh fit: parent is the latest on disk
-    assert [p.name for p in (first, second, third)] == ["demo_v1.nc", "demo_v2.nc", "demo_v3.nc"]
+    third = write_item_bank(bank, tmp_path)  # a fresh fit: a new lineage root, not a child of v2
+    fourth = write_item_bank(bank, tmp_path, parent=3)  # a recalibration says which version it links to
+    assert [p.name for p in (first, second, third, fourth)] == ["demo_v1.nc", "demo_v2.nc", "demo_v3.nc", "demo_v4.nc"]
     assert open_item_bank(tmp_path, version=2).parent_version == 1
-    assert open_item_bank(tmp_path).parent_version == 2
-    assert open_item_bank(tmp_path).version == 3
-    assert sorted(list_versions(tmp_path)) == [1, 2, 3]
+    assert open_item_bank(tmp_path, version=3).parent_version == 0
+    assert open_item_bank(tmp_path).parent_version == 3 and open_item_bank(tmp_path).version == 4
+    with pytest.raises(ValueError, match="parent version 9 is not stored"):
+        write_item_bank(bank, tmp_path, parent=9, version=10)
+    assert sorted(list_versions(tmp_path)) == [1, 2, 3, 4]
 
 
 def test_existing_version_is_never_overwritten(tmp_path):

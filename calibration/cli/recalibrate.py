@@ -96,10 +96,16 @@ def run_log(args) -> int:
     if not rows:
         print(f"calibration log: error: {args.bank} holds no bank versions", file=sys.stderr)
         return 2
-    print(f"{'version':>7} {'parent':>6}  {'written (UTC)':<25} {'method':<11} {'model':<5} {'items':>6} {'subjects':>8}  {'responses':<12}  linking")
+    print(f"{'version':>7} {'parent':>6}  {'origin':<13} {'written (UTC)':<25} {'method':<11} {'model':<5} {'items':>6} "
+          f"{'subjects':>8}  {'responses':<12}  linking")
     for r in rows:
+        parent = r["parent"] if r["parent"] else "-"
         print(
-            f"{r['version']:>7} {r['parent']:>6}  {r['written_at']:<25} {r['method']:<11} {r['response_model']:<5} "
+            f"{r['version']:>7} {parent:>6}  {r['origin']:<13} {r['written_at']:<25} {r['method']:<11} {r['response_model']:<5} "
             f"{r['n_items']:>6} {r['n_subjects']:>8}  {r['responses_sha256']:<12}  {r['linking']}"
         )
+    roots = [r["version"] for r in rows if not r["parent"]]
+    if len(roots) > 1:
+        print(f"note: {len(roots)} lineage roots (v{', v'.join(map(str, roots))}): fresh fits written into the same "
+              "directory are not linked to each other, so their theta scales are not comparable")
     return 0
