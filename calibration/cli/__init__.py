@@ -19,6 +19,8 @@ import sys
 from importlib import import_module
 from pathlib import Path
 
+from calibration.cli.progress import add_progress_argument, progress_enabled
+
 FIT_METHODS = {
     "cbmm": "calibration.cli.fit_cbmm",
     "saem": "calibration.cli.fit_saem",
@@ -44,7 +46,7 @@ def _add_fit_common(fit: argparse.ArgumentParser) -> None:
     fit.add_argument("--bank-id", required=True, metavar="ID", help="bank id; versions go to OUT/ID/ID_v<N>.nc")
     fit.add_argument("--out", default="item_banks", metavar="DIR", help="root directory of item banks (default item_banks)")
     fit.add_argument("--seed", type=int, default=None, help="random seed (default: the method's own)")
-    fit.add_argument("--progress", action=argparse.BooleanOptionalAction, default=True, help="progress bar (default on)")
+    add_progress_argument(fit)
     fit.add_argument("--keep-responses", action=argparse.BooleanOptionalAction, default=True,
                      help="store the responses in the bank so that it can be recalibrated (default on)")
     fit.add_argument("--include-subjects", metavar="IDS|FILE",
@@ -88,6 +90,7 @@ def run_fit(args) -> int:
     from catengine import write_item_bank
 
     module = import_module(FIT_METHODS[args.method])
+    args.progress = progress_enabled(args.progress)
     try:
         data = load_responses(args.responses, cot=args.cot, wide=args.wide)
         include, exclude = subject_id_list(args.include_subjects), subject_id_list(args.exclude_subjects)

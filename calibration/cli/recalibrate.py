@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from calibration.cli.progress import add_progress_argument, progress_enabled
 from calibration.linking import LINKING_METHODS
 
 
@@ -27,7 +28,7 @@ def add_recalibrate_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--on-conflict", choices=("error", "new"), help="a cell answered differently in stored and new data: fail (default) or take the new value")
     parser.add_argument("--drift-threshold", type=float, help="flag items whose a or b moved by more than this (default 0.5)")
     parser.add_argument("--seed", type=int, help="random seed of the refit (default 0)")
-    parser.add_argument("--progress", action="store_true", help="show a progress bar")
+    add_progress_argument(parser)
 
 
 def run_recalibrate(args) -> int:
@@ -54,7 +55,7 @@ def run_recalibrate(args) -> int:
                 print(f"calibration recalibrate: error: give --{missing[0]} (or --config FILE)", file=sys.stderr)
                 return 2
             config = RecalibrationConfig(**{k: v for k, v in overrides.items() if v is not None})
-        result = recalibrate(config, progress=args.progress)
+        result = recalibrate(config, progress=progress_enabled(args.progress))
     except (ValueError, OSError, KeyError) as exc:
         print(f"calibration recalibrate: error: {exc}", file=sys.stderr)
         return 2
