@@ -507,3 +507,11 @@ def test_cli(tmp_path, capsys):
                  "--no-report"]) == 0
     with xr.open_dataset(tmp_path / "cat" / "cat_results.nc") as ds:
         assert ds["coverage"].sizes == {"replication": 1, "selector": 2, "scoring": 1, "test_length": 2}
+
+
+def test_docs_glossary_matches_the_report_glossary():
+    from pathlib import Path
+
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "audit_reports.md").read_text()
+    for column, meaning in GLOSSARY.items():
+        assert f"| `{column}` | {meaning} |" in doc, column

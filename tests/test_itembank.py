@@ -172,6 +172,18 @@ def test_every_problem_is_listed_at_once(tmp_path):
     assert len(info.value.problems) == 4
 
 
+def test_newer_schema_says_how_to_upgrade(tmp_path):
+    def from_the_future(tree):
+        tree.attrs["schema_version"] = 99
+        tree.attrs["library_version"] = "9.9.0"
+
+    with pytest.raises(ItemBankSchemaError) as info:
+        open_item_bank(_rewrite(tmp_path, from_the_future))
+    message = str(info.value)
+    assert "unknown schema_version 99" in message and "written by irt-llm-eval 9.9.0" in message
+    assert "upgrade to irt-llm-eval >= 9.9.0" in message and "pip install -U irt-llm-eval" in message
+
+
 def test_file_name_must_match_contents(tmp_path):
     path = write_item_bank(lart_bank(), tmp_path)
     renamed = tmp_path / "demo_v7.nc"

@@ -333,6 +333,8 @@ class SessionPanel(widgets.VBox):
             text += f"; τ = {est.tau:+.3f} (SD {est.tau_sd:.3f})"
         reason = s.stop_reason
         text += f" — finished: {reason}" if reason else " — running"
+        if s.n_unproposed:
+            text += f" ({s.n_unproposed} answer(s) to items the engine did not propose: not a fully adaptive test)"
         self.status_text = text
         self.status.value = escape(text)
 
