@@ -182,6 +182,7 @@ class SessionPanel(widgets.VBox):
         self.count_label.add_class("catengine-item-count")
         self.status = widgets.HTML()
         self.next_html = widgets.HTML()
+        self.next_html.add_class("catengine-next-item")
         self.error_html = widgets.HTML()
         self.cot_input = widgets.Text(value="", placeholder="blank = unknown", description="CoT tokens",
                                       layout=widgets.Layout(width="16em", display=None if self.is_lart else "none"))
