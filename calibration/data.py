@@ -812,6 +812,34 @@ class ResponseData:
             item_metadata={k: v[cols] for k, v in self.item_metadata.items()},
         )
 
+    def select_subjects(self, *, include=None, exclude=None) -> "ResponseData":
+        """The LLMs named in ``include`` (all when None) minus those in ``exclude``, in stored order.
+
+        Both are iterables of subject ids (e.g. to hold an LLM out of a calibration). Unknown ids
+        raise ValueError naming them, so a typo never silently keeps an LLM in.
+        """
+        known = set(self.subject_ids)
+        keep = [True] * self.n_subjects
+        for label, ids in (("include", include), ("exclude", exclude)):
+            if ids is None:
+                continue
+            if isinstance(ids, str):
+                raise TypeError(f"{label} must be an iterable of subject ids, not one string {ids!r}")
+            ids = [str(v) for v in ids]
+            unknown = [v for v in ids if v not in known]
+            if unknown:
+                shown = ", ".join(repr(v) for v in unknown[:5]) + (f" and {len(unknown) - 5} more" if len(unknown) > 5 else "")
+                raise ValueError(f"{label}: {len(unknown)} unknown subject id(s): {shown} (the data has {self.n_subjects} subjects)")
+            wanted = set(ids)
+            for k, sid in enumerate(self.subject_ids):
+                if (sid in wanted) != (label == "include"):
+                    keep[k] = False
+        if not any(keep):
+            raise ValueError("no subject is left after include/exclude")
+        if all(keep):
+            return self
+        return self.subset(subjects=np.flatnonzero(keep))
+
     # ------------------------------------------------------------------ properties
     @property
     def shape(self) -> tuple[int, int]:

@@ -367,7 +367,25 @@ def recalibration_key(responses: ResponseData, method: str, settings: dict, conf
 
 
 def recalibrate(config: RecalibrationConfig, *, progress: bool = False) -> RecalibrationResult:
-    """Run one recalibration (see the module docstring). Writes at most one new bank version."""
+    """Run one recalibration (see the module docstring). Writes at most one new bank version.
+
+    ``progress``: a bar over the stages (read, merge, fit, link, write) plus the refit's own bar.
+    """
+    from tqdm.auto import tqdm
+
+    with tqdm(total=len(_STAGES), desc="recalibrate", unit="stage", disable=not progress, leave=False) as bar:
+        return _recalibrate(config, progress, bar)
+
+
+_STAGES = ("read", "merge", "fit", "link", "write")
+
+
+def _stage(bar, name: str) -> None:
+    bar.set_postfix_str(name, refresh=False)
+    bar.update(1)
+
+
+def _recalibrate(config: RecalibrationConfig, progress: bool, bar) -> RecalibrationResult:
     from catengine import open_item_bank, write_item_bank
 
     old = open_item_bank(config.bank)
@@ -378,6 +396,7 @@ def recalibrate(config: RecalibrationConfig, *, progress: bool = False) -> Recal
             f"choose a method to recalibrate it with (--method {'/'.join(sorted(METHOD_ALIASES))})"
         )
     new_data = _read_new_responses(config)
+    _stage(bar, "read")
     if config.mode == "merge":
         if old.responses is None:
             raise ValueError(
@@ -388,6 +407,7 @@ def recalibrate(config: RecalibrationConfig, *, progress: bool = False) -> Recal
                                on_conflict=config.on_conflict)
     else:
         data = new_data
+    _stage(bar, "merge")
     settings = dict(old.calibration_settings) if method == old.attrs["calibration_method"] else {}
     settings.update(config.settings)
     key = recalibration_key(data, method, config.settings, config, old.version)
@@ -402,6 +422,7 @@ def recalibrate(config: RecalibrationConfig, *, progress: bool = False) -> Recal
         )
     calibrator = make_calibrator(method, settings, rng=config.seed, progress=progress).fit(data)
     fitted = calibrator.to_item_bank(old.bank_id)
+    _stage(bar, "fit")
     linking = link(old, fitted, method=config.linking, min_common=config.min_common)
     linked = link_bank(fitted, linking, reference_version=old.version)
     diff = diff_banks(old, linked, drift_threshold=config.drift_threshold, theta_threshold=config.theta_threshold)
@@ -418,7 +439,9 @@ def recalibrate(config: RecalibrationConfig, *, progress: bool = False) -> Recal
         recalibration_key=key,
         change_log=json.dumps(change_log, sort_keys=True),
     )
-    path = write_item_bank(bank, Path(old.source).parent)
+    _stage(bar, "link")
+    path = write_item_bank(bank, Path(old.source).parent, parent=old.version)
+    _stage(bar, "write")
     written = open_item_bank(path)
     diff = diff_banks(old, written, drift_threshold=config.drift_threshold, theta_threshold=config.theta_threshold)
     return RecalibrationResult(
@@ -445,6 +468,8 @@ def bank_lineage(directory) -> list[dict]:
             {
                 "version": version,
                 "parent": bank.parent_version,
+                # a recalibration carries its change log; anything else written here is a fresh fit
+                "origin": "recalibration" if "change_log" in attrs else ("fit" if bank.parent_version == 0 else "copy"),
                 "written_at": attrs.get("written_at", attrs["created_at"]),
                 "method": attrs["calibration_method"] or "-",
                 "response_model": bank.response_model,

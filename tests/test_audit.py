@@ -18,6 +18,7 @@ from calibration.audit import (
     load_results,
     recovery_audit,
     render_report,
+    GLOSSARY,
     short_form_audit,
     summarize,
     summary_table,
@@ -219,7 +220,7 @@ def test_recovery_dataset_layout_and_summary():
     assert list(s["statistic"].values) == ["mean", "mcse", "sd", "n"]
     assert "replication" not in s.dims and s["kendall_tau"].sel(statistic="n").min() == 2
     table = summary_table(ds)
-    assert len(table) == 8 and "±" in table["tau"].iloc[0]  # 2 methods x 2 sizes x 2 abilities
+    assert len(table) == 8 and "±" in table["kendall"].iloc[0]  # 2 methods x 2 sizes x 2 abilities
 
 
 def test_correct_model_at_large_n_recovers_parameters():
@@ -457,6 +458,14 @@ def test_render_report(tmp_path):
     assert paths["png"].stat().st_size > 10_000
     page = paths["html"].read_text()
     assert "data:image/png;base64," in page and "<table" in page and "±" in page
+    # columns say what they are, and the HTML explains every one of them
+    table = summary_table(ds)
+    assert "kendall" in table.columns and not {"tau", "rel", "insuff cov", "item err"} & set(table.columns)
+    assert "What the columns mean" in page
+    for column in table.columns:
+        if column in GLOSSARY:
+            assert f"<dt><b>{column}</b></dt>" in page.replace("&#x27;", "'")
+    assert {"kendall", "reliability", "thin coverage", "item mean error"} <= set(GLOSSARY)
     with pytest.raises(ValueError, match="not an audit"):
         render_report(xr.Dataset(), tmp_path)
 
@@ -498,3 +507,11 @@ def test_cli(tmp_path, capsys):
                  "--no-report"]) == 0
     with xr.open_dataset(tmp_path / "cat" / "cat_results.nc") as ds:
         assert ds["coverage"].sizes == {"replication": 1, "selector": 2, "scoring": 1, "test_length": 2}
+
+
+def test_docs_glossary_matches_the_report_glossary():
+    from pathlib import Path
+
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "audit_reports.md").read_text()
+    for column, meaning in GLOSSARY.items():
+        assert f"| `{column}` | {meaning} |" in doc, column

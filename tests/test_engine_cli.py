@@ -200,3 +200,37 @@ def test_load_responses_reads_one_row_of_a_response_netcdf(tmp_path):
         load_responses(path)
     with pytest.raises(ValueError, match="no subject 'm9'"):
         load_responses(path, "m9")
+
+
+def test_serve_marks_answers_to_items_it_did_not_propose(tmp_path, lart_bank):
+    log = tmp_path / "serve.jsonl"
+    reqs = [
+        {"op": "next", "subject": "m1"},
+        {"op": "quit"},
+    ]
+    _, replies = _serve(lart_bank, log, reqs)
+    proposed = replies[0]["item"]
+    other = next(i for i in lart_bank.item_ids if i != proposed)
+    reqs = [
+        {"op": "record", "subject": "m1", "item": proposed, "correct": 1},
+        {"op": "record", "subject": "m1", "item": other, "correct": 0},
+        {"op": "estimate", "subject": "m1"},
+        {"op": "quit"},
+    ]
+    _, replies = _serve(lart_bank, log, reqs)
+    assert replies[0]["ok"] and replies[0]["proposed"] is True and replies[0]["n_unproposed"] == 0
+    assert replies[1]["ok"] and replies[1]["proposed"] is False and replies[1]["n_unproposed"] == 1
+    assert replies[2]["n_unproposed"] == 1
+    records = [json.loads(line) for line in log.read_text().splitlines() if '"record"' in line]
+    assert [r["proposed"] for r in records if r.get("event", r.get("type")) == "record"] == [True, False]
+
+
+def test_session_counts_unproposed_answers(lart_bank):
+    from catengine import CATSession
+
+    s = CATSession(lart_bank, rng=1)
+    first = s.next_item()
+    s.record(first, 1)
+    s.record(next(i for i in lart_bank.item_ids if i != first and i != s.pending_item), 0)
+    assert s.n_unproposed == 1 and [r.proposed for r in s.history] == [True, False]
+    assert s.to_dataset().attrs["n_unproposed"] == 1

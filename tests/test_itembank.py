@@ -77,12 +77,15 @@ def test_versions_increase_and_record_parent(tmp_path):
     bank = lart_bank()
     first = write_item_bank(bank, tmp_path)
     second = write_item_bank(open_item_bank(first), tmp_path)
-    third = write_item_bank(bank, tmp_path)  # a fresh fit: parent is the latest on disk
-    assert [p.name for p in (first, second, third)] == ["demo_v1.nc", "demo_v2.nc", "demo_v3.nc"]
+    third = write_item_bank(bank, tmp_path)  # a fresh fit: a new lineage root, not a child of v2
+    fourth = write_item_bank(bank, tmp_path, parent=3)  # a recalibration says which version it links to
+    assert [p.name for p in (first, second, third, fourth)] == ["demo_v1.nc", "demo_v2.nc", "demo_v3.nc", "demo_v4.nc"]
     assert open_item_bank(tmp_path, version=2).parent_version == 1
-    assert open_item_bank(tmp_path).parent_version == 2
-    assert open_item_bank(tmp_path).version == 3
-    assert sorted(list_versions(tmp_path)) == [1, 2, 3]
+    assert open_item_bank(tmp_path, version=3).parent_version == 0
+    assert open_item_bank(tmp_path).parent_version == 3 and open_item_bank(tmp_path).version == 4
+    with pytest.raises(ValueError, match="parent version 9 is not stored"):
+        write_item_bank(bank, tmp_path, parent=9, version=10)
+    assert sorted(list_versions(tmp_path)) == [1, 2, 3, 4]
 
 
 def test_existing_version_is_never_overwritten(tmp_path):
@@ -167,6 +170,18 @@ def test_every_problem_is_listed_at_once(tmp_path):
     assert "'/items/b' is NaN or infinite for 1 item(s): 'q2'" in message
     assert "'/items/a' has dims" in message
     assert len(info.value.problems) == 4
+
+
+def test_newer_schema_says_how_to_upgrade(tmp_path):
+    def from_the_future(tree):
+        tree.attrs["schema_version"] = 99
+        tree.attrs["library_version"] = "9.9.0"
+
+    with pytest.raises(ItemBankSchemaError) as info:
+        open_item_bank(_rewrite(tmp_path, from_the_future))
+    message = str(info.value)
+    assert "unknown schema_version 99" in message and "written by irt-llm-eval 9.9.0" in message
+    assert "upgrade to irt-llm-eval >= 9.9.0" in message and "pip install -U irt-llm-eval" in message
 
 
 def test_file_name_must_match_contents(tmp_path):

@@ -32,3 +32,18 @@ def test_readme_recalibration_workflow_runs(tmp_path):
     assert "no new version" in out
     assert re.search(r"^\s+2\s+1\s", out, flags=re.M), out  # the log lists v2 with parent v1
     assert "diff v1 -> v2" in out and "subjects added: 40" in out
+
+
+def test_readme_notebook_commands_are_valid_jupyter_invocations():
+    # every `jupyter lab` line of the Notebooks section parses (also the root/container one):
+    # --show-config makes JupyterLab validate its options and print its configuration without serving
+    lines = [ln.strip() for block in _bash_blocks_under("## Notebooks") for ln in block.splitlines()
+             if ln.strip() and not ln.lstrip().startswith("#")]
+    assert any("--allow-root" in ln for ln in lines), "the README must say how to start JupyterLab as root"
+    jupyter = Path(sys.executable).parent / "jupyter"
+    for line in lines:
+        assert line.startswith(".venv/bin/jupyter lab notebooks/"), line
+        argv = [str(jupyter), *line.split()[1:], "--show-config"]
+        done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr[-2000:]
+        assert "root_dir" in done.stdout

@@ -176,3 +176,28 @@ def test_config_rejects_unknown_keys(tmp_path):
     (tmp_path / "bad.toml").write_text('[recalibration]\nbank = "x"\nresponses = ["a.nc"]\nlinkage = "x"\n')
     with pytest.raises(ValueError, match=r"unknown key\(s\) \['linkage'\]"):
         RecalibrationConfig.from_toml(tmp_path / "bad.toml")
+
+
+def test_recalibrate_shows_progress_only_when_asked_or_on_a_terminal(tmp_path, truth, capsys):
+    import io
+
+    from calibration.cli.progress import progress_enabled
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    assert progress_enabled(None, Terminal()) and not progress_enabled(None, io.StringIO())
+    assert progress_enabled(True, io.StringIO()) and not progress_enabled(False, Terminal())
+    _version_one(tmp_path, truth)
+    new = _sample(truth, np.random.default_rng(5).standard_normal(60), "extra", 6)
+    batch = _write_new(tmp_path, new, "batch.nc")
+    # piped (pytest captures stderr): no bar by default
+    assert calibration_main(["recalibrate", "--bank", str(tmp_path / "sim"), "--responses", str(batch)]) == 0
+    assert "recalibrate" not in capsys.readouterr().err
+    # --progress: the stage bar (and the refit's own bar) on stderr
+    new2 = _sample(truth, np.random.default_rng(7).standard_normal(60), "more", 8)
+    batch2 = _write_new(tmp_path, new2, "batch2.nc")
+    assert calibration_main(["recalibrate", "--bank", str(tmp_path / "sim"), "--responses", str(batch2), "--progress"]) == 0
+    err = capsys.readouterr().err
+    assert "recalibrate" in err and "stage" in err

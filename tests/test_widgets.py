@@ -10,6 +10,8 @@ from __future__ import annotations
 import importlib.util
 import warnings
 
+import re
+
 import numpy as np
 import pytest
 
@@ -196,7 +198,9 @@ def test_session_panel_answer_buttons_update_display(lart_bank):
     # the next item and why: the session's proposal and its criterion value
     assert panel.next_item_id == s.pending_item
     assert panel.next_criterion == pytest.approx(s.pending_criterion)
-    assert "criterion (ThetaTargetedInformation)" in panel.next_html.value
+    # the criterion in words and with its natural sign: the SD of theta the item leads to
+    assert "SD(θ) after this item ≈" in panel.next_html.value and "(ThetaTargetedInformation)" in panel.next_html.value
+    assert f"{np.sqrt(-s.pending_criterion):.4f}" in panel.next_html.value and "-0." not in panel.next_html.value
     first = panel.next_item_id
     panel.cot_input.value = "812"
     panel.correct_button.click()
@@ -244,6 +248,27 @@ def test_session_panel_ranking_uses_bank_subjects(lart_bank):
     assert position == sum(t > s.estimate.theta for t in (-1.5, -0.2, 0.4, 1.8))
     assert position < 2, "three correct answers move the subject above llm-b"
     assert panel.ranking_html.value.count("<tr>") == 6
+    # how P(ahead) is computed is said, and tiny tails are shown as bounds, not as 1.51e-10
+    assert "Φ((θ_" in panel.ranking_message and "reported SD" in panel.ranking_message
+    assert not re.search(r"\de-\d", panel.ranking_html.value)
+
+
+def test_format_probability_bounds_the_tails():
+    from catengine.widgets.session_panel import format_probability
+
+    assert format_probability(1.51e-10) == "< 0.001" and format_probability(1 - 1e-9) == "> 0.999"
+    assert format_probability(0.4567) == "0.457" and format_probability(float("nan")) == "–"
+
+
+def test_trajectory_axis_counts_whole_items(lart_bank):
+    from catengine.widgets import SessionPanel
+
+    panel = SessionPanel(_session(lart_bank))
+    panel.correct_button.click()
+    ax = panel.trajectory_figure.axes[0]
+    ticks = [t for t in ax.get_xticks() if ax.get_xlim()[0] <= t <= ax.get_xlim()[1]]
+    assert ticks and all(float(t).is_integer() for t in ticks) and 1 in ticks
+    assert ax.get_xlim()[0] <= 0.5 and ax.get_xlim()[1] >= 2.5
 
 
 def test_session_panel_step_and_play_with_simulated_llm(lart_bank):

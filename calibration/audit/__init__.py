@@ -21,7 +21,7 @@ from calibration.audit.methods import METHODS, Fit
 from calibration.audit.cat import cat_audit
 from calibration.audit.recovery import recovery_audit
 from calibration.audit.replay import replay_audit
-from calibration.audit.report import render_report, summary_table
+from calibration.audit.report import GLOSSARY, render_report, summary_table
 from calibration.audit.short_form import short_form_audit
 from calibration.audit.store import ResultStore, StoreMismatchError
 
@@ -41,6 +41,7 @@ __all__ = [
     "load_results",
     "recovery_audit",
     "replay_audit",
+    "GLOSSARY",
     "render_report",
     "short_form_audit",
     "summarize",

@@ -19,30 +19,31 @@ from pathlib import Path
 import numpy as np
 
 from calibration.audit._common import summarize
+from catengine.atomic import atomic_output
 
-__all__ = ["render_report", "summary_table"]
+__all__ = ["GLOSSARY", "render_report", "summary_table"]
 
 _PANELS = {
     "recovery": [
-        ("kendall_tau", "ranking recovery: Kendall tau(theta, theta^)", None),
+        ("kendall_tau", "ranking recovery: Kendall rank corr.(theta, theta^)", None),
         ("pearson_a", "discrimination recovery: Pearson(a, a^)", None),
         ("pearson_difficulty", "difficulty recovery: Pearson(-b/a, -b^/a^)", None),
         (("aggregate_score_error", "item_mean_error"), "score errors (solid: aggregate, dashed: item mean)", None),
-        ("skew_scatter", "Kendall tau vs |skewness| of the true abilities", None),
+        ("skew_scatter", "Kendall rank corr. vs |skewness| of the true abilities", None),
         ("runtime_s", "fit runtime [s] per replication", "log"),
     ],
     "cat": [
         ("bias", "bias of theta^", None),
         ("rmse", "RMSE of theta^", None),
         ("coverage", "coverage of the 95% interval (dotted: nominal)", None),
-        ("kendall_tau", "Kendall tau(theta, theta^)", None),
+        ("kendall_tau", "Kendall rank corr.(theta, theta^)", None),
         ("theta_sd_mean", "mean posterior SD of theta", None),
         ("sd_ratio", "RMSE / RMS posterior SD (1 = honest SDs)", None),
     ],
     "replay": [
         (("coverage", "nominal_coverage"), "theta_full inside the adaptive 95% interval (dashed: promised)", None),
         ("sd_ratio", "RMS diff / RMS promised SD (1 = honest)", None),
-        ("kendall_tau", "Kendall tau(theta_full, theta_L)", None),
+        ("kendall_tau", "Kendall rank corr.(theta_full, theta_L)", None),
         ("mean_abs_diff", "mean |theta_L - theta_full|", None),
         ("theta_sd_mean", "mean posterior SD of theta_L", None),
     ],
@@ -66,12 +67,51 @@ _PNG_TABLE_VARS = {
                  "item_mean_error", "marginal_reliability", "insufficient_coverage", "abs_skewness", "failed",
                  "converged", "runtime_s"],
 }
-_SHORT = {"kendall_tau": "tau", "pearson_a": "r(a)", "pearson_b": "r(b)", "pearson_difficulty": "r(diff)",
-          "rmse_theta": "rmse th", "rmse_a": "rmse a", "rmse_b": "rmse b", "aggregate_score_error": "score err",
-          "item_mean_error": "item err", "marginal_reliability": "rel", "insufficient_coverage": "insuff cov",
-          "abs_skewness": "|skew|", "failed": "fail rate", "converged": "conv", "runtime_s": "runtime s", "theta_sd_mean": "mean SD",
-          "sd_ratio": "rmse/SD", "tau_irt": "tau IRT", "tau_random": "tau random", "form_items": "items",
-          "nominal_coverage": "promised", "mean_abs_diff": "|diff|"}
+#: table column names (said in words; "kendall" is Kendall's rank correlation, never the CoT trait tau)
+_SHORT = {"kendall_tau": "kendall", "pearson_a": "pearson a", "pearson_b": "pearson b",
+          "pearson_difficulty": "pearson difficulty", "rmse_theta": "rmse theta", "rmse_a": "rmse a",
+          "rmse_b": "rmse b", "aggregate_score_error": "score error", "item_mean_error": "item mean error",
+          "marginal_reliability": "reliability", "insufficient_coverage": "thin coverage",
+          "abs_skewness": "|skewness|", "failed": "failed", "converged": "converged", "runtime_s": "runtime s",
+          "theta_sd_mean": "mean SD", "sd_ratio": "error / SD", "tau_irt": "kendall IRT form",
+          "tau_random": "kendall random form", "form_items": "items", "nominal_coverage": "promised",
+          "mean_abs_diff": "mean |diff|", "bias": "bias", "rmse": "rmse", "coverage": "coverage", "gain": "gain"}
+
+#: what each column means (rendered under the table in the HTML report and in docs/audit_reports.md)
+GLOSSARY = {
+    "kendall": "Kendall's rank correlation (tau-b) between the true (or full-benchmark) abilities and the "
+               "estimated ones: 1 = same order, 0 = unrelated. Not the CoT speed trait tau.",
+    "pearson a": "Pearson correlation of the true and fitted slopes (discriminations) a.",
+    "pearson b": "Pearson correlation of the true and fitted intercepts b.",
+    "pearson difficulty": "Pearson correlation of the true and fitted difficulties -b/a.",
+    "rmse theta": "root mean squared error of the fitted abilities (standardised scale).",
+    "rmse a": "root mean squared error of the fitted slopes.",
+    "rmse b": "root mean squared error of the fitted intercepts.",
+    "score error": "aggregate score error: mean over LLMs of |true expected score - fitted expected score| "
+                   "(proportion correct over all items).",
+    "item mean error": "mean over items of |true proportion correct - fitted proportion correct|.",
+    "reliability": "marginal reliability 1 / (1 + mean 1/I(theta)) at unit ability variance.",
+    "thin coverage": "share of LLMs with at most 5 items whose difficulty lies within 0.2 of their ability "
+                     "(too few items to measure them well).",
+    "|skewness|": "absolute skewness (adjusted Fisher-Pearson G1) of the true abilities.",
+    "failed": "share of replications whose fit raised an error (see Failures).",
+    "converged": "share of fits that met their convergence tolerance.",
+    "runtime s": "fit wall time per replication, seconds.",
+    "bias": "mean of (estimated - true) ability.",
+    "rmse": "root mean squared error of the adaptive ability estimate.",
+    "coverage": "share of 95% intervals that contain the true (or full-benchmark) ability.",
+    "promised": "coverage the model promises for the comparison made (95%, or more when the full-benchmark "
+                "estimate is itself uncertain).",
+    "mean SD": "mean reported posterior SD of the ability.",
+    "error / SD": "RMS error divided by the RMS reported SD: 1 = honest error bars, > 1 = too narrow.",
+    "mean |diff|": "mean |adaptive estimate - full-benchmark estimate|.",
+    "kendall IRT form": "Kendall's rank correlation between short-form and full-form scores, items chosen by IRT "
+                        "information.",
+    "kendall random form": "the same for random subsets of equal size (mean of the baseline draws).",
+    "gain": "kendall IRT form - kendall random form.",
+    "items": "number of items in the short form.",
+    "reps": "number of replications stored for the cell.",
+}
 
 
 def _kind(ds) -> str:
@@ -172,7 +212,7 @@ def _colors(n):
 
 
 def _skew_scatter(ax, ds, summary, xdim):
-    """Per-replication Kendall tau vs |skewness|, coloured like the line series (sizes pooled)."""
+    """Per-replication Kendall rank correlation vs |skewness|, coloured like the line series (sizes pooled)."""
     if "abs_skewness" not in ds or "kendall_tau" not in ds:
         ax.set_visible(False)
         return
@@ -186,7 +226,7 @@ def _skew_scatter(ax, ds, summary, xdim):
         if ok.any():
             ax.scatter(x[ok], y[ok], s=8, alpha=0.6, color=colors[k])
     ax.set_xlabel("|skewness| (G1) of true abilities")
-    ax.set_ylabel("Kendall tau")
+    ax.set_ylabel("Kendall rank correlation")
 
 
 def _figure(ds, kind, title, summary):
@@ -236,18 +276,25 @@ def _figure(ds, kind, title, summary):
 
 
 def _table_figure(table, title):
+    """The summary table as a figure, in a font that stays readable on the one-page PNG."""
     from matplotlib.figure import Figure
 
-    n_rows = len(table) + 1
-    fig = Figure(figsize=(13, 0.25 * n_rows + 0.6))
-    ax = fig.add_axes((0.0, 0.0, 1.0, 0.92))
+    n_rows, n_cols = len(table) + 1, max(len(table.columns), 1)
+    width = max(13.0, 1.25 * n_cols)
+    fig = Figure(figsize=(width, 0.42 * n_rows + 0.9))
+    ax = fig.add_axes((0.0, 0.0, 1.0, 0.88))
     ax.axis("off")
     cells = table.astype(str).values.tolist()
-    t = ax.table(cellText=cells, colLabels=[str(c) for c in table.columns], cellLoc="center", bbox=(0.0, 0.0, 1.0, 1.0))
+    labels = [str(c).replace(" ", "\n", 1) if len(str(c)) > 12 else str(c) for c in table.columns]
+    t = ax.table(cellText=cells, colLabels=labels, cellLoc="center", bbox=(0.0, 0.0, 1.0, 1.0))
     t.auto_set_font_size(False)
-    t.set_fontsize(6.5 if len(table.columns) <= 14 else 5.5)
-    fig.suptitle(title, fontsize=9)
+    t.set_fontsize(TABLE_FONT_SIZE)
+    fig.suptitle(title, fontsize=TABLE_FONT_SIZE + 2)
     return fig
+
+
+#: font size of the PNG summary table, in points (the figure grows with the table so it stays readable)
+TABLE_FONT_SIZE = 10
 
 
 def _stack_png(figs, path: Path) -> None:
@@ -269,8 +316,18 @@ def _stack_png(figs, path: Path) -> None:
     page = np.concatenate(padded, axis=0)
     from matplotlib.image import imsave
 
-    imsave(path, page)
+    with atomic_output(path) as tmp:
+        imsave(tmp, page, format="png")
     return page
+
+
+def _glossary_html(columns) -> str:
+    """A definition list of the table's columns that the glossary explains."""
+    entries = [(c, GLOSSARY[c]) for c in columns if c in GLOSSARY]
+    if not entries:
+        return ""
+    body = "".join(f"<dt><b>{html.escape(c)}</b></dt><dd>{html.escape(d)}</dd>" for c, d in entries)
+    return f'<h2>What the columns mean</h2><dl class="glossary">{body}</dl>'
 
 
 def render_report(ds, out, *, name: str | None = None, title: str | None = None, summary=None) -> dict:
@@ -299,7 +356,7 @@ def render_report(ds, out, *, name: str | None = None, title: str | None = None,
     table = summary_table(ds, summary=summary)
     fig = _figure(ds, kind, title, summary)
     png_table = summary_table(ds, _PNG_TABLE_VARS.get(kind), summary=summary) if kind in _PNG_TABLE_VARS else table
-    tfig = _table_figure(png_table, "summary: mean ± Monte-Carlo SE over replications (all metrics: see the HTML)")
+    tfig = _table_figure(png_table, "summary: mean ± Monte-Carlo SE over replications (all metrics and a glossary of the columns: see the HTML)")
     png = out / f"{name}.png"
     _stack_png([fig, tfig], png)
     buf = io.BytesIO()
@@ -326,10 +383,12 @@ td,th{{border:1px solid #ccc;padding:2px 6px;text-align:center}} pre{{background
 <img src="data:image/png;base64,{b64}" style="max-width:100%">
 <h2>Summary (mean ± Monte-Carlo SE over replications)</h2>
 {table.to_html(index=False, escape=True)}
+{_glossary_html(table.columns)}
 {failures}
 <h2>Configuration</h2><pre>{html.escape(config)}</pre>
 </body></html>
 """
     html_path = out / f"{name}.html"
-    html_path.write_text(page, encoding="utf-8")
+    with atomic_output(html_path) as tmp:
+        tmp.write_text(page, encoding="utf-8")
     return {"png": png, "html": html_path}

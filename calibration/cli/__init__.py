@@ -19,6 +19,8 @@ import sys
 from importlib import import_module
 from pathlib import Path
 
+from calibration.cli.progress import add_progress_argument, progress_enabled
+
 FIT_METHODS = {
     "cbmm": "calibration.cli.fit_cbmm",
     "saem": "calibration.cli.fit_saem",
@@ -44,9 +46,42 @@ def _add_fit_common(fit: argparse.ArgumentParser) -> None:
     fit.add_argument("--bank-id", required=True, metavar="ID", help="bank id; versions go to OUT/ID/ID_v<N>.nc")
     fit.add_argument("--out", default="item_banks", metavar="DIR", help="root directory of item banks (default item_banks)")
     fit.add_argument("--seed", type=int, default=None, help="random seed (default: the method's own)")
-    fit.add_argument("--progress", action=argparse.BooleanOptionalAction, default=True, help="progress bar (default on)")
+    add_progress_argument(fit)
     fit.add_argument("--keep-responses", action=argparse.BooleanOptionalAction, default=True,
                      help="store the responses in the bank so that it can be recalibrated (default on)")
+    fit.add_argument("--include-subjects", metavar="IDS|FILE",
+                     help="calibrate on these LLMs only: comma-separated ids, or a file with one id per line")
+    fit.add_argument("--exclude-subjects", metavar="IDS|FILE",
+                     help="leave these LLMs out (e.g. to hold one out): comma-separated ids, or a file with one id per line")
+
+
+def subject_id_list(value: str | None) -> list[str] | None:
+    """``--include/--exclude-subjects``: a file of ids (one per line, # comments) or comma-separated ids."""
+    if value is None:
+        return None
+    path = Path(value)
+    if path.is_file():
+        lines = path.read_text(encoding="utf-8").splitlines()
+        ids = [ln.strip() for ln in lines if ln.strip() and not ln.lstrip().startswith("#")]
+    else:
+        ids = [v.strip() for v in value.split(",") if v.strip()]
+    if not ids:
+        raise ValueError(f"no subject ids in {value!r}")
+    return ids
+
+
+def _announce_lineage(directory: Path, bank_id: str) -> None:
+    """A fresh fit into a directory that already holds versions starts a new lineage: say so."""
+    from catengine.itembank import list_versions
+
+    versions = sorted(list_versions(directory)) if directory.is_dir() else []
+    if versions:
+        print(
+            f"note: {directory} already holds v{versions[0]}..v{versions[-1]} of {bank_id!r}; this fit is written as a "
+            "new lineage root (parent 0), not linked to them, so its theta scale is not comparable with theirs. "
+            "To add LLMs to an existing bank and keep its scale, use `calibration recalibrate`.",
+            file=sys.stderr,
+        )
 
 
 def run_fit(args) -> int:
@@ -55,14 +90,21 @@ def run_fit(args) -> int:
     from catengine import write_item_bank
 
     module = import_module(FIT_METHODS[args.method])
+    args.progress = progress_enabled(args.progress)
     try:
         data = load_responses(args.responses, cot=args.cot, wide=args.wide)
+        include, exclude = subject_id_list(args.include_subjects), subject_id_list(args.exclude_subjects)
+        if include is not None or exclude is not None:
+            n_before = data.n_subjects
+            data = data.select_subjects(include=include, exclude=exclude)
+            print(f"calibrating on {data.n_subjects} of {n_before} LLMs", file=sys.stderr)
         if hasattr(module, "check"):
             module.check(data)
         calibrator = module.build(args).fit(data)
         bank = module.to_bank(calibrator, args) if hasattr(module, "to_bank") else calibrator.to_item_bank(args.bank_id)
         if args.keep_responses:
             bank = bank.with_group("responses", data.to_dataset())
+        _announce_lineage(Path(args.out) / args.bank_id, args.bank_id)
         path = write_item_bank(bank, Path(args.out) / args.bank_id)
     except (ValueError, TypeError, OSError) as exc:
         print(f"calibration fit: error: {exc}", file=sys.stderr)

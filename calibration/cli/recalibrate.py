@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from calibration.cli.progress import add_progress_argument, progress_enabled
 from calibration.linking import LINKING_METHODS
 
 
@@ -27,7 +28,7 @@ def add_recalibrate_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--on-conflict", choices=("error", "new"), help="a cell answered differently in stored and new data: fail (default) or take the new value")
     parser.add_argument("--drift-threshold", type=float, help="flag items whose a or b moved by more than this (default 0.5)")
     parser.add_argument("--seed", type=int, help="random seed of the refit (default 0)")
-    parser.add_argument("--progress", action="store_true", help="show a progress bar")
+    add_progress_argument(parser)
 
 
 def run_recalibrate(args) -> int:
@@ -54,7 +55,7 @@ def run_recalibrate(args) -> int:
                 print(f"calibration recalibrate: error: give --{missing[0]} (or --config FILE)", file=sys.stderr)
                 return 2
             config = RecalibrationConfig(**{k: v for k, v in overrides.items() if v is not None})
-        result = recalibrate(config, progress=args.progress)
+        result = recalibrate(config, progress=progress_enabled(args.progress))
     except (ValueError, OSError, KeyError) as exc:
         print(f"calibration recalibrate: error: {exc}", file=sys.stderr)
         return 2
@@ -96,10 +97,16 @@ def run_log(args) -> int:
     if not rows:
         print(f"calibration log: error: {args.bank} holds no bank versions", file=sys.stderr)
         return 2
-    print(f"{'version':>7} {'parent':>6}  {'written (UTC)':<25} {'method':<11} {'model':<5} {'items':>6} {'subjects':>8}  {'responses':<12}  linking")
+    print(f"{'version':>7} {'parent':>6}  {'origin':<13} {'written (UTC)':<25} {'method':<11} {'model':<5} {'items':>6} "
+          f"{'subjects':>8}  {'responses':<12}  linking")
     for r in rows:
+        parent = r["parent"] if r["parent"] else "-"
         print(
-            f"{r['version']:>7} {r['parent']:>6}  {r['written_at']:<25} {r['method']:<11} {r['response_model']:<5} "
+            f"{r['version']:>7} {parent:>6}  {r['origin']:<13} {r['written_at']:<25} {r['method']:<11} {r['response_model']:<5} "
             f"{r['n_items']:>6} {r['n_subjects']:>8}  {r['responses_sha256']:<12}  {r['linking']}"
         )
+    roots = [r["version"] for r in rows if not r["parent"]]
+    if len(roots) > 1:
+        print(f"note: {len(roots)} lineage roots (v{', v'.join(map(str, roots))}): fresh fits written into the same "
+              "directory are not linked to each other, so their theta scales are not comparable")
     return 0

@@ -94,13 +94,15 @@ def _encoding(tree: xr.DataTree) -> dict:
     return encoding
 
 
-def write_item_bank(bank: ItemBank, directory, *, version: int | None = None) -> Path:
+def write_item_bank(bank: ItemBank, directory, *, version: int | None = None, parent: int | None = None) -> Path:
     """Write ``bank`` as a new version in ``directory`` and return the new file's path.
 
     By default the new version is one more than the latest on disk (pass ``version`` to choose it;
-    an existing version raises :class:`ItemBankVersionExistsError`); ``parent_version`` is the version the bank
-    was opened from if it came from disk, else the latest version on disk (0 when there is none).
-    The write is atomic and never replaces an existing file.
+    an existing version raises :class:`ItemBankVersionExistsError`). ``parent_version`` records the
+    lineage truthfully: ``parent`` when given (recalibration passes the version it linked to), else
+    the version the bank was opened from if it came from disk, else 0 - a fresh fit is a new lineage
+    root, not a child of whatever happens to be stored in the same directory. The write is atomic
+    and never replaces an existing file.
     """
     if not isinstance(bank, ItemBank):
         raise TypeError(f"write_item_bank expects an ItemBank, got {type(bank).__name__}")
@@ -120,7 +122,12 @@ def write_item_bank(bank: ItemBank, directory, *, version: int | None = None) ->
         raise ItemBankVersionExistsError(f"{versions[version]} already exists; bank versions are never overwritten")
     else:
         new_version = version
-    parent = bank.version if 0 < bank.version < new_version else max((v for v in versions if v < new_version), default=0)
+    if parent is None:
+        parent = bank.version if 0 < bank.version < new_version else 0
+    elif isinstance(parent, bool) or not isinstance(parent, int) or parent < 0 or parent >= new_version:
+        raise ValueError(f"parent must be an int in [0, {new_version}), got {parent!r}")
+    elif parent and parent not in versions:
+        raise ValueError(f"parent version {parent} is not stored in {directory}")
     stamped = bank.replace_attrs(
         bank_version=new_version,
         parent_version=parent,

@@ -56,6 +56,27 @@ JSON_ATTRS = ("calibration_settings", "scale")
 GROUPS = ("items", "posterior", "subjects", "calibration", "responses")
 
 
+def schema_version_problem(version: int, written_by) -> str:
+    """The message for a bank whose schema this library cannot read, saying how to get one that can."""
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as installed_version
+
+    try:
+        mine = installed_version("irt-llm-eval")
+    except PackageNotFoundError:
+        mine = "unknown"
+    supported = ", ".join(map(str, SUPPORTED_SCHEMA_VERSIONS))
+    if version > max(SUPPORTED_SCHEMA_VERSIONS):
+        by = f" by irt-llm-eval {written_by}" if isinstance(written_by, str) and written_by else ""
+        need = f">= {written_by}" if isinstance(written_by, str) and written_by and written_by != "unknown" else "a newer release"
+        return (
+            f"unknown schema_version {version}: the bank was written{by} with a newer schema than this library "
+            f"(irt-llm-eval {mine}) reads (schema {supported}); upgrade to irt-llm-eval {need}, "
+            "e.g. `pip install -U irt-llm-eval`"
+        )
+    return f"unknown schema_version {version} (this library, irt-llm-eval {mine}, reads schema {supported})"
+
+
 def _json_problem(name, value):
     try:
         json.loads(value)
@@ -84,9 +105,7 @@ def validate_tree(tree) -> list[str]:
         problems.append(f"root attribute 'schema' is {attrs['schema']!r}, expected {SCHEMA_NAME!r}")
     version = attrs.get("schema_version")
     if isinstance(version, (int, np.integer)) and int(version) not in SUPPORTED_SCHEMA_VERSIONS:
-        problems.append(
-            f"unknown schema_version {int(version)} (this library reads {', '.join(map(str, SUPPORTED_SCHEMA_VERSIONS))})"
-        )
+        problems.append(schema_version_problem(int(version), attrs.get("library_version")))
     for name in JSON_ATTRS:
         if isinstance(attrs.get(name), str):
             p = _json_problem(name, attrs[name])

@@ -106,6 +106,10 @@ class ItemSelector(ABC):
     def select(self, params: ItemParams, state: SelectionState, rng: np.random.Generator) -> int:
         return int(self.candidates(params, state, rng, 1)[0][0])
 
+    def explain_criterion(self, value: float) -> str:
+        """The criterion value of a proposed item in words, with the sign and units a reader expects."""
+        return f"information at the current estimate = {value:.4g}"
+
     def check_bank(self, items: ItemTable) -> None:
         """Raise ValueError if this selector cannot work with the bank (called once per session)."""
         if items.params.response_model not in self.models:

@@ -154,6 +154,9 @@ class RandomSelection(ItemSelector):
 
     name: ClassVar[str] = "random"
 
+    def explain_criterion(self, value: float) -> str:
+        return "drawn at random"
+
     def candidates(self, params, state: SelectionState, rng, k: int = 1):
         k = check_k(k)
         idx = np.flatnonzero(state.eligible)

@@ -43,6 +43,10 @@ class ThetaTargetedInformation(_LaRTPrecisionSelector):
     name: ClassVar[str] = "lart-theta"
     criterion: ClassVar[str] = "theta"
 
+    def explain_criterion(self, value: float) -> str:
+        # the kernel ranks by minus the posterior variance; show the SD it leads to
+        return f"SD(θ) after this item ≈ {float(np.sqrt(max(-value, 0.0))):.4f}"
+
 
 @dataclass(frozen=True)
 class DOptimalInformation(_LaRTPrecisionSelector):
@@ -51,6 +55,9 @@ class DOptimalInformation(_LaRTPrecisionSelector):
     name: ClassVar[str] = "lart-d"
     criterion: ClassVar[str] = "d-optimal"
 
+    def explain_criterion(self, value: float) -> str:
+        return f"det of the (θ, τ) precision after this item = {value:.4g}"
+
 
 @dataclass(frozen=True)
 class AOptimalInformation(_LaRTPrecisionSelector):
@@ -58,6 +65,9 @@ class AOptimalInformation(_LaRTPrecisionSelector):
 
     name: ClassVar[str] = "lart-a"
     criterion: ClassVar[str] = "a-optimal"
+
+    def explain_criterion(self, value: float) -> str:
+        return f"Var(θ) + Var(τ) after this item ≈ {max(-value, 0.0):.4f}"
 
 
 @dataclass(frozen=True)

@@ -71,14 +71,15 @@ def handle(engine: Engine, req) -> dict:
             warnings.simplefilter("always")
             est = engine.record(subject, item, req["correct"], req.get("cot_length"))
         session = engine.session(subject)
-        reply = {"estimate": _estimate(est), "finished": session.finished, "reason": session.stop_reason}
+        reply = {"estimate": _estimate(est), "finished": session.finished, "reason": session.stop_reason,
+                 "proposed": session.history[-1].proposed, "n_unproposed": session.n_unproposed}
         if caught:
             reply["warnings"] = [str(w.message) for w in caught]
         return reply
     if op == "estimate":
         session = engine.session(_field(req, "subject"))
         return {"estimate": _estimate(session.estimate), "finished": session.finished, "reason": session.stop_reason,
-                "administered": session.administered}
+                "administered": session.administered, "n_unproposed": session.n_unproposed}
     if op == "start":
         session = engine.start(_field(req, "subject"))
         return {"estimate": _estimate(session.estimate), "n_items": session.n_items}

@@ -220,6 +220,11 @@ class CATSession:
         return [ids[j] for j in self._responses.items]
 
     @property
+    def n_unproposed(self) -> int:
+        """Answers recorded for items the engine had not proposed: the test is adaptive only without them."""
+        return sum(not r.proposed for r in self._history)
+
+    @property
     def pending_item(self) -> str | None:
         """The proposed item awaiting an answer, if any."""
         return None if self._pending is None else self.items.item_ids[self._pending[0]]
@@ -483,6 +488,7 @@ class CATSession:
             "theta": est.theta,
             "theta_sd": est.theta_sd,
             "stop_reason": self.stop_reason or "",
+            "n_unproposed": self.n_unproposed,
         }
         if est.tau is not None:
             attrs["tau"], attrs["tau_sd"] = est.tau, est.tau_sd

@@ -182,6 +182,7 @@ class SessionPanel(widgets.VBox):
         self.count_label.add_class("catengine-item-count")
         self.status = widgets.HTML()
         self.next_html = widgets.HTML()
+        self.next_html.add_class("catengine-next-item")
         self.error_html = widgets.HTML()
         self.cot_input = widgets.Text(value="", placeholder="blank = unknown", description="CoT tokens",
                                       layout=widgets.Layout(width="16em", display=None if self.is_lart else "none"))
@@ -333,6 +334,8 @@ class SessionPanel(widgets.VBox):
             text += f"; τ = {est.tau:+.3f} (SD {est.tau_sd:.3f})"
         reason = s.stop_reason
         text += f" — finished: {reason}" if reason else " — running"
+        if s.n_unproposed:
+            text += f" ({s.n_unproposed} answer(s) to items the engine did not propose: not a fully adaptive test)"
         self.status_text = text
         self.status.value = escape(text)
 
@@ -348,7 +351,10 @@ class SessionPanel(widgets.VBox):
         if self.next_item_id is not None:
             crit = s.pending_criterion
             self.next_criterion = None if crit is None else float(crit)
-            why = f"criterion ({escape(selector)}) = {fmt(self.next_criterion, 4)}" if crit is not None else f"chosen by {escape(selector)}"
+            if crit is not None and np.isfinite(self.next_criterion):
+                why = f"{escape(s.selector.explain_criterion(self.next_criterion))} ({escape(selector)})"
+            else:
+                why = f"chosen by {escape(selector)}"
             self.next_html.value = f"next item: <b><code>{escape(self.next_item_id)}</code></b> — {why}"
         else:
             self.next_html.value = "the test is finished" + (f" ({escape(reason)})" if reason else "")
@@ -405,8 +411,10 @@ class SessionPanel(widgets.VBox):
             axes[1].axhline(float(true_tau), color="k", ls="--", lw=1, label="true τ (simulated)")
         from matplotlib.ticker import MaxNLocator
 
+        last_step = max((r.step for r in history), default=1)
         for a in axes:
             a.xaxis.set_major_locator(MaxNLocator(integer=True))
+            a.set_xlim(0.5, max(last_step, 2) + 0.5)  # whole items: no 0.945 ... 1.050 axis after one answer
         ax.set_title(f"Trajectory of θ with its {pct}% interval")
         ax.set_xlabel("number of items administered (items)")
         ax.set_ylabel(THETA_LABEL)
@@ -449,10 +457,25 @@ class SessionPanel(widgets.VBox):
         self.ranking_rows = ranked
         position = next(i for i, r in enumerate(ranked) if r[0] == "→")
         self.ranking_message = (
-            f"{me} ranks {position + 1} of {len(ranked)} by its current estimate; P(ahead) = P(θ_{me} > θ_LLM) "
-            f"(independent normal posteriors)"
+            f"{me} ranks {position + 1} of {len(ranked)} by its current estimate. "
+            f"P(ahead) = P(θ_{me} > θ_LLM) = Φ((θ_{me} − θ_LLM) / √(SD_{me}² + SD_LLM²)), treating both as "
+            f"independent normal posteriors; SD_{me} is the session's reported SD ({est.theta_sd:.3f}), the "
+            f"same one as in the {int(round(self.level * 100))}% interval above, so P(ahead) is only as honest "
+            f"as that interval. Values beyond 0.001 / 0.999 are shown as bounds."
         )
-        self.ranking_html.value = f"<div>{escape(self.ranking_message)}</div>" + html_table(self.ranking_header, ranked)
+        shown = [(*r[:4], None if r[4] is None else format_probability(r[4])) for r in ranked]
+        self.ranking_html.value = f"<div>{escape(self.ranking_message)}</div>" + html_table(self.ranking_header, shown)
 
 
-__all__ = ["MissingAnswer", "ReplayedLLM", "SessionPanel", "SimulatedLLM"]
+def format_probability(p: float) -> str:
+    """A probability for display: three decimals, and bounds instead of meaningless tiny tails."""
+    if p is None or not np.isfinite(p):
+        return "–"
+    if p < 0.001:
+        return "< 0.001"
+    if p > 0.999:
+        return "> 0.999"
+    return f"{p:.3f}"
+
+
+__all__ = ["MissingAnswer", "ReplayedLLM", "SessionPanel", "SimulatedLLM", "format_probability"]

@@ -122,6 +122,11 @@ def test_notebook01_runs_in_jupyterlab_and_session_panel_steps(lab_server, brows
         trajectory = panel.locator(".jp-OutputArea-output img")
         assert trajectory.count() >= 1, "the trajectory figure rendered"
 
+        # the next item's criterion reads in words with its natural sign (no "criterion = -0.07")
+        next_line = panel.locator(".catengine-next-item").inner_text()
+        assert "next item" in next_line or "finished" in next_line, next_line
+        assert "= -" not in next_line and "criterion (" not in next_line, next_line
+
         buttons["step"].click()
         # the label's HTML is re-rendered on every update: re-query it until it shows the new count
         expect(count).to_have_text(str(before + 1), timeout=60_000)

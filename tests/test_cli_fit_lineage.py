@@ -1,0 +1,81 @@
+"""`calibration fit`: leaving LLMs out (--include/--exclude-subjects, ResponseData.select_subjects) and
+a truthful lineage when a fresh fit lands in a directory that already holds versions (issue 19)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from calibration import ResponseData
+from calibration.cli import main
+from catengine import open_item_bank
+
+
+def _data(n_subjects=40, n_items=25, seed=3):
+    rng = np.random.default_rng(seed)
+    theta = rng.standard_normal(n_subjects)
+    a, b = rng.uniform(0.8, 1.6, n_items), rng.normal(0, 1, n_items)
+    y = (rng.random((n_subjects, n_items)) < 1 / (1 + np.exp(-(np.outer(theta, a) + b)))).astype(np.int8)
+    return ResponseData.from_arrays(y, subject_ids=[f"llm{i:02d}" for i in range(n_subjects)])
+
+
+def test_select_subjects_include_exclude_and_unknown_ids():
+    data = _data()
+    held = data.select_subjects(exclude=["llm03", "llm07"])
+    assert held.n_subjects == 38 and "llm03" not in held.subject_ids and "llm07" not in held.subject_ids
+    only = data.select_subjects(include=["llm09", "llm01", "llm05"], exclude=["llm05"])
+    assert only.subject_ids == ("llm01", "llm09")  # stored order, minus the excluded
+    np.testing.assert_array_equal(only.correct, data.correct[[1, 9]])
+    assert data.select_subjects() is data
+    with pytest.raises(ValueError, match=r"exclude: 2 unknown subject id\(s\): 'gpt-9', 'llm99'"):
+        data.select_subjects(exclude=["llm01", "gpt-9", "llm99"])
+    with pytest.raises(ValueError, match="no subject is left"):
+        data.select_subjects(include=["llm01"], exclude=["llm01"])
+    with pytest.raises(TypeError, match="not one string"):
+        data.select_subjects(exclude="llm01")
+
+
+def test_cli_fit_leaves_llms_out_by_ids_or_file(tmp_path, capsys):
+    data = _data()
+    src = tmp_path / "acc.nc"
+    data.to_netcdf(src)
+    out = tmp_path / "banks"
+    assert main(["fit", "--method", "cbmm", "--responses", str(src), "--bank-id", "held", "--out", str(out),
+                 "--exclude-subjects", "llm00,llm11", "--no-progress"]) == 0
+    err = capsys.readouterr().err
+    assert "calibrating on 38 of 40 LLMs" in err
+    bank = open_item_bank(out / "held")
+    assert bank.attrs["n_subjects"] == 38
+    stored = ResponseData.from_dataset(bank.responses)
+    assert stored.sha256() == data.select_subjects(exclude=["llm00", "llm11"]).sha256()
+    ids = tmp_path / "ids.txt"
+    ids.write_text("# the ten to keep\n" + "\n".join(f"llm{i:02d}" for i in range(10)) + "\n")
+    assert main(["fit", "--method", "cbmm", "--responses", str(src), "--bank-id", "ten", "--out", str(out),
+                 "--include-subjects", str(ids), "--no-progress"]) == 0
+    assert open_item_bank(out / "ten").attrs["n_subjects"] == 10
+    capsys.readouterr()
+    assert main(["fit", "--method", "cbmm", "--responses", str(src), "--bank-id", "bad", "--out", str(out),
+                 "--exclude-subjects", "llm00,nobody", "--no-progress"]) == 2
+    assert "unknown subject id(s): 'nobody'" in capsys.readouterr().err
+    assert not (out / "bad").exists()
+
+
+def test_fresh_fit_into_an_existing_bank_directory_is_a_new_lineage_root(tmp_path, capsys):
+    from calibration.recalibrate import bank_lineage
+
+    data = _data()
+    src = tmp_path / "acc.nc"
+    data.to_netcdf(src)
+    out = tmp_path / "banks"
+    argv = ["fit", "--method", "cbmm", "--responses", str(src), "--bank-id", "b", "--out", str(out), "--no-progress"]
+    assert main(argv) == 0
+    assert "new lineage root" not in capsys.readouterr().err
+    assert main(argv + ["--exclude-subjects", "llm01"]) == 0
+    err = capsys.readouterr().err
+    assert "already holds v1..v1" in err and "new lineage root (parent 0)" in err and "calibration recalibrate" in err
+    assert open_item_bank(out / "b", version=2).parent_version == 0
+    rows = bank_lineage(out / "b")
+    assert [(r["version"], r["parent"], r["origin"]) for r in rows] == [(1, 0, "fit"), (2, 0, "fit")]
+    assert main(["log", str(out / "b")]) == 0
+    log = capsys.readouterr().out
+    assert "origin" in log.splitlines()[0] and "note: 2 lineage roots (v1, v2)" in log
