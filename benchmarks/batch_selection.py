@@ -48,12 +48,12 @@ def _fit_bank(method: str, data, seed: int, bank_id: str):
     if method == "saem":
         from calibration import LaRTSAEMCalibrator
 
-        cal = LaRTSAEMCalibrator(rng=seed, b_prior_sd=5.0).fit(data)
+        cal = LaRTSAEMCalibrator(rng=seed, b_prior_sd=5.0, progress=False).fit(data)
     else:
         from calibration import CBMMCalibrator
 
-        cal = CBMMCalibrator().fit(data)
-    return cal.to_item_bank(bank_id)
+        cal = CBMMCalibrator(progress=False).fit(data)
+    return cal.to_item_bank(bank_id), f"{cal.n_iter_} iterations, converged={cal.converged_}"
 
 
 def _replay(bank, data, row: int, k: int, max_items: int, use_cot: bool):
@@ -116,35 +116,39 @@ def main(argv=None) -> int:
     for f, test in enumerate(folds):
         train = np.setdiff1d(np.arange(data.n_subjects), test)
         t_fit = time.perf_counter()
-        bank = _fit_bank(args.method, data.subset(subjects=train), args.seed + f, f"math500_fold{f}")
-        print(f"  fold {f}: bank fitted on {train.size} LLMs in {time.perf_counter() - t_fit:.1f} s; replaying {test.size} LLMs")
+        bank, how = _fit_bank(args.method, data.subset(subjects=train), args.seed + f, f"math500_fold{f}")
+        print(f"  fold {f}: bank fitted on {train.size} LLMs in {time.perf_counter() - t_fit:.1f} s ({how}); "
+              f"replaying {test.size} LLMs")
         for row in test:
             full.append(_full_estimate(bank, data, int(row), use_cot))
             for k in args.ks:
                 runs[k].append(_replay(bank, data, int(row), k, args.max_items, use_cot))
     full = np.array(full)
     print(f"replays done in {time.perf_counter() - t0:.1f} s\n")
-    header = f"{'SD target':>9} {'k':>3} | {'items (batch end)':>17} {'ratio':>6} | {'items (any item)':>16} {'ratio':>6} | {'reached':>7} | {'|th - th_full|':>14}"
+    print("means over the LLMs that reached the SD target within the budget for every k (share: 'LLMs')")
+    header = (f"{'SD target':>9} {'k':>3} | {'items (batch end)':>17} {'ratio':>6} | {'items (any item)':>16} {'ratio':>6} | "
+              f"{'LLMs':>5} | {'|th - th_full|':>14}")
     print(header)
     print("-" * len(header))
     for target in args.targets:
-        base_end = base_any = None
+        stops = {}
         for k in args.ks:
-            n_end, n_any, reached, err = [], [], [], []
+            end, any_, err = [], [], []
             for (sds, thetas, ends), th_full in zip(runs[k], full):
                 ok_end = np.flatnonzero((sds <= target) & ends)
                 ok_any = np.flatnonzero(sds <= target)
-                hit = ok_end.size > 0
-                reached.append(hit)
-                stop = ok_end[0] if hit else sds.size - 1
-                n_end.append(stop + 1)
-                n_any.append((ok_any[0] if ok_any.size else sds.size - 1) + 1)
-                err.append(abs(thetas[stop] - th_full))
-            me, ma = float(np.mean(n_end)), float(np.mean(n_any))
-            if base_end is None:
-                base_end, base_any = me, ma
-            print(f"{target:>9.2f} {k:>3} | {me:>17.1f} {me / base_end:>6.2f} | {ma:>16.1f} {ma / base_any:>6.2f} | "
-                  f"{np.mean(reached):>7.0%} | {np.mean(err):>14.3f}")
+                end.append(ok_end[0] + 1 if ok_end.size else -1)
+                any_.append(ok_any[0] + 1 if ok_any.size else -1)
+                err.append(abs(thetas[ok_end[0]] - th_full) if ok_end.size else math.nan)
+            stops[k] = (np.array(end), np.array(any_), np.array(err))
+        common = np.all([stops[k][0] > 0 for k in args.ks], axis=0)
+        base = None
+        for k in args.ks:
+            end, any_, err = (v[common] for v in stops[k])
+            me, ma = float(np.mean(end)), float(np.mean(any_))
+            base = base or (me, ma)
+            print(f"{target:>9.2f} {k:>3} | {me:>17.1f} {me / base[0]:>6.2f} | {ma:>16.1f} {ma / base[1]:>6.2f} | "
+                  f"{np.mean(common):>5.0%} | {np.mean(err):>14.3f}")
         print()
     return 0
 

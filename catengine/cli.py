@@ -1,4 +1,4 @@
-"""Command-line entry point ``catengine``: ``demo``, ``evaluate`` and ``serve``."""
+"""Command-line entry point ``catengine``: ``demo``, ``evaluate``, ``serve`` and ``lm-eval``."""
 
 from __future__ import annotations
 
@@ -365,6 +365,10 @@ def build_parser() -> argparse.ArgumentParser:
                     help="JSONL session log; an existing log is resumed (its configuration wins over the options)")
     _add_strategy_options(sv)
     sv.set_defaults(func=_cmd_serve)
+
+    from catengine.adapters.lm_eval import add_subcommand as add_lm_eval
+
+    add_lm_eval(sub, add_strategy_options=_add_strategy_options, strategies=_strategies, open_bank=_open_bank)
     return parser
 
 

@@ -252,3 +252,21 @@ def test_engine_proposes_batches_per_subject(tmp_path):
     assert resumed.session("llm-a").pending_items == [b1[0], b1[1], b1[3]]
     assert resumed.session("llm-b").pending_items == b2
     resumed.close()
+
+
+def test_batches_stop_at_the_item_limit_of_the_stopping_rule():
+    from catengine.stopping import AllOf, AnyOf, MinItems, StandardErrorBelow
+    from catengine.stopping.rules import item_limit
+
+    assert item_limit(MaxItems(9)) == 9 and item_limit(StandardErrorBelow(0.3)) is None
+    assert item_limit(AnyOf([MaxItems(30), AllOf([MinItems(5), StandardErrorBelow(0.2)]), MaxItems(12)])) == 12
+    assert item_limit(AllOf([MaxItems(10), MaxItems(20)])) == 20 and item_limit(AllOf([MaxItems(10), MinItems(3)])) is None
+    bank = naive.make_bank("2pl", 40, seed=19)
+    s = CATSession(bank, rng=0, stopping=AnyOf([MaxItems(7), StandardErrorBelow(0.01)]))
+    assert len(s.next_items(5)) == 5
+    for item in s.pending_items:
+        s.record(item, 1)
+    assert len(s.next_items(5)) == 2
+    for item in s.pending_items:
+        s.record(item, 0)
+    assert s.finished and len(s.next_items(5)) == 5  # past the limit only when asked anyway

@@ -329,7 +329,8 @@ class CATSession:
 
         Greedy selection under the posterior fantasised with each chosen item's expected information
         (``catengine.selection.batch``), with the exposure and content controls; ``k = 1`` proposes
-        exactly what :meth:`next_item` would. Answer them with :meth:`record` in any order. Until
+        exactly what :meth:`next_item` would. A batch never runs past the stopping rule's item limit
+        (its MaxItems). Answer them with :meth:`record` in any order. Until
         every item of the batch is answered or excluded, this returns the batch's unanswered items
         (whatever ``k``), and :meth:`next_item` the first of them. A pending single proposal opens
         the batch. Fewer than ``k`` items come back when fewer are eligible; BankExhaustedError when
@@ -337,8 +338,12 @@ class CATSession:
         """
         from catengine.selection.base import check_k
         from catengine.selection.batch import select_batch
+        from catengine.stopping.rules import item_limit
 
         k = check_k(k)
+        limit = item_limit(self.stopping)
+        if limit is not None and limit > self._responses.n:
+            k = min(k, limit - self._responses.n)  # a batch never runs past the stopping rule's item limit
         ids = self.items.item_ids
         if self._batch:
             return [ids[j] for j in self._batch]
