@@ -2,7 +2,8 @@
 
     python benchmarks/batch_selection.py                      # LaRT (SAEM) bank of MATH500, 2 folds
     python benchmarks/batch_selection.py --method cbmm        # 2PL bank (cBMM) of the same data
-    python benchmarks/batch_selection.py --folds 3 --targets 0.3 0.25 0.2
+    python benchmarks/batch_selection.py --method cbmm --selector pwi  # posterior-weighted information
+    python benchmarks/batch_selection.py --folds 3 --targets 0.3 0.2 0.1
 
 Real data: the LaRT paper's MATH500 runs (``../shared/data/lart``, 500 items x the real LLMs,
 correctness + CoT length). The LLMs are split into ``--folds`` groups; for each fold a bank is
@@ -56,12 +57,12 @@ def _fit_bank(method: str, data, seed: int, bank_id: str):
     return cal.to_item_bank(bank_id), f"{cal.n_iter_} iterations, converged={cal.converged_}"
 
 
-def _replay(bank, data, row: int, k: int, max_items: int, use_cot: bool):
+def _replay(bank, data, row: int, k: int, max_items: int, use_cot: bool, selector=None):
     """(items answered, SD after each, theta after each, batch-end flags) of one LLM's adaptive test."""
     from catengine.session import CATSession
     from catengine.stopping import MaxItems
 
-    s = CATSession(bank, stopping=MaxItems(max_items), rng=0)
+    s = CATSession(bank, stopping=MaxItems(max_items), rng=0, selector=selector)
     index = {item: j for j, item in enumerate(data.item_ids)}
     for j in np.flatnonzero(data.correct[row] < 0):
         s.exclude(data.item_ids[j])
@@ -96,19 +97,23 @@ def main(argv=None) -> int:
     ap.add_argument("--method", choices=("saem", "cbmm"), default="saem")
     ap.add_argument("--folds", type=int, default=2)
     ap.add_argument("--ks", type=int, nargs="+", default=[1, 5, 20])
-    ap.add_argument("--targets", type=float, nargs="+", default=[0.35, 0.3, 0.25])
-    ap.add_argument("--max-items", type=int, default=120)
+    ap.add_argument("--targets", type=float, nargs="+", default=[0.3, 0.2, 0.15, 0.1])
+    ap.add_argument("--max-items", type=int, default=150)
+    ap.add_argument("--selector", default=None, help="selector name (default: the bank's default)")
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv)
     if not (args.data / "accuracy_math500.csv").exists():
         print(f"no MATH500 data under {args.data}", file=sys.stderr)
         return 2
+    from catengine.selection import SELECTORS
+
+    selector = SELECTORS[args.selector]() if args.selector else None
     data = _load(args.data)
     use_cot = args.method == "saem"
     perm = np.random.default_rng(args.seed).permutation(data.n_subjects)
     folds = [np.sort(perm[f::args.folds]) for f in range(args.folds)]
     print(f"MATH500: {data.n_subjects} LLMs x {data.n_items} items; {args.method} banks cross-fitted over {args.folds} folds; "
-          f"k = {args.ks}; budget {args.max_items} items; load average {os.getloadavg()[0]:.1f}")
+          f"selector {args.selector or 'default'}; k = {args.ks}; budget {args.max_items} items; load average {os.getloadavg()[0]:.1f}")
     # per k: list over LLMs of (sds, thetas, ends); theta_full per LLM
     runs = {k: [] for k in args.ks}
     full = []
@@ -122,7 +127,7 @@ def main(argv=None) -> int:
         for row in test:
             full.append(_full_estimate(bank, data, int(row), use_cot))
             for k in args.ks:
-                runs[k].append(_replay(bank, data, int(row), k, args.max_items, use_cot))
+                runs[k].append(_replay(bank, data, int(row), k, args.max_items, use_cot, selector))
     full = np.array(full)
     print(f"replays done in {time.perf_counter() - t0:.1f} s\n")
     print("means over the LLMs that reached the SD target within the budget for every k (share: 'LLMs')")
