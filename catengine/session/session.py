@@ -222,8 +222,10 @@ class CATSession:
 
     @property
     def pending_item(self) -> str | None:
-        """The proposed item awaiting an answer, if any."""
-        return None if self._pending is None else self.items.item_ids[self._pending[0]]
+        """The proposed item awaiting an answer, if any (of a pending batch: the first unanswered one)."""
+        if self._pending is None:
+            return self.items.item_ids[next(iter(self._batch))] if self._batch else None
+        return self.items.item_ids[self._pending[0]]
 
     @property
     def pending_items(self) -> list[str]:
