@@ -1,4 +1,4 @@
-"""Command-line entry point ``catengine``: ``demo``, ``evaluate`` and ``serve``."""
+"""Command-line entry point ``catengine``: ``demo``, ``evaluate``, ``serve`` and ``lm-eval``."""
 
 from __future__ import annotations
 
@@ -356,12 +356,19 @@ def build_parser() -> argparse.ArgumentParser:
     _add_strategy_options(ev)
     ev.set_defaults(func=_cmd_evaluate)
 
-    sv = sub.add_parser("serve", help="JSON-lines server on stdin/stdout for any evaluation harness")
+    from catengine.session.serve import PROTOCOL_HELP
+
+    sv = sub.add_parser("serve", help="JSON-lines server on stdin/stdout for any evaluation harness",
+                        description=PROTOCOL_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
     sv.add_argument("--bank", type=Path, default=None, help="bank directory or file (default: the shipped demo bank)")
     sv.add_argument("--log", type=Path, default=None,
                     help="JSONL session log; an existing log is resumed (its configuration wins over the options)")
     _add_strategy_options(sv)
     sv.set_defaults(func=_cmd_serve)
+
+    from catengine.adapters.lm_eval import add_subcommand as add_lm_eval
+
+    add_lm_eval(sub, add_strategy_options=_add_strategy_options, strategies=_strategies, open_bank=_open_bank)
     return parser
 
 

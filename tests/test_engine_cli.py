@@ -103,11 +103,51 @@ def test_load_responses_formats(tmp_path):
         load_responses(bad)
 
 
+def _reply_validators():
+    from jsonschema import Draft202012Validator
+
+    from catengine.session.serve import protocol_schema
+
+    schema = protocol_schema()
+    Draft202012Validator.check_schema(schema)
+    every = Draft202012Validator(schema)
+    per_op = {name[: -len("_reply")]: Draft202012Validator({**schema, "$ref": f"#/$defs/{name}"})
+              for name in schema["$defs"] if name.endswith("_reply")}
+    return every, per_op
+
+
+def check_reply(reply: dict, request=None) -> dict:
+    """Validate one serve reply against the shipped JSON Schema: the whole schema, and the reply
+    definition of the request's op (error_reply for a failure). Every serve test calls this."""
+    every, per_op = _VALIDATORS
+    every.validate(reply)
+    op = request.get("op") if isinstance(request, dict) else None
+    if not reply["ok"]:
+        per_op["error"].validate(reply)
+    elif op in per_op:
+        per_op[op].validate(reply)
+    else:
+        raise AssertionError(f"successful reply {reply} to a request without a known op: {request!r}")
+    return reply
+
+
+_VALIDATORS = _reply_validators()
+
+
 def _serve(bank, log, requests, extra=()):
     cmd = [sys.executable, "-m", "catengine.cli", "serve", "--bank", bank.source, "--log", str(log), *extra]
     proc = subprocess.run(cmd, input="".join(r if isinstance(r, str) else json.dumps(r) + "\n" for r in requests),
                           capture_output=True, text=True, timeout=180)
     replies = [json.loads(line) for line in proc.stdout.splitlines()]
+    sent = [r for r in requests if not (isinstance(r, str) and not r.strip())]  # blank lines get no reply
+    assert len(replies) == len(sent), (proc.stderr, replies)
+    for request, reply in zip(sent, replies):
+        if isinstance(request, str):
+            try:
+                request = json.loads(request)
+            except ValueError:
+                request = None
+        check_reply(reply, request)
     return proc, replies
 
 
@@ -159,14 +199,14 @@ def test_serve_survives_hostile_input_and_resumes(tmp_path, lart_bank):
             r["correct"], r["cot_length"] = c, t
         proc.stdin.write(json.dumps(r) + "\n")
         proc.stdin.flush()
-        reply = json.loads(proc.stdout.readline())
+        reply = check_reply(json.loads(proc.stdout.readline()), r)
         assert reply["ok"], reply
         got.append(reply)
         if r["op"] == "next":
             item = reply["item"]
     proc.stdin.write(json.dumps({"op": "quit"}) + "\n")
     proc.stdin.flush()
-    assert json.loads(proc.stdout.readline())["bye"] is True
+    assert check_reply(json.loads(proc.stdout.readline()), {"op": "quit"})["bye"] is True
     assert proc.wait(timeout=60) == 0
     proc.stdout.close()
     proc.stderr.close()
@@ -234,3 +274,68 @@ def test_session_counts_unproposed_answers(lart_bank):
     s.record(next(i for i in lart_bank.item_ids if i != first and i != s.pending_item), 0)
     assert s.n_unproposed == 1 and [r.proposed for r in s.history] == [True, False]
     assert s.to_dataset().attrs["n_unproposed"] == 1
+
+
+def test_serve_batches_every_op_and_the_help(tmp_path, lart_bank):
+    log = tmp_path / "batch.jsonl"
+    oracle, _ = naive.make_oracle(lart_bank.params, seed=9)
+    proc, replies = _serve(lart_bank, log, [{"op": "info"}, {"op": "next_batch", "subject": "m", "k": 4, "id": "b1"},
+                                            {"op": "next_batch", "subject": "m", "k": 0},
+                                            {"op": "next_batch", "subject": "m"}], extra=("--max-items", "6"))
+    info, batch = replies[0], replies[1]
+    assert info["bank"] == {"bank_id": "clibank", "version": lart_bank.version, "response_model": "lart", "n_items": 60}
+    assert "next_batch" in info["ops"] and all(r["protocol"] == 1 for r in replies)
+    items = batch["items"]
+    assert batch["id"] == "b1" and len(set(items)) == 4 and batch["step"] == 1 and batch["finished"] is False
+    assert replies[2]["error"] == "ValueError" and "positive integer" in replies[2]["message"]
+    assert "'k'" in replies[3]["message"]
+
+    def rec(item):
+        c, t = oracle[lart_bank.index_of(item)]
+        return {"op": "record", "subject": "m", "item": item, "correct": c, "cot_length": t}
+
+    # a restarted server keeps the batch; two answers come back out of order, then the rest
+    reqs = [rec(items[2]), rec(items[0]), {"op": "estimate", "subject": "m"}, {"op": "next", "subject": "m"},
+            {"op": "next_batch", "subject": "m", "k": 9}, {"op": "exclude", "subject": "m", "item": items[3]},
+            rec(items[1]), {"op": "next_batch", "subject": "m", "k": 3}, {"op": "start", "subject": "m"},
+            {"op": "subjects"}]
+    proc, replies = _serve(lart_bank, log, reqs)
+    assert proc.returncode == 0, proc.stderr
+    assert replies[2]["pending"] == [items[1], items[3]] and replies[2]["administered"] == [items[2], items[0]]
+    assert replies[3]["item"] == items[1] and replies[4]["items"] == [items[1], items[3]]
+    second = replies[7]["items"]
+    assert len(second) == 3 and not set(second) & set(items) and replies[7]["step"] == 4
+    assert replies[8]["n_items"] == 3 and replies[9]["subjects"] == ["m"]
+    reqs = [rec(i) for i in second] + [{"op": "next_batch", "subject": "m", "k": 2}, {"op": "next", "subject": "m"},
+                                       {"op": "next_batch", "subject": "m", "k": 2, "force": True}, {"op": "quit"}]
+    proc, replies = _serve(lart_bank, log, reqs)
+    assert replies[2]["finished"] is True and replies[3]["items"] == [] and replies[3]["finished"] is True
+    assert "6 items" in replies[3]["reason"] and replies[3]["estimate"]["n_items"] == 6
+    assert replies[4]["item"] is None and len(replies[5]["items"]) == 2 and replies[6]["bye"] is True
+    # the protocol is in --help
+    help_text = subprocess.run([sys.executable, "-m", "catengine.cli", "serve", "--help"], capture_output=True,
+                               text=True, timeout=120).stdout
+    for op in ("next", "next_batch", "record", "estimate", "start", "exclude", "subjects", "info", "quit"):
+        assert f'"op": "{op}"' in help_text
+    assert '"protocol": 1' in help_text and "serve_protocol.schema.json" in help_text
+
+
+def test_serve_schema_rejects_malformed_replies():
+    from jsonschema import ValidationError
+
+    good = {"ok": True, "protocol": 1, "item": "q1", "finished": False, "step": 3}
+    check_reply(good, {"op": "next"})
+    check_reply({**good, "predicted_score": 0.7}, {"op": "next"})  # unknown fields are allowed
+    est = {"theta": 0.1, "theta_sd": 0.3, "n_items": 2, "theta_95": [-0.5, 0.7]}
+    bad = [
+        ({k: v for k, v in good.items() if k != "protocol"}, "next"),
+        ({**good, "protocol": 2}, "next"),
+        ({**good, "item": None}, "next"),  # no item but not finished
+        ({"ok": True, "protocol": 1, "finished": False, "reason": None}, "record"),  # no estimate
+        ({"ok": True, "protocol": 1, "estimate": {**est, "theta_95": [0.1]}, "finished": False, "reason": None}, "record"),
+        ({"ok": True, "protocol": 1, "items": ["a", "a"], "finished": False, "step": 1}, "next_batch"),
+        ({"ok": False, "protocol": 1, "message": "x"}, "next"),  # an error without its name
+    ]
+    for reply, op in bad:
+        with pytest.raises(ValidationError):
+            check_reply(reply, {"op": op})

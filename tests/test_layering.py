@@ -27,3 +27,12 @@ def test_catengine_does_not_import_calibration_or_widgets():
 def test_numerics_do_not_import_xarray(package):
     top = _top_level(_modules_after_import(f"import {package}"))
     assert "xarray" not in top and "netCDF4" not in top and "ipywidgets" not in top
+
+
+def test_adapters_are_optional_and_lazy():
+    """The command line and the lm-eval loop import neither Inspect AI nor the offline package;
+    the Inspect adapter module itself defers inspect_ai to run time."""
+    top = _top_level(_modules_after_import(
+        "import catengine, catengine.cli, catengine.adapters.lm_eval, catengine.adapters.inspect; "
+        "catengine.cli.build_parser()"))
+    assert "inspect_ai" not in top and "calibration" not in top

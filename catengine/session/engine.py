@@ -92,6 +92,10 @@ class Engine:
         """Next item for ``subject`` (starts its session if new)."""
         return self.start(subject).next_item()
 
+    def next_items(self, subject: str, k: int) -> list[str]:
+        """Next ``k`` items for ``subject``, chosen jointly (see :meth:`CATSession.next_items`)."""
+        return self.start(subject).next_items(k)
+
     def record(self, subject: str, item_id, correct, cot_length=None):
         """Route an answer to the session of ``subject``; returns its new estimate."""
         return self.session(subject).record(item_id, correct, cot_length)

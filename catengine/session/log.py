@@ -7,6 +7,8 @@ Events (every line has ``"event"``; all but the header name the ``"subject"``):
 * ``open``    — a session starts: the subject's random generator state before any draw;
 * ``propose`` — the engine proposed an item: item id, criterion value, generator state before the
   selection draw;
+* ``propose_batch`` — the engine proposed a batch (``CATSession.next_items(k)``): ``k``, the
+  items and their criterion values in selection order, generator state before the selection;
 * ``record``  — an answer: item, correct, CoT length, whether the engine had proposed it, and the
   estimate after it (for readers in other languages; resume recomputes and compares it);
 * ``exclude`` — an item was made unavailable to the subject.
@@ -34,6 +36,7 @@ _REQUIRED = {
     "header": ("format", "version", "bank", "config"),
     "open": ("subject", "rng"),
     "propose": ("subject", "item", "rng"),
+    "propose_batch": ("subject", "items", "rng"),
     "record": ("subject", "item", "correct"),
     "exclude": ("subject", "item"),
 }

@@ -160,6 +160,7 @@ class CATSession:
         self._n_available = J
         self._excluded: set[int] = set()
         self._pending: tuple[int, float] | None = None
+        self._batch: dict[int, float] = {}  # proposed batch items awaiting answers -> criterion
         self._history: list[StepRecord] = []
         self._stop_cache: tuple[int, str | None] | None = None
         self._top_k = max([1] + [int(c.top_k) for c in self.exposure])
@@ -226,8 +227,19 @@ class CATSession:
 
     @property
     def pending_item(self) -> str | None:
-        """The proposed item awaiting an answer, if any."""
-        return None if self._pending is None else self.items.item_ids[self._pending[0]]
+        """The proposed item awaiting an answer, if any (of a pending batch: the first unanswered one)."""
+        if self._pending is None:
+            return self.items.item_ids[next(iter(self._batch))] if self._batch else None
+        return self.items.item_ids[self._pending[0]]
+
+    @property
+    def pending_items(self) -> list[str]:
+        """The proposed items awaiting answers: the rest of a batch (:meth:`next_items`), or the
+        single pending proposal, or none."""
+        ids = self.items.item_ids
+        if self._batch:
+            return [ids[j] for j in self._batch]
+        return [] if self._pending is None else [ids[self._pending[0]]]
 
     @property
     def pending_criterion(self) -> float | None:
@@ -276,11 +288,18 @@ class CATSession:
                 f"item {item_id!r} is not in bank {getattr(self.bank, 'bank_id', '?')!r} ({self.params.n_items} items)"
             ) from None
 
-    def eligible_mask(self) -> np.ndarray:
-        """Items the selector may propose now: unanswered, not excluded, allowed by exposure control."""
+    def eligible_mask(self, also_administered=()) -> np.ndarray:
+        """Items the selector may propose now: unanswered, not excluded, allowed by exposure control.
+        ``also_administered``: item indices to treat as administered too (a batch being built)."""
         mask = self._available
+        if len(also_administered):
+            extra = np.asarray(also_administered, dtype=np.int64)
+            mask = mask.copy()
+            mask[extra] = False
         if self.exposure:
             administered = self._responses.items
+            if len(also_administered):
+                administered = np.concatenate([administered, extra])
             for control, data in zip(self.exposure, self._exposure_data):
                 mask = control.restrict(mask, ExposureContext(self.items, administered, data))
         return mask
@@ -293,6 +312,8 @@ class CATSession:
         """
         if self._pending is not None:
             return self.items.item_ids[self._pending[0]]
+        if self._batch:
+            return self.items.item_ids[next(iter(self._batch))]
         if self._n_available == 0:
             raise BankExhaustedError(
                 f"bank exhausted for subject {self.subject!r}: all {self.params.n_items} items answered or excluded"
@@ -309,6 +330,50 @@ class CATSession:
         self._emit({"event": "propose", "subject": self.subject, "step": self._responses.n + 1,
                     "item": self.items.item_ids[j], "criterion": crit if math.isfinite(crit) else None, "rng": rng_before})
         return self.items.item_ids[j]
+
+    def next_items(self, k: int) -> list[str]:
+        """The next ``k`` items to administer, chosen jointly (for harnesses that run items in parallel).
+
+        Greedy selection under the posterior fantasised with each chosen item's expected information
+        (``catengine.selection.batch``), with the exposure and content controls; ``k = 1`` proposes
+        exactly what :meth:`next_item` would. A batch never runs past the stopping rule's item limit
+        (its MaxItems). Answer them with :meth:`record` in any order. Until
+        every item of the batch is answered or excluded, this returns the batch's unanswered items
+        (whatever ``k``), and :meth:`next_item` the first of them. A pending single proposal opens
+        the batch. Fewer than ``k`` items come back when fewer are eligible; BankExhaustedError when
+        none is. The batch is logged, so a resumed session keeps a half-answered batch.
+        """
+        from catengine.selection.base import check_k
+        from catengine.selection.batch import select_batch
+        from catengine.stopping.rules import item_limit
+
+        k = check_k(k)
+        limit = item_limit(self.stopping)
+        if limit is not None and limit > self._responses.n:
+            k = min(k, limit - self._responses.n)  # a batch never runs past the stopping rule's item limit
+        ids = self.items.item_ids
+        if self._batch:
+            return [ids[j] for j in self._batch]
+        if self._n_available == 0:
+            raise BankExhaustedError(
+                f"bank exhausted for subject {self.subject!r}: all {self.params.n_items} items answered or excluded"
+            )
+        rng_before = rng_state_to_json(self._rng) if self._writer is not None else None
+        picks = select_batch(
+            k, selector=self.selector, items=self.items, estimate=self._estimate, responses=self._responses,
+            log_posterior=self._log_posterior, eligible=self.eligible_mask, rng=self._rng, top_k=self._top_k,
+            use_cot=bool(getattr(self.estimator, "use_cot", True)), sd_scale=float(getattr(self.estimator, "sd_scale", 1.0)),
+            start=[self._pending] if self._pending is not None else (),
+        )
+        for j, _ in picks:
+            if not self._available[j]:  # a selector bug must never reach the user
+                raise RuntimeError(f"selector {type(self.selector).__name__} proposed ineligible item index {j}")
+        self._emit({"event": "propose_batch", "subject": self.subject, "step": self._responses.n + 1, "k": k,
+                    "items": [ids[j] for j, _ in picks],
+                    "criteria": [c if math.isfinite(c) else None for _, c in picks], "rng": rng_before})
+        self._pending = None
+        self._batch = dict(picks)
+        return [ids[j] for j, _ in picks]
 
     def _log_posterior(self, thetas):
         return self.estimator.log_posterior(self.params, self._responses, thetas)
@@ -354,6 +419,8 @@ class CATSession:
             raise
         proposed = self._pending is not None and self._pending[0] == j
         crit = self._pending[1] if proposed else math.nan
+        if not proposed and j in self._batch:
+            proposed, crit = True, self._batch[j]
         rec = StepRecord(step=state.n, item=self.items.item_ids[j], correct=y, cot_length=cot,
                          theta=est.theta, theta_sd=est.theta_sd, tau=est.tau, tau_sd=est.tau_sd,
                          criterion=crit, proposed=proposed)
@@ -378,6 +445,7 @@ class CATSession:
         self._estimate = est
         self._history.append(rec)
         self._pending = None
+        self._batch.pop(j, None)
         return est
 
     def exclude(self, item_id) -> None:
@@ -393,6 +461,7 @@ class CATSession:
         self._n_available -= 1
         if self._pending is not None and self._pending[0] == j:
             self._pending = None
+        self._batch.pop(j, None)
         self._stop_cache = None
 
     # ------------------------------------------------------------------ logging / resume
@@ -421,6 +490,14 @@ class CATSession:
                 raise SessionLogError(
                     f"replaying subject {self.subject!r}: the engine proposes {got!r} where the log has {event['item']!r} "
                     "(was the bank, the configuration or the library changed?)"
+                )
+        elif kind == "propose_batch":
+            self._rng.bit_generator.state = restore_rng(event["rng"]).bit_generator.state
+            got = self.next_items(int(event.get("k", len(event["items"]))))
+            if got != list(event["items"]):
+                raise SessionLogError(
+                    f"replaying subject {self.subject!r}: the engine proposes the batch {got} where the log has "
+                    f"{event['items']} (was the bank, the configuration or the library changed?)"
                 )
         elif kind == "record":
             j = self._index(event["item"])
@@ -501,6 +578,7 @@ class CATSession:
             "history": [tuple(_nan_to_none(getattr(r, f.name)) for f in fields(r)) for r in self._history],
             "estimate": self._estimate,
             "pending": None if self._pending is None else (self._pending[0], _nan_to_none(self._pending[1])),
+            "batch": [(j, _nan_to_none(c)) for j, c in self._batch.items()],
             "available": self._available.copy(),
             "excluded": sorted(self._excluded),
             "rng": rng_state_to_json(self._rng),

@@ -246,3 +246,18 @@ class AllOf(StoppingRule):
 def default_stopping(n_items: int) -> StoppingRule:
     """Posterior SD of theta <= 0.3 after at least 5 items, or 50 items (capped at the bank size)."""
     return AnyOf(AllOf(MinItems(5), StandardErrorBelow(0.3)), MaxItems(min(50, n_items)))
+
+
+def item_limit(rule: StoppingRule) -> int | None:
+    """The number of answers after which ``rule`` certainly stops (a MaxItems reachable through
+    AnyOf only; the smallest if several), or None if it has no such hard limit. Batches
+    (``CATSession.next_items``) never propose beyond it."""
+    if isinstance(rule, MaxItems):
+        return int(rule.n)
+    if isinstance(rule, AnyOf):
+        limits = [n for n in (item_limit(r) for r in rule.rules) if n is not None]
+        return min(limits) if limits else None
+    if isinstance(rule, AllOf):  # stops only when every part does: the largest limit, if all have one
+        limits = [item_limit(r) for r in rule.rules]
+        return None if any(n is None for n in limits) else max(limits)
+    return None

@@ -1,0 +1,223 @@
+"""Run an Inspect AI ``Task`` adaptively against an item bank (needs the ``[inspect]`` extra).
+
+    from inspect_ai.model import get_model
+    from catengine import open_item_bank, CATSession
+    from catengine.adapters.inspect import run_adaptive
+
+    bank = open_item_bank("item_banks/math500_lart")
+    session = CATSession(bank, log="run.jsonl", subject="my-model")     # or CATSession.resume("run.jsonl")
+    result = run_adaptive(my_task(), session, model=get_model("openai/gpt-4o-mini"), k=20)
+    result.estimate, result.predicted_score, result.eval_logs
+
+Each round asks the session for the next batch (``CATSession.next_items(k)``), runs exactly those
+samples through Inspect's own ``eval(task, model=..., sample_id=[...])`` (Inspect's solvers,
+scorer, limits, retries and logs stay in charge; every round writes an ordinary Inspect log), and
+records each sample's score and CoT length into the session; until the session's stopping rule is
+met. The session log is durable, so an interrupted run resumes with ``CATSession.resume(log)``:
+only the unanswered items of a half-answered batch are run again.
+
+* Items <-> samples: by default bank item ``i`` is the sample whose id is ``i`` (string ids, or
+  integer ids written as digits); pass ``sample_ids`` (a mapping or a function item id -> sample
+  id) otherwise. Bank items the task has no sample for are excluded from the session (listed in
+  :attr:`InspectRun.excluded`); if none match, a ValueError names the first of each side.
+* Correctness: the task's scorer (``score`` names one when the task has several), its value
+  through Inspect's ``value_to_float`` (``"C"`` / ``"I"``, booleans, 0 / 1); a value other than 0
+  or 1 (partial credit) is an error naming the sample.
+* CoT length (LaRT banks): the token usage of the sample's final model output, ``output_tokens``
+  (``cot_tokens="reasoning"``: ``reasoning_tokens`` when the provider reports them; a function
+  sample -> tokens for anything else; ``None``: no CoT lengths).
+* If Inspect's eval of a round fails (e.g. the provider is down), the answers that came back are
+  recorded and a CatEngineError is raised; the rest of the batch stays pending in the session (and
+  its log), and the next ``run_adaptive`` (or a resumed session) runs only those items. A sample
+  that errors in an eval that still succeeds (``fail_on_error`` tolerance) is excluded from the
+  session (listed in :attr:`InspectRun.failed`).
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+from catengine.errors import CatEngineError
+
+__all__ = ["InspectRun", "run_adaptive"]
+
+_GLOB = str.maketrans({"*": "[*]", "?": "[?]", "[": "[[]"})
+
+
+@dataclass
+class InspectRun:
+    """The outcome of :func:`run_adaptive`: the session (its log holds every answer), the final
+    estimate, the predicted score (if the session provides one), the Inspect log of each round."""
+
+    session: object
+    estimate: object
+    predicted_score: object = None
+    eval_logs: list[str] = field(default_factory=list)
+    rounds: int = 0
+    excluded: list[str] = field(default_factory=list)
+    failed: list[str] = field(default_factory=list)
+
+
+def _key(sample_id) -> str:
+    from inspect_ai.dataset._util import normalise_sample_id
+
+    return normalise_sample_id(sample_id)
+
+
+def _sample_map(task, session, sample_ids) -> tuple[dict[str, object], dict[str, str]]:
+    """(item id -> sample id, normalised sample id -> item id) for the bank items the task has."""
+    dataset_ids = [s.id for s in task.dataset]
+    if any(i is None for i in dataset_ids):
+        raise ValueError(f"task {task.name!r} has samples without ids; give every Sample an id to map bank items to it")
+    by_key = {_key(i): i for i in dataset_ids}
+    forward: dict[str, object] = {}
+    for item in session.items.item_ids:
+        if sample_ids is None:
+            wanted = item
+        elif isinstance(sample_ids, Mapping):
+            if item not in sample_ids:
+                continue
+            wanted = sample_ids[item]
+        else:
+            wanted = sample_ids(item)
+        if wanted is not None and _key(wanted) in by_key:
+            forward[item] = by_key[_key(wanted)]
+    if not forward:
+        raise ValueError(
+            f"none of the bank's {len(session.items.item_ids)} items maps to a sample of task {task.name!r} "
+            f"(bank items e.g. {list(session.items.item_ids[:3])}, task samples e.g. {dataset_ids[:3]}); "
+            "pass sample_ids= (item id -> sample id)"
+        )
+    backward = {_key(s): item for item, s in forward.items()}
+    return forward, backward
+
+
+def _selector(sample_id, task_name: str):
+    """The ``sample_id`` argument that selects exactly this sample (Inspect matches ids as fnmatch
+    patterns and reads ``<task>:<id>`` as a task selector)."""
+    if not isinstance(sample_id, str):
+        return sample_id
+    escaped = sample_id.translate(_GLOB)
+    return f"{task_name}:{escaped}" if ":" in sample_id else escaped
+
+
+def _score_name(sample, score: str | None) -> str:
+    names = list(sample.scores or {})
+    if score is not None:
+        if score not in names:
+            raise ValueError(f"sample {sample.id!r} has no score {score!r}; it has {names}")
+        return score
+    if len(names) != 1:
+        raise ValueError(f"sample {sample.id!r} has scores {names}: name the one that means correct with score=")
+    return names[0]
+
+
+def _correct(sample, score: str | None) -> int:
+    from inspect_ai.scorer import value_to_float
+
+    name = _score_name(sample, score)
+    value = sample.scores[name].value
+    x = value_to_float()(value)
+    if x not in (0.0, 1.0):
+        raise ValueError(f"sample {sample.id!r}: score {name!r} = {value!r} is not binary (correct must be 0 or 1)")
+    return int(x)
+
+
+def _cot(sample, cot_tokens) -> float | None:
+    if cot_tokens is None:
+        return None
+    if callable(cot_tokens):
+        value = cot_tokens(sample)
+        return None if value is None else float(value)
+    usage = getattr(sample.output, "usage", None) if sample.output is not None else None
+    if usage is None:
+        return None
+    if cot_tokens == "reasoning" and usage.reasoning_tokens is not None:
+        return float(usage.reasoning_tokens)
+    return float(usage.output_tokens)
+
+
+def _predicted_score(session):
+    ps = getattr(session, "predicted_score", None)
+    if ps is None:
+        return None
+    return ps() if callable(ps) else ps
+
+
+def run_adaptive(task, session, *, model, k: int = 10, sample_ids: Mapping | Callable | None = None,
+                 score: str | None = None, cot_tokens: str | Callable | None = "output", log_dir: str | None = None,
+                 max_rounds: int | None = None, **eval_kwargs) -> InspectRun:
+    """Run ``task`` adaptively for ``session`` (a :class:`~catengine.CATSession`) until it is finished.
+
+    ``model``: an Inspect model (``get_model(...)``) or model name; ``k``: items per round (a batch
+    run in parallel by Inspect); ``log_dir``: Inspect's log directory (default: Inspect's, e.g.
+    ``INSPECT_LOG_DIR``); ``max_rounds``: stop after this many rounds even if not finished;
+    ``eval_kwargs`` go to ``inspect_ai.eval`` (e.g. ``max_connections``, ``temperature``). See the
+    module docstring for the mapping of items, scores and CoT lengths.
+    """
+    try:
+        from inspect_ai import eval as inspect_eval
+    except ImportError as exc:  # pragma: no cover - exercised without the extra only
+        raise ImportError("catengine.adapters.inspect needs inspect-ai: pip install 'irt-llm-eval[inspect]'") from exc
+    if eval_kwargs.get("epochs") not in (None, 1):
+        raise ValueError("run_adaptive records one answer per item: run with epochs=1")
+    for reserved in ("sample_id", "limit", "tasks"):
+        if reserved in eval_kwargs:
+            raise ValueError(f"run_adaptive chooses the samples itself: do not pass {reserved}=")
+    forward, backward = _sample_map(task, session, sample_ids)
+    result = InspectRun(session=session, estimate=session.estimate)
+    answered = set(session.administered)
+    for item in session.items.item_ids:
+        if item not in forward and item not in answered:
+            session.exclude(item)
+            result.excluded.append(item)
+    lart = session.params.response_model == "lart"
+    display = eval_kwargs.pop("display", "none")
+    tags = list(eval_kwargs.pop("tags", None) or []) + ["catengine"]
+    user_metadata = dict(eval_kwargs.pop("metadata", None) or {})
+    while not session.finished and (max_rounds is None or result.rounds < max_rounds):
+        batch = session.next_items(k)
+        selectors = [_selector(forward[item], task.name) for item in batch]
+        metadata = {**user_metadata, "catengine_subject": session.subject,
+                    "catengine_bank": getattr(session.bank, "bank_id", ""), "catengine_items": batch}
+        logs = inspect_eval(task, model=model, sample_id=selectors, log_dir=log_dir, display=display, tags=tags,
+                            metadata=metadata, **eval_kwargs)
+        log = logs[0]
+        result.rounds += 1
+        result.eval_logs.append(str(log.location))
+        ok = log.status == "success"
+        seen, errored = set(), []
+        for sample in log.samples or []:
+            item = backward.get(_key(sample.id))
+            if item is None or item not in batch:
+                raise CatEngineError(f"Inspect returned sample {sample.id!r}, which is not in the batch {batch}")
+            seen.add(item)
+            if sample.error is not None:
+                errored.append(item)
+                if ok:  # the eval tolerated the failure (fail_on_error): no answer will come, exclude it
+                    warnings.warn(f"sample {sample.id!r} (item {item!r}) failed in Inspect and is excluded: "
+                                  f"{sample.error.message}", RuntimeWarning, stacklevel=2)
+                    session.exclude(item)
+                    result.failed.append(item)
+                continue
+            cot = _cot(sample, cot_tokens) if lart else None
+            if cot is not None and not math.isfinite(cot):
+                cot = None
+            session.record(item, _correct(sample, score), cot)
+        if not ok:  # answers that came back are recorded; the rest of the batch stays pending in the log
+            message = log.error.message if log.error is not None else ""
+            raise CatEngineError(
+                f"Inspect eval of items {batch} ended with status {log.status!r} ({message}); "
+                f"{len(batch) - len(errored) - len(set(batch) - seen)} answer(s) recorded, "
+                f"{session.pending_items} still pending: fix the cause and call run_adaptive again "
+                "(or resume the session from its log)"
+            )
+        missing = [item for item in batch if item not in seen]
+        if missing:
+            raise CatEngineError(f"Inspect's log {log.location} has no sample for items {missing} of the batch")
+    result.estimate = session.estimate
+    result.predicted_score = _predicted_score(session)
+    return result

@@ -1,0 +1,262 @@
+"""An adaptive test inside lm-evaluation-harness, through files only (the harness is never imported).
+
+The loop, for one model (``subject``) and a bank whose item ids name harness documents:
+
+    catengine lm-eval next   --bank BANK --log run.jsonl --k 20 > samples.json      # the next batch
+    lm_eval --model ... --tasks TASK --samples samples.json --log_samples --output_path OUT
+    catengine lm-eval ingest --log run.jsonl OUT                                    # its answers
+    ... repeat until ``next`` exits with status 1 (the stopping rule is met)
+
+``next`` writes the batch in the form the harness's ``--samples`` option reads (lm_eval/_cli/run.py,
+``EvaluatorConfig._process_arguments``: a JSON object, inline or in a file, mapping task names to
+lists of document indices, e.g. ``{"gsm8k": [3, 17, 40]}``). The indices are written sorted and
+unique: the harness logs the k-th selected document (in dataset order) under ``doc_id =
+indices[k]`` (lm_eval/evaluator.py), which is that document's own index only when the list is
+sorted. ``ingest`` reads the ``samples_<task>_<timestamp>.jsonl`` files the harness writes under
+``--output_path`` with ``--log_samples`` (one line per document and filter; correctness is one binary
+metric; CoT length a recorded token count or the length of the generated text), through the same
+parser as ``calibration.read_lm_eval_samples``, and records every answer the session does not have
+yet (answers already recorded are checked and skipped, so re-ingesting a directory is harmless).
+
+Item ids <-> documents: ``DocIds(template, task)``; the template has the fields ``{task}`` and
+``{doc_id}`` (default ``"{task}/{doc_id}"``; for ids such as ``math500/17`` run with the harness
+task ``hendrycks_math500`` use ``template="math500/{doc_id}", task="hendrycks_math500"``).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+__all__ = ["DocIds", "IngestReport", "ingest_samples", "next_samples", "sample_files"]
+
+
+class DocIds:
+    """Maps a bank's item ids to (harness task, document index) and back through a template."""
+
+    def __init__(self, template: str = "{task}/{doc_id}", task: str | None = None):
+        fields_ = set(re.findall(r"{(\w*)}", template))
+        if "doc_id" not in fields_ or not fields_ <= {"task", "doc_id"}:
+            raise ValueError(f"item id template {template!r} must contain {{doc_id}} and may contain {{task}}, nothing else")
+        if "task" not in fields_ and not task:
+            raise ValueError(f"item id template {template!r} has no {{task}}: name the harness task (task=... / --task)")
+        self.template = template
+        self.task = task
+        parts = re.split(r"({task}|{doc_id})", template)
+        pattern = ""
+        for part in parts:
+            if part == "{doc_id}":
+                pattern += r"(?P<doc_id>\d+)"
+            elif part == "{task}":
+                pattern += re.escape(task) if task else r"(?P<task>.+?)"
+            else:
+                pattern += re.escape(part)
+        self._regex = re.compile(f"^{pattern}$")
+
+    def doc(self, item_id: str) -> tuple[str, int]:
+        """(task, document index) of a bank item id; ValueError if the id does not fit the template."""
+        m = self._regex.match(str(item_id))
+        if m is None:
+            raise ValueError(
+                f"item {item_id!r} does not match the item id template {self.template!r}"
+                + (f" with task {self.task!r}" if self.task else "")
+                + ": pass the template (and task) that name this bank's items as harness documents"
+            )
+        task = self.task if self.task else m.group("task")
+        return task, int(m.group("doc_id"))
+
+    def item(self, task: str, doc_id: int) -> str:
+        return self.template.format(task=task, doc_id=doc_id)
+
+
+def next_samples(session, k: int, doc_ids: DocIds, *, force: bool = False) -> dict[str, list[int]]:
+    """The session's next batch (``CATSession.next_items(k)``) as a harness ``--samples`` mapping
+    task -> sorted document indices; ``{}`` once the session is finished (unless ``force``).
+    A half-answered batch comes back as its unanswered rest."""
+    if session.finished and not force:
+        return {}
+    out: dict[str, list[int]] = {}
+    for item in session.next_items(k):
+        task, doc = doc_ids.doc(item)
+        out.setdefault(task, []).append(doc)
+    return {task: sorted(set(docs)) for task, docs in out.items()}
+
+
+def sample_files(output, task: str | None = None) -> list[Path]:
+    """The harness's ``samples_<task>_<timestamp>.jsonl[.gz]`` files under ``output`` (a file or a
+    directory, searched recursively), of ``task`` only if given, in path order."""
+    from calibration.readers.lm_eval_harness import task_from_filename  # noqa: PLC0415 (see _reader)
+
+    root = Path(output)
+    if root.is_file():
+        files = [root]
+    elif root.is_dir():
+        files = sorted(p for pat in ("samples_*.jsonl", "samples_*.jsonl.gz") for p in root.rglob(pat))
+    else:
+        raise FileNotFoundError(f"{root}: no such file or directory (the harness's --output_path)")
+    if task is not None:
+        files = [p for p in files if task_from_filename(p) == task]
+    if not files:
+        raise FileNotFoundError(
+            f"{root}: no lm-evaluation-harness samples files (samples_{task or '<task>'}_<timestamp>.jsonl); "
+            "run the harness with --log_samples --output_path pointing here"
+        )
+    return files
+
+
+def _reader():
+    # The harness log parser lives in calibration/readers/lm_eval_harness.py (shared with
+    # calibration.read_lm_eval_samples); imported lazily, only when a log is ingested.
+    from calibration.readers.lm_eval_harness import read_lm_eval_samples
+
+    return read_lm_eval_samples
+
+
+@dataclass
+class IngestReport:
+    """What :func:`ingest_samples` did: items recorded, answers already in the session (skipped),
+    answers to items the engine had not proposed, the files read, the items still pending."""
+
+    recorded: list[str] = field(default_factory=list)
+    already_recorded: int = 0
+    unproposed: list[str] = field(default_factory=list)
+    files: list[str] = field(default_factory=list)
+    pending: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return {"recorded": self.recorded, "already_recorded": self.already_recorded, "unproposed": self.unproposed,
+                "files": self.files, "pending": self.pending}
+
+
+def ingest_samples(session, output, doc_ids: DocIds, *, metric=None, filter_name=None, tokenizer=None,
+                   cot_field: str | None = None, use_cot: bool = True) -> IngestReport:
+    """Record the answers of the harness's ``--log_samples`` output into ``session``.
+
+    ``metric`` / ``filter_name`` / ``tokenizer`` / ``cot_field``: as ``calibration.read_lm_eval_samples``
+    (default: the only binary metric of each file; the filter must be named when a file has
+    several). Documents outside the bank raise (naming them). An answer the session already has is
+    skipped if it agrees and raises if it does not. ``use_cot=False`` records no CoT lengths.
+    """
+    files = sample_files(output, doc_ids.task)
+    data = _reader()(
+        {session.subject: files}, metric=metric, filter_name=filter_name, tokenizer=tokenizer, cot_field=cot_field,
+        item_id=doc_ids.template,
+        expected_items=list(session.items.item_ids),
+    )
+    report = IngestReport(files=[str(p) for p in files])
+    known = {r.item: r.correct for r in session.history}
+    pending = set(session.pending_items)
+    lart = session.params.response_model == "lart"
+    correct = data.correct[0]
+    cot = data.cot_length[0] if data.cot_length is not None else None
+    for j in np.flatnonzero(correct >= 0):
+        item, y = data.item_ids[j], int(correct[j])
+        if item in known:
+            if known[item] != y:
+                raise ValueError(
+                    f"{output}: item {item!r} has correct={y} in the harness output, but the session of "
+                    f"{session.subject!r} already recorded correct={known[item]} for it"
+                )
+            report.already_recorded += 1
+            continue
+        tokens = None
+        if lart and use_cot and cot is not None and not math.isnan(float(cot[j])):
+            tokens = float(cot[j])
+        if item not in pending:
+            report.unproposed.append(item)
+        session.record(item, y, tokens)
+        report.recorded.append(item)
+    report.pending = session.pending_items
+    return report
+
+
+# ----------------------------------------------------------------------------- command line
+def add_subcommand(sub, *, add_strategy_options, strategies, open_bank) -> None:
+    """Register ``catengine lm-eval next | ingest`` (called by ``catengine.cli``)."""
+    import argparse
+
+    lm = sub.add_parser("lm-eval", help="adaptive test inside lm-evaluation-harness through --samples / --log_samples files",
+                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    lsub = lm.add_subparsers(dest="lm_eval_command", required=True)
+
+    def common(p):
+        p.add_argument("--log", type=Path, required=True, help="the session log (created by the first 'next', then resumed)")
+        p.add_argument("--bank", type=Path, default=None, help="bank directory or file (default: the one named in the log)")
+        p.add_argument("--subject", default="model", help="subject id of the model under test (default 'model')")
+        p.add_argument("--task", default=None, help="harness task name (needed if the item id template has no {task})")
+        p.add_argument("--item-id", default="{task}/{doc_id}",
+                       help="how bank item ids name harness documents (default '{task}/{doc_id}')")
+
+    nx = lsub.add_parser("next", help="print the next batch as a --samples JSON mapping; exit status 1 once finished")
+    common(nx)
+    nx.add_argument("--k", type=int, default=20, help="batch size (default 20)")
+    nx.add_argument("--force", action="store_true", help="propose items even if the stopping rule is met")
+    add_strategy_options(nx)
+    nx.set_defaults(func=lambda args: _cmd_next(args, strategies, open_bank))
+
+    ing = lsub.add_parser("ingest", help="record the answers in the harness's --log_samples output")
+    common(ing)
+    ing.add_argument("output", type=Path, help="the harness's --output_path (searched for samples_<task>_*.jsonl)")
+    ing.add_argument("--metric", default=None, help="correctness metric (default: the only binary one, e.g. exact_match)")
+    ing.add_argument("--filter", default=None, help="filter whose lines to use when a task has several (e.g. strict-match)")
+    ing.add_argument("--no-cot", action="store_true", help="record no CoT lengths")
+    ing.set_defaults(func=lambda args: _cmd_ingest(args, open_bank))
+
+
+def _engine(args, strategies, open_bank, *, create: bool):
+    from catengine.session import Engine
+
+    log = args.log
+    if log.exists() and log.stat().st_size > 0:  # resume: the bank named in the log unless --bank is given
+        return Engine.resume(log, None if args.bank is None else open_bank(args.bank))
+    if not create:
+        raise FileNotFoundError(f"{log}: no session log yet; 'catengine lm-eval next' creates it")
+    bank = open_bank(args.bank)
+    return Engine(bank, rng=args.seed, log=log, **strategies(args, bank))
+
+
+def _summary(session) -> dict:
+    est = session.estimate
+    lo, hi = est.interval(0.95)
+    out = {"subject": session.subject, "n_items": est.n_items, "theta": est.theta, "theta_sd": est.theta_sd,
+           "theta_95": [lo, hi], "finished": session.finished, "reason": session.stop_reason}
+    if est.tau is not None:
+        out["tau"], out["tau_sd"] = est.tau, est.tau_sd
+    return out
+
+
+def _cmd_next(args, strategies, open_bank) -> int:
+    import json
+    import sys
+
+    doc_ids = DocIds(args.item_id, args.task)
+    engine = _engine(args, strategies, open_bank, create=True)
+    try:
+        session = engine.start(args.subject)
+        samples = next_samples(session, args.k, doc_ids, force=args.force)
+        if not samples:
+            print(f"catengine lm-eval next: finished ({session.stop_reason}): {json.dumps(_summary(session))}", file=sys.stderr)
+            return 1
+        print(json.dumps(samples))
+        return 0
+    finally:
+        engine.close()
+
+
+def _cmd_ingest(args, open_bank) -> int:
+    import json
+
+    doc_ids = DocIds(args.item_id, args.task)
+    engine = _engine(args, None, open_bank, create=False)
+    try:
+        session = engine.session(args.subject)
+        report = ingest_samples(session, args.output, doc_ids, metric=args.metric, filter_name=args.filter,
+                                use_cot=not args.no_cot)
+        print(json.dumps({**report.to_dict(), "estimate": _summary(session)}))
+        return 0
+    finally:
+        engine.close()
