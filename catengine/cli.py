@@ -289,9 +289,11 @@ def _cmd_evaluate(args) -> int:
     if foreign and (not known or not args.ignore_unknown_items):
         from catengine.itembank.ids import foreign_ids_message
 
+        lead = (f"none of the {len(responses)} item ids in {args.responses} is in the bank" if not known
+                else f"{args.responses}")
         hint = "" if not known else " (--ignore-unknown-items scores the others)"
-        print(f"catengine evaluate: error: {args.responses}: {foreign_ids_message(bank.bank_id, bank.item_ids, foreign)}"
-              f"{hint}", file=sys.stderr)
+        print(f"catengine evaluate: error: {lead}: {foreign_ids_message(bank.bank_id, bank.item_ids, foreign)}{hint}",
+              file=sys.stderr)
         return 2
     strategies = _strategies(args, bank)
     session = CATSession(bank, rng=args.seed, subject=args.subject or "subject", log=args.log, **strategies)
