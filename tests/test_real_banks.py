@@ -238,3 +238,29 @@ def test_compare_reports_a_changed_parameter(banks):
 
     problems = SCRIPT["compare"](bank, ItemBank(tree))
     assert problems and "/items/a differs by up to" in problems[0]
+
+
+def test_a_built_package_ships_the_banks_as_package_data(tmp_path):
+    """``setup.py``'s build hook copies item_banks/ into the build as catengine/item_banks, where an
+    installed (non-editable) catengine finds them."""
+    pytest.importorskip("setuptools")
+    import shutil
+
+    src = tmp_path / "src"
+    src.mkdir()
+    for name in ("setup.py", "pyproject.toml", "README.md", "MANIFEST.in"):
+        shutil.copy(ROOT / name, src / name)
+    for name in ("catengine", "calibration", "item_banks"):
+        shutil.copytree(ROOT / name, src / name, ignore=shutil.ignore_patterns("__pycache__"))
+    out = tmp_path / "build"
+    done = subprocess.run([sys.executable, "setup.py", "-q", "build_py", "--build-lib", str(out)], cwd=src,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    shipped = out / "catengine" / "item_banks"
+    for bank_id in EXPECTED:
+        assert (shipped / bank_id / f"{bank_id}_v1.nc").is_file() and (shipped / bank_id / "LICENSE").is_file()
+    listed = subprocess.run([sys.executable, "-m", "catengine.cli", "banks", "--json"], cwd=tmp_path,
+                            env=dict(os.environ, PYTHONPATH=str(out)), capture_output=True, text=True, timeout=300)
+    assert listed.returncode == 0, listed.stderr
+    paths = {c["bank_id"]: Path(c["path"]) for c in json.loads(listed.stdout)}
+    assert all(paths[b].parent.parent == shipped for b in EXPECTED)
