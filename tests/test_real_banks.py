@@ -124,6 +124,8 @@ def test_banks_under_a_directory_and_from_the_environment_are_listed(tmp_path, b
     cards = {c["bank_id"]: c for c in list_banks(tmp_path, shipped=False)}
     assert cards["mine"]["version"] == 2 and cards["mine"]["shipped"] is False and cards["mine"]["benchmark"] == "AMC23"
     assert "error" in cards["broken"]
+    (single,) = list_banks(tmp_path / "deep" / "mine" / "mine_v1.nc", shipped=False)
+    assert single["version"] == 1
     with pytest.raises(FileNotFoundError, match="no directory"):
         list_banks(tmp_path / "absent")
     # CATENGINE_BANKS: searched first, so a bank id found there opens by id

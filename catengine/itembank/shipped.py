@@ -42,7 +42,9 @@ def shipped_bank_roots() -> list[Path]:
 
 
 def _bank_directories(root: Path) -> list[Path]:
-    """Every directory at or below ``root`` that holds bank versions (``<id>_v<N>.nc``)."""
+    """Every directory at or below ``root`` that holds bank versions (``<id>_v<N>.nc``); a bank file itself."""
+    if root.is_file():
+        return [root]
     found = []
     for dirpath, dirnames, filenames in os.walk(root):
         dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
@@ -110,7 +112,7 @@ def read_card(path) -> dict:
 
 def list_banks(*directories, shipped: bool = True) -> list[dict]:
     """Cards of the latest version of every bank: the shipped ones (unless ``shipped=False``) and
-    any at or below ``directories``. A shipped id found in several roots is listed once (the first).
+    any at or below ``directories`` (a bank file given directly is listed as it is). A shipped id found in several roots is listed once (the first).
     A file that cannot be read is listed with its ``error``."""
     cards, seen_dirs, seen_shipped = [], set(), set()
     sources = [(root, True) for root in (shipped_bank_roots() if shipped else [])]
