@@ -118,7 +118,7 @@ def _cmd_demo(args) -> int:
 
     card = bank_card(bank)
     print(f"bank {bank.bank_id} v{bank.version}: {bank.n_items} items, response model {bank.response_model}, rho = {bank.params.rho:+.2f}")
-    if card["benchmark"]:
+    if card["benchmark"] and card["n_subjects"]:
         print(f"  {card['benchmark']}, calibrated by {bank.attrs['calibration_method']} on {card['n_subjects']} LLM runs "
               f"({card['calibration_date'] or bank.attrs['created_at'][:10]}); license {card['license']}")
     print(f"evaluating a simulated new LLM drawn from the bank's population (seed {args.seed}); "
@@ -332,8 +332,8 @@ def _cmd_evaluate(args) -> int:
     lo, hi = est.interval(0.95)
     summary = {"subject": args.subject, "n_items": est.n_items, "theta": est.theta, "theta_sd": est.theta_sd,
                "theta_95": [lo, hi], "tau": est.tau, "tau_sd": est.tau_sd, "stop_reason": session.stop_reason,
-               "skipped_unanswered": skipped, "ignored_unknown_items": len(foreign), "full_n_items": len(known), "full_theta": full.estimate.theta,
-               "full_theta_sd": full.estimate.theta_sd}
+               "skipped_unanswered": skipped, "ignored_unknown_items": len(foreign), "full_n_items": len(known),
+               "full_theta": full.estimate.theta, "full_theta_sd": full.estimate.theta_sd}
     if args.json:
         print(json.dumps({"summary": summary}))
     else:
