@@ -14,6 +14,8 @@ _LAZY = {
     "ItemBank": "catengine.itembank",
     "open_item_bank": "catengine.itembank",
     "write_item_bank": "catengine.itembank",
+    "list_banks": "catengine.itembank",
+    "bank_card": "catengine.itembank",
     "ItemParams": "catengine.models.params",
     "CATSession": "catengine.session",
     "Engine": "catengine.session",

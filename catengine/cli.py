@@ -1,4 +1,4 @@
-"""Command-line entry point ``catengine``: ``demo``, ``evaluate``, ``serve`` and ``lm-eval``."""
+"""Command-line entry point ``catengine``: ``demo``, ``evaluate``, ``serve``, ``banks`` and ``lm-eval``."""
 
 from __future__ import annotations
 
@@ -10,13 +10,16 @@ import os
 import sys
 from pathlib import Path
 
-DEMO_BANK_ID = "demo_math500_lart"
+DEMO_BANK_ID = "math500_lart"  # a real shipped bank (LaRT on the MATH500 answers of 158 LLM runs)
 
 
 def default_bank_directory() -> Path:
-    """The shipped demo bank: ``item_banks/demo_math500_lart`` beside the package, else under the cwd."""
-    here = Path(__file__).resolve().parents[1] / "item_banks" / DEMO_BANK_ID
-    return here if here.is_dir() else Path.cwd() / "item_banks" / DEMO_BANK_ID
+    """The default bank of ``demo``, ``evaluate`` and ``serve``: the shipped ``math500_lart``
+    (found as package data or in the checkout, see ``catengine.itembank.shipped``), else
+    ``item_banks/math500_lart`` under the cwd."""
+    from catengine.itembank.shipped import shipped_bank_directory
+
+    return shipped_bank_directory(DEMO_BANK_ID) or Path.cwd() / "item_banks" / DEMO_BANK_ID
 
 
 # ----------------------------------------------------------------------------- shared options
@@ -102,6 +105,7 @@ def _fmt(v, spec):
 
 # ----------------------------------------------------------------------------- demo
 def _cmd_demo(args) -> int:
+    import numpy as np
     from scipy.stats import norm
 
     from catengine.demo import run_demo
@@ -110,13 +114,21 @@ def _cmd_demo(args) -> int:
     if bank.response_model != "lart":
         print(f"the demo needs a lart bank; {bank.source} is {bank.response_model}", file=sys.stderr)
         return 2
+    from catengine.itembank.shipped import bank_card
+
+    card = bank_card(bank)
     print(f"bank {bank.bank_id} v{bank.version}: {bank.n_items} items, response model {bank.response_model}, rho = {bank.params.rho:+.2f}")
-    print(f"evaluating a simulated new LLM (seed {args.seed}); stop when SD(theta) <= {args.target_sd} or after {args.max_items} items\n")
-    print(f"{'step':>4}  {'item':<10} {'answer':<9} {'CoT tokens':>10}   {'theta':>7} {'SD':>6}   {'tau':>7} {'SD':>6}")
+    if card["benchmark"] and card["n_subjects"]:
+        print(f"  {card['benchmark']}, calibrated by {bank.attrs['calibration_method']} on {card['n_subjects']} LLM runs "
+              f"({card['calibration_date'] or bank.attrs['created_at'][:10]}); license {card['license']}")
+    print(f"evaluating a simulated new LLM drawn from the bank's population (seed {args.seed}); "
+          f"stop when SD(theta) <= {args.target_sd} or after {args.max_items} items\n")
+    width = max(10, max(len(i) for i in bank.item_ids))
+    print(f"{'step':>4}  {'item':<{width}} {'answer':<9} {'CoT tokens':>10}   {'theta':>7} {'SD':>6}   {'tau':>7} {'SD':>6}")
 
     def show(step):
         print(
-            f"{step.step:>4}  {step.item_id:<10} {'correct' if step.correct else 'wrong':<9} "
+            f"{step.step:>4}  {step.item_id:<{width}} {'correct' if step.correct else 'wrong':<9} "
             f"{step.cot_tokens:>10.0f}   {step.theta:>+7.3f} {step.theta_sd:>6.3f}   {step.tau:>+7.3f} {step.tau_sd:>6.3f}"
         )
 
@@ -131,8 +143,22 @@ def _cmd_demo(args) -> int:
     )
     print(f"speed   tau   = {last.tau:+.3f} +/- {last.tau_sd:.3f}")
     print(f"ahead of {100 * norm.cdf(last.theta):.0f}% of the calibration population (standard normal ability scale)")
+    subjects = bank.subjects
+    if subjects is not None and subjects.sizes.get("subject", 0):
+        thetas = subjects["theta"].values
+        nearest = int(np.argmin(np.abs(thetas - last.theta)))
+        print(f"  ranks above {int(np.sum(thetas < last.theta))} of the {thetas.size} calibration LLMs; nearest: "
+              f"{subjects['subject'].values[nearest]} (theta {thetas[nearest]:+.3f})")
     print(f"stopped: {session.stop_reason}")
     print(f"simulation truth: theta = {true_theta:+.3f}, tau = {true_tau:+.3f}")
+    audit = card.get("replay_audit")
+    if isinstance(audit, dict):
+        figures = audit.get("selectors", {}).get(getattr(session.selector, "name", None))
+        if figures:
+            lengths = "/".join(str(v) for v in audit["test_length"])
+            ratios = "/".join(f"{v:.1f}" for v in figures["sd_ratio"])
+            print(f"note: on real LLMs this bank's adaptive intervals were {ratios}x too narrow after {lengths} items "
+                  f"(replay audit in the bank card, `catengine banks`); widen them with `evaluate --sd-scale`")
     return 0
 
 
@@ -259,9 +285,15 @@ def _cmd_evaluate(args) -> int:
     responses = load_responses(args.responses, args.subject, args.cot)
     in_bank = set(bank.item_ids)
     known = [i for i in responses if i in in_bank]
-    if not known:
-        print(f"none of the {len(responses)} item ids in {args.responses} is in bank {bank.bank_id} "
-              f"(bank ids look like {bank.item_ids[:3]})", file=sys.stderr)
+    foreign = [i for i in responses if i not in in_bank]
+    if foreign and (not known or not args.ignore_unknown_items):
+        from catengine.itembank.ids import foreign_ids_message
+
+        lead = (f"none of the {len(responses)} item ids in {args.responses} is in the bank" if not known
+                else f"{args.responses}")
+        hint = "" if not known else " (--ignore-unknown-items scores the others)"
+        print(f"catengine evaluate: error: {lead}: {foreign_ids_message(bank.bank_id, bank.item_ids, foreign)}{hint}",
+              file=sys.stderr)
         return 2
     strategies = _strategies(args, bank)
     session = CATSession(bank, rng=args.seed, subject=args.subject or "subject", log=args.log, **strategies)
@@ -300,8 +332,8 @@ def _cmd_evaluate(args) -> int:
     lo, hi = est.interval(0.95)
     summary = {"subject": args.subject, "n_items": est.n_items, "theta": est.theta, "theta_sd": est.theta_sd,
                "theta_95": [lo, hi], "tau": est.tau, "tau_sd": est.tau_sd, "stop_reason": session.stop_reason,
-               "skipped_unanswered": skipped, "full_n_items": len(known), "full_theta": full.estimate.theta,
-               "full_theta_sd": full.estimate.theta_sd}
+               "skipped_unanswered": skipped, "ignored_unknown_items": len(foreign), "full_n_items": len(known),
+               "full_theta": full.estimate.theta, "full_theta_sd": full.estimate.theta_sd}
     if args.json:
         print(json.dumps({"summary": summary}))
     else:
@@ -312,6 +344,8 @@ def _cmd_evaluate(args) -> int:
         print(f"all {len(known)} answers: theta = {full.estimate.theta:+.3f} +/- {full.estimate.theta_sd:.3f}")
         if skipped:
             print(f"({skipped} proposed item(s) had no answer in the file and were skipped)")
+        if foreign:
+            print(f"({len(foreign)} answer(s) to items not in the bank were ignored, first {foreign[0]!r})")
     return 0
 
 
@@ -333,12 +367,65 @@ def _cmd_serve(args) -> int:
     return serve(engine, sys.stdin, sys.stdout)
 
 
+# ----------------------------------------------------------------------------- banks
+def _card_lines(card: dict) -> list[str]:
+    """A bank card as a few indented lines (``catengine banks``)."""
+    path = Path(str(card["path"]))
+    try:
+        path = path.resolve().relative_to(Path.cwd().resolve())
+    except ValueError:
+        pass
+    lines = [f"  {path}"]
+    if card.get("error"):
+        return lines + [f"  unreadable: {card['error']}"]
+    if card.get("description"):
+        lines.append(f"  {card['description']}")
+    source = card.get("source")
+    if isinstance(source, dict):
+        commit = str(source.get("commit", ""))[:12]
+        lines.append(f"  source: {source.get('repository', source.get('dataset', ''))}"
+                     + (f" @ {commit}" if commit else "") + (f"; paper: {source['paper']}" if source.get("paper") else ""))
+    elif source:
+        lines.append(f"  source: {source}")
+    lines.append(f"  calibrated: {card.get('calibration_method') or 'n/a'} on {card.get('n_subjects')} subjects, "
+                 f"{card.get('calibration_date') or str(card.get('created_at') or '')[:10]}")
+    if card.get("item_id_scheme"):
+        lines.append(f"  item ids: {card['item_id_scheme']}")
+    audit = card.get("replay_audit")
+    if isinstance(audit, dict):
+        lengths = "/".join(str(v) for v in audit.get("test_length", []))
+        for sel, f in audit.get("selectors", {}).items():
+            lines.append(f"  replay audit, {sel} after {lengths} items: 95% coverage "
+                         f"{'/'.join(f'{v:.2f}' for v in f['coverage'])} (promised {'/'.join(f'{v:.2f}' for v in f['promised'])}), "
+                         f"SD ratio {'/'.join(f'{v:.1f}' for v in f['sd_ratio'])}")
+    return lines
+
+
+def _cmd_banks(args) -> int:
+    from catengine.itembank.shipped import list_banks
+
+    cards = list_banks(*args.directories, shipped=not args.no_shipped)
+    if args.json:
+        print(json.dumps(cards, indent=2, default=str))
+        return 0
+    if not cards:
+        print("no item banks found" + (f" under {', '.join(map(str, args.directories))}" if args.directories else ""))
+        return 0
+    for card in cards:
+        head = (f"{card['bank_id']} v{card['version']}  {card['response_model']}  {card['n_items']} items  "
+                f"{card.get('benchmark') or '-'}  license {card.get('license') or 'not stated'}"
+                + ("  (shipped)" if card.get("shipped") else ""))
+        print(head)
+        print("\n".join(_card_lines(card)) + "\n")
+    return 0
+
+
 # ----------------------------------------------------------------------------- parser
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="catengine", description="Adaptive evaluation of LLMs against calibrated item banks.")
     sub = parser.add_subparsers(dest="command", required=True)
-    demo = sub.add_parser("demo", help="adaptive evaluation of a simulated new LLM against the shipped demo bank")
-    demo.add_argument("--bank", type=Path, default=None, help="bank directory or file (default: the shipped demo bank)")
+    demo = sub.add_parser("demo", help="adaptive evaluation of a simulated new LLM against a real shipped bank (MATH500, LaRT)")
+    demo.add_argument("--bank", type=Path, default=None, help="bank directory or file, or a shipped bank id (default: math500_lart; `catengine banks` lists them)")
     demo.add_argument("--seed", type=int, default=7, help="seed of the simulated LLM and its answers")
     demo.add_argument("--target-sd", type=float, default=0.2, help="stop when the posterior SD of theta is at most this")
     demo.add_argument("--max-items", type=int, default=50, help="never administer more items than this")
@@ -346,13 +433,15 @@ def build_parser() -> argparse.ArgumentParser:
     demo.set_defaults(func=_cmd_demo)
 
     ev = sub.add_parser("evaluate", help="replay a known response vector adaptively and print the trajectory")
-    ev.add_argument("--bank", type=Path, default=None, help="bank directory or file (default: the shipped demo bank)")
+    ev.add_argument("--bank", type=Path, default=None, help="bank directory or file, or a shipped bank id (default: math500_lart; `catengine banks` lists them)")
     ev.add_argument("--responses", type=Path, required=True,
                     help="answers: long CSV (item, correct[, cot_tokens][, subject]), wide CSV (rows = subjects), JSON or JSONL")
     ev.add_argument("--subject", default=None, help="subject id (row of a wide file, filter of a long file)")
     ev.add_argument("--cot", type=Path, default=None, help="wide CSV of CoT token counts matching a wide --responses file")
     ev.add_argument("--log", type=Path, default=None, help="append the session to this JSONL log")
     ev.add_argument("--json", action="store_true", help="print JSON lines instead of a table")
+    ev.add_argument("--ignore-unknown-items", action="store_true",
+                    help="skip answers to items that are not in the bank (default: an error naming them)")
     _add_strategy_options(ev)
     ev.set_defaults(func=_cmd_evaluate)
 
@@ -360,11 +449,20 @@ def build_parser() -> argparse.ArgumentParser:
 
     sv = sub.add_parser("serve", help="JSON-lines server on stdin/stdout for any evaluation harness",
                         description=PROTOCOL_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
-    sv.add_argument("--bank", type=Path, default=None, help="bank directory or file (default: the shipped demo bank)")
+    sv.add_argument("--bank", type=Path, default=None, help="bank directory or file, or a shipped bank id (default: math500_lart; `catengine banks` lists them)")
     sv.add_argument("--log", type=Path, default=None,
                     help="JSONL session log; an existing log is resumed (its configuration wins over the options)")
     _add_strategy_options(sv)
     sv.set_defaults(func=_cmd_serve)
+
+    bk = sub.add_parser("banks", help="list the shipped item banks and any under the given directories, with their cards")
+    bk.add_argument("directories", nargs="*", type=Path, metavar="DIR",
+                    help="also list the banks at or below these directories (latest version of each)")
+    bk.add_argument("--json", action="store_true",
+                    help="print a JSON list of cards (bank_id, version, path, benchmark, response_model, n_items, "
+                         "n_subjects, license, source, calibration_method, calibration_date, replay_audit, ...)")
+    bk.add_argument("--no-shipped", action="store_true", help="list only the banks under DIR")
+    bk.set_defaults(func=_cmd_banks)
 
     from catengine.adapters.lm_eval import add_subcommand as add_lm_eval
 

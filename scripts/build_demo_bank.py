@@ -48,6 +48,17 @@ DESIGN = {
 }
 
 
+CARD = {  # the bank card (root attributes; `catengine banks` shows it)
+    "benchmark": "MATH500-like (simulated)",
+    "description": "simulated LaRT items whose parameter distributions resemble the MATH500 fit",
+    "source": '{"dataset": "simulated by scripts/build_demo_bank.py (no real response copied)"}',
+    "license": "MIT",
+    "calibration_date": "2026-11-29",
+    "item_id_scheme": "demo_<k>: k = the item's draw order (000..499)",
+    "build_script": "scripts/build_demo_bank.py",
+}
+
+
 def build_demo_bank() -> ItemBank:
     rng = np.random.default_rng(SEED)
     a = rng.lognormal(0.3, 0.35, N_ITEMS)
@@ -68,7 +79,7 @@ def build_demo_bank() -> ItemBank:
         cot_offset=1.0,
         a=a, b=b, omega=omega, phi=phi, lam=lam,
         item_metadata={"benchmark": ["math500-like"] * N_ITEMS, "subject_area": areas},
-    )
+    ).replace_attrs(**CARD)
 
 
 def default_directory() -> Path:

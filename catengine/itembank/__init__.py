@@ -2,5 +2,6 @@
 
 from catengine.itembank.bank import ItemBank
 from catengine.itembank.io import list_versions, open_item_bank, write_item_bank
+from catengine.itembank.shipped import bank_card, list_banks
 
-__all__ = ["ItemBank", "list_versions", "open_item_bank", "write_item_bank"]
+__all__ = ["ItemBank", "bank_card", "list_banks", "list_versions", "open_item_bank", "write_item_bank"]

@@ -47,7 +47,10 @@ def _resolve(path_or_dir, version) -> Path:
             raise ValueError(f"version={version!r} given together with a file path {path}; pass the bank directory instead")
         return path
     if not path.exists():
-        raise FileNotFoundError(f"no item bank at {path}")
+        shipped = _shipped(path_or_dir)
+        if shipped is None:
+            raise FileNotFoundError(f"no item bank at {path} (and no shipped bank of that id; `catengine banks` lists them)")
+        path = shipped
     versions = list_versions(path)
     if not versions:
         raise FileNotFoundError(f"directory {path} holds no item bank versions (<bank_id>_v<N>.nc)")
@@ -60,8 +63,21 @@ def _resolve(path_or_dir, version) -> Path:
     return versions[version]
 
 
+def _shipped(name) -> Path | None:
+    """The shipped bank directory for a bare bank id such as ``"math500_lart"`` (not a path), else None."""
+    text = str(name)
+    if not text or any(sep in text for sep in ("/", "\\", os.sep)) or text.startswith("."):
+        return None
+    from catengine.itembank.shipped import shipped_bank_directory
+
+    return shipped_bank_directory(text)
+
+
 def open_item_bank(path_or_dir, version="latest") -> ItemBank:
     """Open and validate an item bank file, or a version (default the latest) from a bank directory.
+
+    A bare bank id that is not an existing path (``open_item_bank("math500_lart")``) opens the
+    shipped bank of that id (``catengine banks`` lists them; see ``catengine.itembank.shipped``).
 
     Raises :class:`ItemBankSchemaError` listing every problem when the file is not a valid bank
     (truncated, not netCDF, missing variables, NaN parameters, unknown schema version, ...).

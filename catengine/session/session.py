@@ -284,8 +284,10 @@ class CATSession:
         try:
             return self.bank.index_of(item_id)
         except KeyError:
+            from catengine.itembank.ids import foreign_ids_message
+
             raise UnknownItemError(
-                f"item {item_id!r} is not in bank {getattr(self.bank, 'bank_id', '?')!r} ({self.params.n_items} items)"
+                foreign_ids_message(getattr(self.bank, "bank_id", "?"), self.items.item_ids, [item_id])
             ) from None
 
     def eligible_mask(self, also_administered=()) -> np.ndarray:
