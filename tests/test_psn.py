@@ -499,7 +499,7 @@ def test_calibrator_contract():
 
 def test_fit_sets_attributes(fitted):
     cal, data, theta = fitted
-    assert cal.n_iter_ == 8 and cal.converged_ and cal.loss_curve_.shape == (8,)
+    assert cal.n_iter_ == 8 and cal.converged_ and cal.loss_trace_.shape == (8,)
     assert cal.theta_.shape == (25,) and cal.beta_.shape == (120,)
     assert cal.subject_ids_ == data.subject_ids and cal.responses_sha256_ == data.sha256()
     # larger theta = more able (orientation fixed after training)
@@ -554,7 +554,7 @@ def test_item_bank_export_round_trip(fitted, tmp_path):
     bank = cal.to_item_bank("psn_test")
     path = write_item_bank(bank, tmp_path)
     back = open_item_bank(path)
-    assert back.response_model == "4pl" and back.attrs["calibration_method"] == "psn-laplace"
+    assert back.response_model == "4pl" and back.attrs["calibration_method"] == "psn"
     p = back.params
     assert np.all(p.c < p.d)
     # the bank's slope-intercept 4PL (ordered asymptotes, standardised theta) predicts exactly the network
@@ -753,7 +753,7 @@ def test_real_data_two_epochs():
     """percent_0.7 (12 x 29,309): two epochs train, the loss drops below the reference's epoch-2 level."""
     Y = np.loadtxt(DATA, delimiter=",").astype(np.int8)
     cal = PSNCalibrator(max_epochs=2, rng=3407).fit(ResponseData.from_arrays(Y))
-    assert cal.loss_curve_[-1] < 0.45
+    assert cal.loss_trace_[-1] < 0.45
     assert stats.spearmanr(cal.theta_, (Y == 1).mean(axis=1)).statistic > 0.9
 
 

@@ -21,7 +21,11 @@ RESPONSE_FUNCTIONS = {
 }
 ITEM_PARAMETERS = {"lart": ("a", "b", "omega", "phi", "lam"), "2pl": ("a", "b"), "4pl": ("a", "b", "c", "d")}
 ALL_ITEM_PARAMETERS = ("a", "b", "c", "d", "omega", "phi", "lam")
-CALIBRATION_METHODS = ("", "saem", "cbmm", "psn-laplace", "simulation")
+#: allowed ``calibration_method`` values: "" (none), the methods of calibration.methods.METHODS
+#: with their aliases ("psn-laplace" is how banks written before the registry name PSN), and
+#: "simulation" (banks drawn, not fitted). catengine does not import calibration, so this list is
+#: kept here; tests/test_calibrator_contract.py checks that it matches the registry.
+CALIBRATION_METHODS = ("", "saem", "cbmm", "psn", "psn-laplace", "simulation")
 
 PARAMETER_DESCRIPTIONS = {
     "a": ("discrimination (slope)", "slope of the linear predictor z = a*theta + b"),
