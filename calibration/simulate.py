@@ -23,6 +23,7 @@ import numpy as np
 from scipy import optimize, special, stats
 
 from calibration.data import MISSING, ResponseData
+from catengine.models import lart as lart_model
 from catengine.models.params import RESPONSE_MODELS, ItemParams
 
 __all__ = [
@@ -385,9 +386,8 @@ def _simulate(
     cot = censored = clipped = None
     if lart:
         log_t = params.omega[None, :] - params.phi[None, :] * tau[:, None] + params.lam[None, :] * gen.standard_normal((n, j))
-        cot = np.exp(log_t) - offset
-        clipped = cot < 0.0
-        cot[clipped] = 0.0
+        clipped = np.exp(log_t) < offset  # T = exp(log_t) - offset would be negative
+        cot = lart_model.cot_tokens(log_t, offset)  # continuous lengths (the engine's examinees round)
         censored = np.zeros((n, j), dtype=bool)
         if cot_cap is not None:
             censored = cot > cap

@@ -11,7 +11,7 @@ import numpy as np
 from calibration.audit.runner import as_seed_sequence
 from calibration.audit.store import MemoryStore, ResultStore
 from calibration.simulate import ABILITY_FAMILIES, draw_abilities
-from catengine.models.params import ItemParams
+from catengine.models.params import ItemParams, params_fingerprint
 
 Z95 = 1.959963984540054  # two-sided 95% normal quantile
 
@@ -19,7 +19,7 @@ __all__ = [
     "AbilitySpec",
     "alter_bank",
     "as_bank",
-    "bank_fingerprint",
+    "params_key",
     "error_text",
     "open_store",
     "parse_abilities",
@@ -46,12 +46,9 @@ def array_fingerprint(values) -> str:
     return hashlib.sha256(np.ascontiguousarray(values, dtype=np.float64).tobytes()).hexdigest()[:16]
 
 
-def bank_fingerprint(params: ItemParams) -> str:
-    h = hashlib.sha256(params.response_model.encode())
-    for name in params.parameter_names:
-        h.update(np.ascontiguousarray(getattr(params, name), dtype=np.float64).tobytes())
-    h.update(np.float64(params.rho).tobytes())
-    return h.hexdigest()[:16]
+def params_key(params: ItemParams) -> str:
+    """The audits' key of a bank's parameters: the first 16 characters of ``params_fingerprint``."""
+    return params_fingerprint(params, length=16)
 
 
 def alter_bank(bank, *, a_scale: float = 1.0, b_shift: float = 0.0, rho: float | None = None,

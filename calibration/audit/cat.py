@@ -43,7 +43,7 @@ from calibration.audit._common import (
     Z95,
     array_fingerprint,
     as_bank,
-    bank_fingerprint,
+    params_key,
     check_replications,
     error_text,
     open_store,
@@ -254,7 +254,7 @@ def cat_audit(
     selectors = _selectors(selector)
     sel_names = [n for n, _ in selectors]
     for _, sel in selectors:
-        from catengine.session.session import item_table
+        from catengine.session.bank_log import item_table
 
         sel.check_bank(item_table(bank))
     lart_engine = bank.params.response_model == "lart"
@@ -264,7 +264,7 @@ def cat_audit(
 
     cot_offset = truth_bank.effective_cot_offset
     config = {
-        "bank": bank_fingerprint(bank.params), "bank_id": bank.bank_id, "true_bank": bank_fingerprint(truth),
+        "bank": params_key(bank.params), "bank_id": bank.bank_id, "true_bank": params_key(truth),
         "selectors": [to_config(s) for _, s in selectors], "scorings": scorings, "estimator": estimator,
         "n_simulees": n_sim[0], "ability": specs[0].label,
         "ability_sample": None if sample is None else array_fingerprint(sample),

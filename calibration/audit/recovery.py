@@ -48,7 +48,7 @@ from calibration.audit._common import (
     Z95,
     array_fingerprint,
     as_bank,
-    bank_fingerprint,
+    params_key,
     check_replications,
     error_text,
     method_cell_tasks,
@@ -248,7 +248,7 @@ def recovery_audit(
     cot_offset = bank.effective_cot_offset
 
     config = {
-        "bank": bank_fingerprint(truth), "bank_id": bank.bank_id, "response_model": truth.response_model,
+        "bank": params_key(truth), "bank_id": bank.bank_id, "response_model": truth.response_model,
         "methods": names, "method_options": options, "missing": missing, "missing_rate": float(missing_rate),
         "ability_sample": None if sample is None else array_fingerprint(sample),
     }

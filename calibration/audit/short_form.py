@@ -26,7 +26,7 @@ from calibration.audit import metrics as M
 from calibration.audit._common import (
     array_fingerprint,
     as_bank,
-    bank_fingerprint,
+    params_key,
     check_replications,
     error_text,
     method_cell_tasks,
@@ -185,7 +185,7 @@ def short_form_audit(
     sample = resolve_ability_sample(specs, bank, ability_sample)
     cot_offset = bank.effective_cot_offset
     config = {
-        "bank": bank_fingerprint(truth), "bank_id": bank.bank_id, "methods": names, "method_options": options,
+        "bank": params_key(truth), "bank_id": bank.bank_id, "methods": names, "method_options": options,
         "n_heldout": n_held[0], "n_random": n_rand[0],
         "ability_sample": None if sample is None else array_fingerprint(sample),
     }

@@ -24,6 +24,7 @@ from .logistic import _as_items, _as_responses, _as_theta, _check_model, _per_it
 from .params import ItemParams
 
 __all__ = [
+    "cot_tokens",
     "log_cot_length",
     "prob_correct",
     "log_likelihood",
@@ -78,6 +79,20 @@ def log_cot_length(tokens, cot_offset: float = 1.0) -> np.ndarray:
     out = np.full(t.shape, np.nan)
     np.log(t + offset, out=out, where=obs)
     return out if out.ndim else out[()]
+
+
+def cot_tokens(log_cot, cot_offset: float = 1.0, *, whole_tokens: bool = False) -> np.ndarray:
+    """The inverse of :func:`log_cot_length` for simulated lengths: T = exp(log_cot) - cot_offset,
+    clipped at 0 (a drawn log length below log(cot_offset) is a zero-length chain).
+
+    ``whole_tokens=True`` rounds T to the nearest token count first (what a live LLM reports: the
+    engine's simulated examinees use it); the calibration simulators keep T continuous. The one
+    rule of every simulated CoT length.
+    """
+    t = np.exp(np.asarray(log_cot, dtype=np.float64)) - float(cot_offset)
+    if whole_tokens:
+        t = np.round(t)
+    return np.maximum(t, 0.0)
 
 
 def prob_correct(params: ItemParams, theta, items=None) -> np.ndarray:

@@ -16,8 +16,9 @@ import math
 
 from numba import njit
 
-from catengine.models._kernels import _log_p_4pl, log_phi_cdf, log_sigmoid, probit_info_h
-from catengine.models.expected_information import _info_z
+from catengine.models.kernels import info_4pl_z as _info_z
+from catengine.models.kernels import log_p_4pl as _log_p_4pl
+from catengine.models.kernels import log_phi_cdf, log_sigmoid, probit_info_h
 
 _INV_SQRT2 = 1.0 / math.sqrt(2.0)
 _INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)

@@ -12,6 +12,7 @@ from catengine.errors import BankExhaustedError
 from catengine.estimation.base import TraitEstimate
 from catengine.estimation.state import ResponseState, full_cd, model_code
 from catengine.models.params import ItemParams
+from catengine.selection import _kernels as SK
 
 
 class ItemTable:
@@ -52,6 +53,14 @@ class ItemTable:
         self.info_order = np.argsort(-bound, kind="stable").astype(np.int64)
         self.info_order.flags.writeable = False
         self._groups: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+
+    def max_information(self, theta: float, available: np.ndarray) -> float:
+        """The largest Fisher information about theta (accuracy part) among the ``available`` items."""
+        idx = np.empty(1, dtype=np.int64)
+        val = np.empty(1)
+        SK.topk_info(self.model, np.array([theta], dtype=np.float64), np.ones(1), self.params.a, self.params.b,
+                     self.c, self.d, available, self.info_order, self.info_bound, 1, idx, val)
+        return float(val[0])
 
     def metadata(self, field: str) -> np.ndarray:
         if self._metadata is None:

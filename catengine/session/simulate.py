@@ -10,6 +10,7 @@ import math
 
 import numpy as np
 
+from catengine.models import lart
 from catengine.models.information import prob_correct
 from catengine.selection.exposure import SympsonHetter
 
@@ -32,7 +33,7 @@ def simulate_answer(params, item: int, theta: float, tau: float | None, rng, cot
     if params.response_model != "lart":
         return correct, None
     log_t = params.omega[item] - params.phi[item] * tau + params.lam[item] * rng.standard_normal()
-    return correct, float(max(np.round(np.exp(log_t) - cot_offset), 0.0))
+    return correct, float(lart.cot_tokens(log_t, cot_offset, whole_tokens=True))
 
 
 def calibrate_sympson_hetter(bank, *, target_rate: float = 0.25, selector=None, estimator=None, stopping=None,

@@ -7,7 +7,8 @@
   sequence, ranking against the bank's calibration LLMs with P(ahead).
 * :class:`SimulatedLLM` / :class:`ReplayedLLM` — responders that answer for a SessionPanel (a
   simulated LLM drawn from the bank's model; a known response vector replayed).
-* :class:`AuditDashboard` — small recovery audits (``calibration.audit``) with a progress bar.
+
+The audit dashboard drives the offline side, so it lives there: ``calibration.widgets.AuditDashboard``.
 
 This is the only package of ``catengine`` that imports ipywidgets (and matplotlib); the classes
 load lazily so ``import catengine.widgets`` stays cheap.
@@ -18,7 +19,6 @@ from importlib import import_module
 _LAZY = {
     "BankExplorer": "catengine.widgets.bank_explorer",
     "SessionPanel": "catengine.widgets.session_panel",
-    "AuditDashboard": "catengine.widgets.audit_dashboard",
     "SimulatedLLM": "catengine.widgets.session_panel",
     "ReplayedLLM": "catengine.widgets.session_panel",
 }

@@ -4,7 +4,7 @@ Layout conventions: ``R`` is the (N, J) int8 correctness matrix (1 / 0 / -1 miss
 parameters are (J,) float64, per-subject quantities (N,) float64. Every kernel has a slow twin in
 ``tests/naive_lart.py``.
 
-Scalar primitives come from the shared ``catengine.models._kernels`` (``log_phi_cdf``,
+Scalar primitives come from the shared ``catengine.models.kernels`` (``log_phi_cdf``,
 ``inv_mills``, ``probit_curvature``). ``_probit_terms`` below is a fused variant used in the hot
 loops: one ``erfc`` gives log Phi(x), m(x) = phi(x)/Phi(x) and the curvature m(x)(x + m(x)); for
 x < -20 it defers to the shared primitives (asymptotic series). It is tested against them.
@@ -30,7 +30,7 @@ import math
 import numpy as np
 from numba import njit, prange
 
-from catengine.models._kernels import inv_mills, log_phi_cdf, probit_curvature
+from catengine.models.kernels import inv_mills, log_phi_cdf, probit_curvature
 
 _INV_SQRT2 = 1.0 / math.sqrt(2.0)
 _INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
