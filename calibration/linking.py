@@ -53,6 +53,7 @@ import numpy as np
 from scipy import optimize, special
 
 from catengine.models.params import ItemParams
+from catengine.validation import is_integer
 
 __all__ = [
     "LINKING_METHODS",
@@ -377,7 +378,7 @@ def _prob_and_slope(params: ItemParams, z: np.ndarray):
 
 
 def _grid(quadrature, theta_weights):
-    if isinstance(quadrature, (int, np.integer)) and not isinstance(quadrature, bool):
+    if is_integer(quadrature):
         if quadrature < 5:
             raise ValueError(f"quadrature must have at least 5 points, got {quadrature}")
         theta = np.linspace(-4.0, 4.0, int(quadrature))

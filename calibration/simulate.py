@@ -25,6 +25,7 @@ from scipy import optimize, special, stats
 from calibration.data import MISSING, ResponseData
 from catengine.models import lart as lart_model
 from catengine.models.params import RESPONSE_MODELS, ItemParams
+from catengine.validation import is_integer
 
 __all__ = [
     "ABILITY_FAMILIES",
@@ -56,7 +57,7 @@ _IQR_NORMAL = 2.0 * stats.norm.ppf(0.75)  # 1.3490: interquartile range of N(0, 
 
 # ------------------------------------------------------------------------------------ validation
 def _positive_int(value, name: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+    if not is_integer(value) or value < 1:
         raise ValueError(f"{name} must be a positive integer, got {value!r}")
     return int(value)
 

@@ -12,6 +12,7 @@ from calibration.audit.runner import as_seed_sequence
 from calibration.audit.store import MemoryStore, ResultStore
 from calibration.simulate import ABILITY_FAMILIES, draw_abilities
 from catengine.models.params import ItemParams, params_fingerprint
+from catengine.validation import is_integer
 
 Z95 = 1.959963984540054  # two-sided 95% normal quantile
 
@@ -20,6 +21,7 @@ __all__ = [
     "alter_bank",
     "as_bank",
     "params_key",
+    "task_record",
     "error_text",
     "open_store",
     "parse_abilities",
@@ -171,11 +173,11 @@ def resolve_ability_sample(specs, bank, sample):
 
 # ----------------------------------------------------------------------------- validation
 def positive_ints(values, name: str) -> list[int]:
-    if isinstance(values, (int, np.integer)) and not isinstance(values, bool):
+    if is_integer(values):
         values = [values]
     out = []
     for v in values:
-        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
+        if not is_integer(v) or v < 1:
             raise ValueError(f"{name} must be positive integers, got {v!r}")
         out.append(int(v))
     if not out:
@@ -186,7 +188,7 @@ def positive_ints(values, name: str) -> list[int]:
 
 
 def check_replications(replications) -> int:
-    if isinstance(replications, bool) or not isinstance(replications, (int, np.integer)) or replications < 1:
+    if not is_integer(replications) or replications < 1:
         raise ValueError(f"replications must be a positive integer, got {replications!r}")
     return int(replications)
 
@@ -196,6 +198,18 @@ def error_text(exc: BaseException) -> str:
     tb = traceback.extract_tb(exc.__traceback__)
     where = f" [{Path(tb[-1].filename).name}:{tb[-1].lineno} in {tb[-1].name}]" if tb else ""
     return f"{type(exc).__name__}: {exc}{where}"[:2000]
+
+
+def task_record(dim: str, values: dict, scalars: dict, failed: bool, error: str):
+    """The Dataset one audit task returns: metric arrays over ``dim``, then ``scalars``, then the
+    ``failed`` flag and the ``error`` text (a failed task is recorded, never raised)."""
+    import xarray as xr
+
+    data = {name: (dim, v) for name, v in values.items()}
+    data.update({name: ((), v) for name, v in scalars.items()})
+    data["failed"] = ((), np.int8(failed))
+    data["error"] = ((), error)
+    return xr.Dataset(data)
 
 
 # ----------------------------------------------------------------------------- stores

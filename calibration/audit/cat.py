@@ -44,6 +44,7 @@ from calibration.audit._common import (
     array_fingerprint,
     as_bank,
     params_key,
+    task_record,
     check_replications,
     error_text,
     open_store,
@@ -135,8 +136,6 @@ def _step_metrics(theta, est, sd):
 
 def _cat_task(task: dict):
     """One record: every simulee of one replication through one (selector, scoring) configuration."""
-    import xarray as xr
-
     from catengine.session import CATSession
     from catengine.stopping import MaxItems
 
@@ -190,12 +189,8 @@ def _cat_task(task: dict):
     except Exception as exc:  # recorded, never raised
         failed, error = True, error_text(exc)
         out = {name: np.full(n_len, np.nan) for name in CAT_METRICS}
-    data = {name: ("test_length", values) for name, values in out.items()}
-    data["max_exposure"] = ((), max_exposure)
-    data["runtime_s"] = ((), time.perf_counter() - t_start)
-    data["failed"] = ((), np.int8(failed))
-    data["error"] = ((), error)
-    return xr.Dataset(data)
+    return task_record("test_length", out, {"max_exposure": max_exposure, "runtime_s": time.perf_counter() - t_start},
+                       failed, error)
 
 
 def cat_audit(

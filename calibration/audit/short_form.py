@@ -27,6 +27,7 @@ from calibration.audit._common import (
     array_fingerprint,
     as_bank,
     params_key,
+    task_record,
     check_replications,
     error_text,
     method_cell_tasks,
@@ -81,8 +82,6 @@ def select_short_form(params, theta, k: int) -> np.ndarray:
 
 
 def _short_form_task(task: dict):
-    import xarray as xr
-
     t_start = time.perf_counter()
     forms = task["forms"]
     n_f = len(forms)
@@ -128,12 +127,7 @@ def _short_form_task(task: dict):
     except Exception as exc:  # recorded, never raised
         failed, error = True, error_text(exc)
         out = {name: np.full(n_f, np.nan) for name in out}
-    data = {name: ("form", values) for name, values in out.items()}
-    data["runtime_s"] = ((), runtime)
-    data["wall_s"] = ((), time.perf_counter() - t_start)
-    data["failed"] = ((), np.int8(failed))
-    data["error"] = ((), error)
-    return xr.Dataset(data)
+    return task_record("form", out, {"runtime_s": runtime, "wall_s": time.perf_counter() - t_start}, failed, error)
 
 
 def short_form_audit(

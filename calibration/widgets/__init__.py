@@ -6,20 +6,11 @@ The engine's own widgets (``BankExplorer``, ``SessionPanel``) are in ``catengine
 never imports ``calibration``; this package may import both. Classes load lazily.
 """
 
-from importlib import import_module
+from catengine.lazy import lazy_attributes
 
 _LAZY = {"AuditDashboard": "calibration.widgets.audit_dashboard"}
 
 __all__ = list(_LAZY)
 
 
-def __getattr__(name):
-    if name in _LAZY:
-        value = getattr(import_module(_LAZY[name]), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'calibration.widgets' has no attribute {name!r}")
-
-
-def __dir__():
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_attributes(__name__, _LAZY, __all__)

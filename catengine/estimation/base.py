@@ -30,14 +30,14 @@ from typing import ClassVar
 
 import numpy as np
 
-from catengine.validation import positive_finite
+from catengine.validation import is_number, positive_finite
 from catengine.estimation import _kernels as K
 from catengine.estimation.state import ResponseState
 from catengine.models.params import ItemParams
 
 
 def _finite(value, name: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+    if not is_number(value):
         raise TypeError(f"{name} must be a real number, got {value!r}")
     value = float(value)
     if not math.isfinite(value):

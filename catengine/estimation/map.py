@@ -10,6 +10,7 @@ from catengine.estimation import _kernels as K
 from catengine.estimation.base import TraitEstimate, TraitEstimator, TraitPrior
 from catengine.estimation.state import MODEL_4PL, ResponseState
 from catengine.models.params import ItemParams
+from catengine.validation import is_integer
 
 
 @dataclass(frozen=True)
@@ -38,7 +39,7 @@ class MAPEstimator(TraitEstimator):
         self._check_settings()
         if not (isinstance(self.tol, (int, float)) and 0 < self.tol < 1e-2):
             raise ValueError(f"tol must be a number in (0, 0.01), got {self.tol!r}")
-        if isinstance(self.max_iter, bool) or not isinstance(self.max_iter, int) or self.max_iter < 1:
+        if not is_integer(self.max_iter) or self.max_iter < 1:
             raise ValueError(f"max_iter must be a positive integer, got {self.max_iter!r}")
 
     def _posterior(self, params: ItemParams, state: ResponseState, start: TraitEstimate | None = None) -> TraitEstimate:

@@ -18,6 +18,7 @@ import xarray as xr
 from catengine.atomic import atomic_output
 from catengine.errors import ItemBankSchemaError, ItemBankVersionExistsError
 from catengine.itembank.bank import ItemBank
+from catengine.validation import is_integer
 
 _VERSION_FILE = re.compile(r"^(?P<bank_id>.+)_v(?P<version>[1-9][0-9]*)\.nc$")
 
@@ -53,7 +54,7 @@ def _resolve(path_or_dir, version) -> Path:
         raise FileNotFoundError(f"directory {path} holds no item bank versions (<bank_id>_v<N>.nc)")
     if version in ("latest", None):
         return versions[max(versions)]
-    if isinstance(version, bool) or not isinstance(version, int):
+    if not is_integer(version):
         raise ValueError(f"version must be 'latest' or an int, got {version!r}")
     if version not in versions:
         raise FileNotFoundError(f"{path} has no version {version}; available: {sorted(versions)}")
@@ -114,7 +115,7 @@ def write_item_bank(bank: ItemBank, directory, *, version: int | None = None) ->
     latest = max(versions, default=0)
     if version is None:
         new_version = latest + 1
-    elif isinstance(version, bool) or not isinstance(version, int) or version < 1:
+    elif not is_integer(version) or version < 1:
         raise ValueError(f"version must be a positive int, got {version!r}")
     elif version in versions:
         raise ItemBankVersionExistsError(f"{versions[version]} already exists; bank versions are never overwritten")

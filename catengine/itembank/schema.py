@@ -9,6 +9,8 @@ import json
 
 import numpy as np
 
+from catengine.validation import is_number
+
 SCHEMA_NAME = "irt-llm-eval.itembank"
 SCHEMA_VERSION = 1
 SUPPORTED_SCHEMA_VERSIONS = (1,)
@@ -112,7 +114,7 @@ def validate_tree(tree) -> list[str]:
             )
     if model == "lart":
         offset = attrs.get("cot_offset")
-        if not isinstance(offset, (float, int, np.floating, np.integer)) or isinstance(offset, bool):
+        if not is_number(offset):
             problems.append("lart banks need a numeric root attribute 'cot_offset' (T is modelled as log(T + cot_offset))")
         elif not np.isfinite(offset) or offset < 0:
             problems.append(f"cot_offset must be finite and >= 0, got {offset}")

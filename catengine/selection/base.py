@@ -13,6 +13,7 @@ from catengine.estimation.base import TraitEstimate
 from catengine.estimation.state import ResponseState, full_cd, model_code
 from catengine.models.params import ItemParams
 from catengine.selection import _kernels as SK
+from catengine.validation import is_integer
 
 
 class ItemTable:
@@ -135,6 +136,6 @@ def run_topk(kernel, k: int, *args) -> tuple[np.ndarray, np.ndarray]:
 
 
 def check_k(k) -> int:
-    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
+    if not is_integer(k) or k < 1:
         raise ValueError(f"k must be a positive integer, got {k!r}")
     return int(k)

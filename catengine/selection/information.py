@@ -9,7 +9,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from catengine.validation import positive_finite
+from catengine.validation import is_integer, positive_finite
 from catengine.errors import BankExhaustedError
 from catengine.models.expected_information import DEFAULT_NODES, gauss_hermite_normal
 from catengine.selection import _kernels as K
@@ -19,7 +19,7 @@ _ONE = np.ones(1)
 
 
 def _positive_int(value, name: str, low: int = 1, high: int = 64) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not low <= value <= high:
+    if not is_integer(value) or not low <= value <= high:
         raise ValueError(f"{name} must be an integer in [{low}, {high}], got {value!r}")
 
 

@@ -14,7 +14,7 @@ This is the only package of ``catengine`` that imports ipywidgets (and matplotli
 load lazily so ``import catengine.widgets`` stays cheap.
 """
 
-from importlib import import_module
+from catengine.lazy import lazy_attributes
 
 _LAZY = {
     "BankExplorer": "catengine.widgets.bank_explorer",
@@ -26,13 +26,4 @@ _LAZY = {
 __all__ = list(_LAZY)
 
 
-def __getattr__(name):
-    if name in _LAZY:
-        value = getattr(import_module(_LAZY[name]), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'catengine.widgets' has no attribute {name!r}")
-
-
-def __dir__():
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_attributes(__name__, _LAZY, __all__)
