@@ -200,6 +200,31 @@ def error_text(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}{where}"[:2000]
 
 
+def audited_methods(method, bank, method_options, *, resolve=None):
+    """``(methods, names, options)`` of the methods an audit refits with: ``method`` is a name, a fit
+    function or a sequence of them (resolved by ``resolve``, default
+    :func:`calibration.audit.methods.resolve_method`); names must be distinct, methods that need
+    CoT lengths need a lart bank, and ``method_options`` may only name audited methods."""
+    from calibration.audit.methods import NEEDS_COT, resolve_method
+
+    resolve = resolve or resolve_method
+    raw = (method,) if isinstance(method, str) or callable(method) else tuple(method)
+    methods = [resolve(m) for m in raw]
+    names = [n for n, _ in methods]
+    if not methods or len(set(names)) != len(names):
+        raise ValueError(f"give one or more distinct methods, got {names}")
+    model = bank.params.response_model
+    for name in names:
+        if name in NEEDS_COT and model != "lart":
+            raise ValueError(f"method {name!r} needs CoT lengths, which only a lart bank simulates "
+                             f"(bank {bank.bank_id!r} is {model!r})")
+    options = {name: dict((method_options or {}).get(name, {})) for name in names}
+    unknown = set(method_options or {}) - set(names)
+    if unknown:
+        raise ValueError(f"method_options given for methods not audited: {sorted(unknown)}")
+    return methods, names, options
+
+
 def task_record(dim: str, values: dict, scalars: dict, failed: bool, error: str):
     """The Dataset one audit task returns: metric arrays over ``dim``, then ``scalars``, then the
     ``failed`` flag and the ``error`` text (a failed task is recorded, never raised)."""

@@ -43,14 +43,14 @@ from calibration.audit._common import (
     Z95,
     array_fingerprint,
     as_bank,
-    params_key,
-    task_record,
     check_replications,
     error_text,
     open_store,
+    params_key,
     parse_abilities,
     positive_ints,
     resolve_ability_sample,
+    task_record,
 )
 from calibration.audit.runner import run_tasks, stream
 from calibration.simulate import simulate_responses

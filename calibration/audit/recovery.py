@@ -48,16 +48,16 @@ from calibration.audit._common import (
     Z95,
     array_fingerprint,
     as_bank,
-    params_key,
+    audited_methods,
     check_replications,
     error_text,
     method_cell_tasks,
     open_store,
+    params_key,
     parse_abilities,
     positive_ints,
     resolve_ability_sample,
 )
-from calibration.audit.methods import NEEDS_COT, resolve_method
 from calibration.audit.runner import run_tasks, stream
 from calibration.simulate import MISSINGNESS, simulate_responses
 from catengine.models import fisher_information, prob_correct
@@ -230,20 +230,9 @@ def recovery_audit(
     ns = positive_ints(n_subjects, "n_subjects")
     specs = parse_abilities(ability)
     reps = check_replications(replications)
-    methods = [resolve_method(m) for m in ((method,) if isinstance(method, str) or callable(method) else method)]
-    names = [n for n, _ in methods]
-    if not methods or len(set(names)) != len(names):
-        raise ValueError(f"give one or more distinct methods, got {names}")
-    for name in names:
-        if name in NEEDS_COT and truth.response_model != "lart":
-            raise ValueError(f"method {name!r} needs CoT lengths, which only a lart bank simulates "
-                             f"(bank {bank.bank_id!r} is {truth.response_model!r})")
+    methods, names, options = audited_methods(method, bank, method_options)
     if missing is not None and missing not in MISSINGNESS:
         raise ValueError(f"missing must be one of {', '.join(MISSINGNESS)} or None, got {missing!r}")
-    options = {name: dict((method_options or {}).get(name, {})) for name in names}
-    unknown = set(method_options or {}) - set(names)
-    if unknown:
-        raise ValueError(f"method_options given for methods not audited: {sorted(unknown)}")
     sample = resolve_ability_sample(specs, bank, ability_sample)
     cot_offset = bank.effective_cot_offset
 

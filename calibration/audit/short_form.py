@@ -26,17 +26,18 @@ from calibration.audit import metrics as M
 from calibration.audit._common import (
     array_fingerprint,
     as_bank,
-    params_key,
-    task_record,
+    audited_methods,
     check_replications,
     error_text,
     method_cell_tasks,
     open_store,
+    params_key,
     parse_abilities,
     positive_ints,
     resolve_ability_sample,
+    task_record,
 )
-from calibration.audit.methods import NEEDS_COT, Fit, resolve_method
+from calibration.audit.methods import Fit, resolve_method
 from calibration.audit.runner import run_tasks, stream
 from calibration.simulate import simulate_responses
 from catengine.models import fisher_information
@@ -164,18 +165,9 @@ def short_form_audit(
     n_rand = positive_ints(n_random, "n_random")
     if len(n_held) != 1 or len(n_rand) != 1 or n_held[0] < 2:
         raise ValueError("n_heldout (>= 2) and n_random are single numbers")
-    raw = (method,) if isinstance(method, str) or callable(method) else tuple(method)
-    methods = [(TRUTH, None) if m == TRUTH else resolve_method(m) for m in raw]
-    names = [n for n, _ in methods]
-    if not methods or len(set(names)) != len(names):
-        raise ValueError(f"give one or more distinct methods, got {names}")
-    for name in names:
-        if name in NEEDS_COT and truth.response_model != "lart":
-            raise ValueError(f"method {name!r} needs CoT lengths, which only a lart bank simulates")
-    options = {name: dict((method_options or {}).get(name, {})) for name in names}
-    unknown = set(method_options or {}) - set(names)
-    if unknown:
-        raise ValueError(f"method_options given for methods not audited: {sorted(unknown)}")
+    methods, names, options = audited_methods(
+        method, bank, method_options, resolve=lambda m: (TRUTH, None) if m == TRUTH else resolve_method(m)
+    )
     sample = resolve_ability_sample(specs, bank, ability_sample)
     cot_offset = bank.effective_cot_offset
     config = {
