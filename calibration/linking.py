@@ -12,7 +12,7 @@ scale::
 
     theta_ref = A * theta_new + B          (A > 0)
 
-With slope-intercept items ``z = a * theta + b`` (DESIGN.md: ``b`` is an intercept, larger =
+With slope-intercept items ``z = a * theta + b`` (docs/math.md §0: ``b`` is an intercept, larger =
 easier), expressing a new-scale item on the reference scale keeps ``z`` unchanged::
 
     a_ref = a_new / A

@@ -6,7 +6,7 @@ Generator passed in is advanced in place. The order of the draws inside each fun
 and documented, which gives one useful property: in :func:`simulate_responses` missingness is
 drawn last, so the same seed with and without missingness yields the same complete data.
 
-Designs (MATH.md sections 1, 2 and 4):
+Designs (docs/math.md §1, §2 and §4):
 
 * 2PL (seed 001, cBMM): a ~ U(0.5, 1), b ~ N(0, 0.5^2), theta ~ N(0, 1).
 * LaRT (seed 000): a ~ U(0.5, 1), b ~ N(0, 0.5^2), omega ~ N(0, 1), phi ~ U(0.5, 1.5),
@@ -103,7 +103,7 @@ def draw_abilities(
     jitter: float = 0.0,
     standardize: bool | str = True,
 ) -> np.ndarray:
-    """Draw ``n`` abilities from a named family (MATH.md section 4), standardised by default.
+    """Draw ``n`` abilities from a named family (docs/math.md §4), standardised by default.
 
     Families:
 

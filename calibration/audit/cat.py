@@ -12,7 +12,7 @@ Auditing a bank against a different truth -- e.g. one refitted on a small sample
 :func:`calibration.audit.alter_bank` for a deliberately wrong one -- shows what trusting it costs.
 
 Scoring (LaRT engine banks): ``"lart"`` scores accuracy and CoT lengths jointly (MAP of (theta,
-tau), MATH.md 1.5), ``"irt"`` the accuracy answers alone (the estimator's ``use_cot=False``).
+tau), docs/math.md §1.5), ``"irt"`` the accuracy answers alone (the estimator's ``use_cot=False``).
 
 Variables (dims ``replication, selector, scoring, test_length``):
 

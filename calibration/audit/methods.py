@@ -102,12 +102,12 @@ def _registered_fit(name, data, rng, options):
 
 
 def fit_cbmm(data, rng, **options) -> Fit:
-    """cBMM 2PL calibration (docs/math.md, cBMM); reported scale: standardised over the subjects."""
+    """cBMM 2PL calibration (docs/math.md §2); reported scale: standardised over the subjects."""
     return _registered_fit("cbmm", data, rng, options)[0]
 
 
 def fit_saem(data, rng, **options) -> Fit:
-    """LaRT SAEM calibration (docs/math.md, LaRT) with CoT lengths; MAP abilities with posterior SDs."""
+    """LaRT SAEM calibration (docs/math.md §1) with CoT lengths; MAP abilities with posterior SDs."""
     return _registered_fit("saem", data, rng, options)[0]
 
 
@@ -117,7 +117,7 @@ def fit_saem_irt(data, rng, **options) -> Fit:
 
 
 def fit_psn(data, rng, **options) -> Fit:
-    """PSN-IRT 4PL (docs/math.md, PSN); abilities standardised over the subjects as the bank export does."""
+    """PSN-IRT 4PL (docs/math.md §3); abilities standardised over the subjects as the bank export does."""
     fit, cal = _registered_fit("psn", data, rng, options)
     post = cal.theta_posterior(standardize=True)  # its location / scale are the bank export's
     theta = (fit.theta - post["location"]) / post["scale"]

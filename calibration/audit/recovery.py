@@ -3,7 +3,7 @@
 For every replication r, sample size N and ability distribution: draw N abilities, simulate the
 response matrix from the bank (with CoT lengths for LaRT banks; optional missingness), then refit
 it with every method on the SAME data (common random numbers across methods) and record the
-metrics of MATH.md section 4. Design diagnostics of the truth (|skewness| of the abilities,
+metrics of docs/math.md §4. Design diagnostics of the truth (|skewness| of the abilities,
 insufficient difficulty coverage, marginal reliability) are recorded alongside, so ranking recovery
 can be related to them.
 

@@ -1,6 +1,6 @@
 """Posterior-expected 4PL Fisher information over a Gaussian posterior of the intercept b.
 
-Bank form (DESIGN.md): z = a theta + b, P = c + (d - c) sigmoid(z). With b ~ Normal(m, s^2)
+Bank form (docs/math.md §0): z = a theta + b, P = c + (d - c) sigmoid(z). With b ~ Normal(m, s^2)
 (``b`` the posterior mean, ``b_sd`` = s, a, c, d fixed at their MAP: the scoped posterior of
 seed 002) the posterior-expected information of an item at theta is
 

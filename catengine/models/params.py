@@ -1,6 +1,6 @@
 """Item parameters of every response model, as frozen float64 arrays.
 
-One parameterisation for every bank (DESIGN.md): the linear predictor is slope-intercept,
+One parameterisation for every bank (docs/math.md §0): the linear predictor is slope-intercept,
 ``z = a * theta + b`` with ``b`` an intercept (larger = easier).
 
 * ``lart``: P(correct) = Phi(z); log(T + offset) ~ Normal(omega - phi * tau, lam^2), with

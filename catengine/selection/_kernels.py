@@ -182,7 +182,7 @@ def _lart_score(criterion, u, v, p11, p12, p22):
 
 @njit(cache=True)
 def topk_lart(criterion, theta, a, b, v, p11, p12, p22, eligible, order, bound, v_max, k, best_idx, best_val):
-    """LaRT criteria on the 2 x 2 precision P + diag(u_j, v_j) (MATH.md 5).
+    """LaRT criteria on the 2 x 2 precision P + diag(u_j, v_j) (docs/math.md §5.3).
 
     criterion 0 (theta-targeted): score = -[(P + diag(u, v))^-1]_11 = -(P22 + v) / det;
     1 (D-optimal): det; 2 (A-optimal): -trace of the inverse = -(P11 + u + P22 + v) / det.

@@ -1,4 +1,4 @@
-"""Information-based selectors (MATH.md 3 and 5) and the random baseline."""
+"""Information-based selectors (docs/math.md §3 and §5) and the random baseline."""
 
 from __future__ import annotations
 
@@ -51,7 +51,7 @@ class MaxFisherInformation(ItemSelector):
 
 @dataclass(frozen=True)
 class PosteriorExpectedInformation(ItemSelector):
-    """Fisher information averaged over the bank's Gaussian posterior of each intercept b (MATH.md 3).
+    """Fisher information averaged over the bank's Gaussian posterior of each intercept b (docs/math.md §5.1).
 
     Ibar_j(theta) = E_{b_j ~ Normal(b_j, b_sd_j^2)} I_j(theta), by ``n_nodes``-point Gauss-Hermite
     quadrature at the current theta estimate (the rule and the scalar 4PL kernel of

@@ -1,4 +1,4 @@
-"""LaRT selectors: criteria on the 2 x 2 precision of (theta, tau) (MATH.md 5), and the authors'
+"""LaRT selectors: criteria on the 2 x 2 precision of (theta, tau) (docs/math.md §5.3), and the authors'
 replication mode."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Stopping rules (MATH.md 5), composable with :class:`AnyOf` / :class:`AllOf`."""
+"""Stopping rules (docs/math.md §5.5), composable with :class:`AnyOf` / :class:`AllOf`."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""cBMM: 2PL calibration by constrained block majorization-minimization (MATH.md section 2, seed 001).
+"""cBMM: 2PL calibration by constrained block majorization-minimization (docs/math.md §2, seed 001).
 
 Model and objective (temperature ``sigma``, observed cells only, ``a >= 0``)::
 

@@ -11,7 +11,7 @@ x < -20 it defers to the shared primitives (asymptotic series). It is tested aga
 
 Kernels
 -------
-``log_post_theta``      l(theta), l'(theta), l''(theta) of the 1-D target of MATH.md 1.3 step 2
+``log_post_theta``      l(theta), l'(theta), l''(theta) of the 1-D target of docs/math.md §1.3 step 2
 ``sample_theta_ars``    exact draws of theta_i | R_i, T_i for every subject (adaptive rejection
                         sampling, Gilks & Wild 1992, tangent hull + chord squeeze), prange over i
 ``item_newton_cached``  exact M-step of the accuracy block: for every item, Newton with backtracking
@@ -506,7 +506,7 @@ def map_traits(R, Y, C, a, b, omega, phi, lam, rho, use_cot, theta0, tau0, out, 
 
     The log posterior is concave (probit and Tobit terms are log-concave, the rest Gaussian), so
     Newton with backtracking converges; stops when both Newton steps are below ``tol``. Posterior
-    SDs are sqrt(diag(H^-1)) for H the negative Hessian at the MAP (MATH.md 1.5). ``use_cot``
+    SDs are sqrt(diag(H^-1)) for H the negative Hessian at the MAP (docs/math.md §1.5). ``use_cot``
     False: IRT-only (rho must be 0; tau is then its prior, 0 with SD 1).
     """
     N = R.shape[0]

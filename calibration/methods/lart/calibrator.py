@@ -1,6 +1,6 @@
-"""LaRT calibration by SAEM with exact posterior sampling (MATH.md 1.1-1.5, seed 000).
+"""LaRT calibration by SAEM with exact posterior sampling (docs/math.md §1.1-1.5, seed 000).
 
-Model (MATH.md 1.1): P(R_ij = 1) = Phi(a_j theta_i + b_j); log(T_ij + cot_offset) ~
+Model (docs/math.md §1.1): P(R_ij = 1) = Phi(a_j theta_i + b_j); log(T_ij + cot_offset) ~
 Normal(omega_j - phi_j tau_i, lam_j^2) with ``lam`` a standard deviation; (theta_i, tau_i)
 standard bivariate normal with correlation rho. Missing cells are allowed in R and T independently.
 
@@ -55,7 +55,7 @@ Algorithm (one iteration t = 1, 2, ...):
    ``max_iter`` with a :class:`~calibration.ConvergenceWarning`.
 
 Afterwards: identifiability sign-fix (sum a > 0, sum phi > 0; flipping a or phi flips rho),
-then MAP (theta_i, tau_i) per LLM by Newton with posterior SDs sqrt(diag(H^-1)) (MATH.md 1.5).
+then MAP (theta_i, tau_i) per LLM by Newton with posterior SDs sqrt(diag(H^-1)) (docs/math.md §1.5).
 
 ``use_cot=False`` is the IRT-only mode: rho = 0, CoT ignored, fit by the same machinery (the
 S-step then draws theta from the same sampler with an N(0, 1) prior).
@@ -67,7 +67,7 @@ exact Lemma-1 draw, then each censored value is redrawn from its truncated norma
 makes the S-step a two-block Gibbs kernel, i.e. SAEM-MCMC (Kuhn & Lavielle 2004) for the
 censored part; the MAP uses the exact Tobit term log(1 - Phi((log c - mu)/lam)).
 
-Initialisation: spectral (MATH.md 1.4), with the sign-fix applied.
+Initialisation: spectral (docs/math.md §1.4), with the sign-fix applied.
 """
 
 from __future__ import annotations
@@ -119,7 +119,7 @@ def _fill_columns(x: np.ndarray, seen: np.ndarray) -> np.ndarray:
 
 
 def spectral_init(R: np.ndarray, Y: np.ndarray | None):
-    """Spectral initial values (MATH.md 1.4) with the sign-fix applied.
+    """Spectral initial values (docs/math.md §1.4) with the sign-fix applied.
 
     ``R`` (N, J) 1/0/-1, ``Y`` (N, J) log CoT lengths (NaN missing) or None. Missing cells are
     filled with column means. SVD of R, keep singular values > 1.01 sqrt(N) (at least one),
@@ -480,7 +480,7 @@ class LaRTSAEMCalibrator(BaseCalibrator):
                 stacklevel=2,
             )
 
-        # ---------------- sign-fix (MATH.md 1.1)
+        # ---------------- sign-fix (docs/math.md §1.1)
         if a.sum() < 0:
             a = -a
             rho = -rho

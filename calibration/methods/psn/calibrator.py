@@ -5,7 +5,7 @@ trains the network on the observed cells and fits the Laplace posteriors, fitted
 in ``_``; ``to_item_bank(bank_id=...)`` exports a ``4pl`` bank with the posterior.
 
 Native form (the network's): P = c + (d - c) sigmoid(a (theta - beta)). Banks store the
-slope-intercept form z = a theta + b (DESIGN.md). The export
+slope-intercept form z = a theta + b (docs/math.md §0). The export
 
 1. makes the asymptotes ordered: the reference head does not force d > c, and an item with
    c > d is the same response function as (a, c, d) -> (-a, d, c) (sigmoid(-z) = 1 - sigmoid(z)),
@@ -80,8 +80,8 @@ class PSNCalibrator(BaseCalibrator):
     curvature : "fisher" (default), "logistic" or "exact" (see ``calibration.methods.psn.laplace``).
     temperature : likelihood tempering of the Laplace posterior, H = GGN / T + delta I.
 
-        * 1 (default): the plain posterior of the readout given every observed cell (MATH.md
-          section 3). Its pairwise orders held up against refits and against the truth in our
+        * 1 (default): the plain posterior of the readout given every observed cell (docs/math.md
+          §3.3). Its pairwise orders held up against refits and against the truth in our
           checks, but its SDs are far narrower than the spread of refitted abilities.
         * ``"split-half"``: refit on two disjoint item halves (two extra fits, each on half the
           data) and set T = max(1, mean z^2) from :func:`calibration.methods.psn.split_half_check`, so

@@ -1,6 +1,6 @@
 """The PSN-IRT network in numpy/numba: embedding tables, hand-derived backpropagation, Adam.
 
-Architecture (MATH.md section 3; the reference ``train.py`` of Zhou et al.):
+Architecture (docs/math.md §3; the reference ``train.py`` of Zhou et al.):
 
     subject i:  h = relu(S[i] + s_b1)            S: (N, H) table = Linear(N, H) on a one-hot
                 u = h @ s_W2 + s_b2               (E,) ability embedding
