@@ -127,7 +127,12 @@ def fit_psn(data, rng, **options) -> Fit:
 #: audit fit function of each registered method (``_registered_fit`` unless the method needs a
 #: rescaling to its bank's scale), plus variants
 _FITS = {"cbmm": fit_cbmm, "saem": fit_saem, "psn": fit_psn}
-METHODS = {**{name: _FITS.get(name, partial(fit_registered, method=name)) for name in REGISTRY}, "saem-irt": fit_saem_irt}
+_VARIANTS = {"saem": {"saem-irt": fit_saem_irt}}  # listed right after the method they vary
+METHODS = {
+    key: fit
+    for name in REGISTRY
+    for key, fit in {name: _FITS.get(name, partial(fit_registered, method=name)), **_VARIANTS.get(name, {})}.items()
+}
 #: methods that need CoT lengths (a ``lart`` truth)
 NEEDS_COT = frozenset(name for name, m in REGISTRY.items() if m.needs_cot)
 
