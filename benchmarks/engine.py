@@ -133,7 +133,7 @@ def _far_selection_ms(bank, selector) -> float:
     """Median time of one selection at theta = -4 after 10 answers (the pruning's worst case)."""
     from catengine.estimation import ResponseState, TraitEstimate
     from catengine.selection import SelectionState
-    from catengine.session.session import item_table
+    from catengine.session.bank_log import item_table
 
     table = item_table(bank)
     state = ResponseState(bank.params)

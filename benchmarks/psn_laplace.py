@@ -262,7 +262,7 @@ def main(argv=None) -> int:
           f"(first epoch {ep[0]:.2f} s incl. any JIT compile); fit incl. Laplace {total:.1f} s")
     print(f"   per epoch, CPU time of this process (robust to a shared machine): median {np.median(cpu):.2f} s, "
           f"min {cpu.min():.2f} s; target <= 3 s; median wall speed-up vs 109 s: {109 / np.median(ep):.0f}x")
-    print(f"   final training loss {cal.loss_curve_[-1]:.4f} (reference {REF_LOSS:.4f})")
+    print(f"   final training loss {cal.loss_trace_[-1]:.4f} (reference {REF_LOSS:.4f})")
     print(f"   abilities (native scale): {np.array2string(cal.theta_, precision=3)}")
     print(f"   reference retraining     : {np.array2string(REF_THETA, precision=3)}")
     print(f"   Kendall tau vs reference {stats.kendalltau(cal.theta_, REF_THETA).statistic:.3f}, "

@@ -3,8 +3,6 @@
 The calibrators (numba kernels) and the heavier tools load lazily on first use.
 """
 
-from importlib import import_module
-
 from calibration.base import BaseCalibrator, ConvergenceWarning, NotFittedError
 from calibration.data import ResponseData
 from calibration.simulate import (
@@ -14,6 +12,7 @@ from calibration.simulate import (
     simulate_dataset,
     simulate_responses,
 )
+from catengine.lazy import lazy_attributes
 
 _LAZY = {
     "CBMMCalibrator": "calibration.methods.cbmm",
@@ -43,13 +42,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name):
-    if name in _LAZY:
-        value = getattr(import_module(_LAZY[name]), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'calibration' has no attribute {name!r}")
-
-
-def __dir__():
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_attributes(__name__, _LAZY, __all__)

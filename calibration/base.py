@@ -1,17 +1,60 @@
 """The calibrator contract shared by every fitting method (scikit-learn style).
 
-Settings go to ``__init__`` and are stored unchanged; ``fit(responses)`` validates, fits, sets
-attributes ending in ``_`` (``n_iter_``, ``converged_`` and method-specific ones) and returns
-``self``. Reaching ``max_iter`` without meeting the tolerance emits :class:`ConvergenceWarning`.
+A calibrator declares its settings (``SETTINGS``: name -> :class:`Setting`, one per constructor
+argument), takes them in ``__init__`` and stores them unchanged. :meth:`BaseCalibrator.fit` is the
+template every method shares:
+
+1. checks every setting (:meth:`~BaseCalibrator.validated_settings`, then the method's
+   cross-setting ``_check_settings``);
+2. converts and checks the responses once (a :class:`calibration.ResponseData`; methods with
+   ``accepts_arrays = True`` also take an (N, J) 0/1 array);
+3. records the provenance (``subject_ids_``, ``item_ids_``, ``item_metadata_``, ``n_subjects_``,
+   ``n_items_``), calls the method's ``_fit(data)``, then records ``responses_sha256_`` and the
+   wall time ``elapsed_`` (seconds), and returns ``self``.
+
+Every fitted calibrator exposes the same attributes (the contract suite
+``tests/test_calibrator_contract.py`` checks them on every registered method):
+
+==================  ============================================================================
+``item_params_``    :class:`catengine.models.params.ItemParams` on the scale of ``theta_`` (None
+                    only for fits a bank cannot hold: cBMM rank > 1, SAEM ``use_cot=False``)
+``theta_``          (N,) abilities of the calibration subjects
+``theta_sd_``       (N,) their posterior SDs (NaN where the method has none: cBMM's joint ML)
+``converged_``      bool; reaching ``max_iter`` without meeting the tolerance also emits
+                    :class:`ConvergenceWarning`
+``n_iter_``         iterations (sweeps, SAEM iterations, epochs) run
+``loss_trace_``     (n,) the quantity the stopping rule watches, one entry per recorded step
+``elapsed_``        seconds spent in ``fit``
+==================  ============================================================================
+
+Settings serialise one way: :meth:`~BaseCalibrator.to_config` gives ``{"type": method name,
+setting: JSON value, ...}`` (the engine's strategy-config pattern, ``catengine.session.config``)
+and :meth:`~BaseCalibrator.from_config` rebuilds an equal calibrator. A bank stores the settings
+part as its ``calibration_settings`` (plus descriptive notes and, for methods with export options,
+``EXPORT_SETTINGS`` such as PSN's ``standardize``), and recalibration restores it from there.
 """
 
 from __future__ import annotations
 
+import argparse
 import inspect
+import time
 import warnings
 from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
 
 from catengine.errors import CatEngineError
+from catengine.validation import (
+    boolean,
+    finite_at_least,
+    integer_at_least,
+    one_of,
+    positive_finite,
+    seed_like,
+)
 
 
 class ConvergenceWarning(UserWarning):
@@ -22,12 +65,117 @@ class NotFittedError(CatEngineError, AttributeError):
     """A fitted attribute or export was requested before ``fit``."""
 
 
+#: fitted attributes every calibrator sets (see the module docstring)
+FITTED_ATTRIBUTES = ("item_params_", "theta_", "theta_sd_", "converged_", "n_iter_", "loss_trace_", "elapsed_")
+#: provenance attributes recorded by ``BaseCalibrator.fit``
+PROVENANCE_ATTRIBUTES = ("subject_ids_", "item_ids_", "item_metadata_", "n_subjects_", "n_items_", "responses_sha256_")
+
+
+# ----------------------------------------------------------------------------- settings
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One constructor setting: how it is checked and how the command line offers it.
+
+    ``check(value, name)`` returns the value (normalised) or raises ValueError / TypeError naming
+    the setting. ``flag`` is the ``calibration fit`` option (None: not offered there); ``type``
+    parses its text (default: the type of the constructor default); ``choices`` restricts it;
+    a bool setting becomes a switch (``store_true``), or with ``switch_value`` a switch that sets
+    that value (``--reference-head`` sets ``ordered_asymptotes=False``, ``--float64`` sets
+    ``dtype="float64"``); ``from_cli`` maps the parsed value to the setting (``--b-prior-sd 0``
+    means None).
+    """
+
+    check: Callable[[Any, str], Any]
+    help: str = ""
+    flag: str | None = None
+    type: Callable[[str], Any] | None = None
+    choices: tuple | None = None
+    switch_value: Any = None
+    from_cli: Callable[[Any], Any] | None = None
+    metavar: str | None = None
+
+
+def _cli_integer(low: int):
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"must be an integer >= {low}, got {text}")
+        return value
+
+    parse.__name__ = "int"
+    return parse
+
+
+def integer(low: int = 1, help: str = "", flag: str | None = None) -> Setting:
+    """An integer setting >= ``low``."""
+    return Setting(lambda v, n: integer_at_least(v, n, low), help, flag, type=_cli_integer(low))
+
+
+def positive(help: str = "", flag: str | None = None, **cli) -> Setting:
+    """A finite number > 0."""
+    return Setting(positive_finite, help, flag, type=float, **cli)
+
+
+def non_negative(help: str = "", flag: str | None = None, **cli) -> Setting:
+    """A finite number >= 0."""
+    return Setting(lambda v, n: finite_at_least(v, n, 0.0), help, flag, type=float, **cli)
+
+
+def optional(setting: Setting) -> Setting:
+    """``setting`` that may also be None."""
+    inner = setting.check
+    return Setting(lambda v, n: None if v is None else inner(v, n), setting.help, setting.flag, setting.type,
+                   setting.choices, setting.switch_value, setting.from_cli, setting.metavar)
+
+
+def choice(choices, help: str = "", flag: str | None = None, **cli) -> Setting:
+    """One of ``choices``."""
+    choices = tuple(choices)
+    return Setting(lambda v, n: one_of(v, n, choices), help, flag, choices=choices, **cli)
+
+
+def switch(help: str = "", flag: str | None = None, **cli) -> Setting:
+    """A bool."""
+    return Setting(boolean, help, flag, **cli)
+
+
+def seed(help: str = "randomness: a numpy Generator, an int seed or None") -> Setting:
+    """The ``rng`` setting (the command line's ``--seed``)."""
+    return Setting(seed_like, help)
+
+
+def _json_value(value):
+    """A setting's value as JSON (numpy scalars as Python ones, a Generator by its type)."""
+    if isinstance(value, np.random.Generator):
+        return f"numpy.random.Generator({type(value.bit_generator).__name__})"
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, tuple):
+        return [_json_value(v) for v in value]
+    return value
+
+
+# ----------------------------------------------------------------------------- template
+
+
 class BaseCalibrator(ABC):
-    """Base class: parameter introspection, fitted-state checks and the convergence warning."""
+    """Base class: declared settings, the ``fit`` template, provenance, config round trip."""
 
-    #: calibration_method attr written to banks ("saem" | "cbmm" | "psn-laplace")
+    #: registry name of the method (``calibration.methods.METHODS``), the bank's calibration_method
     method_name: str = ""
+    #: constructor settings: name -> Setting (every ``__init__`` argument has one)
+    SETTINGS: dict[str, Setting] = {}
+    #: options of ``to_item_bank`` that the bank records and recalibration repeats
+    EXPORT_SETTINGS: dict[str, Setting] = {}
+    #: whether ``fit`` also takes an (N, J) array of 0/1 (-1 or NaN missing)
+    accepts_arrays: bool = False
 
+    # ------------------------------------------------------------------ settings
     @classmethod
     def _param_names(cls) -> list[str]:
         sig = inspect.signature(cls.__init__)
@@ -37,17 +185,119 @@ class BaseCalibrator(ABC):
             if p.name != "self" and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
         ]
 
+    @classmethod
+    def default_settings(cls) -> dict:
+        """The constructor defaults."""
+        sig = inspect.signature(cls.__init__)
+        return {name: sig.parameters[name].default for name in cls._param_names()}
+
     def get_params(self) -> dict:
         """The constructor settings, as given."""
         return {name: getattr(self, name) for name in self._param_names()}
+
+    def set_params(self, **params) -> "BaseCalibrator":
+        """Change settings (names must be constructor arguments); returns ``self``."""
+        unknown = sorted(set(params) - set(self._param_names()))
+        if unknown:
+            raise ValueError(f"unknown setting(s) {unknown} for {type(self).__name__}; allowed: {self._param_names()}")
+        for name, value in params.items():
+            setattr(self, name, value)
+        return self
 
     def __repr__(self) -> str:
         args = ", ".join(f"{k}={v!r}" for k, v in self.get_params().items())
         return f"{type(self).__name__}({args})"
 
-    @abstractmethod
+    def validated_settings(self) -> dict:
+        """Every setting checked by its declared :class:`Setting` (normalised values)."""
+        values = {}
+        for name, value in self.get_params().items():
+            setting = self.SETTINGS.get(name)
+            values[name] = value if setting is None else setting.check(value, name)
+        self._check_settings(values)
+        return values
+
+    def _check_settings(self, values: dict) -> None:
+        """Checks that involve several settings (override; raise ValueError)."""
+
+    def to_config(self) -> dict:
+        """``{"type": method name, setting: JSON value, ...}``: every constructor setting, checked and
+        normalised (an integer-valued float setting is recorded as a float)."""
+        return {"type": self.method_name, **{k: _json_value(v) for k, v in self.validated_settings().items()}}
+
+    @classmethod
+    def from_config(cls, config: dict, *, ignore_unknown: bool = False) -> "BaseCalibrator":
+        """The calibrator that :meth:`to_config` described.
+
+        ``config`` may omit ``"type"``; given, it must name this method. Keys that are not settings
+        raise ValueError unless ``ignore_unknown`` (a bank's settings also hold descriptive notes).
+        An ``rng`` recorded as a Generator (its state is not recorded) comes back as None.
+        """
+        config = dict(config)
+        kind = config.pop("type", cls.method_name)
+        if kind != cls.method_name:
+            from calibration.methods import get_method
+
+            if get_method(kind).name != cls.method_name:
+                raise ValueError(f"config of method {kind!r} given to {cls.__name__} ({cls.method_name!r})")
+        names = set(cls._param_names())
+        unknown = sorted(set(config) - names)
+        if unknown and not ignore_unknown:
+            raise ValueError(f"unknown setting(s) {unknown} for {cls.__name__}; allowed: {sorted(names)}")
+        kwargs = {k: v for k, v in config.items() if k in names}
+        if isinstance(kwargs.get("rng"), str):
+            kwargs["rng"] = None
+        for name, value in kwargs.items():
+            if isinstance(value, list):
+                kwargs[name] = tuple(value)
+        return cls(**kwargs)
+
+    def bank_settings(self, notes: dict | None = None, **export) -> dict:
+        """The ``calibration_settings`` a bank records: the config without ``type``, then the
+        export options (``EXPORT_SETTINGS``) used, then descriptive ``notes``."""
+        out = {k: v for k, v in self.to_config().items() if k != "type"}
+        for name, value in export.items():
+            if name not in self.EXPORT_SETTINGS:
+                raise ValueError(f"{name!r} is not an export option of {type(self).__name__}")
+            out[name] = _json_value(value)
+        out.update(notes or {})
+        return out
+
+    @classmethod
+    def export_options(cls, settings: dict) -> dict:
+        """The export options recorded in a bank's ``calibration_settings`` (for recalibration)."""
+        return {k: settings[k] for k in cls.EXPORT_SETTINGS if k in settings}
+
+    # ------------------------------------------------------------------ fit
+    def _as_response_data(self, responses):
+        from calibration.data import ResponseData
+
+        if isinstance(responses, ResponseData):
+            return responses
+        if self.accepts_arrays and isinstance(responses, (np.ndarray, list, tuple)):
+            return ResponseData.from_arrays(responses)
+        also = " (or an (N, J) array of 0/1 with -1 or NaN for missing)" if self.accepts_arrays else ""
+        raise TypeError(f"fit expects a calibration.ResponseData{also}, got {type(responses).__name__}")
+
     def fit(self, responses) -> "BaseCalibrator":
-        """Fit to a :class:`calibration.ResponseData` and return ``self``."""
+        """Fit to a :class:`calibration.ResponseData` and return ``self`` (see the module docstring)."""
+        self.validated_settings()
+        data = self._as_response_data(responses)
+        self._fitted = False
+        self.subject_ids_ = data.subject_ids
+        self.item_ids_ = data.item_ids
+        self.item_metadata_ = dict(data.item_metadata)
+        self.n_subjects_, self.n_items_ = data.n_subjects, data.n_items
+        start = time.perf_counter()
+        self._fit(data)
+        self.elapsed_ = time.perf_counter() - start
+        self.responses_sha256_ = data.sha256()
+        self._fitted = True
+        return self
+
+    @abstractmethod
+    def _fit(self, data) -> None:
+        """The method's own work on checked settings and a ResponseData: set the fitted attributes."""
 
     def _check_fitted(self) -> None:
         if not getattr(self, "_fitted", False):
@@ -55,4 +305,25 @@ class BaseCalibrator(ABC):
 
     def _warn_not_converged(self, max_iter: int, detail: str = "") -> None:
         msg = f"{type(self).__name__} stopped at max_iter={max_iter} without meeting its tolerance"
-        warnings.warn(msg + (f" ({detail})" if detail else ""), ConvergenceWarning, stacklevel=3)
+        warnings.warn(msg + (f" ({detail})" if detail else ""), ConvergenceWarning, stacklevel=4)
+
+    def fit_summary(self, data) -> str:
+        """One line about the fit for the command line."""
+        return (f"{type(self).__name__}: {data.n_subjects} subjects x {data.n_items} items, {self.n_iter_} iterations, "
+                f"converged={self.converged_}, {self.elapsed_:.1f} s")
+
+
+__all__ = [
+    "FITTED_ATTRIBUTES",
+    "BaseCalibrator",
+    "ConvergenceWarning",
+    "NotFittedError",
+    "Setting",
+    "choice",
+    "integer",
+    "non_negative",
+    "optional",
+    "positive",
+    "seed",
+    "switch",
+]

@@ -12,7 +12,7 @@ scale::
 
     theta_ref = A * theta_new + B          (A > 0)
 
-With slope-intercept items ``z = a * theta + b`` (DESIGN.md: ``b`` is an intercept, larger =
+With slope-intercept items ``z = a * theta + b`` (docs/math.md §0: ``b`` is an intercept, larger =
 easier), expressing a new-scale item on the reference scale keeps ``z`` unchanged::
 
     a_ref = a_new / A
@@ -53,6 +53,7 @@ import numpy as np
 from scipy import optimize, special
 
 from catengine.models.params import ItemParams
+from catengine.validation import is_integer
 
 __all__ = [
     "LINKING_METHODS",
@@ -377,7 +378,7 @@ def _prob_and_slope(params: ItemParams, z: np.ndarray):
 
 
 def _grid(quadrature, theta_weights):
-    if isinstance(quadrature, (int, np.integer)) and not isinstance(quadrature, bool):
+    if is_integer(quadrature):
         if quadrature < 5:
             raise ValueError(f"quadrature must have at least 5 points, got {quadrature}")
         theta = np.linspace(-4.0, 4.0, int(quadrature))

@@ -15,38 +15,22 @@ import hashlib
 import json
 import tomllib
 from dataclasses import dataclass, field, fields
-from importlib import import_module
 from pathlib import Path
 
 import numpy as np
 
 from calibration.data import MISSING, ResponseData
 from calibration.linking import LINKING_METHODS, LinkingResult, link
-
-#: bank ``calibration_method`` -> (module, calibrator class)
-CALIBRATORS = {
-    "cbmm": ("calibration.methods.cbmm.calibrator", "CBMMCalibrator"),
-    "saem": ("calibration.methods.lart.calibrator", "LaRTSAEMCalibrator"),
-    "psn-laplace": ("calibration.methods.psn", "PSNCalibrator"),
-}
-#: command-line spelling -> bank ``calibration_method``
-METHOD_ALIASES = {"cbmm": "cbmm", "saem": "saem", "psn": "psn-laplace", "psn-laplace": "psn-laplace"}
-
+from calibration.methods import all_method_names, get_method
 
 def make_calibrator(method: str, settings: dict | None = None, *, rng=None, progress: bool = False):
-    """A calibrator for ``method`` built from recorded ``settings`` (keys it does not take are ignored)."""
-    method = METHOD_ALIASES.get(method, method)
-    if method not in CALIBRATORS:
-        raise ValueError(f"unknown calibration method {method!r}; allowed: {', '.join(sorted(METHOD_ALIASES))}")
-    module, name = CALIBRATORS[method]
-    cls = getattr(import_module(module), name)
-    accepted = set(cls._param_names())
-    kwargs = {k: v for k, v in (settings or {}).items() if k in accepted and k not in ("rng", "progress")}
-    if "rng" in accepted:
-        kwargs["rng"] = rng
-    if "progress" in accepted:
-        kwargs["progress"] = progress
-    return cls(**kwargs)
+    """A calibrator for ``method`` (a name of ``calibration.methods.METHODS`` or an alias) built from
+    recorded ``settings`` (a bank's ``calibration_settings``: its notes and export options are not
+    constructor settings and are skipped); ``rng`` and ``progress`` replace the recorded ones."""
+    cls = get_method(method).calibrator
+    calibrator = cls.from_config(dict(settings or {}), ignore_unknown=True)
+    names = set(cls._param_names())
+    return calibrator.set_params(**{k: v for k, v in (("rng", rng), ("progress", progress)) if k in names})
 
 
 # ----------------------------------------------------------------------------- merging responses
@@ -296,8 +280,8 @@ class RecalibrationConfig:
             raise ValueError(f"mode must be 'merge' or 'replace', got {self.mode!r}")
         if self.linking not in LINKING_METHODS:
             raise ValueError(f"linking must be one of {', '.join(LINKING_METHODS)}, got {self.linking!r}")
-        if self.method is not None and self.method not in METHOD_ALIASES:
-            raise ValueError(f"unknown method {self.method!r}; allowed: {', '.join(sorted(METHOD_ALIASES))}")
+        if self.method is not None:
+            get_method(self.method)  # raises ValueError naming the allowed methods
         if self.on_conflict not in ("error", "new"):
             raise ValueError(f"on_conflict must be 'error' or 'new', got {self.on_conflict!r}")
 
@@ -389,12 +373,15 @@ def _recalibrate(config: RecalibrationConfig, progress: bool, bar) -> Recalibrat
     from catengine import open_item_bank, write_item_bank
 
     old = open_item_bank(config.bank)
-    method = METHOD_ALIASES[config.method] if config.method else old.attrs["calibration_method"]
-    if method not in CALIBRATORS:
+    old_method = old.attrs["calibration_method"]
+    try:
+        method = get_method(config.method or old_method).name
+    except ValueError:
         raise ValueError(
-            f"bank {old.bank_id!r} v{old.version} was made by {method or 'no calibration'!r}; "
-            f"choose a method to recalibrate it with (--method {'/'.join(sorted(METHOD_ALIASES))})"
-        )
+            f"bank {old.bank_id!r} v{old.version} was made by {old_method or 'no calibration'!r}; "
+            f"choose a method to recalibrate it with (--method {'/'.join(all_method_names())})"
+        ) from None
+    same_method = old_method in get_method(method).names
     new_data = _read_new_responses(config)
     _stage(bar, "read")
     if config.mode == "merge":
@@ -408,11 +395,11 @@ def _recalibrate(config: RecalibrationConfig, progress: bool, bar) -> Recalibrat
     else:
         data = new_data
     _stage(bar, "merge")
-    settings = dict(old.calibration_settings) if method == old.attrs["calibration_method"] else {}
+    settings = dict(old.calibration_settings) if same_method else {}
     settings.update(config.settings)
     key = recalibration_key(data, method, config.settings, config, old.version)
     if old.attrs.get("recalibration_key") == key or (
-        old.attrs.get("responses_sha256") == data.sha256() and not config.settings and method == old.attrs["calibration_method"]
+        old.attrs.get("responses_sha256") == data.sha256() and not config.settings and same_method
     ):
         return RecalibrationResult(
             "unchanged",
@@ -421,7 +408,7 @@ def _recalibrate(config: RecalibrationConfig, progress: bool, bar) -> Recalibrat
             version=old.version,
         )
     calibrator = make_calibrator(method, settings, rng=config.seed, progress=progress).fit(data)
-    fitted = calibrator.to_item_bank(old.bank_id)
+    fitted = calibrator.to_item_bank(old.bank_id, **calibrator.export_options(settings))
     _stage(bar, "fit")
     linking = link(old, fitted, method=config.linking, min_common=config.min_common)
     linked = link_bank(fitted, linking, reference_version=old.version)

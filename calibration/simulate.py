@@ -6,7 +6,7 @@ Generator passed in is advanced in place. The order of the draws inside each fun
 and documented, which gives one useful property: in :func:`simulate_responses` missingness is
 drawn last, so the same seed with and without missingness yields the same complete data.
 
-Designs (MATH.md sections 1, 2 and 4):
+Designs (docs/math.md §1, §2 and §4):
 
 * 2PL (seed 001, cBMM): a ~ U(0.5, 1), b ~ N(0, 0.5^2), theta ~ N(0, 1).
 * LaRT (seed 000): a ~ U(0.5, 1), b ~ N(0, 0.5^2), omega ~ N(0, 1), phi ~ U(0.5, 1.5),
@@ -23,7 +23,9 @@ import numpy as np
 from scipy import optimize, special, stats
 
 from calibration.data import MISSING, ResponseData
+from catengine.models import lart as lart_model
 from catengine.models.params import RESPONSE_MODELS, ItemParams
+from catengine.validation import is_integer
 
 __all__ = [
     "ABILITY_FAMILIES",
@@ -55,7 +57,7 @@ _IQR_NORMAL = 2.0 * stats.norm.ppf(0.75)  # 1.3490: interquartile range of N(0, 
 
 # ------------------------------------------------------------------------------------ validation
 def _positive_int(value, name: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+    if not is_integer(value) or value < 1:
         raise ValueError(f"{name} must be a positive integer, got {value!r}")
     return int(value)
 
@@ -101,7 +103,7 @@ def draw_abilities(
     jitter: float = 0.0,
     standardize: bool | str = True,
 ) -> np.ndarray:
-    """Draw ``n`` abilities from a named family (MATH.md section 4), standardised by default.
+    """Draw ``n`` abilities from a named family (docs/math.md §4), standardised by default.
 
     Families:
 
@@ -385,9 +387,8 @@ def _simulate(
     cot = censored = clipped = None
     if lart:
         log_t = params.omega[None, :] - params.phi[None, :] * tau[:, None] + params.lam[None, :] * gen.standard_normal((n, j))
-        cot = np.exp(log_t) - offset
-        clipped = cot < 0.0
-        cot[clipped] = 0.0
+        clipped = np.exp(log_t) < offset  # T = exp(log_t) - offset would be negative
+        cot = lart_model.cot_tokens(log_t, offset)  # continuous lengths (the engine's examinees round)
         censored = np.zeros((n, j), dtype=bool)
         if cot_cap is not None:
             censored = cot > cap

@@ -4,9 +4,8 @@ Heavy layers (xarray for banks, the session machinery) load lazily on first use,
 numerics (``catengine.models``, ``estimation``, ``selection``, ``stopping``) import without them.
 """
 
-from importlib import import_module
-
 from catengine.errors import BankExhaustedError, CatEngineError, ItemBankSchemaError, ItemBankVersionExistsError
+from catengine.lazy import lazy_attributes
 
 __version__ = "0.1.0"
 
@@ -48,13 +47,4 @@ _LAZY = {
 __all__ = ["BankExhaustedError", "CatEngineError", "ItemBankSchemaError", "ItemBankVersionExistsError", *_LAZY]
 
 
-def __getattr__(name):
-    if name in _LAZY:
-        value = getattr(import_module(_LAZY[name]), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'catengine' has no attribute {name!r}")
-
-
-def __dir__():
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_attributes(__name__, _LAZY, __all__)

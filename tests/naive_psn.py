@@ -1,6 +1,6 @@
 """Slow, textbook twins of the PSN-IRT kernels and passes (loops, dense one-hot layers, plain Adam).
 
-Used by tests/test_psn.py and tests/test_expected_information.py to check the fast code against
+Used by tests/test_psn_network.py, tests/test_psn_laplace.py and tests/test_expected_information.py to check the fast code against
 independent constructions.
 """
 

@@ -25,7 +25,7 @@ NOTEBOOK_DIR = ROOT / "notebooks"
 NOTEBOOKS = {
     "01_adaptive_evaluation.ipynb": ["catengine.session", "catengine.widgets.session_panel"],
     "02_calibrate_a_bank.ipynb": ["calibration.methods.lart.calibrator", "calibration.methods.cbmm.calibrator", "calibration.linking"],
-    "03_trust_audit.ipynb": ["calibration.audit", "catengine.widgets.audit_dashboard"],
+    "03_trust_audit.ipynb": ["calibration.audit", "calibration.widgets.audit_dashboard"],
     "04_uncertainty.ipynb": ["calibration.methods.psn", "calibration.methods.psn.laplace"],
 }
 

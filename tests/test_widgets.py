@@ -337,7 +337,7 @@ _HAS_AUDIT = importlib.util.find_spec("calibration.audit") is not None
 @pytest.mark.skipif(not _HAS_AUDIT, reason="calibration.audit (issue 7) does not exist yet; AuditDashboard needs it")
 def test_audit_dashboard_runs_a_tiny_audit(twopl_bank, lart_bank):
     from calibration.audit import summarize
-    from catengine.widgets import AuditDashboard
+    from calibration.widgets import AuditDashboard
 
     dash = AuditDashboard({"tiny_2pl": twopl_bank, "tiny_lart": lart_bank}, replications=2)
     assert dash.result is None and dash.figure is None

@@ -1,7 +1,7 @@
 """Trust audits (seed 003): can a fitted bank and the adaptive engine be trusted?
 
 * :func:`recovery_audit` -- treat a bank as truth, simulate, refit, compare (parameter and
-  ranking recovery, MATH.md section 4).
+  ranking recovery, docs/math.md §4).
 * :func:`short_form_audit` -- Fisher-information short forms vs random subsets on held-out
   simulated LLMs.
 * :func:`cat_audit` -- simulated LLMs take adaptive tests: bias, RMSE, 95% coverage and Kendall

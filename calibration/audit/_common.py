@@ -11,7 +11,8 @@ import numpy as np
 from calibration.audit.runner import as_seed_sequence
 from calibration.audit.store import MemoryStore, ResultStore
 from calibration.simulate import ABILITY_FAMILIES, draw_abilities
-from catengine.models.params import ItemParams
+from catengine.models.params import ItemParams, params_fingerprint
+from catengine.validation import is_integer
 
 Z95 = 1.959963984540054  # two-sided 95% normal quantile
 
@@ -19,7 +20,8 @@ __all__ = [
     "AbilitySpec",
     "alter_bank",
     "as_bank",
-    "bank_fingerprint",
+    "params_key",
+    "task_record",
     "error_text",
     "open_store",
     "parse_abilities",
@@ -46,12 +48,9 @@ def array_fingerprint(values) -> str:
     return hashlib.sha256(np.ascontiguousarray(values, dtype=np.float64).tobytes()).hexdigest()[:16]
 
 
-def bank_fingerprint(params: ItemParams) -> str:
-    h = hashlib.sha256(params.response_model.encode())
-    for name in params.parameter_names:
-        h.update(np.ascontiguousarray(getattr(params, name), dtype=np.float64).tobytes())
-    h.update(np.float64(params.rho).tobytes())
-    return h.hexdigest()[:16]
+def params_key(params: ItemParams) -> str:
+    """The audits' key of a bank's parameters: the first 16 characters of ``params_fingerprint``."""
+    return params_fingerprint(params, length=16)
 
 
 def alter_bank(bank, *, a_scale: float = 1.0, b_shift: float = 0.0, rho: float | None = None,
@@ -174,11 +173,11 @@ def resolve_ability_sample(specs, bank, sample):
 
 # ----------------------------------------------------------------------------- validation
 def positive_ints(values, name: str) -> list[int]:
-    if isinstance(values, (int, np.integer)) and not isinstance(values, bool):
+    if is_integer(values):
         values = [values]
     out = []
     for v in values:
-        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
+        if not is_integer(v) or v < 1:
             raise ValueError(f"{name} must be positive integers, got {v!r}")
         out.append(int(v))
     if not out:
@@ -189,7 +188,7 @@ def positive_ints(values, name: str) -> list[int]:
 
 
 def check_replications(replications) -> int:
-    if isinstance(replications, bool) or not isinstance(replications, (int, np.integer)) or replications < 1:
+    if not is_integer(replications) or replications < 1:
         raise ValueError(f"replications must be a positive integer, got {replications!r}")
     return int(replications)
 
@@ -199,6 +198,43 @@ def error_text(exc: BaseException) -> str:
     tb = traceback.extract_tb(exc.__traceback__)
     where = f" [{Path(tb[-1].filename).name}:{tb[-1].lineno} in {tb[-1].name}]" if tb else ""
     return f"{type(exc).__name__}: {exc}{where}"[:2000]
+
+
+def audited_methods(method, bank, method_options, *, resolve=None):
+    """``(methods, names, options)`` of the methods an audit refits with: ``method`` is a name, a fit
+    function or a sequence of them (resolved by ``resolve``, default
+    :func:`calibration.audit.methods.resolve_method`); names must be distinct, methods that need
+    CoT lengths need a lart bank, and ``method_options`` may only name audited methods."""
+    from calibration.audit.methods import NEEDS_COT, resolve_method
+
+    resolve = resolve or resolve_method
+    raw = (method,) if isinstance(method, str) or callable(method) else tuple(method)
+    methods = [resolve(m) for m in raw]
+    names = [n for n, _ in methods]
+    if not methods or len(set(names)) != len(names):
+        raise ValueError(f"give one or more distinct methods, got {names}")
+    model = bank.params.response_model
+    for name in names:
+        if name in NEEDS_COT and model != "lart":
+            raise ValueError(f"method {name!r} needs CoT lengths, which only a lart bank simulates "
+                             f"(bank {bank.bank_id!r} is {model!r})")
+    options = {name: dict((method_options or {}).get(name, {})) for name in names}
+    unknown = set(method_options or {}) - set(names)
+    if unknown:
+        raise ValueError(f"method_options given for methods not audited: {sorted(unknown)}")
+    return methods, names, options
+
+
+def task_record(dim: str, values: dict, scalars: dict, failed: bool, error: str):
+    """The Dataset one audit task returns: metric arrays over ``dim``, then ``scalars``, then the
+    ``failed`` flag and the ``error`` text (a failed task is recorded, never raised)."""
+    import xarray as xr
+
+    data = {name: (dim, v) for name, v in values.items()}
+    data.update({name: ((), v) for name, v in scalars.items()})
+    data["failed"] = ((), np.int8(failed))
+    data["error"] = ((), error)
+    return xr.Dataset(data)
 
 
 # ----------------------------------------------------------------------------- stores

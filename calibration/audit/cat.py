@@ -12,7 +12,7 @@ Auditing a bank against a different truth -- e.g. one refitted on a small sample
 :func:`calibration.audit.alter_bank` for a deliberately wrong one -- shows what trusting it costs.
 
 Scoring (LaRT engine banks): ``"lart"`` scores accuracy and CoT lengths jointly (MAP of (theta,
-tau), MATH.md 1.5), ``"irt"`` the accuracy answers alone (the estimator's ``use_cot=False``).
+tau), docs/math.md §1.5), ``"irt"`` the accuracy answers alone (the estimator's ``use_cot=False``).
 
 Variables (dims ``replication, selector, scoring, test_length``):
 
@@ -43,13 +43,14 @@ from calibration.audit._common import (
     Z95,
     array_fingerprint,
     as_bank,
-    bank_fingerprint,
     check_replications,
     error_text,
     open_store,
+    params_key,
     parse_abilities,
     positive_ints,
     resolve_ability_sample,
+    task_record,
 )
 from calibration.audit.runner import run_tasks, stream
 from calibration.simulate import simulate_responses
@@ -135,8 +136,6 @@ def _step_metrics(theta, est, sd):
 
 def _cat_task(task: dict):
     """One record: every simulee of one replication through one (selector, scoring) configuration."""
-    import xarray as xr
-
     from catengine.session import CATSession
     from catengine.stopping import MaxItems
 
@@ -190,12 +189,8 @@ def _cat_task(task: dict):
     except Exception as exc:  # recorded, never raised
         failed, error = True, error_text(exc)
         out = {name: np.full(n_len, np.nan) for name in CAT_METRICS}
-    data = {name: ("test_length", values) for name, values in out.items()}
-    data["max_exposure"] = ((), max_exposure)
-    data["runtime_s"] = ((), time.perf_counter() - t_start)
-    data["failed"] = ((), np.int8(failed))
-    data["error"] = ((), error)
-    return xr.Dataset(data)
+    return task_record("test_length", out, {"max_exposure": max_exposure, "runtime_s": time.perf_counter() - t_start},
+                       failed, error)
 
 
 def cat_audit(
@@ -254,7 +249,7 @@ def cat_audit(
     selectors = _selectors(selector)
     sel_names = [n for n, _ in selectors]
     for _, sel in selectors:
-        from catengine.session.session import item_table
+        from catengine.session.bank_log import item_table
 
         sel.check_bank(item_table(bank))
     lart_engine = bank.params.response_model == "lart"
@@ -264,7 +259,7 @@ def cat_audit(
 
     cot_offset = truth_bank.effective_cot_offset
     config = {
-        "bank": bank_fingerprint(bank.params), "bank_id": bank.bank_id, "true_bank": bank_fingerprint(truth),
+        "bank": params_key(bank.params), "bank_id": bank.bank_id, "true_bank": params_key(truth),
         "selectors": [to_config(s) for _, s in selectors], "scorings": scorings, "estimator": estimator,
         "n_simulees": n_sim[0], "ability": specs[0].label,
         "ability_sample": None if sample is None else array_fingerprint(sample),

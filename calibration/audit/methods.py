@@ -4,14 +4,18 @@ A *method* is a callable ``fit(data, rng, **options) -> Fit``: it calibrates a
 :class:`~calibration.ResponseData` and returns the fitted abilities and item parameters on the
 fit's own scale. Built-in names (``METHODS``):
 
-==============  ==========================================================  ==================
-name            calibrator                                                  fitted model
-==============  ==========================================================  ==================
-``cbmm``        :class:`calibration.methods.cbmm.calibrator.CBMMCalibrator`                     2PL (logistic)
-``saem``        :class:`calibration.methods.lart.calibrator.LaRTSAEMCalibrator`            LaRT (probit + CoT)
-``saem-irt``    ``LaRTSAEMCalibrator(use_cot=False)`` (IRT-only mode)        probit 2PL
-``psn``         :class:`calibration.methods.psn.PSNCalibrator`                        4PL (logistic)
-==============  ==========================================================  ==================
+==============  ===============================================  ====================
+name            calibrator                                       fitted model
+==============  ===============================================  ====================
+``cbmm``        ``calibration.methods.cbmm.CBMMCalibrator``      2PL (logistic)
+``saem``        ``calibration.methods.lart.LaRTSAEMCalibrator``  LaRT (probit + CoT)
+``saem-irt``    ``LaRTSAEMCalibrator(use_cot=False)``            probit 2PL
+``psn``         ``calibration.methods.psn.PSNCalibrator``        4PL (logistic)
+==============  ===============================================  ====================
+
+Every method of the registry ``calibration.methods.METHODS`` is here under its name: its fit reads
+the calibrator contract's attributes (``item_params_``, ``theta_``, ``theta_sd_``, ``converged_``,
+``n_iter_``); PSN's is rescaled to the standardised scale its banks use.
 
 ``options`` are passed to the calibrator's constructor (``progress`` is forced off); the
 calibrator's ``rng`` is the replication's own stream. Any module-level function with the same
@@ -26,14 +30,17 @@ P(correct) and the accuracy Fisher information of fitted parameters, which ignor
 from __future__ import annotations
 
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from functools import partial
 
 import numpy as np
 
 from calibration.base import ConvergenceWarning
+from calibration.methods import METHODS as REGISTRY
+from calibration.methods import get_method
 from catengine.models.params import ItemParams
 
-__all__ = ["Fit", "METHODS", "NEEDS_COT", "resolve_method"]
+__all__ = ["Fit", "METHODS", "NEEDS_COT", "fit_registered", "resolve_method"]
 
 
 @dataclass(frozen=True)
@@ -77,24 +84,31 @@ def _fitted(calibrator_class, data, rng, options):
     return cal, converged
 
 
-def fit_cbmm(data, rng, **options) -> Fit:
-    """cBMM 2PL calibration (MATH.md 2); reported scale: standardised over the subjects."""
-    from calibration.methods.cbmm.calibrator import CBMMCalibrator
+def fit_registered(data, rng, *, method: str, **options) -> Fit:
+    """Fit with the registered ``method`` (``calibration.methods.METHODS``): the contract's attributes."""
+    return _registered_fit(method, data, rng, options)[0]
 
-    cal, converged = _fitted(CBMMCalibrator, data, rng, options)
-    return Fit(theta=np.asarray(cal.theta_, dtype=float), params=ItemParams("2pl", a=cal.a_, b=cal.b_),
-               converged=converged, n_iter=int(cal.n_iter_))
+
+def _registered_fit(name, data, rng, options):
+    """(Fit, calibrator) of the registered method ``name``."""
+    cal, converged = _fitted(get_method(name).calibrator, data, rng, options)
+    params = cal.item_params_
+    has_cot = params is not None and params.response_model == "lart"
+    if params is None and hasattr(cal, "omega_"):  # SAEM's IRT-only mode: probit, no CoT parameters
+        params = _probit_params(cal.a_, cal.b_)
+    sd = np.asarray(cal.theta_sd_, dtype=float)
+    return Fit(theta=np.asarray(cal.theta_, dtype=float), params=params, theta_sd=None if np.isnan(sd).all() else sd,
+               has_cot=has_cot, converged=converged, n_iter=int(cal.n_iter_)), cal
+
+
+def fit_cbmm(data, rng, **options) -> Fit:
+    """cBMM 2PL calibration (docs/math.md §2); reported scale: standardised over the subjects."""
+    return _registered_fit("cbmm", data, rng, options)[0]
 
 
 def fit_saem(data, rng, **options) -> Fit:
-    """LaRT SAEM calibration (MATH.md 1.4) with CoT lengths; MAP abilities with posterior SDs."""
-    from calibration.methods.lart.calibrator import LaRTSAEMCalibrator
-
-    cal, converged = _fitted(LaRTSAEMCalibrator, data, rng, options)
-    has_cot = cal.omega_ is not None
-    params = cal.params_ if has_cot else _probit_params(cal.a_, cal.b_)
-    return Fit(theta=np.asarray(cal.theta_, dtype=float), params=params, theta_sd=np.asarray(cal.theta_sd_, dtype=float),
-               has_cot=has_cot, converged=converged, n_iter=int(cal.n_iter_))
+    """LaRT SAEM calibration (docs/math.md §1) with CoT lengths; MAP abilities with posterior SDs."""
+    return _registered_fit("saem", data, rng, options)[0]
 
 
 def fit_saem_irt(data, rng, **options) -> Fit:
@@ -103,19 +117,24 @@ def fit_saem_irt(data, rng, **options) -> Fit:
 
 
 def fit_psn(data, rng, **options) -> Fit:
-    """PSN-IRT 4PL (MATH.md 3); abilities standardised over the subjects as the bank export does."""
-    from calibration.methods.psn import PSNCalibrator
-
-    cal, converged = _fitted(PSNCalibrator, data, rng, options)
+    """PSN-IRT 4PL (docs/math.md §3); abilities standardised over the subjects as the bank export does."""
+    fit, cal = _registered_fit("psn", data, rng, options)
     post = cal.theta_posterior(standardize=True)  # its location / scale are the bank export's
-    theta = (np.asarray(cal.theta_, dtype=float) - post["location"]) / post["scale"]
-    return Fit(theta=theta, params=cal.item_params(standardize=True), theta_sd=np.asarray(post["sd"], dtype=float),
-               converged=converged, n_iter=int(cal.n_iter_))
+    theta = (fit.theta - post["location"]) / post["scale"]
+    return replace(fit, theta=theta, params=cal.item_params(standardize=True), theta_sd=np.asarray(post["sd"], dtype=float))
 
 
-METHODS = {"cbmm": fit_cbmm, "saem": fit_saem, "saem-irt": fit_saem_irt, "psn": fit_psn}
+#: audit fit function of each registered method (``_registered_fit`` unless the method needs a
+#: rescaling to its bank's scale), plus variants
+_FITS = {"cbmm": fit_cbmm, "saem": fit_saem, "psn": fit_psn}
+_VARIANTS = {"saem": {"saem-irt": fit_saem_irt}}  # listed right after the method they vary
+METHODS = {
+    key: fit
+    for name in REGISTRY
+    for key, fit in {name: _FITS.get(name, partial(fit_registered, method=name)), **_VARIANTS.get(name, {})}.items()
+}
 #: methods that need CoT lengths (a ``lart`` truth)
-NEEDS_COT = frozenset({"saem"})
+NEEDS_COT = frozenset(name for name, m in REGISTRY.items() if m.needs_cot)
 
 
 def resolve_method(method) -> tuple[str, object]:

@@ -1,4 +1,4 @@
-"""Recovery-audit metrics (MATH.md section 4, seed 003): pure functions of numpy arrays.
+"""Recovery-audit metrics (docs/math.md §4, seed 003): pure functions of numpy arrays.
 
 Every function validates its input, never mutates it, and returns a Python float (NaN where the
 metric is undefined, e.g. a correlation of a constant vector) without emitting warnings.
@@ -29,6 +29,8 @@ import math
 
 import numpy as np
 from scipy import stats
+
+from catengine.validation import is_integer
 
 __all__ = [
     "LOGISTIC_PROBIT_D",
@@ -177,7 +179,7 @@ def insufficient_coverage(theta, difficulty, *, window: float = 0.2, max_items: 
         raise ValueError("theta contains non-finite values")
     if not (window >= 0 and math.isfinite(window)):
         raise ValueError(f"window must be a finite number >= 0, got {window!r}")
-    if isinstance(max_items, bool) or not isinstance(max_items, (int, np.integer)) or max_items < 0:
+    if not is_integer(max_items) or max_items < 0:
         raise ValueError(f"max_items must be an integer >= 0, got {max_items!r}")
     d = np.sort(d[np.isfinite(d)])
     # count of d in [theta - w, theta + w] by binary search (O((N + J) log J)); the tiny slack

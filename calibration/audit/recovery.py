@@ -3,7 +3,7 @@
 For every replication r, sample size N and ability distribution: draw N abilities, simulate the
 response matrix from the bank (with CoT lengths for LaRT banks; optional missingness), then refit
 it with every method on the SAME data (common random numbers across methods) and record the
-metrics of MATH.md section 4. Design diagnostics of the truth (|skewness| of the abilities,
+metrics of docs/math.md §4. Design diagnostics of the truth (|skewness| of the abilities,
 insufficient difficulty coverage, marginal reliability) are recorded alongside, so ranking recovery
 can be related to them.
 
@@ -48,16 +48,16 @@ from calibration.audit._common import (
     Z95,
     array_fingerprint,
     as_bank,
-    bank_fingerprint,
+    audited_methods,
     check_replications,
     error_text,
     method_cell_tasks,
     open_store,
+    params_key,
     parse_abilities,
     positive_ints,
     resolve_ability_sample,
 )
-from calibration.audit.methods import NEEDS_COT, resolve_method
 from calibration.audit.runner import run_tasks, stream
 from calibration.simulate import MISSINGNESS, simulate_responses
 from catengine.models import fisher_information, prob_correct
@@ -230,25 +230,14 @@ def recovery_audit(
     ns = positive_ints(n_subjects, "n_subjects")
     specs = parse_abilities(ability)
     reps = check_replications(replications)
-    methods = [resolve_method(m) for m in ((method,) if isinstance(method, str) or callable(method) else method)]
-    names = [n for n, _ in methods]
-    if not methods or len(set(names)) != len(names):
-        raise ValueError(f"give one or more distinct methods, got {names}")
-    for name in names:
-        if name in NEEDS_COT and truth.response_model != "lart":
-            raise ValueError(f"method {name!r} needs CoT lengths, which only a lart bank simulates "
-                             f"(bank {bank.bank_id!r} is {truth.response_model!r})")
+    methods, names, options = audited_methods(method, bank, method_options)
     if missing is not None and missing not in MISSINGNESS:
         raise ValueError(f"missing must be one of {', '.join(MISSINGNESS)} or None, got {missing!r}")
-    options = {name: dict((method_options or {}).get(name, {})) for name in names}
-    unknown = set(method_options or {}) - set(names)
-    if unknown:
-        raise ValueError(f"method_options given for methods not audited: {sorted(unknown)}")
     sample = resolve_ability_sample(specs, bank, ability_sample)
     cot_offset = bank.effective_cot_offset
 
     config = {
-        "bank": bank_fingerprint(truth), "bank_id": bank.bank_id, "response_model": truth.response_model,
+        "bank": params_key(truth), "bank_id": bank.bank_id, "response_model": truth.response_model,
         "methods": names, "method_options": options, "missing": missing, "missing_rate": float(missing_rate),
         "ability_sample": None if sample is None else array_fingerprint(sample),
     }

@@ -49,7 +49,14 @@ __all__ = ["replay_audit", "REPLAY_METRICS", "bank_from_fit"]
 REPLAY_METRICS = ("coverage", "nominal_coverage", "sd_ratio", "kendall_tau", "mean_abs_diff", "theta_sd_mean")
 
 
-_BANK_METHOD = {"cbmm": "cbmm", "saem": "saem", "saem-irt": "saem", "psn": "psn-laplace"}
+def _bank_method(method: str) -> str:
+    """The bank ``calibration_method`` of an audit method name ("" for fit functions)."""
+    from calibration.methods import get_method
+
+    try:
+        return get_method(method.removesuffix("-irt")).name
+    except ValueError:
+        return ""
 
 
 def bank_from_fit(fit, item_ids, bank_id: str, method: str = ""):
@@ -60,7 +67,7 @@ def bank_from_fit(fit, item_ids, bank_id: str, method: str = ""):
     arrays = {name: np.asarray(getattr(p, name), dtype=np.float64) for name in p.parameter_names}
     extra = {"rho": float(p.rho), "cot_offset": 1.0} if p.response_model == "lart" else {}
     return ItemBank.from_params(p.response_model, [str(i) for i in item_ids], bank_id=bank_id,
-                                calibration_method=_BANK_METHOD.get(method, ""), **extra, **arrays)
+                                calibration_method=_bank_method(method), **extra, **arrays)
 
 
 def replay_metrics(full, full_sd, est, sd) -> dict:

@@ -23,6 +23,8 @@ from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 
 import numpy as np
 
+from catengine.validation import is_integer
+
 __all__ = ["as_seed_sequence", "run_tasks", "stream"]
 
 
@@ -41,7 +43,7 @@ def as_seed_sequence(rng) -> np.random.SeedSequence:
         return rng
     if isinstance(rng, np.random.Generator):
         return np.random.SeedSequence([int(v) for v in rng.integers(0, 2**32, size=4, dtype=np.uint64)])
-    if rng is None or (isinstance(rng, (int, np.integer)) and not isinstance(rng, bool) and rng >= 0):
+    if rng is None or (is_integer(rng) and rng >= 0):
         return np.random.SeedSequence(rng)
     raise TypeError(f"rng must be a non-negative int, a numpy Generator or SeedSequence, or None, got {rng!r}")
 
@@ -77,7 +79,7 @@ def run_tasks(tasks, fn, store, *, n_workers: int = 2, progress: bool = True, de
     """
     from calibration.audit.store import record_name
 
-    if isinstance(n_workers, bool) or not isinstance(n_workers, (int, np.integer)) or n_workers < 0:
+    if not is_integer(n_workers) or n_workers < 0:
         raise ValueError(f"n_workers must be an integer >= 0 (0 or 1: run in this process), got {n_workers!r}")
     existing = store.done()
     todo = [(key, payload) for key, payload in tasks if record_name(key) not in existing]

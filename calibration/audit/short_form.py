@@ -26,16 +26,18 @@ from calibration.audit import metrics as M
 from calibration.audit._common import (
     array_fingerprint,
     as_bank,
-    bank_fingerprint,
+    audited_methods,
     check_replications,
     error_text,
     method_cell_tasks,
     open_store,
+    params_key,
     parse_abilities,
     positive_ints,
     resolve_ability_sample,
+    task_record,
 )
-from calibration.audit.methods import NEEDS_COT, Fit, resolve_method
+from calibration.audit.methods import Fit, resolve_method
 from calibration.audit.runner import run_tasks, stream
 from calibration.simulate import simulate_responses
 from catengine.models import fisher_information
@@ -81,8 +83,6 @@ def select_short_form(params, theta, k: int) -> np.ndarray:
 
 
 def _short_form_task(task: dict):
-    import xarray as xr
-
     t_start = time.perf_counter()
     forms = task["forms"]
     n_f = len(forms)
@@ -128,12 +128,7 @@ def _short_form_task(task: dict):
     except Exception as exc:  # recorded, never raised
         failed, error = True, error_text(exc)
         out = {name: np.full(n_f, np.nan) for name in out}
-    data = {name: ("form", values) for name, values in out.items()}
-    data["runtime_s"] = ((), runtime)
-    data["wall_s"] = ((), time.perf_counter() - t_start)
-    data["failed"] = ((), np.int8(failed))
-    data["error"] = ((), error)
-    return xr.Dataset(data)
+    return task_record("form", out, {"runtime_s": runtime, "wall_s": time.perf_counter() - t_start}, failed, error)
 
 
 def short_form_audit(
@@ -170,22 +165,13 @@ def short_form_audit(
     n_rand = positive_ints(n_random, "n_random")
     if len(n_held) != 1 or len(n_rand) != 1 or n_held[0] < 2:
         raise ValueError("n_heldout (>= 2) and n_random are single numbers")
-    raw = (method,) if isinstance(method, str) or callable(method) else tuple(method)
-    methods = [(TRUTH, None) if m == TRUTH else resolve_method(m) for m in raw]
-    names = [n for n, _ in methods]
-    if not methods or len(set(names)) != len(names):
-        raise ValueError(f"give one or more distinct methods, got {names}")
-    for name in names:
-        if name in NEEDS_COT and truth.response_model != "lart":
-            raise ValueError(f"method {name!r} needs CoT lengths, which only a lart bank simulates")
-    options = {name: dict((method_options or {}).get(name, {})) for name in names}
-    unknown = set(method_options or {}) - set(names)
-    if unknown:
-        raise ValueError(f"method_options given for methods not audited: {sorted(unknown)}")
+    methods, names, options = audited_methods(
+        method, bank, method_options, resolve=lambda m: (TRUTH, None) if m == TRUTH else resolve_method(m)
+    )
     sample = resolve_ability_sample(specs, bank, ability_sample)
     cot_offset = bank.effective_cot_offset
     config = {
-        "bank": bank_fingerprint(truth), "bank_id": bank.bank_id, "methods": names, "method_options": options,
+        "bank": params_key(truth), "bank_id": bank.bank_id, "methods": names, "method_options": options,
         "n_heldout": n_held[0], "n_random": n_rand[0],
         "ability_sample": None if sample is None else array_fingerprint(sample),
     }

@@ -1,14 +1,11 @@
 """Command-line entry point ``calibration``.
 
-``calibration fit --method {cbmm,saem,psn} --responses FILE --bank-id ID --out DIR [options]``
-calibrates a new item bank version; ``simulate`` draws response files from a bank; ``audit``
-runs recovery audits (``calibration/cli/audit.py``);
-``recalibrate``, ``diff`` and ``log`` maintain a bank's versions (``calibration/cli/recalibrate.py``).
-
-Each fitting method lives in ``calibration/cli/fit_<method>.py`` exposing ``add_arguments(parser)`` (its own
-options only), ``build(args) -> calibrator``, ``summary(calibrator, data) -> str`` and optionally
-``check(data)`` / ``to_bank(calibrator, args)``; reading the data and writing the bank happen here, once. Only the chosen
-method's options are added, so methods never collide on option names.
+``calibration fit {cbmm,saem,psn} --responses FILE --bank-id ID --out DIR [options]`` (also spelled
+``calibration fit --method {cbmm,saem,psn} ...``) calibrates a new item bank version; one subcommand
+per method of the registry ``calibration.methods.METHODS``, its options generated from the
+calibrator's declared settings (``calibration/cli/fit.py``). ``simulate`` draws response files
+from a bank; ``audit`` runs recovery audits (``calibration/cli/audit.py``); ``recalibrate``,
+``diff`` and ``log`` maintain a bank's versions (``calibration/cli/recalibrate.py``).
 """
 
 from __future__ import annotations
@@ -16,117 +13,14 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from importlib import import_module
-from pathlib import Path
 
-from calibration.cli.progress import add_progress_argument, progress_enabled
-
-FIT_METHODS = {
-    "cbmm": "calibration.cli.fit_cbmm",
-    "saem": "calibration.cli.fit_saem",
-    "psn": "calibration.cli.fit_psn",
-}
+from calibration.cli.fit import add_fit_parser, method_first
 
 
-def _peek_method(argv: list[str]) -> str | None:
-    for k, arg in enumerate(argv):
-        if arg == "--method" and k + 1 < len(argv):
-            return argv[k + 1]
-        if arg.startswith("--method="):
-            return arg.split("=", 1)[1]
-    return None
-
-
-def _add_fit_common(fit: argparse.ArgumentParser) -> None:
-    fit.add_argument("--responses", required=True, metavar="FILE",
-                     help="long table (.csv/.jsonl: subject,item,correct[,cot_tokens]), ResponseData .nc, "
-                          "or a wide accuracy CSV (with --wide or --cot)")
-    fit.add_argument("--cot", metavar="FILE", help="wide CoT-length CSV matching a wide accuracy CSV")
-    fit.add_argument("--wide", action="store_true", help="--responses is a wide accuracy CSV (rows LLMs, header item ids)")
-    fit.add_argument("--bank-id", required=True, metavar="ID", help="bank id; versions go to OUT/ID/ID_v<N>.nc")
-    fit.add_argument("--out", default="item_banks", metavar="DIR", help="root directory of item banks (default item_banks)")
-    fit.add_argument("--seed", type=int, default=None, help="random seed (default: the method's own)")
-    add_progress_argument(fit)
-    fit.add_argument("--keep-responses", action=argparse.BooleanOptionalAction, default=True,
-                     help="store the responses in the bank so that it can be recalibrated (default on)")
-    fit.add_argument("--include-subjects", metavar="IDS|FILE",
-                     help="calibrate on these LLMs only: comma-separated ids, or a file with one id per line")
-    fit.add_argument("--exclude-subjects", metavar="IDS|FILE",
-                     help="leave these LLMs out (e.g. to hold one out): comma-separated ids, or a file with one id per line")
-
-
-def subject_id_list(value: str | None) -> list[str] | None:
-    """``--include/--exclude-subjects``: a file of ids (one per line, # comments) or comma-separated ids."""
-    if value is None:
-        return None
-    path = Path(value)
-    if path.is_file():
-        lines = path.read_text(encoding="utf-8").splitlines()
-        ids = [ln.strip() for ln in lines if ln.strip() and not ln.lstrip().startswith("#")]
-    else:
-        ids = [v.strip() for v in value.split(",") if v.strip()]
-    if not ids:
-        raise ValueError(f"no subject ids in {value!r}")
-    return ids
-
-
-def _announce_lineage(directory: Path, bank_id: str) -> None:
-    """A fresh fit into a directory that already holds versions starts a new lineage: say so."""
-    from catengine.itembank import list_versions
-
-    versions = sorted(list_versions(directory)) if directory.is_dir() else []
-    if versions:
-        print(
-            f"note: {directory} already holds v{versions[0]}..v{versions[-1]} of {bank_id!r}; this fit is written as a "
-            "new lineage root (parent 0), not linked to them, so its theta scale is not comparable with theirs. "
-            "To add LLMs to an existing bank and keep its scale, use `calibration recalibrate`.",
-            file=sys.stderr,
-        )
-
-
-def run_fit(args) -> int:
-    """Load the responses, fit with the chosen method, write a new bank version, print its path."""
-    from calibration.io import load_responses
-    from catengine import write_item_bank
-
-    module = import_module(FIT_METHODS[args.method])
-    args.progress = progress_enabled(args.progress)
-    try:
-        data = load_responses(args.responses, cot=args.cot, wide=args.wide)
-        include, exclude = subject_id_list(args.include_subjects), subject_id_list(args.exclude_subjects)
-        if include is not None or exclude is not None:
-            n_before = data.n_subjects
-            data = data.select_subjects(include=include, exclude=exclude)
-            print(f"calibrating on {data.n_subjects} of {n_before} LLMs", file=sys.stderr)
-        if hasattr(module, "check"):
-            module.check(data)
-        calibrator = module.build(args).fit(data)
-        bank = module.to_bank(calibrator, args) if hasattr(module, "to_bank") else calibrator.to_item_bank(args.bank_id)
-        if args.keep_responses:
-            bank = bank.with_group("responses", data.to_dataset())
-        _announce_lineage(Path(args.out) / args.bank_id, args.bank_id)
-        path = write_item_bank(bank, Path(args.out) / args.bank_id)
-    except (ValueError, TypeError, OSError) as exc:
-        print(f"calibration fit: error: {exc}", file=sys.stderr)
-        return 2
-    print(module.summary(calibrator, data), file=sys.stderr)
-    print(path)
-    return 0
-
-
-def build_parser(method: str | None = None) -> argparse.ArgumentParser:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="calibration", description="Offline calibration of LLM item banks.")
     sub = parser.add_subparsers(dest="command", required=True)
-    fit = sub.add_parser(
-        "fit",
-        help="calibrate a new item bank version from a response file",
-        description="Calibrate a new item bank version. Pass --method first to see that method's options with --help.",
-    )
-    fit.add_argument("--method", choices=sorted(FIT_METHODS), required=True)
-    _add_fit_common(fit)
-    if method in FIT_METHODS:
-        import_module(FIT_METHODS[method]).add_arguments(fit)
-    fit.set_defaults(func=run_fit)
+    add_fit_parser(sub)
 
     from calibration.cli import audit as cli_audit, simulate as cli_simulate
     from calibration.cli import recalibrate as recal
@@ -148,8 +42,8 @@ def build_parser(method: str | None = None) -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    args = build_parser(_peek_method(argv)).parse_args(argv)
+    argv = method_first(list(sys.argv[1:] if argv is None else argv))
+    args = build_parser().parse_args(argv)
     try:
         return args.func(args)
     except BrokenPipeError:  # output piped into `head` and the like: stop quietly (Python docs' recipe)

@@ -14,6 +14,7 @@ import sys
 
 from calibration.cli.progress import add_progress_argument, progress_enabled
 from calibration.linking import LINKING_METHODS
+from calibration.methods import all_method_names
 
 
 def add_recalibrate_arguments(parser: argparse.ArgumentParser) -> None:
@@ -22,7 +23,7 @@ def add_recalibrate_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--responses", nargs="+", help="new response file(s): long .csv/.jsonl, .nc, or wide CSVs with --wide")
     parser.add_argument("--cot", nargs="+", help="wide CoT-length CSV(s), one per --responses file")
     parser.add_argument("--wide", action="store_true", default=None, help="the response files are wide accuracy CSVs")
-    parser.add_argument("--method", choices=("cbmm", "saem", "psn"), help="calibration method (default: the bank's own)")
+    parser.add_argument("--method", choices=all_method_names(), help="calibration method (default: the bank's own)")
     parser.add_argument("--replace", action="store_true", default=None, help="fit the new data alone instead of merging it with the stored responses")
     parser.add_argument("--linking", choices=LINKING_METHODS, help="scale linking (default stocking-lord)")
     parser.add_argument("--on-conflict", choices=("error", "new"), help="a cell answered differently in stored and new data: fail (default) or take the new value")

@@ -14,9 +14,9 @@ import math
 import numpy as np
 from numba import njit
 
-from catengine.models._kernels import (
-    _log_p_4pl,
-    _weights_4pl,
+from catengine.models.kernels import log_p_4pl as _log_p_4pl
+from catengine.models.kernels import weights_4pl as _weights_4pl
+from catengine.models.kernels import (
     inv_mills,
     log_phi_cdf,
     log_sigmoid,

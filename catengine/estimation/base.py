@@ -1,6 +1,6 @@
 """Trait estimates, the population prior, and the estimator role.
 
-The log posterior of one subject's traits (MATH.md 1.5) is
+The log posterior of one subject's traits (docs/math.md §1.5) is
 
     logistic banks:  sum_j l_j(theta) - (theta - mu)^2 / (2 sd^2)
     LaRT banks:      sum_j log Phi(s_j z_j) - (1/2) (xi - mu)' Q (xi - mu) - F_T tau^2 / 2 + B tau,
@@ -15,7 +15,7 @@ profiled (or, identically up to a constant, integrated) out in closed form:
                  m = first entry of [[Q11, Q12], [Q12, Q22 + F_T]]^-1 (Q mu + (0, B))
 
 With the standard prior (unit variances, correlation rho) (m, 1/q) is exactly Lemma 1's
-CoT-informed prior of theta (MATH.md 1.3). So the 2-D MAP of (theta, tau) is a 1-D Newton problem
+CoT-informed prior of theta (docs/math.md §1.3). So the 2-D MAP of (theta, tau) is a 1-D Newton problem
 in theta followed by tau = tau*(theta); the joint Hessian is
 H = [[Q11 + c, Q12], [Q12, Q22 + F_T]] with c = -d2/dtheta2 of the accuracy log-likelihood.
 ``use_cot=False`` drops the CoT terms (IRT-only scoring of a LaRT bank).
@@ -30,14 +30,14 @@ from typing import ClassVar
 
 import numpy as np
 
-from catengine.validation import positive_finite
+from catengine.validation import is_number, positive_finite
 from catengine.estimation import _kernels as K
 from catengine.estimation.state import ResponseState
 from catengine.models.params import ItemParams
 
 
 def _finite(value, name: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+    if not is_number(value):
         raise TypeError(f"{name} must be a real number, got {value!r}")
     value = float(value)
     if not math.isfinite(value):
@@ -84,8 +84,8 @@ class TraitPrior:
 class TraitEstimate:
     """Posterior summary of one subject's traits after ``n_items`` answers.
 
-    ``theta_sd`` / ``tau_sd`` are posterior SDs (MAP: from the observed Hessian at the mode, MATH.md
-    1.5; EAP: posterior moments). ``tau``, ``tau_sd`` and ``theta_tau_cov`` are ``None`` for
+    ``theta_sd`` / ``tau_sd`` are posterior SDs (MAP: from the observed Hessian at the mode, docs/math.md
+    §1.5; EAP: posterior moments). ``tau``, ``tau_sd`` and ``theta_tau_cov`` are ``None`` for
     logistic banks. ``n_iter`` / ``converged`` describe the optimiser (EAP: 0 / True).
     """
 

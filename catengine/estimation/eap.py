@@ -13,6 +13,7 @@ from catengine.estimation import _kernels as K
 from catengine.estimation.base import TraitEstimate, TraitEstimator, TraitPrior
 from catengine.estimation.state import ResponseState
 from catengine.models.params import ItemParams
+from catengine.validation import is_integer
 
 _RULES = ("trapezoid", "sum")
 
@@ -71,7 +72,7 @@ class EAPEstimator(TraitEstimator):
 
     def __post_init__(self):
         self._check_settings()
-        if isinstance(self.n_points, bool) or not isinstance(self.n_points, int) or self.n_points < 3:
+        if not is_integer(self.n_points) or self.n_points < 3:
             raise ValueError(f"n_points must be an integer >= 3, got {self.n_points!r}")
         try:
             lo, hi = (float(v) for v in self.bounds)

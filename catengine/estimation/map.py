@@ -1,4 +1,4 @@
-"""MAP trait estimation by Newton (1-D for logistic banks, exact 2-D for LaRT; MATH.md 1.5)."""
+"""MAP trait estimation by Newton (1-D for logistic banks, exact 2-D for LaRT; docs/math.md §1.5)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from catengine.estimation import _kernels as K
 from catengine.estimation.base import TraitEstimate, TraitEstimator, TraitPrior
 from catengine.estimation.state import MODEL_4PL, ResponseState
 from catengine.models.params import ItemParams
+from catengine.validation import is_integer
 
 
 @dataclass(frozen=True)
@@ -19,7 +20,7 @@ class MAPEstimator(TraitEstimator):
     Logistic banks: 1-D Newton on theta. LaRT banks: the 2-D mode of (theta, tau) via the exact
     profile of tau (see ``estimation.base``): 1-D Newton on theta, then tau = alpha + beta theta.
     Posterior SDs come from the inverse of the negative Hessian of the log posterior at the mode
-    (for LaRT the 2 x 2 H = Sigma^-1 + diag(sum_j a_j^2 m(x)(x + m(x)), F_T) of MATH.md 1.5).
+    (for LaRT the 2 x 2 H = Sigma^-1 + diag(sum_j a_j^2 m(x)(x + m(x)), F_T) of docs/math.md §1.5).
     The prior keeps all-correct and all-wrong answer patterns finite.
 
     ``tol`` bounds the last Newton step (relative to 1 + |theta|); ``max_iter`` the iterations.
@@ -38,7 +39,7 @@ class MAPEstimator(TraitEstimator):
         self._check_settings()
         if not (isinstance(self.tol, (int, float)) and 0 < self.tol < 1e-2):
             raise ValueError(f"tol must be a number in (0, 0.01), got {self.tol!r}")
-        if isinstance(self.max_iter, bool) or not isinstance(self.max_iter, int) or self.max_iter < 1:
+        if not is_integer(self.max_iter) or self.max_iter < 1:
             raise ValueError(f"max_iter must be a positive integer, got {self.max_iter!r}")
 
     def _posterior(self, params: ItemParams, state: ResponseState, start: TraitEstimate | None = None) -> TraitEstimate:

@@ -6,7 +6,7 @@ touches ``n`` contiguous entries, never the whole bank), and the LaRT CoT statis
 
     F_T = sum_j phi_j^2 / lam_j^2,     B = -sum_j phi_j (log_cot_j - omega_j) / lam_j^2
 
-(MATH.md 1.3) are running sums over the items whose CoT length was observed. Estimators read the
+(docs/math.md §1.3) are running sums over the items whose CoT length was observed. Estimators read the
 state; incremental caches of estimators (e.g. the EAP grid log-likelihood) live in ``scratch`` and
 are rebuilt from the answers, in answer order, whenever they fall out of step.
 """

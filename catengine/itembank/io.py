@@ -9,7 +9,6 @@ overwritten even by two writers racing; a failed write leaves nothing behind
 from __future__ import annotations
 
 import os
-import re
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -18,27 +17,8 @@ import xarray as xr
 from catengine.atomic import atomic_output
 from catengine.errors import ItemBankSchemaError, ItemBankVersionExistsError
 from catengine.itembank.bank import ItemBank
-
-_VERSION_FILE = re.compile(r"^(?P<bank_id>.+)_v(?P<version>[1-9][0-9]*)\.nc$")
-
-
-def list_versions(directory) -> dict[int, Path]:
-    """Map version number -> file of every bank version stored in ``directory``."""
-    directory = Path(directory)
-    if not directory.is_dir():
-        return {}
-    versions = {}
-    for path in directory.iterdir():
-        match = _VERSION_FILE.match(path.name)
-        if match and path.is_file():
-            version = int(match["version"])
-            if version in versions:
-                raise ItemBankSchemaError(
-                    str(directory), [f"two files claim version {version}: {versions[version].name}, {path.name}"]
-                )
-            versions[version] = path
-    return dict(sorted(versions.items()))
-
+from catengine.itembank.versions import _VERSION_FILE, list_versions
+from catengine.validation import is_integer
 
 def _resolve(path_or_dir, version) -> Path:
     path = Path(path_or_dir)
@@ -56,7 +36,7 @@ def _resolve(path_or_dir, version) -> Path:
         raise FileNotFoundError(f"directory {path} holds no item bank versions (<bank_id>_v<N>.nc)")
     if version in ("latest", None):
         return versions[max(versions)]
-    if isinstance(version, bool) or not isinstance(version, int):
+    if not is_integer(version):
         raise ValueError(f"version must be 'latest' or an int, got {version!r}")
     if version not in versions:
         raise FileNotFoundError(f"{path} has no version {version}; available: {sorted(versions)}")
@@ -132,7 +112,7 @@ def write_item_bank(bank: ItemBank, directory, *, version: int | None = None, pa
     latest = max(versions, default=0)
     if version is None:
         new_version = latest + 1
-    elif isinstance(version, bool) or not isinstance(version, int) or version < 1:
+    elif not is_integer(version) or version < 1:
         raise ValueError(f"version must be a positive int, got {version!r}")
     elif version in versions:
         raise ItemBankVersionExistsError(f"{versions[version]} already exists; bank versions are never overwritten")

@@ -9,6 +9,8 @@ import json
 
 import numpy as np
 
+from catengine.validation import is_number
+
 SCHEMA_NAME = "irt-llm-eval.itembank"
 SCHEMA_VERSION = 1
 SUPPORTED_SCHEMA_VERSIONS = (1,)
@@ -21,7 +23,11 @@ RESPONSE_FUNCTIONS = {
 }
 ITEM_PARAMETERS = {"lart": ("a", "b", "omega", "phi", "lam"), "2pl": ("a", "b"), "4pl": ("a", "b", "c", "d")}
 ALL_ITEM_PARAMETERS = ("a", "b", "c", "d", "omega", "phi", "lam")
-CALIBRATION_METHODS = ("", "saem", "cbmm", "psn-laplace", "simulation")
+#: allowed ``calibration_method`` values: "" (none), the methods of calibration.methods.METHODS
+#: with their aliases ("psn-laplace" is how banks written before the registry name PSN), and
+#: "simulation" (banks drawn, not fitted). catengine does not import calibration, so this list is
+#: kept here; tests/test_calibrator_contract.py checks that it matches the registry.
+CALIBRATION_METHODS = ("", "saem", "cbmm", "psn", "psn-laplace", "simulation")
 
 PARAMETER_DESCRIPTIONS = {
     "a": ("discrimination (slope)", "slope of the linear predictor z = a*theta + b"),
@@ -127,7 +133,7 @@ def validate_tree(tree) -> list[str]:
             )
     if model == "lart":
         offset = attrs.get("cot_offset")
-        if not isinstance(offset, (float, int, np.floating, np.integer)) or isinstance(offset, bool):
+        if not is_number(offset):
             problems.append("lart banks need a numeric root attribute 'cot_offset' (T is modelled as log(T + cot_offset))")
         elif not np.isfinite(offset) or offset < 0:
             problems.append(f"cot_offset must be finite and >= 0, got {offset}")

@@ -20,7 +20,7 @@ import json
 import os
 from pathlib import Path
 
-from catengine.itembank.io import _VERSION_FILE, list_versions
+from catengine.itembank.versions import _VERSION_FILE, list_versions
 
 BANKS_ENV = "CATENGINE_BANKS"
 #: card attributes stored as JSON strings

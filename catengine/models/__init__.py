@@ -6,7 +6,8 @@
 * ``catengine.models.expected_information``: 4PL information averaged over a Gaussian posterior
   of b (Gauss-Hermite by default, Monte Carlo for comparison).
 * ``prob_correct`` / ``fisher_information``: dispatch on ``params.response_model``.
-* Stable numba primitives for other kernels: ``catengine.models._kernels`` (see its docstring).
+* Stable numba primitives for other kernels: ``catengine.models.kernels`` (public names; defined
+  and documented in ``catengine.models._kernels``).
 """
 
 from . import expected_information, lart, logistic

@@ -1,7 +1,7 @@
 """Numba kernels of the response models (compute only; the public wrappers validate and convert).
 
 Scalar primitives (``@njit`` functions of one float64, callable from Python and from other
-``@njit`` code, e.g. ``from catengine.models._kernels import log_phi_cdf, inv_mills``). All are
+``@njit`` code, e.g. ``from catengine.models.kernels import log_phi_cdf, inv_mills``, their public names). All are
 finite and warning-free on the whole real line (tested on |x| <= 40 and beyond):
 
 ==========================  ==================================================================

@@ -1,6 +1,6 @@
 """Posterior-expected 4PL Fisher information over a Gaussian posterior of the intercept b.
 
-Bank form (DESIGN.md): z = a theta + b, P = c + (d - c) sigmoid(z). With b ~ Normal(m, s^2)
+Bank form (docs/math.md §0): z = a theta + b, P = c + (d - c) sigmoid(z). With b ~ Normal(m, s^2)
 (``b`` the posterior mean, ``b_sd`` = s, a, c, d fixed at their MAP: the scoped posterior of
 seed 002) the posterior-expected information of an item at theta is
 
@@ -37,6 +37,8 @@ from functools import lru_cache
 import numpy as np
 from numba import njit
 
+from catengine.validation import is_integer
+
 from ._kernels import _weights_4pl
 from .logistic import _as_items, _as_theta, _check_model, _per_item, _vec
 from .params import ItemParams
@@ -68,7 +70,7 @@ def _gh(n: int) -> tuple[np.ndarray, np.ndarray]:
 
 def gauss_hermite_normal(n_nodes: int = DEFAULT_NODES) -> tuple[np.ndarray, np.ndarray]:
     """Nodes and weights of the n-point Gauss-Hermite rule for E[f(X)], X ~ Normal(0, 1)."""
-    if isinstance(n_nodes, bool) or not isinstance(n_nodes, (int, np.integer)) or not 1 <= n_nodes <= 200:
+    if not is_integer(n_nodes) or not 1 <= n_nodes <= 200:
         raise ValueError(f"n_nodes must be an integer in 1..200, got {n_nodes!r}")
     return _gh(int(n_nodes))
 
@@ -164,7 +166,7 @@ def _nodes(method, n_nodes, n_draws, rng):
     if method == "gauss-hermite":
         return gauss_hermite_normal(DEFAULT_NODES if n_nodes is None else n_nodes)
     if method == "monte-carlo":
-        if isinstance(n_draws, bool) or not isinstance(n_draws, (int, np.integer)) or n_draws < 1:
+        if not is_integer(n_draws) or n_draws < 1:
             raise ValueError(f"n_draws must be a positive integer, got {n_draws!r}")
         gen = np.random.default_rng(rng)
         x = gen.standard_normal(int(n_draws))

@@ -1,4 +1,4 @@
-"""LaRT (Latency-Response Theory, MATH.md section 1): probit accuracy + log-normal CoT length.
+"""LaRT (Latency-Response Theory, docs/math.md §1): probit accuracy + log-normal CoT length.
 
     P(R_j = 1 | theta)      = Phi(z_j),  z_j = a_j theta + b_j
     log(T_j + offset) | tau ~ Normal(omega_j - phi_j tau, lam_j^2)        (lam_j an SD)
@@ -24,6 +24,7 @@ from .logistic import _as_items, _as_responses, _as_theta, _check_model, _per_it
 from .params import ItemParams
 
 __all__ = [
+    "cot_tokens",
     "log_cot_length",
     "prob_correct",
     "log_likelihood",
@@ -78,6 +79,20 @@ def log_cot_length(tokens, cot_offset: float = 1.0) -> np.ndarray:
     out = np.full(t.shape, np.nan)
     np.log(t + offset, out=out, where=obs)
     return out if out.ndim else out[()]
+
+
+def cot_tokens(log_cot, cot_offset: float = 1.0, *, whole_tokens: bool = False) -> np.ndarray:
+    """The inverse of :func:`log_cot_length` for simulated lengths: T = exp(log_cot) - cot_offset,
+    clipped at 0 (a drawn log length below log(cot_offset) is a zero-length chain).
+
+    ``whole_tokens=True`` rounds T to the nearest token count first (what a live LLM reports: the
+    engine's simulated examinees use it); the calibration simulators keep T continuous. The one
+    rule of every simulated CoT length.
+    """
+    t = np.exp(np.asarray(log_cot, dtype=np.float64)) - float(cot_offset)
+    if whole_tokens:
+        t = np.round(t)
+    return np.maximum(t, 0.0)
 
 
 def prob_correct(params: ItemParams, theta, items=None) -> np.ndarray:
@@ -152,7 +167,7 @@ def item_information(params: ItemParams, theta, items=None) -> tuple[np.ndarray,
 
 
 def cot_statistics(params: ItemParams, items, log_cot) -> tuple[float, float]:
-    """(F_T, B) of MATH.md 1.3 over the items whose CoT length is observed (log_cot not NaN).
+    """(F_T, B) of docs/math.md §1.3 over the items whose CoT length is observed (log_cot not NaN).
 
     F_T = sum_j phi_j^2 / lam_j^2 (CoT information about tau), B = -sum_j phi_j (log_cot_j - omega_j) / lam_j^2.
     """
@@ -168,8 +183,8 @@ def cot_statistics(params: ItemParams, items, log_cot) -> tuple[float, float]:
 def cot_informed_prior(params: ItemParams, items, log_cot) -> tuple[float, float]:
     """Lemma 1, step 1: theta | T ~ Normal(mean, var) after integrating tau against the CoT data.
 
-    mean = rho B / (1 + F_T), var = 1 - rho^2 F_T / (1 + F_T) (the corrected variance of MATH.md
-    1.3). No CoT seen: Normal(0, 1). ``log_cot`` is log-scale, NaN = missing.
+    mean = rho B / (1 + F_T), var = 1 - rho^2 F_T / (1 + F_T) (the corrected variance of docs/math.md
+    §1.3). No CoT seen: Normal(0, 1). ``log_cot`` is log-scale, NaN = missing.
     """
     f_t, b_sum = cot_statistics(params, items, log_cot)
     rho = params.rho

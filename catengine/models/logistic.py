@@ -1,6 +1,6 @@
 """Logistic 1-4PL response model (banks with ``response_model`` "2pl" or "4pl").
 
-Slope-intercept form (DESIGN.md): z_j = a_j theta + b_j, b_j an easiness intercept.
+Slope-intercept form (docs/math.md §0): z_j = a_j theta + b_j, b_j an easiness intercept.
 
 * 2PL (and 1PL = equal slopes): P_j = sigmoid(z_j). A "2pl" ItemParams has no c/d; it is treated as
   c = 0, d = 1 through a specialised fast path.

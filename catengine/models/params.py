@@ -1,6 +1,6 @@
 """Item parameters of every response model, as frozen float64 arrays.
 
-One parameterisation for every bank (DESIGN.md): the linear predictor is slope-intercept,
+One parameterisation for every bank (docs/math.md §0): the linear predictor is slope-intercept,
 ``z = a * theta + b`` with ``b`` an intercept (larger = easier).
 
 * ``lart``: P(correct) = Phi(z); log(T + offset) ~ Normal(omega - phi * tau, lam^2), with
@@ -108,3 +108,25 @@ class ItemParams:
         """Parameters of the items selected by ``index`` (integer array, slice or boolean mask)."""
         kwargs = {name: getattr(self, name)[index] for name in self.parameter_names}
         return ItemParams(self.response_model, rho=self.rho, **kwargs)
+
+
+def params_fingerprint(params: ItemParams, *, item_ids=None, b_sd=None, length: int = 64) -> str:
+    """sha256 (hex, first ``length`` characters) of the response model, the item ids (if given),
+    every parameter array, rho and the intercepts' posterior SDs (if given).
+
+    The one fingerprint of item parameters: session logs record it with the item ids and ``b_sd``
+    (the bank a log was made with), audits record the first 16 characters of the parameters alone.
+    """
+    import hashlib
+    import json
+
+    h = hashlib.sha256()
+    h.update(params.response_model.encode())
+    if item_ids is not None:
+        h.update(json.dumps([str(i) for i in item_ids]).encode())
+    for name in params.parameter_names:
+        h.update(np.ascontiguousarray(getattr(params, name), dtype=np.float64).tobytes())
+    h.update(np.float64(params.rho).tobytes())
+    if b_sd is not None:
+        h.update(np.ascontiguousarray(b_sd, dtype=np.float64).tobytes())
+    return h.hexdigest()[:length]

@@ -1,4 +1,4 @@
-"""Item selection: information criteria, exposure and content control (MATH.md 3 and 5).
+"""Item selection: information criteria, exposure and content control (docs/math.md §3 and §5).
 
 Selectors (role :class:`ItemSelector`; registry ``SELECTORS`` name -> class):
 

@@ -16,8 +16,9 @@ import math
 
 from numba import njit
 
-from catengine.models._kernels import _log_p_4pl, log_phi_cdf, log_sigmoid, probit_info_h
-from catengine.models.expected_information import _info_z
+from catengine.models.kernels import info_4pl_z as _info_z
+from catengine.models.kernels import log_p_4pl as _log_p_4pl
+from catengine.models.kernels import log_phi_cdf, log_sigmoid, probit_info_h
 
 _INV_SQRT2 = 1.0 / math.sqrt(2.0)
 _INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
@@ -181,7 +182,7 @@ def _lart_score(criterion, u, v, p11, p12, p22):
 
 @njit(cache=True)
 def topk_lart(criterion, theta, a, b, v, p11, p12, p22, eligible, order, bound, v_max, k, best_idx, best_val):
-    """LaRT criteria on the 2 x 2 precision P + diag(u_j, v_j) (MATH.md 5).
+    """LaRT criteria on the 2 x 2 precision P + diag(u_j, v_j) (docs/math.md §5.3).
 
     criterion 0 (theta-targeted): score = -[(P + diag(u, v))^-1]_11 = -(P22 + v) / det;
     1 (D-optimal): det; 2 (A-optimal): -trace of the inverse = -(P11 + u + P22 + v) / det.

@@ -12,6 +12,8 @@ from catengine.errors import BankExhaustedError
 from catengine.estimation.base import TraitEstimate
 from catengine.estimation.state import ResponseState, full_cd, model_code
 from catengine.models.params import ItemParams
+from catengine.selection import _kernels as SK
+from catengine.validation import is_integer
 
 
 class ItemTable:
@@ -52,6 +54,14 @@ class ItemTable:
         self.info_order = np.argsort(-bound, kind="stable").astype(np.int64)
         self.info_order.flags.writeable = False
         self._groups: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+
+    def max_information(self, theta: float, available: np.ndarray) -> float:
+        """The largest Fisher information about theta (accuracy part) among the ``available`` items."""
+        idx = np.empty(1, dtype=np.int64)
+        val = np.empty(1)
+        SK.topk_info(self.model, np.array([theta], dtype=np.float64), np.ones(1), self.params.a, self.params.b,
+                     self.c, self.d, available, self.info_order, self.info_bound, 1, idx, val)
+        return float(val[0])
 
     def metadata(self, field: str) -> np.ndarray:
         if self._metadata is None:
@@ -130,6 +140,6 @@ def run_topk(kernel, k: int, *args) -> tuple[np.ndarray, np.ndarray]:
 
 
 def check_k(k) -> int:
-    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
+    if not is_integer(k) or k < 1:
         raise ValueError(f"k must be a positive integer, got {k!r}")
     return int(k)

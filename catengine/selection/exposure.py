@@ -24,6 +24,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from catengine.selection.base import ItemTable
+from catengine.validation import is_integer
 
 
 class ExposureContext:
@@ -68,7 +69,7 @@ class Randomesque(ExposureControl):
     k: int = 5
 
     def __post_init__(self):
-        if isinstance(self.k, bool) or not isinstance(self.k, (int, np.integer)) or self.k < 1:
+        if not is_integer(self.k) or self.k < 1:
             raise ValueError(f"randomesque k must be a positive integer, got {self.k!r}")
 
     @property

@@ -1,4 +1,4 @@
-"""Information-based selectors (MATH.md 3 and 5) and the random baseline."""
+"""Information-based selectors (docs/math.md §3 and §5) and the random baseline."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from catengine.validation import positive_finite
+from catengine.validation import is_integer, positive_finite
 from catengine.errors import BankExhaustedError
 from catengine.models.expected_information import DEFAULT_NODES, gauss_hermite_normal
 from catengine.selection import _kernels as K
@@ -19,7 +19,7 @@ _ONE = np.ones(1)
 
 
 def _positive_int(value, name: str, low: int = 1, high: int = 64) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not low <= value <= high:
+    if not is_integer(value) or not low <= value <= high:
         raise ValueError(f"{name} must be an integer in [{low}, {high}], got {value!r}")
 
 
@@ -51,7 +51,7 @@ class MaxFisherInformation(ItemSelector):
 
 @dataclass(frozen=True)
 class PosteriorExpectedInformation(ItemSelector):
-    """Fisher information averaged over the bank's Gaussian posterior of each intercept b (MATH.md 3).
+    """Fisher information averaged over the bank's Gaussian posterior of each intercept b (docs/math.md §5.1).
 
     Ibar_j(theta) = E_{b_j ~ Normal(b_j, b_sd_j^2)} I_j(theta), by ``n_nodes``-point Gauss-Hermite
     quadrature at the current theta estimate (the rule and the scalar 4PL kernel of

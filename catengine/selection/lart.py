@@ -1,4 +1,4 @@
-"""LaRT selectors: criteria on the 2 x 2 precision of (theta, tau) (MATH.md 5), and the authors'
+"""LaRT selectors: criteria on the 2 x 2 precision of (theta, tau) (docs/math.md §5.3), and the authors'
 replication mode."""
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ import numpy as np
 from catengine.selection import _kernels as K
 from catengine.selection.base import ItemSelector, SelectionState, check_k, run_topk
 from catengine.selection.information import MaxFisherInformation
+from catengine.validation import is_integer
 
 _CRITERIA = {"theta": 0, "d-optimal": 1, "a-optimal": 2}
 
@@ -87,11 +88,11 @@ class LaRTReplicationSelection(ItemSelector):
     fixed_items: tuple[int, ...] | None = None
 
     def __post_init__(self):
-        if isinstance(self.n_fixed, bool) or not isinstance(self.n_fixed, (int, np.integer)) or self.n_fixed < 0:
+        if not is_integer(self.n_fixed) or self.n_fixed < 0:
             raise ValueError(f"n_fixed must be an integer >= 0, got {self.n_fixed!r}")
         if self.fixed_items is not None:
             items = tuple(self.fixed_items)
-            if any(isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 0 for v in items):
+            if any(not is_integer(v) or v < 0 for v in items):
                 raise ValueError(f"fixed_items must be non-negative item indices, got {self.fixed_items!r}")
             if len(set(items)) != len(items):
                 raise ValueError(f"fixed_items must not repeat an item, got {self.fixed_items!r}")

@@ -6,15 +6,11 @@ import hashlib
 
 import numpy as np
 
-from catengine.session.errors import SessionLogError, UnknownSubjectError
-from catengine.session.log import LogWriter, quarantine_corrupt_tail, read_log, restore_rng
-from catengine.session.session import (
-    CATSession,
-    bank_fingerprint,
-    item_table,
-    make_header,
-    strategies_from_config,
-)
+from catengine.validation import is_integer
+from catengine.session.bank_log import attach_writer, item_table, make_header, read_for_resume, replay_events
+from catengine.session.errors import UnknownSubjectError
+from catengine.session.log import LogWriter
+from catengine.session.session import CATSession
 
 
 def _subject_key(subject: str) -> int:
@@ -39,7 +35,7 @@ class Engine:
             entropy = int(_seed_entropy)
         elif isinstance(rng, np.random.Generator):
             entropy = int(rng.integers(2**63))
-        elif rng is None or (isinstance(rng, (int, np.integer)) and not isinstance(rng, bool)):
+        elif rng is None or is_integer(rng):
             entropy = int(np.random.SeedSequence(rng).entropy)
         else:
             raise TypeError(f"rng must be a numpy Generator, an int seed or None, got {type(rng).__name__}")
@@ -118,45 +114,11 @@ class Engine:
     def resume(cls, log, bank=None, *, fsync: bool = False) -> "Engine":
         """Rebuild every session of a log exactly (answers, estimates, pending proposals, random
         generator states) and keep appending to it. ``bank`` defaults to the file named in the log."""
-        contents = read_log(log)
-        header = contents.header
-        meta = header["bank"]
-        if bank is None:
-            from catengine.itembank import open_item_bank
-
-            source = meta.get("source")
-            if not source or source == "<memory>":
-                raise SessionLogError(f"{log} was written for an in-memory bank; pass bank= to resume it")
-            bank = open_item_bank(source)
-        items = item_table(bank)
-        fp = bank_fingerprint(items)
-        if fp != meta.get("fingerprint"):
-            raise SessionLogError(
-                f"{log} was written for bank {meta.get('bank_id')!r} v{meta.get('bank_version')} with fingerprint "
-                f"{str(meta.get('fingerprint'))[:12]}..., but the bank given ({getattr(bank, 'bank_id', '?')!r} "
-                f"v{getattr(bank, 'version', '?')}) has {fp[:12]}..."
-            )
-        try:
-            strategies = strategies_from_config(header["config"])
-        except (KeyError, TypeError, ValueError) as exc:
-            raise SessionLogError(f"{log}: cannot rebuild the configuration from the header ({exc})") from None
-        engine = cls(bank, _seed_entropy=header.get("seed_entropy"), **strategies)
-        for event in contents.events:
-            subject = event.get("subject")
-            if event["event"] == "open":
-                if subject in engine.sessions:
-                    raise SessionLogError(f"{log}: subject {subject!r} is opened twice")
-                session = CATSession(bank, subject=subject, rng=restore_rng(event["rng"]), _items=engine.items,
-                                     **engine._strategies)
-                session._replaying = True
-                engine.sessions[subject] = session
-                continue
-            if subject not in engine.sessions:
-                raise SessionLogError(f"{log}: {event['event']} event for subject {subject!r} before its open event")
-            engine.sessions[subject]._replay(event)
-        quarantine_corrupt_tail(contents)
-        engine._writer = LogWriter(contents.path, fsync=fsync, must_be_new=False)
-        for session in engine.sessions.values():
-            session._writer = engine._writer
-            session._replaying = False
+        contents, bank, strategies = read_for_resume(log, bank)
+        engine = cls(bank, _seed_entropy=contents.header.get("seed_entropy"), **strategies)
+        engine.sessions.update(replay_events(
+            log, contents,
+            lambda subject, rng: CATSession(bank, subject=subject, rng=rng, _items=engine.items, **engine._strategies),
+        ))
+        engine._writer = attach_writer(contents, engine.sessions.values(), fsync)
         return engine

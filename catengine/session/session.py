@@ -2,14 +2,10 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import warnings
 from dataclasses import dataclass, fields
-from datetime import datetime, timezone
-from functools import lru_cache
-from pathlib import Path
 
 import numpy as np
 
@@ -17,9 +13,17 @@ from catengine.errors import BankExhaustedError
 from catengine.estimation import MAPEstimator, ResponseState, TraitEstimate, TraitEstimator
 from catengine.models import lart
 from catengine.selection import ExposureControl, ItemSelector, ItemTable, SelectionState, default_selector
-from catengine.selection import _kernels as SK
 from catengine.selection.exposure import ExposureContext
-from catengine.session.config import from_config, to_config
+from catengine.session.bank_log import (
+    attach_writer,
+    bank_fingerprint,
+    item_table,
+    make_header,
+    read_for_resume,
+    replay_events,
+    strategies_from_config,
+)
+from catengine.session.config import to_config
 from catengine.session.errors import (
     CoTIgnoredWarning,
     InvalidResponseError,
@@ -29,8 +33,6 @@ from catengine.session.errors import (
     UnknownItemError,
 )
 from catengine.session.log import (
-    LOG_FORMAT,
-    LOG_VERSION,
     LogWriter,
     restore_rng,
     rng_state_to_json,
@@ -52,29 +54,6 @@ class StepRecord:
     tau_sd: float | None
     criterion: float
     proposed: bool
-
-
-def bank_fingerprint(items: ItemTable) -> str:
-    """sha256 over the item ids and every parameter array (identifies the bank a log was made with)."""
-    h = hashlib.sha256()
-    p = items.params
-    h.update(p.response_model.encode())
-    h.update(json.dumps(list(items.item_ids)).encode())
-    for name in p.parameter_names:
-        h.update(np.ascontiguousarray(getattr(p, name), dtype=np.float64).tobytes())
-    h.update(np.float64(p.rho).tobytes())
-    if items.b_sd is not None:
-        h.update(items.b_sd.tobytes())
-    return h.hexdigest()
-
-
-@lru_cache(maxsize=16)
-def item_table(bank) -> ItemTable:
-    """The numpy view of an ``ItemBank`` that selectors use (cached for the last 16 banks: it holds
-    the bank's sort order for the selection kernels, built once per bank)."""
-    fields_ = set(bank.items.data_vars)
-    b_sd = bank.item_metadata("b_sd") if "b_sd" in fields_ else None
-    return ItemTable(bank.params, bank.item_ids, b_sd=b_sd, metadata=bank.item_metadata)
 
 
 def _check_correct(correct) -> int:
@@ -272,12 +251,7 @@ class CATSession:
     def _max_information(self) -> float:
         if self._n_available == 0:
             return 0.0
-        t = self.items
-        idx = np.empty(1, dtype=np.int64)
-        val = np.empty(1)
-        SK.topk_info(t.model, np.array([self._estimate.theta]), np.ones(1), self.params.a, self.params.b,
-                     t.c, t.d, self._available, t.info_order, t.info_bound, 1, idx, val)
-        return float(val[0])
+        return self.items.max_information(self._estimate.theta, self._available)
 
     # ------------------------------------------------------------------ the adaptive loop
     def _index(self, item_id) -> int:
@@ -519,17 +493,20 @@ class CATSession:
         keep appending to the log. ``bank``: the bank it was run on (default: opened from the path in
         the log header); it must match the logged fingerprint. A torn last line is reported
         (CorruptLogWarning), moved to ``<log>.corrupt`` and skipped."""
-        from catengine.session.engine import Engine
-
-        engine = Engine.resume(log, bank, fsync=fsync)
-        subjects = list(engine.sessions)
+        contents, bank, strategies = read_for_resume(log, bank)
+        items = item_table(bank)
+        sessions = replay_events(
+            log, contents, lambda name, rng: cls(bank, subject=name, rng=rng, _items=items, **strategies)
+        )
+        subjects = list(sessions)
         if subject is None:
             if len(subjects) != 1:
                 raise SessionLogError(f"{log} holds {len(subjects)} subjects {subjects[:5]}; name one with subject=")
             subject = subjects[0]
-        if subject not in engine.sessions:
+        if subject not in sessions:
             raise SessionLogError(f"{log} has no session for subject {subject!r}; it has {subjects[:10]}")
-        session = engine.sessions[subject]
+        attach_writer(contents, sessions.values(), fsync)
+        session = sessions[subject]
         session._owns_writer = True
         return session
 
@@ -587,41 +564,6 @@ class CATSession:
             "exposure": [np.asarray(d[0] if isinstance(d, tuple) else d).tolist() if d is not None else None
                          for d in self._exposure_data],
         }
-
-
-def make_header(bank, items: ItemTable, config: dict, seed_entropy=None) -> dict:
-    from catengine import __version__
-
-    source = getattr(bank, "source", "<memory>")
-    if source and source != "<memory>":
-        source = str(Path(source).resolve())
-    return {
-        "event": "header",
-        "format": LOG_FORMAT,
-        "version": LOG_VERSION,
-        "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "library_version": __version__,
-        "bank": {
-            "bank_id": getattr(bank, "bank_id", ""),
-            "bank_version": int(getattr(bank, "version", 0)),
-            "source": source,
-            "response_model": items.params.response_model,
-            "n_items": items.n_items,
-            "fingerprint": bank_fingerprint(items),
-        },
-        "config": config,
-        "seed_entropy": seed_entropy,
-    }
-
-
-def strategies_from_config(config: dict) -> dict:
-    """Keyword arguments (selector, estimator, stopping, exposure) from a logged config."""
-    return {
-        "selector": from_config(config["selector"]),
-        "estimator": from_config(config["estimator"]),
-        "stopping": from_config(config["stopping"]),
-        "exposure": tuple(from_config(c) for c in config.get("exposure", [])),
-    }
 
 
 __all__ = ["CATSession", "StepRecord", "bank_fingerprint", "item_table", "make_header", "strategies_from_config"]

@@ -10,8 +10,10 @@ import math
 
 import numpy as np
 
+from catengine.models import lart
 from catengine.models.information import prob_correct
 from catengine.selection.exposure import SympsonHetter
+from catengine.validation import is_integer
 
 
 def draw_traits(params, rng) -> tuple[float, float | None]:
@@ -32,7 +34,7 @@ def simulate_answer(params, item: int, theta: float, tau: float | None, rng, cot
     if params.response_model != "lart":
         return correct, None
     log_t = params.omega[item] - params.phi[item] * tau + params.lam[item] * rng.standard_normal()
-    return correct, float(max(np.round(np.exp(log_t) - cot_offset), 0.0))
+    return correct, float(lart.cot_tokens(log_t, cot_offset, whole_tokens=True))
 
 
 def calibrate_sympson_hetter(bank, *, target_rate: float = 0.25, selector=None, estimator=None, stopping=None,
@@ -49,9 +51,9 @@ def calibrate_sympson_hetter(bank, *, target_rate: float = 0.25, selector=None, 
 
     if not 0 < target_rate <= 1:
         raise ValueError(f"target_rate must lie in (0, 1], got {target_rate!r}")
-    if isinstance(n_simulees, bool) or not isinstance(n_simulees, int) or n_simulees < 1:
+    if not is_integer(n_simulees) or n_simulees < 1:
         raise ValueError(f"n_simulees must be a positive integer, got {n_simulees!r}")
-    if isinstance(n_iter, bool) or not isinstance(n_iter, int) or n_iter < 1:
+    if not is_integer(n_iter) or n_iter < 1:
         raise ValueError(f"n_iter must be a positive integer, got {n_iter!r}")
     rng = np.random.default_rng(rng)
     params = bank.params

@@ -1,4 +1,4 @@
-"""Stopping rules (MATH.md 5), composable with :class:`AnyOf` / :class:`AllOf`."""
+"""Stopping rules (docs/math.md §5.5), composable with :class:`AnyOf` / :class:`AllOf`."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from catengine.validation import integer_at_least, positive_finite
+from catengine.validation import integer_at_least, is_number, positive_finite
 from catengine.estimation.base import TraitEstimate
 
 _NORMAL = NormalDist()
@@ -153,7 +153,7 @@ class RivalOrderDecided(StoppingRule):
                 raise ValueError(f"rival {r[0]!r} needs a finite theta and a finite SD >= 0, got {r[1:]}")
         object.__setattr__(self, "rivals", rivals)
         p = self.probability
-        if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0.5 < p < 1:
+        if not is_number(p) or not 0.5 < p < 1:
             raise ValueError(f"probability must lie in (0.5, 1), got {p!r}")
 
     @classmethod

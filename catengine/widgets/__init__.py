@@ -7,18 +7,18 @@
   sequence, ranking against the bank's calibration LLMs with P(ahead).
 * :class:`SimulatedLLM` / :class:`ReplayedLLM` — responders that answer for a SessionPanel (a
   simulated LLM drawn from the bank's model; a known response vector replayed).
-* :class:`AuditDashboard` — small recovery audits (``calibration.audit``) with a progress bar.
+
+The audit dashboard drives the offline side, so it lives there: ``calibration.widgets.AuditDashboard``.
 
 This is the only package of ``catengine`` that imports ipywidgets (and matplotlib); the classes
 load lazily so ``import catengine.widgets`` stays cheap.
 """
 
-from importlib import import_module
+from catengine.lazy import lazy_attributes
 
 _LAZY = {
     "BankExplorer": "catengine.widgets.bank_explorer",
     "SessionPanel": "catengine.widgets.session_panel",
-    "AuditDashboard": "catengine.widgets.audit_dashboard",
     "SimulatedLLM": "catengine.widgets.session_panel",
     "ReplayedLLM": "catengine.widgets.session_panel",
 }
@@ -26,13 +26,4 @@ _LAZY = {
 __all__ = list(_LAZY)
 
 
-def __getattr__(name):
-    if name in _LAZY:
-        value = getattr(import_module(_LAZY[name]), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'catengine.widgets' has no attribute {name!r}")
-
-
-def __dir__():
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_attributes(__name__, _LAZY, __all__)

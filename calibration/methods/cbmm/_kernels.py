@@ -1,4 +1,4 @@
-"""Numba kernels of cBMM (MATH.md section 2), streaming the int8 response matrix.
+"""Numba kernels of cBMM (docs/math.md §2), streaming the int8 response matrix.
 
 Conventions shared by every kernel (the public wrapper in ``calibrator.py`` validates and converts):
 

@@ -1,4 +1,4 @@
-"""cBMM: 2PL calibration by constrained block majorization-minimization (MATH.md section 2, seed 001).
+"""cBMM: 2PL calibration by constrained block majorization-minimization (docs/math.md §2, seed 001).
 
 Model and objective (temperature ``sigma``, observed cells only, ``a >= 0``)::
 
@@ -38,12 +38,11 @@ the bank's 2PL form. ``scale_`` records m, s and sigma.
 from __future__ import annotations
 
 import math
-import numbers
 
 import numpy as np
 
 from calibration.methods.cbmm import _kernels as _k
-from calibration.base import BaseCalibrator
+from calibration.base import BaseCalibrator, choice, integer, non_negative, positive, seed, switch
 from calibration.data import ResponseData
 
 __all__ = ["CBMMCalibrator", "joint_nll"]
@@ -157,15 +156,10 @@ class _Problem:
         return loss, gt, ga, gb
 
 
-def _as_response_data(responses) -> ResponseData:
-    if isinstance(responses, ResponseData):
-        return responses
-    if isinstance(responses, np.ndarray) or isinstance(responses, (list, tuple)):
-        return ResponseData.from_arrays(responses)
-    raise TypeError(
-        f"responses must be a calibration.ResponseData (or an (N, J) array of 0/1 with -1 or NaN for missing), "
-        f"got {type(responses).__name__}"
-    )
+def _item_params(a, b):
+    from catengine.models.params import ItemParams
+
+    return ItemParams("2pl", a=a, b=b)
 
 
 def _find_extremes(c: np.ndarray, ct: np.ndarray):
@@ -261,7 +255,9 @@ class CBMMCalibrator(BaseCalibrator):
     Fitted attributes
     -----------------
     theta_ (N,) or (N, r), a_ (J,) or (J, r), b_ (J,)
-        Standardised parameters, P = sigmoid(a_ theta_ + b_).
+        Standardised parameters, P = sigmoid(a_ theta_ + b_); ``item_params_`` the same as a
+        ``2pl`` ItemParams (None for rank > 1); ``theta_sd_`` NaN (joint ML has no posterior);
+        ``elapsed_`` seconds (the contract of ``calibration.base``).
     raw_theta_, raw_a_, raw_b_ : the optimisation variables (X = theta a' + b, tempered).
     scale_ : dict with theta_mean m, theta_sd s and sigma (theta_ = (raw_theta - m) / s ...).
     loss_ : final loss over the fitted cells; loss_trace_ : loss at every accepted point
@@ -274,6 +270,18 @@ class CBMMCalibrator(BaseCalibrator):
     """
 
     method_name = "cbmm"
+    accepts_arrays = True
+    SETTINGS = {
+        "sigma": positive("temperature of the logistic link (default 1)", "--sigma"),
+        "rank": integer(1),
+        "init": choice(_INITS, "starting point (default svd)", "--init"),
+        "tol": non_negative("relative loss-change tolerance (default 1e-6)", "--tol"),
+        "max_iter": integer(1, "maximum MM sweeps (default 1000)", "--max-iter"),
+        "acceleration": choice(_ACCELERATIONS, "SQUAREM acceleration or the paper's plain MM (default squarem)",
+                               "--acceleration"),
+        "rng": seed(),
+        "progress": switch(),
+    }
 
     def __init__(
         self,
@@ -296,46 +304,22 @@ class CBMMCalibrator(BaseCalibrator):
         self.rng = rng
         self.progress = progress
 
-    # ------------------------------------------------------------------ validation
-    def _validated(self):
-        sigma = self.sigma
-        if isinstance(sigma, bool) or not isinstance(sigma, numbers.Real) or not math.isfinite(sigma) or sigma <= 0:
-            raise ValueError(f"sigma (temperature) must be a finite number > 0, got {sigma!r}")
-        rank = self.rank
-        if isinstance(rank, bool) or not isinstance(rank, numbers.Integral) or rank < 1:
-            raise ValueError(f"rank must be an integer >= 1, got {rank!r}")
-        if self.init not in _INITS:
-            raise ValueError(f"init must be one of {', '.join(map(repr, _INITS))}, got {self.init!r}")
-        tol = self.tol
-        if isinstance(tol, bool) or not isinstance(tol, numbers.Real) or not (tol >= 0) or not math.isfinite(tol):
-            raise ValueError(f"tol must be a finite number >= 0, got {tol!r}")
-        mi = self.max_iter
-        if isinstance(mi, bool) or not isinstance(mi, numbers.Integral) or mi < 1:
-            raise ValueError(f"max_iter must be an integer >= 1, got {mi!r}")
-        if self.acceleration not in _ACCELERATIONS:
-            raise ValueError(f"acceleration must be one of {', '.join(map(repr, _ACCELERATIONS))}, got {self.acceleration!r}")
-        if not isinstance(self.rng, (type(None), numbers.Integral, np.random.Generator)) or isinstance(self.rng, bool):
-            raise TypeError(f"rng must be a numpy Generator, an int seed or None, got {type(self.rng).__name__}")
-        return float(sigma), int(rank), float(tol), int(mi)
-
     # ------------------------------------------------------------------ fit
-    def fit(self, responses) -> "CBMMCalibrator":
-        """Fit to a :class:`calibration.ResponseData` (or an (N, J) 0/1 array, -1/NaN missing)."""
+    def _fit(self, data) -> None:
+        """Fit to the checked ResponseData (small fits run on one numba thread)."""
         import numba
 
-        sigma, rank, tol, max_iter = self._validated()
-        data = _as_response_data(responses)
+        sigma, rank, tol, max_iter = float(self.sigma), int(self.rank), float(self.tol), int(self.max_iter)
         c = np.ascontiguousarray(data.correct, dtype=np.int8)
         threads = numba.get_num_threads()
         if c.size < _PARALLEL_MIN_CELLS:
             numba.set_num_threads(1)
         try:
-            self._fit(data, c, sigma, rank, tol, max_iter)
+            self._fit_matrix(data, c, sigma, rank, tol, max_iter)
         finally:
             numba.set_num_threads(threads)
-        return self
 
-    def _fit(self, data, c, sigma, rank, tol, max_iter):
+    def _fit_matrix(self, data, c, sigma, rank, tol, max_iter):
         n, j = c.shape
         if rank > min(n, j):
             raise ValueError(f"rank={rank} exceeds min(N, J) = {min(n, j)} of the {n} x {j} response matrix")
@@ -399,13 +383,9 @@ class CBMMCalibrator(BaseCalibrator):
         self.p_correct_ = col_k_raw / col_n_raw
         self.n_observed_ = col_n_raw
         self.n_cells_ = int(counts[2][col_on].sum())
-        del prob, ct  # free the transposed copy before hashing (the hash copies the matrix once)
-        self.n_subjects_, self.n_items_ = n, j
-        self.subject_ids_ = data.subject_ids
-        self.item_ids_ = data.item_ids
-        self.item_metadata_ = dict(data.item_metadata)
-        self.responses_sha256_ = data.sha256()
-        self._fitted = True
+        self.theta_sd_ = np.full(n, np.nan)  # joint ML: no posterior SDs
+        self.item_params_ = _item_params(self.a_, self.b_) if rank == 1 else None
+        # the transposed copy is freed on return, before fit hashes the responses (one more copy)
 
     # ------------------------------------------------------------------ pieces
     def _initial(self, prob: _Problem, sigma, rank, rng, counts):
@@ -594,19 +574,13 @@ class CBMMCalibrator(BaseCalibrator):
             theta[ext] = vals[:, None]
 
     # ------------------------------------------------------------------ export
-    def _settings(self) -> dict:
-        """The constructor settings in JSON-serialisable form (a Generator is recorded by type)."""
-        params = self.get_params()
-        rng = params["rng"]
-        if isinstance(rng, np.random.Generator):
-            params["rng"] = f"numpy.random.Generator({type(rng.bit_generator).__name__})"
-        elif rng is not None:
-            params["rng"] = int(rng)
-        params["sigma"] = float(params["sigma"])
-        params["tol"] = float(params["tol"])
-        params["rank"] = int(params["rank"])
-        params["max_iter"] = int(params["max_iter"])
-        return params
+    def fit_summary(self, data) -> str:
+        return (
+            f"cBMM: {data.n_subjects} subjects x {data.n_items} items, {self.n_iter_} sweeps, loss {self.loss_:.6g}, "
+            f"converged={self.converged_}; {int(self.perfect_items_.sum())} perfect item(s), "
+            f"{int(self.extreme_subjects_.sum())} extreme subject(s), {int(self.non_discriminating_.sum())} "
+            "non-discriminating item(s)"
+        )
 
     def to_item_bank(self, bank_id: str, *, include_subjects: bool = True):
         """A ``2pl`` :class:`catengine.ItemBank` with the standardised parameters and full provenance."""
@@ -617,8 +591,7 @@ class CBMMCalibrator(BaseCalibrator):
 
         from catengine.itembank import ItemBank
 
-        settings = self._settings()
-        settings.update(
+        settings = self.bank_settings(
             {
                 "objective": "sum over observed cells of log(1 + exp(-y (theta a + b) / sigma)), a >= 0",
                 "stopping_rule": "relative loss decrease between consecutive recorded points < tol "
@@ -669,7 +642,7 @@ class CBMMCalibrator(BaseCalibrator):
             "2pl",
             self.item_ids_,
             bank_id=bank_id,
-            calibration_method="cbmm",
+            calibration_method=self.method_name,
             calibration_settings=settings,
             responses_sha256=self.responses_sha256_,
             n_subjects=int(self.n_subjects_),

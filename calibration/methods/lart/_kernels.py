@@ -4,14 +4,14 @@ Layout conventions: ``R`` is the (N, J) int8 correctness matrix (1 / 0 / -1 miss
 parameters are (J,) float64, per-subject quantities (N,) float64. Every kernel has a slow twin in
 ``tests/naive_lart.py``.
 
-Scalar primitives come from the shared ``catengine.models._kernels`` (``log_phi_cdf``,
+Scalar primitives come from the shared ``catengine.models.kernels`` (``log_phi_cdf``,
 ``inv_mills``, ``probit_curvature``). ``_probit_terms`` below is a fused variant used in the hot
 loops: one ``erfc`` gives log Phi(x), m(x) = phi(x)/Phi(x) and the curvature m(x)(x + m(x)); for
 x < -20 it defers to the shared primitives (asymptotic series). It is tested against them.
 
 Kernels
 -------
-``log_post_theta``      l(theta), l'(theta), l''(theta) of the 1-D target of MATH.md 1.3 step 2
+``log_post_theta``      l(theta), l'(theta), l''(theta) of the 1-D target of docs/math.md §1.3 step 2
 ``sample_theta_ars``    exact draws of theta_i | R_i, T_i for every subject (adaptive rejection
                         sampling, Gilks & Wild 1992, tangent hull + chord squeeze), prange over i
 ``item_newton_cached``  exact M-step of the accuracy block: for every item, Newton with backtracking
@@ -30,7 +30,7 @@ import math
 import numpy as np
 from numba import njit, prange
 
-from catengine.models._kernels import inv_mills, log_phi_cdf, probit_curvature
+from catengine.models.kernels import inv_mills, log_phi_cdf, probit_curvature
 
 _INV_SQRT2 = 1.0 / math.sqrt(2.0)
 _INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
@@ -506,7 +506,7 @@ def map_traits(R, Y, C, a, b, omega, phi, lam, rho, use_cot, theta0, tau0, out, 
 
     The log posterior is concave (probit and Tobit terms are log-concave, the rest Gaussian), so
     Newton with backtracking converges; stops when both Newton steps are below ``tol``. Posterior
-    SDs are sqrt(diag(H^-1)) for H the negative Hessian at the MAP (MATH.md 1.5). ``use_cot``
+    SDs are sqrt(diag(H^-1)) for H the negative Hessian at the MAP (docs/math.md §1.5). ``use_cot``
     False: IRT-only (rho must be 0; tau is then its prior, 0 with SD 1).
     """
     N = R.shape[0]

@@ -1,6 +1,6 @@
-"""LaRT calibration by SAEM with exact posterior sampling (MATH.md 1.1-1.5, seed 000).
+"""LaRT calibration by SAEM with exact posterior sampling (docs/math.md §1.1-1.5, seed 000).
 
-Model (MATH.md 1.1): P(R_ij = 1) = Phi(a_j theta_i + b_j); log(T_ij + cot_offset) ~
+Model (docs/math.md §1.1): P(R_ij = 1) = Phi(a_j theta_i + b_j); log(T_ij + cot_offset) ~
 Normal(omega_j - phi_j tau_i, lam_j^2) with ``lam`` a standard deviation; (theta_i, tau_i)
 standard bivariate normal with correlation rho. Missing cells are allowed in R and T independently.
 
@@ -55,7 +55,7 @@ Algorithm (one iteration t = 1, 2, ...):
    ``max_iter`` with a :class:`~calibration.ConvergenceWarning`.
 
 Afterwards: identifiability sign-fix (sum a > 0, sum phi > 0; flipping a or phi flips rho),
-then MAP (theta_i, tau_i) per LLM by Newton with posterior SDs sqrt(diag(H^-1)) (MATH.md 1.5).
+then MAP (theta_i, tau_i) per LLM by Newton with posterior SDs sqrt(diag(H^-1)) (docs/math.md §1.5).
 
 ``use_cot=False`` is the IRT-only mode: rho = 0, CoT ignored, fit by the same machinery (the
 S-step then draws theta from the same sampler with an N(0, 1) prior).
@@ -67,7 +67,7 @@ exact Lemma-1 draw, then each censored value is redrawn from its truncated norma
 makes the S-step a two-block Gibbs kernel, i.e. SAEM-MCMC (Kuhn & Lavielle 2004) for the
 censored part; the MAP uses the exact Tobit term log(1 - Phi((log c - mu)/lam)).
 
-Initialisation: spectral (MATH.md 1.4), with the sign-fix applied.
+Initialisation: spectral (docs/math.md §1.4), with the sign-fix applied.
 """
 
 from __future__ import annotations
@@ -79,8 +79,7 @@ import numpy as np
 from scipy import special
 
 from calibration.methods.lart import _kernels as K
-from calibration.base import BaseCalibrator, ConvergenceWarning
-from calibration.data import ResponseData
+from calibration.base import BaseCalibrator, ConvergenceWarning, choice, integer, non_negative, optional, positive, seed, switch
 from calibration.methods.lart.sampling import _ars_draws, cot_informed_prior, sample_theta_sun
 
 __all__ = ["LaRTSAEMCalibrator", "spectral_init", "rho_exact_update"]
@@ -120,7 +119,7 @@ def _fill_columns(x: np.ndarray, seen: np.ndarray) -> np.ndarray:
 
 
 def spectral_init(R: np.ndarray, Y: np.ndarray | None):
-    """Spectral initial values (MATH.md 1.4) with the sign-fix applied.
+    """Spectral initial values (docs/math.md §1.4) with the sign-fix applied.
 
     ``R`` (N, J) 1/0/-1, ``Y`` (N, J) log CoT lengths (NaN missing) or None. Missing cells are
     filled with column means. SVD of R, keep singular values > 1.01 sqrt(N) (at least one),
@@ -225,10 +224,28 @@ class LaRTSAEMCalibrator(BaseCalibrator):
     a_, b_, omega_, phi_, lam_ (J,) item parameters (lam_ an SD; omega_/phi_/lam_ are None in
     IRT-only mode), rho_, theta_, theta_sd_, tau_, tau_sd_ (N,) MAP traits and posterior SDs
     (tau_ NaN in IRT-only mode), n_iter_, converged_, trace_ (dict of per-iteration arrays),
-    params_ (ItemParams, LaRT mode), init_ (spectral initial values), elapsed_ (seconds).
+    item_params_ (lart ItemParams; None in IRT-only mode), loss_trace_ (the per-iteration
+    mean|da| + mean|db| of the stopping rule), init_ (spectral initial values), elapsed_ (seconds).
     """
 
     method_name = "saem"
+    SETTINGS = {
+        "max_iter": integer(1, "maximum SAEM iterations (default 200)", "--max-iter"),
+        "n_burnin": integer(0, "iterations with step size 1 (default 30)", "--burnin"),
+        "tol": non_negative("stop when mean|da| + mean|db| < tol (default 1e-3)", "--tol"),
+        "use_cot": switch(),
+        "sampler": choice(("ars", "sun"), "exact S-step sampler (default ars)", "--sampler"),
+        "px": switch(),
+        "rho_update": choice(("exact", "average")),
+        "b_prior_sd": optional(positive("SD of the weak N(0, sd^2) prior on intercepts b (0 = none; default 5)",
+                                        "--b-prior-sd", from_cli=lambda value: value or None)),
+        "cot_offset": non_negative("model log(T + offset) (default 1)", "--cot-offset"),
+        "censor_at": optional(positive("generation cap in tokens: lengths >= cap are right-censored (Tobit); "
+                                       "default off", "--censor-at")),
+        "newton_tol": positive(),
+        "rng": seed(),
+        "progress": switch(),
+    }
 
     def __init__(
         self,
@@ -261,36 +278,11 @@ class LaRTSAEMCalibrator(BaseCalibrator):
         self.rng = rng
         self.progress = progress
 
-    # ------------------------------------------------------------------ validation
-    def _validate_settings(self):
-        if isinstance(self.max_iter, bool) or not isinstance(self.max_iter, (int, np.integer)) or self.max_iter < 1:
-            raise ValueError(f"max_iter must be a positive int, got {self.max_iter!r}")
-        if isinstance(self.n_burnin, bool) or not isinstance(self.n_burnin, (int, np.integer)) or self.n_burnin < 0:
-            raise ValueError(f"n_burnin must be an int >= 0, got {self.n_burnin!r}")
-        if self.n_burnin >= self.max_iter:
+    def _check_settings(self, values: dict) -> None:
+        if values["n_burnin"] >= values["max_iter"]:
             raise ValueError(f"n_burnin ({self.n_burnin}) must be smaller than max_iter ({self.max_iter}); lower n_burnin or raise max_iter")
-        if not (isinstance(self.tol, (int, float)) and self.tol >= 0):
-            raise ValueError(f"tol must be a number >= 0, got {self.tol!r}")
-        if self.sampler not in ("ars", "sun"):
-            raise ValueError(f"sampler must be 'ars' or 'sun', got {self.sampler!r}")
-        if self.rho_update not in ("exact", "average"):
-            raise ValueError(f"rho_update must be 'exact' or 'average', got {self.rho_update!r}")
-        if self.b_prior_sd is not None and not (
-            isinstance(self.b_prior_sd, (int, float)) and np.isfinite(self.b_prior_sd) and self.b_prior_sd > 0
-        ):
-            raise ValueError(f"b_prior_sd must be a positive number or None, got {self.b_prior_sd!r}")
-        if not (isinstance(self.cot_offset, (int, float)) and np.isfinite(self.cot_offset) and self.cot_offset >= 0):
-            raise ValueError(f"cot_offset must be a finite number >= 0, got {self.cot_offset!r}")
-        if self.censor_at is not None and not (
-            isinstance(self.censor_at, (int, float)) and np.isfinite(self.censor_at) and self.censor_at > 0
-        ):
-            raise ValueError(f"censor_at must be a positive token count or None, got {self.censor_at!r}")
-        if not (isinstance(self.newton_tol, (int, float)) and self.newton_tol > 0):
-            raise ValueError(f"newton_tol must be > 0, got {self.newton_tol!r}")
 
     def _prepare(self, responses):
-        if not isinstance(responses, ResponseData):
-            raise TypeError(f"fit expects a calibration.ResponseData, got {type(responses).__name__}")
         R = np.ascontiguousarray(responses.correct, dtype=np.int8)
         N, J = R.shape
         if N < 3:
@@ -317,12 +309,10 @@ class LaRTSAEMCalibrator(BaseCalibrator):
         return R, Y, C
 
     # ------------------------------------------------------------------ fit
-    def fit(self, responses) -> "LaRTSAEMCalibrator":
+    def _fit(self, responses) -> None:
         """Fit to a :class:`calibration.ResponseData` (with CoT lengths unless ``use_cot=False``)."""
-        self._validate_settings()
         R, Y, C = self._prepare(responses)
         rng = np.random.default_rng(self.rng)
-        t_start = time.perf_counter()
         N, J = R.shape
         use_cot = bool(self.use_cot)
         K_burn = int(self.n_burnin)
@@ -490,7 +480,7 @@ class LaRTSAEMCalibrator(BaseCalibrator):
                 stacklevel=2,
             )
 
-        # ---------------- sign-fix (MATH.md 1.1)
+        # ---------------- sign-fix (docs/math.md §1.1)
         if a.sum() < 0:
             a = -a
             rho = -rho
@@ -541,17 +531,11 @@ class LaRTSAEMCalibrator(BaseCalibrator):
         self.converged_ = converged
         self.n_burnin_ = K_burn
         self.trace_ = {k: np.asarray(v) for k, v in trace.items()}
-        self.elapsed_ = time.perf_counter() - t_start
-        self.item_ids_ = responses.item_ids
-        self.subject_ids_ = responses.subject_ids
-        self.item_metadata_ = dict(responses.item_metadata)
-        self.responses_sha256_ = responses.sha256()
-        self.n_subjects_ = N
+        self.loss_trace_ = self.trace_["delta"]  # what the stopping rule watches: mean|da| + mean|db|
+        self.item_params_ = self._lart_params() if use_cot else None
         self.censored_cells_ = int(C.sum()) if censored else 0
-        self._fitted = True
         if not converged:
             self._warn_not_converged(max_iter, f"mean|da| + mean|db| = {trace['delta'][-1]:.2e} > tol = {self.tol}")
-        return self
 
     @staticmethod
     def _cot_mstep(st, n):
@@ -567,33 +551,28 @@ class LaRTSAEMCalibrator(BaseCalibrator):
         return omega, phi, lam
 
     # ------------------------------------------------------------------ outputs
-    @property
-    def params_(self):
+    def _lart_params(self):
         """The fitted item parameters as a ``lart`` :class:`~catengine.models.params.ItemParams`."""
-        self._check_fitted()
-        if self.omega_ is None:
-            raise ValueError("an IRT-only fit (use_cot=False) has no CoT parameters, so no lart ItemParams")
         from catengine.models.params import ItemParams
 
         return ItemParams("lart", a=self.a_, b=self.b_, omega=self.omega_, phi=self.phi_, lam=self.lam_, rho=self.rho_)
 
+    def fit_summary(self, data) -> str:
+        return (
+            f"LaRT SAEM: {data.n_subjects} LLMs x {data.n_items} items, {self.n_iter_} iterations, "
+            f"converged={self.converged_}, rho = {self.rho_:+.3f}, {self.elapsed_:.1f} s"
+        )
+
     def calibration_settings(self) -> dict:
-        """JSON-serialisable settings (the constructor parameters; a Generator ``rng`` is recorded by type)."""
+        """The settings a bank records (:meth:`bank_settings`: every constructor setting, then notes
+        on the schedule, the rho rule and the S-step)."""
         out = {}
-        for k, v in self.get_params().items():
-            if isinstance(v, np.random.Generator):
-                v = "Generator"
-            elif isinstance(v, np.integer):
-                v = int(v)
-            elif isinstance(v, np.floating):
-                v = float(v)
-            out[k] = v
         out["alpha_schedule"] = "1 for t <= n_burnin + 1, then 1/(t - n_burnin)"
         out["rho_rule"] = "exact cubic maximiser" if self.rho_update == "exact" else "averaged sample correlation"
         out["s_step"] = "exact: ARS on the skew-normal marginal" if self.sampler == "ars" else "exact: SUN + minimax-tilting TMVN"
         if self.censor_at is not None:
             out["s_step"] += " (censored cells: SAEM-MCMC data augmentation)"
-        return out
+        return self.bank_settings(out)
 
     def to_item_bank(self, bank_id: str, *, item_metadata: dict | None = None, scale: dict | None = None):
         """The fitted ``lart`` bank (``catengine.ItemBank``) with subjects and calibration traces."""
@@ -646,7 +625,7 @@ class LaRTSAEMCalibrator(BaseCalibrator):
             "lart",
             self.item_ids_,
             bank_id=bank_id,
-            calibration_method="saem",
+            calibration_method=self.method_name,
             calibration_settings=self.calibration_settings(),
             responses_sha256=self.responses_sha256_,
             n_subjects=int(self.n_subjects_),

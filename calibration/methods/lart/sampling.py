@@ -1,4 +1,4 @@
-"""Exact posterior draws of one LLM's LaRT traits (MATH.md 1.3, Lemma 1).
+"""Exact posterior draws of one LLM's LaRT traits (docs/math.md §1.3, Lemma 1).
 
 Step 1 (all Gaussian): integrating tau against the CoT data gives the CoT-informed prior
 ``theta | T_i ~ Normal(mu_i, v_i)`` with the CORRECTED variance ``v_i = 1 - rho^2 F_i / (1 + F_i)``
@@ -14,7 +14,7 @@ unified skew-normal. Two exact samplers of it are provided:
   from ``theta_start`` (2-5 evaluations of the O(J) log density) plus 2 hull points plus about
   1.1-1.3 evaluations per draw.
 * :func:`sample_theta_sun` (``method="sun"``): the SUN construction of Durante (2019) /
-  MATH.md 1.3, ``theta = mu + sigma V0 + v (d∘w)' V1 / (1 + v ||d||^2)``, with ``V1`` a
+  docs/math.md §1.3, ``theta = mu + sigma V0 + v (d∘w)' V1 / (1 + v ||d||^2)``, with ``V1`` a
   J-variate truncated normal drawn by :func:`sample_tmvn` -- either Botev's (2017) minimax-tilting
   rejection sampler (exact; O(J^3) set-up per subject, which is why this is only a cross-check),
   or plain rejection from the untruncated normal (exact, only practical for tiny J: its
@@ -390,7 +390,7 @@ def sample_tmvn(cov, lower, size, *, method="minimax", rng=None, max_proposals=1
 
 
 def sample_theta_sun(R, a, b, mu, v, *, rng=None, size=1, tmvn="minimax"):
-    """Exact draws of theta_i via the SUN construction (Durante 2019; MATH.md 1.3).
+    """Exact draws of theta_i via the SUN construction (Durante 2019; docs/math.md §1.3).
 
     theta = mu + sigma V0 + v (d∘w)' V1 / (1 + v ||d||^2), V0 ~ N(0, 1/(1 + v ||d||^2)),
     V1 ~ N_J(0, Gamma) truncated to V1 > -gamma, with d_j = s_j a_j, c_j = s_j b_j,

@@ -3,7 +3,7 @@
 Callers (``network.py``, ``laplace.py``) validate and convert; every kernel has a slow loop twin in
 ``tests/naive_psn.py``.
 
-Cell model (native PSN-IRT form, MATH.md section 3): for an observed cell (subject i, item j)
+Cell model (native PSN-IRT form, docs/math.md §3): for an observed cell (subject i, item j)
 with ability theta and raw item outputs (beta, a, p2, p3)
 
     z = a (theta - beta),  s = sigmoid(z),  c = sigmoid(p2),

@@ -5,7 +5,7 @@ trains the network on the observed cells and fits the Laplace posteriors, fitted
 in ``_``; ``to_item_bank(bank_id=...)`` exports a ``4pl`` bank with the posterior.
 
 Native form (the network's): P = c + (d - c) sigmoid(a (theta - beta)). Banks store the
-slope-intercept form z = a theta + b (DESIGN.md). The export
+slope-intercept form z = a theta + b (docs/math.md §0). The export
 
 1. makes the asymptotes ordered: the reference head does not force d > c, and an item with
    c > d is the same response function as (a, c, d) -> (-a, d, c) (sigmoid(-z) = 1 - sigmoid(z)),
@@ -20,12 +20,13 @@ slope-intercept form z = a theta + b (DESIGN.md). The export
 
 from __future__ import annotations
 
-import time
+import argparse
 import warnings
 
 import numpy as np
 
-from calibration.base import BaseCalibrator, ConvergenceWarning
+from calibration.base import BaseCalibrator, ConvergenceWarning, Setting, choice, integer, non_negative, positive, seed, switch
+from catengine.validation import in_unit_interval, positive_finite
 from calibration.data import ResponseData
 from calibration.methods.psn.laplace import CURVATURES, fit_item_posterior, laplace_from_network, n_separated_pairs, p_ahead
 from calibration.methods.psn.network import A, BETA, PSNNetwork, fit_network
@@ -37,18 +38,26 @@ SPLIT_HALF = "split-half"  # temperature = max(1, mean z^2) of a split-half refi
 TEMPERATURE_WORDS = (MEAN_LOSS, SPLIT_HALF)
 
 
-def _pos_int(name, value):
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+def check_temperature(value, name: str = "temperature"):
+    """A positive finite number, ``"mean-loss"`` or ``"split-half"``."""
+    if isinstance(value, str):
+        if value not in TEMPERATURE_WORDS:
+            raise ValueError(f"{name} must be a positive number, {MEAN_LOSS!r} or {SPLIT_HALF!r}, got {value!r}")
+        return value
+    return positive_finite(value, name)
 
 
-def _pos_float(name, value, *, allow_zero=False):
+def parse_temperature(text: str):
+    """The command line's ``--temperature``: a word of TEMPERATURE_WORDS or a positive number."""
+    if text in TEMPERATURE_WORDS:
+        return text
     try:
-        x = float(value)
-    except (TypeError, ValueError):
-        raise TypeError(f"{name} must be a number, got {value!r}") from None
-    if isinstance(value, bool) or not np.isfinite(x) or x < 0 or (x == 0 and not allow_zero):
-        raise ValueError(f"{name} must be a {'non-negative' if allow_zero else 'positive'} finite number, got {value!r}")
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive number, 'split-half' or 'mean-loss', got {text!r}") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a positive finite number, 'split-half' or 'mean-loss', got {text!r}")
+    return value
 
 
 class PSNCalibrator(BaseCalibrator):
@@ -71,8 +80,8 @@ class PSNCalibrator(BaseCalibrator):
     curvature : "fisher" (default), "logistic" or "exact" (see ``calibration.methods.psn.laplace``).
     temperature : likelihood tempering of the Laplace posterior, H = GGN / T + delta I.
 
-        * 1 (default): the plain posterior of the readout given every observed cell (MATH.md
-          section 3). Its pairwise orders held up against refits and against the truth in our
+        * 1 (default): the plain posterior of the readout given every observed cell (docs/math.md
+          §3.3). Its pairwise orders held up against refits and against the truth in our
           checks, but its SDs are far narrower than the spread of refitted abilities.
         * ``"split-half"``: refit on two disjoint item halves (two extra fits, each on half the
           data) and set T = max(1, mean z^2) from :func:`calibration.methods.psn.split_half_check`, so
@@ -96,13 +105,50 @@ class PSNCalibrator(BaseCalibrator):
     ``ability_posterior_``, ``item_posterior_`` (:class:`ReadoutPosterior`), ``n_iter_`` (epochs
     run), ``converged_``, ``validation_index_`` (positions in ``cells_`` of the validation cells),
     ``orientation_`` (-1 if the trained network was mirrored so that larger
-    theta means more able), ``loss_curve_``, ``validation_loss_curve_``, ``subject_ids_``,
-    ``item_ids_``, ``responses_sha256_``, ``fit_seconds_``, ``temperature_`` (the Laplace
+    theta means more able), ``loss_trace_`` (mean training loss per epoch), ``validation_loss_curve_``,
+    ``subject_ids_``, ``item_ids_``, ``responses_sha256_``, ``elapsed_`` (seconds), ``theta_sd_``
+    (posterior SDs of ``theta_``), ``item_params_`` (bank-form 4PL on the scale of ``theta_``,
+    i.e. ``item_params(standardize=False)``), ``temperature_`` (the Laplace
     temperature used, a number), ``split_half_`` (the :class:`RefitComparison` behind
     ``temperature="split-half"``, else None).
     """
 
-    method_name = "psn-laplace"
+    method_name = "psn"
+    SETTINGS = {
+        "hidden_dim": integer(1, "embedding-table width (default 64)", "--hidden-dim"),
+        "embedding_dim": integer(1, "embedding width (default 128)", "--embedding-dim"),
+        "learning_rate": positive("Adam learning rate (default 3e-3)", "--learning-rate"),
+        "weight_decay": non_negative("Adam coupled weight decay (default 1e-4)", "--weight-decay"),
+        "batch_size": integer(1, "mini-batch size in cells (default 512)", "--batch-size"),
+        "max_epochs": integer(1, "training epochs (default 30)", "--epochs"),
+        "ordered_asymptotes": switch("d = sigmoid(p3) as the reference (d > c not enforced)", "--reference-head",
+                                     switch_value=False),
+        "validation_fraction": Setting(in_unit_interval, "share of cells for early stopping (default 0: none)",
+                                       "--validation-fraction", type=float),
+        "patience": integer(1, "early-stopping patience in epochs (default 4)", "--patience"),
+        "min_delta": non_negative(),
+        "prior_precision": positive("Laplace prior precision delta (default 1.0)", "--prior-precision"),
+        "tune_prior_precision": switch("maximise the Laplace evidence over delta", "--tune-prior-precision"),
+        "curvature": choice(CURVATURES, "Laplace curvature (default fisher)", "--curvature"),
+        "temperature": Setting(
+            check_temperature,
+            "Laplace likelihood temperature: H = GGN / T + delta I (default 1); 'split-half' fits two item "
+            "halves and sets T so that the ability SDs match how far the halves disagree; 'mean-loss' sets "
+            "T = number of observed cells (the Laplace of the mean training loss, seed 002's setting)",
+            "--temperature", type=parse_temperature, metavar="T",
+        ),
+        "dtype": choice(("float32", "float64"), "train in float64 (default float32, as torch)", "--float64",
+                        switch_value="float64"),
+        "rng": seed(),
+        "progress": switch(),
+    }
+    #: ``to_item_bank`` options; the bank records them, so recalibration exports the same way
+    EXPORT_SETTINGS = {
+        "standardize": switch("keep the network's theta scale (default: standardise)", "--native-scale",
+                              switch_value=False),
+        "include_features": switch("omit the (J x 129) b feature matrix from /posterior", "--no-features",
+                                   switch_value=False),
+    }
 
     def __init__(
         self,
@@ -143,36 +189,9 @@ class PSNCalibrator(BaseCalibrator):
         self.rng = rng
         self.progress = progress
 
-    # ------------------------------------------------------------------ validation
-    def _validate_params(self) -> None:
-        for name in ("hidden_dim", "embedding_dim", "batch_size", "max_epochs", "patience"):
-            _pos_int(name, getattr(self, name))
-        _pos_float("learning_rate", self.learning_rate)
-        _pos_float("weight_decay", self.weight_decay, allow_zero=True)
-        _pos_float("min_delta", self.min_delta, allow_zero=True)
-        _pos_float("prior_precision", self.prior_precision)
-        if isinstance(self.temperature, str):
-            if self.temperature not in TEMPERATURE_WORDS:
-                raise ValueError(
-                    f"temperature must be a positive number, {MEAN_LOSS!r} or {SPLIT_HALF!r}, got {self.temperature!r}"
-                )
-        else:
-            _pos_float("temperature", self.temperature)
-        vf = self.validation_fraction
-        if isinstance(vf, bool) or not isinstance(vf, (int, float, np.floating, np.integer)) or not 0.0 <= float(vf) < 1.0:
-            raise ValueError(f"validation_fraction must lie in [0, 1), got {vf!r}")
-        if self.curvature not in CURVATURES:
-            raise ValueError(f"unknown curvature {self.curvature!r}; allowed: {', '.join(CURVATURES)}")
-        if str(self.dtype) not in ("float32", "float64"):
-            raise ValueError(f"dtype must be 'float32' or 'float64', got {self.dtype!r}")
-
     # ------------------------------------------------------------------ fit
-    def fit(self, responses: ResponseData) -> "PSNCalibrator":
+    def _fit(self, responses: ResponseData) -> None:
         """Train on the observed cells of ``responses`` and fit the Laplace posteriors."""
-        if not isinstance(responses, ResponseData):
-            raise TypeError(f"fit expects a calibration.ResponseData, got {type(responses).__name__}")
-        self._validate_params()
-        t0 = time.perf_counter()
         gen = np.random.default_rng(self.rng)
         subj, item = np.nonzero(responses.correct >= 0)
         subj = subj.astype(np.int64)
@@ -216,7 +235,7 @@ class PSNCalibrator(BaseCalibrator):
         )
         self.network_ = net
         self.history_ = hist
-        self.loss_curve_ = np.asarray(hist.train_loss)
+        self.loss_trace_ = np.asarray(hist.train_loss)
         self.validation_loss_curve_ = np.asarray(hist.val_loss)
         self.n_iter_ = len(hist.train_loss)
         self.epoch_seconds_ = np.asarray(hist.epoch_seconds)
@@ -238,12 +257,6 @@ class PSNCalibrator(BaseCalibrator):
         if self.orientation_ < 0:
             net.reflect()
         self.validation_index_ = val
-        self.subject_ids_ = responses.subject_ids
-        self.item_ids_ = responses.item_ids
-        self.item_metadata_ = dict(responses.item_metadata)
-        self.responses_sha256_ = responses.sha256()
-        self.n_subjects_ = responses.n_subjects
-        self.n_items_ = responses.n_items
         # the Laplace posterior conditions on every observed cell (validation cells included)
         self._cells = (subj, item, y)
         self._refresh_point_estimates()
@@ -274,9 +287,18 @@ class PSNCalibrator(BaseCalibrator):
             temperature=self.temperature_,
         )
         self._joint_ab = None
-        self._fitted = True
-        self.fit_seconds_ = time.perf_counter() - t0
-        return self
+        self.theta_sd_ = self.ability_posterior_.marginal_sd()  # on the network's scale, as theta_
+        self._fitted = True  # item_params needs it; fit sets it again after recording the provenance
+        self.item_params_ = self.item_params(standardize=False)  # on the scale of theta_
+
+    def fit_summary(self, data) -> str:
+        text = (
+            f"PSN-IRT: {data.n_subjects} subjects x {data.n_items} items, {self.n_iter_} epochs in {self.elapsed_:.1f} s "
+            f"(final loss {self.loss_trace_[-1]:.4f}); Laplace temperature {self.temperature_:.4g}"
+        )
+        if self.split_half_ is not None:
+            text += f"\nsplit-half check at T = 1: {self.split_half_.summary()}"
+        return text
 
     def _refresh_point_estimates(self) -> None:
         net = self.network_
@@ -443,7 +465,7 @@ class PSNCalibrator(BaseCalibrator):
         hist = self.history_
         epochs = np.arange(1, self.n_iter_ + 1)
         cal_vars = {
-            "train_loss": ("epoch", self.loss_curve_, {"long_name": "mean mini-batch BCE over the epoch"}),
+            "train_loss": ("epoch", self.loss_trace_, {"long_name": "mean mini-batch BCE over the epoch"}),
             "epoch_seconds": ("epoch", self.epoch_seconds_),
         }
         if self.validation_loss_curve_.size:
@@ -457,12 +479,10 @@ class PSNCalibrator(BaseCalibrator):
                 "best_epoch": int(hist.best_epoch),
                 "stopped_early": int(bool(hist.stopped_early)),
                 "n_flipped_items": int(np.sum(sign < 0)),
-                "fit_seconds": float(self.fit_seconds_),
+                "fit_seconds": float(self.elapsed_),
             },
         )
-        settings = {k: v for k, v in self.get_params().items() if k not in ("rng", "progress")}
-        settings["rng"] = self.rng if isinstance(self.rng, (int, np.integer)) and not isinstance(self.rng, bool) else None
-        settings["dtype"] = str(self.dtype)
+        settings = self.bank_settings(standardize=standardize, include_features=include_features)
         scale = {
             "theta": "standardised over the calibration subjects' MAP abilities" if standardize else "native PSN-IRT network scale",
             "location": mu,

@@ -1,4 +1,4 @@
-"""Scoped last-layer Laplace posterior of PSN-IRT (MATH.md section 3, seed 002).
+"""Scoped last-layer Laplace posterior of PSN-IRT (docs/math.md §3, seed 002).
 
 Two conditional Gaussian posteriors over readout weights, each with the other side at its MAP:
 
@@ -24,7 +24,7 @@ Hessian (``curvature``; GGN H = sum_n Lambda_n J_n J_n' + delta I, J_n = d eta_n
   in w_b, H is then the exact Hessian of NLP for the ability and b-only posteriors (not for the
   joint a-and-b one, where eta is bilinear); it can be indefinite away from the MAP.
 
-The features repeat (MATH.md): theta has N distinct features and beta J distinct ones, so
+The features repeat (docs/math.md §3.3): theta has N distinct features and beta J distinct ones, so
 H_t = Phi' diag(W) Phi + delta I with W_i = sum_j a_j^2 Lambda_ij, and likewise for items with
 W_j = sum_i a_j^2 Lambda_ij; the joint branch uses per-item weights for the (b, b), (b, a) and
 (a, a) blocks: sum_i Lambda a^2, sum_i Lambda (-a)(theta - beta), sum_i Lambda (theta - beta)^2.

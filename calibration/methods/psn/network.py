@@ -1,6 +1,6 @@
 """The PSN-IRT network in numpy/numba: embedding tables, hand-derived backpropagation, Adam.
 
-Architecture (MATH.md section 3; the reference ``train.py`` of Zhou et al.):
+Architecture (docs/math.md §3; the reference ``train.py`` of Zhou et al.):
 
     subject i:  h = relu(S[i] + s_b1)            S: (N, H) table = Linear(N, H) on a one-hot
                 u = h @ s_W2 + s_b2               (E,) ability embedding
@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from calibration.methods.psn import _kernels as K
+from catengine.validation import is_integer
 
 #: dense parameters in storage order: name -> shape factory (H hidden, E embedding)
 _DENSE = (
@@ -73,7 +74,7 @@ class PSNNetwork:
         dtype="float64",
     ):
         for name, value in (("n_subjects", n_subjects), ("n_items", n_items), ("hidden_dim", hidden_dim), ("embedding_dim", embedding_dim)):
-            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+            if not is_integer(value) or value < 1:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
         self.n_subjects = int(n_subjects)
         self.n_items = int(n_items)

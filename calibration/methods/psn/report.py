@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from calibration.data import ResponseData
+from catengine.validation import is_integer
 
 CONFIGURATIONS = ("map", "ability", "b", "ab", "ability+b")
 DEFAULT_CONFIGURATIONS = ("map", "ability", "b", "ab")
@@ -35,7 +36,7 @@ def reliability_diagram(p, y, n_bins: int = 10) -> dict:
     y = np.asarray(y, dtype=np.float64)
     if p.shape != y.shape or p.ndim != 1:
         raise ValueError("p and y must be 1-D arrays of equal length")
-    if isinstance(n_bins, bool) or not isinstance(n_bins, (int, np.integer)) or n_bins < 1:
+    if not is_integer(n_bins) or n_bins < 1:
         raise ValueError(f"n_bins must be a positive integer, got {n_bins!r}")
     edges = np.linspace(0.0, 1.0, n_bins + 1)
     k = np.clip(np.floor(p * n_bins).astype(np.int64), 0, n_bins - 1)
@@ -157,7 +158,7 @@ def calibration_report(
     ``CONFIGURATIONS``. One ``rng`` stream drives all draws (reproducible).
     """
     calibrator._check_fitted()
-    if isinstance(n_draws, bool) or not isinstance(n_draws, (int, np.integer)) or n_draws < 1:
+    if not is_integer(n_draws) or n_draws < 1:
         raise ValueError(f"n_draws must be a positive integer, got {n_draws!r}")
     cells = _heldout_cells(calibrator, heldout)
     y = cells[2]

@@ -5,9 +5,8 @@ calls ``calibration.audit.recovery_audit`` (progress bar from the audit's own tq
 dashboard), and shows ``calibration.audit.summarize`` (means with Monte-Carlo SEs) as plots and
 ``calibration.audit.summary_table`` as a table. It computes no metric itself.
 
-Layering: ``catengine`` never imports the offline ``calibration`` package at import time. The audit
-functions are looked up when the dashboard is built (``audit_module``, default
-``"calibration.audit"``), so ``import catengine.widgets`` stays free of it.
+It lives in ``calibration.widgets`` because it drives the offline audits; it shows them with the
+engine's display helpers (``catengine.widgets._display``), so the imports point one way.
 """
 
 from __future__ import annotations
@@ -68,10 +67,7 @@ class AuditDashboard(widgets.VBox):
         self.banks = {str(k): v for k, v in banks.items()}
         needs_cot = getattr(self.audit, "NEEDS_COT", None)
         if needs_cot is None:  # calibration.audit keeps it in its methods module
-            try:
-                needs_cot = import_module(f"{self.audit.__name__}.methods").NEEDS_COT
-            except (ImportError, AttributeError):
-                needs_cot = ()
+            from calibration.audit.methods import NEEDS_COT as needs_cot
         self._needs_cot = set(needs_cot)
         self.method_options = dict(method_options or {})
         self.result = None

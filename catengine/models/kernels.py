@@ -1,0 +1,42 @@
+"""Public names of the numerically stable scalar primitives (numba ``@njit`` functions of one
+float64), for kernels in other packages (e.g. ``calibration.methods.lart._kernels``).
+
+They are callable from Python and from other ``@njit`` code, finite and warning-free on the whole
+real line; ``catengine/models/_kernels.py`` defines them (and documents each) together with the
+private array kernels of the response models, and ``tests/naive_models.py`` holds their slow
+twins. Import them from here, not from the private module.
+"""
+
+from catengine.models._kernels import _log_p_4pl as log_p_4pl
+from catengine.models._kernels import _weights_4pl as weights_4pl
+from catengine.models._kernels import (
+    inv_mills,
+    log_phi_cdf,
+    log_phi_pdf,
+    log_sigmoid,
+    phi_cdf,
+    phi_pdf,
+    probit_curvature,
+    probit_info_h,
+    sigmoid,
+)
+from catengine.models.expected_information import _info_z as info_4pl_z
+
+#: ``log_p_4pl(z, c, d)`` -> (log P, log(1 - P)) for P = c + (d - c) sigmoid(z);
+#: ``weights_4pl(s, c, d)`` -> ((P - c)/P, (d - P)/(1 - P)) at s = sigmoid(z), without 0/0;
+#: ``info_4pl_z(z, a2, c, d)`` -> the 4PL Fisher information a^2 s (1 - s) w1 w0 at logit z.
+
+__all__ = [
+    "info_4pl_z",
+    "log_p_4pl",
+    "weights_4pl",
+    "inv_mills",
+    "log_phi_cdf",
+    "log_phi_pdf",
+    "log_sigmoid",
+    "phi_cdf",
+    "phi_pdf",
+    "probit_curvature",
+    "probit_info_h",
+    "sigmoid",
+]

@@ -1,0 +1,121 @@
+"""What ``CATSession`` and ``Engine`` share around a session log: the bank's item table and
+fingerprint, the log header, the strategies a header describes, and the replay of a log into
+sessions. Both import this module; neither imports the other's (``engine`` builds on ``session``).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from functools import lru_cache
+from pathlib import Path
+
+from catengine.models.params import params_fingerprint
+from catengine.selection import ItemTable
+from catengine.session.config import from_config
+from catengine.session.errors import SessionLogError
+from catengine.session.log import LOG_FORMAT, LOG_VERSION, LogWriter, quarantine_corrupt_tail, read_log, restore_rng
+
+
+def bank_fingerprint(items: ItemTable) -> str:
+    """sha256 over the item ids and every parameter array (identifies the bank a log was made with)."""
+    return params_fingerprint(items.params, item_ids=items.item_ids, b_sd=items.b_sd)
+
+
+@lru_cache(maxsize=16)
+def item_table(bank) -> ItemTable:
+    """The numpy view of an ``ItemBank`` that selectors use (cached for the last 16 banks: it holds
+    the bank's sort order for the selection kernels, built once per bank)."""
+    fields_ = set(bank.items.data_vars)
+    b_sd = bank.item_metadata("b_sd") if "b_sd" in fields_ else None
+    return ItemTable(bank.params, bank.item_ids, b_sd=b_sd, metadata=bank.item_metadata)
+
+
+def make_header(bank, items: ItemTable, config: dict, seed_entropy=None) -> dict:
+    from catengine import __version__
+
+    source = getattr(bank, "source", "<memory>")
+    if source and source != "<memory>":
+        source = str(Path(source).resolve())
+    return {
+        "event": "header",
+        "format": LOG_FORMAT,
+        "version": LOG_VERSION,
+        "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "library_version": __version__,
+        "bank": {
+            "bank_id": getattr(bank, "bank_id", ""),
+            "bank_version": int(getattr(bank, "version", 0)),
+            "source": source,
+            "response_model": items.params.response_model,
+            "n_items": items.n_items,
+            "fingerprint": bank_fingerprint(items),
+        },
+        "config": config,
+        "seed_entropy": seed_entropy,
+    }
+
+
+def strategies_from_config(config: dict) -> dict:
+    """Keyword arguments (selector, estimator, stopping, exposure) from a logged config."""
+    return {
+        "selector": from_config(config["selector"]),
+        "estimator": from_config(config["estimator"]),
+        "stopping": from_config(config["stopping"]),
+        "exposure": tuple(from_config(c) for c in config.get("exposure", [])),
+    }
+
+
+def read_for_resume(log, bank=None):
+    """``(contents, bank, strategies)`` of a log to resume: the bank (default: opened from the path
+    in the header) must match the logged fingerprint; the strategies are rebuilt from the header."""
+    contents = read_log(log)
+    header = contents.header
+    meta = header["bank"]
+    if bank is None:
+        from catengine.itembank import open_item_bank
+
+        source = meta.get("source")
+        if not source or source == "<memory>":
+            raise SessionLogError(f"{log} was written for an in-memory bank; pass bank= to resume it")
+        bank = open_item_bank(source)
+    fp = bank_fingerprint(item_table(bank))
+    if fp != meta.get("fingerprint"):
+        raise SessionLogError(
+            f"{log} was written for bank {meta.get('bank_id')!r} v{meta.get('bank_version')} with fingerprint "
+            f"{str(meta.get('fingerprint'))[:12]}..., but the bank given ({getattr(bank, 'bank_id', '?')!r} "
+            f"v{getattr(bank, 'version', '?')}) has {fp[:12]}..."
+        )
+    try:
+        strategies = strategies_from_config(header["config"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise SessionLogError(f"{log}: cannot rebuild the configuration from the header ({exc})") from None
+    return contents, bank, strategies
+
+
+def replay_events(log, contents, new_session) -> dict:
+    """Sessions by subject, rebuilt by replaying the log's events; ``new_session(subject, rng)``
+    makes the session of an ``open`` event. A torn last line is quarantined afterwards."""
+    sessions = {}
+    for event in contents.events:
+        subject = event.get("subject")
+        if event["event"] == "open":
+            if subject in sessions:
+                raise SessionLogError(f"{log}: subject {subject!r} is opened twice")
+            session = new_session(subject, restore_rng(event["rng"]))
+            session._replaying = True
+            sessions[subject] = session
+            continue
+        if subject not in sessions:
+            raise SessionLogError(f"{log}: {event['event']} event for subject {subject!r} before its open event")
+        sessions[subject]._replay(event)
+    quarantine_corrupt_tail(contents)
+    return sessions
+
+
+def attach_writer(contents, sessions, fsync: bool = False) -> LogWriter:
+    """Reopen the log for appending and hand the writer to the replayed ``sessions``."""
+    writer = LogWriter(contents.path, fsync=fsync, must_be_new=False)
+    for session in sessions:
+        session._writer = writer
+        session._replaying = False
+    return writer

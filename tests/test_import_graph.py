@@ -1,0 +1,97 @@
+"""The import graph points one way: no circle between modules, no reaching into another package's
+private ``_kernels``. Read from the source with ``ast`` (function-level imports count too)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("catengine", "calibration")
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for package in PACKAGES:
+        for path in (ROOT / package).rglob("*.py"):
+            parts = list(path.relative_to(ROOT).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+            out[".".join(parts)] = path
+    return out
+
+
+def _is_package(name: str, modules) -> bool:
+    return modules.get(name, Path()).name == "__init__.py"
+
+
+def _imports(name: str, path: Path, modules) -> set[str]:
+    """Modules (not packages) that ``name`` imports; ``from pkg import sub`` counts as ``pkg.sub``."""
+    targets = set()
+    package = name if _is_package(name, modules) else name.rpartition(".")[0]
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            targets.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                up = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join(up + ([base] if base else []))
+            for alias in node.names:
+                sub = f"{base}.{alias.name}"
+                targets.add(sub if sub in modules else base)
+    return {t for t in targets if t in modules and not _is_package(t, modules) and t != name}
+
+
+def _graph():
+    modules = _modules()
+    return {name: _imports(name, path, modules) for name, path in modules.items() if not _is_package(name, modules)}
+
+
+def test_no_import_circle():
+    graph = _graph()
+    state: dict[str, int] = {}
+    stack: list[str] = []
+    cycles = []
+
+    def visit(node):
+        state[node] = 1
+        stack.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == 1:
+                cycles.append(stack[stack.index(nxt):] + [nxt])
+            elif nxt not in state:
+                visit(nxt)
+        stack.pop()
+        state[node] = 2
+
+    for node in sorted(graph):
+        if node not in state:
+            visit(node)
+    assert not cycles, "import circles: " + "; ".join(" -> ".join(c) for c in cycles)
+
+
+def test_the_graph_sees_a_circle_when_there_is_one():
+    # guard against a checker that cannot fail: engine imports session, so an edge back closes one
+    graph = _graph()
+    assert "catengine.session.session" in graph["catengine.session.engine"]
+    assert "catengine.session.bank_log" in graph["catengine.session.session"]
+
+
+def test_no_module_imports_another_package_private_kernels():
+    graph = _graph()
+    offenders = []
+    for name, targets in graph.items():
+        for target in targets:
+            if target.rpartition(".")[2] == "_kernels" and target.rpartition(".")[0] != name.rpartition(".")[0]:
+                offenders.append(f"{name} imports {target}")
+    assert not offenders, offenders
+
+
+def test_catengine_widgets_do_not_drive_calibration():
+    graph = _graph()
+    for name, targets in graph.items():
+        if name.startswith("catengine."):
+            assert not any(t.startswith("calibration.") for t in targets), name
+    for path in (ROOT / "catengine").rglob("*.py"):
+        assert "import_module(\"calibration" not in path.read_text() and "import_module('calibration" not in path.read_text(), path
