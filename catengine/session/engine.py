@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import hashlib
+from pathlib import Path
 
 import numpy as np
 
+from catengine.errors import CatEngineError
 from catengine.session.errors import SessionLogError, UnknownSubjectError
 from catengine.session.log import LogWriter, quarantine_corrupt_tail, read_log, restore_rng
 from catengine.session.session import (
@@ -19,6 +21,29 @@ from catengine.session.session import (
 
 def _subject_key(subject: str) -> int:
     return int.from_bytes(hashlib.sha256(subject.encode("utf-8")).digest()[:8], "little")
+
+
+def _replay_event(engine: "Engine", bank, event: dict, where: str) -> None:
+    """Replay one logged event; any inconsistency (a duplicated or out-of-sequence line, an unknown
+    item, a bad value) is a SessionLogError naming the file and line: a log is never half-trusted."""
+    subject = event.get("subject")
+    if not isinstance(subject, str) or not subject:
+        raise SessionLogError(f"{where}: {event['event']} event has subject {subject!r}; subject ids are non-empty strings")
+    try:
+        if event["event"] == "open":
+            if subject in engine.sessions:
+                raise SessionLogError(f"subject {subject!r} is opened twice")
+            session = CATSession(bank, subject=subject, rng=restore_rng(event["rng"]), _items=engine.items,
+                                 **engine._strategies)
+            session._replaying = True
+            engine.sessions[subject] = session
+            return
+        if subject not in engine.sessions:
+            raise SessionLogError(f"{event['event']} event for subject {subject!r} before its open event")
+        engine.sessions[subject]._replay(event)
+    except (CatEngineError, ValueError, TypeError, KeyError, AttributeError, OverflowError) as exc:
+        message = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
+        raise SessionLogError(f"{where}: cannot replay this {event['event']} line: {message}") from None
 
 
 class Engine:
@@ -114,9 +139,24 @@ class Engine:
     def resume(cls, log, bank=None, *, fsync: bool = False) -> "Engine":
         """Rebuild every session of a log exactly (answers, estimates, pending proposals, random
         generator states) and keep appending to it. ``bank`` defaults to the file named in the log."""
+        if not Path(log).is_file():
+            raise FileNotFoundError(f"session log {log} does not exist")
+        # the lock first: nobody may append while the log is read and replayed
+        writer = LogWriter(log, fsync=fsync, must_be_new=False)
+        try:
+            engine = cls._replay_log(log, bank, writer)
+        except BaseException:
+            writer.close()
+            raise
+        return engine
+
+    @classmethod
+    def _replay_log(cls, log, bank, writer: LogWriter) -> "Engine":
         contents = read_log(log)
         header = contents.header
         meta = header["bank"]
+        if not isinstance(meta, dict) or not isinstance(header["config"], dict):
+            raise SessionLogError(f"{log}:1: the header's 'bank' and 'config' must be JSON objects")
         if bank is None:
             from catengine.itembank import open_item_bank
 
@@ -137,22 +177,12 @@ class Engine:
         except (KeyError, TypeError, ValueError) as exc:
             raise SessionLogError(f"{log}: cannot rebuild the configuration from the header ({exc})") from None
         engine = cls(bank, _seed_entropy=header.get("seed_entropy"), **strategies)
-        for event in contents.events:
-            subject = event.get("subject")
-            if event["event"] == "open":
-                if subject in engine.sessions:
-                    raise SessionLogError(f"{log}: subject {subject!r} is opened twice")
-                session = CATSession(bank, subject=subject, rng=restore_rng(event["rng"]), _items=engine.items,
-                                     **engine._strategies)
-                session._replaying = True
-                engine.sessions[subject] = session
-                continue
-            if subject not in engine.sessions:
-                raise SessionLogError(f"{log}: {event['event']} event for subject {subject!r} before its open event")
-            engine.sessions[subject]._replay(event)
+        for line, event in zip(contents.lines, contents.events):
+            _replay_event(engine, bank, event, f"{log}:{line}")
         quarantine_corrupt_tail(contents)
-        engine._writer = LogWriter(contents.path, fsync=fsync, must_be_new=False)
+        writer.sync_size()
+        engine._writer = writer
         for session in engine.sessions.values():
-            session._writer = engine._writer
+            session._writer = writer
             session._replaying = False
         return engine
