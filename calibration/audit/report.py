@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from calibration.audit._common import summarize
+from catengine.atomic import atomic_output
 
 __all__ = ["render_report", "summary_table"]
 
@@ -269,7 +270,8 @@ def _stack_png(figs, path: Path) -> None:
     page = np.concatenate(padded, axis=0)
     from matplotlib.image import imsave
 
-    imsave(path, page)
+    with atomic_output(path) as tmp:
+        imsave(tmp, page, format="png")
     return page
 
 
@@ -331,5 +333,6 @@ td,th{{border:1px solid #ccc;padding:2px 6px;text-align:center}} pre{{background
 </body></html>
 """
     html_path = out / f"{name}.html"
-    html_path.write_text(page, encoding="utf-8")
+    with atomic_output(html_path) as tmp:
+        tmp.write_text(page, encoding="utf-8")
     return {"png": png, "html": html_path}

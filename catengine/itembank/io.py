@@ -15,9 +15,11 @@ from pathlib import Path
 
 import xarray as xr
 
-from catengine.atomic import atomic_output
+from catengine.atomic import atomic_output, remove_stale_temp_files
 from catengine.errors import ItemBankSchemaError, ItemBankVersionExistsError
 from catengine.itembank.bank import ItemBank
+from catengine.itembank.guard import probe_bank_file
+from catengine.itembank.schema import CHECKSUM_ATTR, checksum_problems, content_sha256, name_problem
 
 _VERSION_FILE = re.compile(r"^(?P<bank_id>.+)_v(?P<version>[1-9][0-9]*)\.nc$")
 
@@ -67,21 +69,27 @@ def open_item_bank(path_or_dir, version="latest") -> ItemBank:
     (truncated, not netCDF, missing variables, NaN parameters, unknown schema version, ...).
     """
     path = _resolve(path_or_dir, version)
+    probe_bank_file(path)  # a damaged file that would hang or crash the netCDF library is refused first
     try:
         with xr.open_datatree(path, engine="netcdf4", mask_and_scale=False) as tree:
             tree = tree.load()
-    except (OSError, ValueError, RuntimeError, KeyError, TypeError) as exc:
-        raise ItemBankSchemaError(str(path), [f"cannot be read as a netCDF4 item bank ({type(exc).__name__}: {exc})"]) from exc
-    bank = ItemBank(tree, source=str(path))
+    except Exception as exc:  # noqa: BLE001 - whatever the netCDF stack raises, the error names the file
+        raise ItemBankSchemaError(str(path), [f"cannot be read as a netCDF4 item bank ({type(exc).__name__}: {exc})"]) from None
+    try:
+        bank = ItemBank(tree, source=str(path))
+        problems = checksum_problems(tree)
+    except ItemBankSchemaError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - a value no check foresaw: still a named error
+        raise ItemBankSchemaError(str(path), [f"invalid content ({type(exc).__name__}: {exc})"]) from None
     match = _VERSION_FILE.match(path.name)
     if match:
-        problems = []
         if match["bank_id"] != bank.bank_id:
             problems.append(f"file name says bank_id {match['bank_id']!r} but the file says {bank.bank_id!r}")
         if int(match["version"]) != bank.version:
             problems.append(f"file name says version {match['version']} but the file says bank_version {bank.version}")
-        if problems:
-            raise ItemBankSchemaError(str(path), problems)
+    if problems:
+        raise ItemBankSchemaError(str(path), problems)
     return bank
 
 
@@ -104,8 +112,12 @@ def write_item_bank(bank: ItemBank, directory, *, version: int | None = None) ->
     """
     if not isinstance(bank, ItemBank):
         raise TypeError(f"write_item_bank expects an ItemBank, got {type(bank).__name__}")
+    problem = name_problem(bank.bank_id, "bank_id")
+    if problem:  # never reached for a validated bank; the file name must stay inside directory
+        raise ValueError(problem)
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
+    remove_stale_temp_files(directory)
     versions = list_versions(directory)
     for existing in versions.values():
         stored_id = _VERSION_FILE.match(existing.name)["bank_id"]
@@ -126,7 +138,10 @@ def write_item_bank(bank: ItemBank, directory, *, version: int | None = None) ->
         parent_version=parent,
         written_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
     )
+    stamped = stamped.replace_attrs(**{CHECKSUM_ATTR: content_sha256(stamped.to_datatree())})
     final = directory / f"{bank.bank_id}_v{new_version}.nc"
+    if final.resolve().parent != directory.resolve():
+        raise ValueError(f"bank_id {bank.bank_id!r} would write outside {directory}")
     tree = stamped.to_datatree()
     try:
         # read-only for everyone; linked into place, which refuses to overwrite

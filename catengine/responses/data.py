@@ -14,9 +14,13 @@ File formats (every reader raises ValueError naming the file line / row, column 
 
 from __future__ import annotations
 
+import bz2
 import csv
 import gzip
 import hashlib
+import lzma
+import zlib
+from contextlib import contextmanager
 import io
 import json
 import math
@@ -28,6 +32,7 @@ from pathlib import Path
 import numpy as np
 
 from catengine.atomic import atomic_output
+from catengine.errors import ResponseFileError
 
 MISSING = -1
 
@@ -120,7 +125,10 @@ def _parse_correct(value) -> int:
         except ValueError:
             raise _CellError(value) from None
     elif isinstance(value, (int, float, np.integer, np.floating)):
-        x = float(value)
+        try:
+            x = float(value)
+        except OverflowError:  # a JSON integer with hundreds of digits
+            raise _CellError(value) from None
     else:
         raise _CellError(value)
     if math.isnan(x):
@@ -145,60 +153,130 @@ def _parse_cot(value) -> float:
     elif isinstance(value, (bool, np.bool_)):
         raise _CellError(value)
     elif isinstance(value, (int, float, np.integer, np.floating)):
-        x = float(value)
+        try:
+            x = float(value)
+        except OverflowError:
+            raise _CellError(value) from None
     else:
         raise _CellError(value)
     if math.isnan(x):
         return math.nan
-    if not math.isfinite(x) or x < 0:
+    if not math.isfinite(x) or x < 0 or x > MAX_COT_TOKENS:
         raise _CellError(value)
     return x
 
 
-_CORRECT_ALLOWED = "allowed: 0, 1, true/false; empty, NA or NaN = missing; -1 is rejected in files as ambiguous"
-_COT_ALLOWED = "a CoT length must be a finite token count >= 0; empty, NA or NaN = missing"
+_CORRECT_ALLOWED = "must be 0 or 1; allowed: 0, 1, true/false; empty, NA or NaN = missing; -1 is rejected in files as ambiguous"
+#: CoT lengths above this many tokens are rejected as implausible (the engine's default limit too)
+MAX_COT_TOKENS = 1e7
+_COT_ALLOWED = f"a CoT length must be a finite token count >= 0 and <= {MAX_COT_TOKENS:g}; empty, NA or NaN = missing"
+
+
+_DECOMPRESSORS = {".gz": gzip.open, ".bz2": bz2.open, ".xz": lzma.open}
+
+
+def read_text(path: Path) -> str:
+    """The whole text of a (optionally .gz / .bz2 / .xz compressed) UTF-8 file.
+
+    A truncated or corrupt compressed file, or bytes that are not UTF-8, raise
+    :class:`ResponseFileError` naming the file (and, for bad bytes, the line, column and bytes).
+    """
+    path = Path(path)
+    opener = _DECOMPRESSORS.get(path.suffix.lower(), open)
+    try:
+        with opener(path, "rb") as fh:
+            data = fh.read()
+    except (EOFError, gzip.BadGzipFile, zlib.error, lzma.LZMAError, OSError) as exc:
+        if isinstance(exc, (FileNotFoundError, IsADirectoryError, PermissionError)):
+            raise
+        raise ResponseFileError(
+            f"{path.name}: the {path.suffix or 'file'} file is truncated or corrupt ({type(exc).__name__}: {exc})",
+            file=str(path),
+        ) from None
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        start = exc.start
+        line_start = data.rfind(b"\n", 0, start) + 1
+        line = data.count(b"\n", 0, start) + 1
+        column = start - line_start + 1
+        bad = data[start:exc.end]
+        raise ResponseFileError(
+            f"{path.name} line {line}, column {column} (character position in the line): bytes {bad!r} are not "
+            "UTF-8; save the file as UTF-8",
+            file=str(path), line=line, column=column, value=bad,
+        ) from None
 
 
 def open_text(path: Path):
-    """Open a text file for the csv/json readers; ``.gz`` files are decompressed transparently."""
-    if path.suffix.lower() == ".gz":
-        return gzip.open(path, "rt", encoding="utf-8-sig", newline="")
-    return open(path, encoding="utf-8-sig", newline="")
+    """The text of a file as a file-like object for the csv/json readers (see :func:`read_text`)."""
+    return io.StringIO(read_text(path), newline="")
+
+
+def csv_rows(path: Path):
+    """(line number, row) of every row of a CSV file; a CSV-level error (a field longer than the
+    csv module's limit, a NUL byte) raises ResponseFileError naming the file and line."""
+    reader = csv.reader(open_text(path))
+    while True:
+        try:
+            row = next(reader)
+        except StopIteration:
+            return
+        except csv.Error as exc:
+            line = reader.line_num
+            raise ResponseFileError(f"{path.name} line {line}: not a readable CSV row ({exc})", file=str(path), line=line) from None
+        yield reader.line_num, row
+
+
+@contextmanager
+def reading(path):
+    """Every failure while reading ``path`` leaves as a ResponseFileError naming the file: ours
+    pass through; other ValueErrors get the file name; foreign exceptions (a reader bug or an
+    input no check foresaw) are wrapped, never shown as a bare traceback."""
+    name = Path(path).name
+    try:
+        yield
+    except (ResponseFileError, FileNotFoundError, IsADirectoryError, PermissionError):
+        raise
+    except ValueError as exc:
+        text = str(exc)
+        raise ResponseFileError(text if name in text else f"{name}: {text}", file=str(path)) from None
+    except (IndexError, KeyError, TypeError, AttributeError, OverflowError, RecursionError, UnicodeError,
+            EOFError, OSError, csv.Error, zlib.error, lzma.LZMAError, MemoryError) as exc:
+        raise ResponseFileError(f"{name}: cannot be read ({type(exc).__name__}: {exc})", file=str(path)) from None
 
 
 def format_suffix(path: Path) -> str:
     suffixes = [s.lower() for s in path.suffixes]
-    if suffixes and suffixes[-1] == ".gz":
+    if suffixes and suffixes[-1] in _DECOMPRESSORS:
         suffixes = suffixes[:-1]
     return suffixes[-1] if suffixes else ""
 
 
 def _read_wide(path: Path):
     """Read a wide CSV: returns (item_ids, subject_ids, rows of cell strings, line numbers)."""
-    with open_text(path) as fh:
-        reader = csv.reader(fh)
-        header = None
-        subjects, rows, lines = [], [], []
-        for row in reader:
-            if not row or all(cell.strip() == "" for cell in row):
-                continue  # blank line
-            if header is None:
-                header = [cell.strip() for cell in row]
-                if len(header) < 2:
-                    raise ValueError(
-                        f"{path.name} line {reader.line_num}: the header has no item columns "
-                        "(expected: row-label column, then one column per item)"
-                    )
-                continue
-            if len(row) != len(header):
-                label = row[0].strip() if row else ""
+    header = None
+    subjects, rows, lines = [], [], []
+    for line_num, row in csv_rows(path):
+        if not row or all(cell.strip() == "" for cell in row):
+            continue  # blank line
+        if header is None:
+            header = [cell.strip() for cell in row]
+            if len(header) < 2:
                 raise ValueError(
-                    f"{path.name} line {reader.line_num} (subject {label!r}): {len(row)} fields, "
-                    f"but the header has {len(header)} (row label + {len(header) - 1} items)"
+                    f"{path.name} line {line_num}: the header has no item columns "
+                    "(expected: row-label column, then one column per item)"
                 )
-            subjects.append(row[0].strip())
-            rows.append(row[1:])
-            lines.append(reader.line_num)
+            continue
+        if len(row) != len(header):
+            label = row[0].strip() if row else ""
+            raise ValueError(
+                f"{path.name} line {line_num} (subject {label!r}): {len(row)} fields, "
+                f"but the header has {len(header)} (row label + {len(header) - 1} items)"
+            )
+        subjects.append(row[0].strip())
+        rows.append(row[1:])
+        lines.append(line_num)
     if header is None:
         raise ValueError(f"{path.name} is empty: no header and no data rows (the response matrix is empty)")
     if not rows:
@@ -272,9 +350,11 @@ def _long_records(source) -> Iterator[tuple[str, Mapping]]:
             return _csv_records(path)
         if kind in (".jsonl", ".ndjson"):
             return _jsonl_records(path)
+        if kind == ".json":
+            return _json_records(path)
         raise ValueError(
             f"cannot read a long table from {path.name!r}: unknown format {kind or '(no suffix)'!r}; "
-            "allowed: .csv, .jsonl, .ndjson (optionally .gz)"
+            "allowed: .csv, .jsonl, .ndjson, .json (optionally .gz, .bz2, .xz)"
         )
     if isinstance(source, Mapping):
         cols = {str(k): list(v) for k, v in source.items()}
@@ -310,23 +390,22 @@ def _long_records(source) -> Iterator[tuple[str, Mapping]]:
 
 
 def _csv_records(path: Path):
-    with open_text(path) as fh:
-        reader = csv.reader(fh)
-        header = None
-        for row in reader:
-            if not row or all(cell.strip() == "" for cell in row):
-                continue
-            if header is None:
-                header = [cell.strip() for cell in row]
-                dup = [c for c in header if header.count(c) > 1]
-                if dup:
-                    raise ValueError(f"{path.name} line {reader.line_num}: duplicate column {dup[0]!r} in the header")
-                continue
-            if len(row) != len(header):
-                raise ValueError(
-                    f"{path.name} line {reader.line_num}: {len(row)} fields, but the header has {len(header)}"
-                )
-            yield f"{path.name} line {reader.line_num}", dict(zip(header, row))
+    header = None
+    for line_num, row in csv_rows(path):
+        if not row or all(cell.strip() == "" for cell in row):
+            continue
+        if header is None:
+            header = [cell.strip() for cell in row]
+            dup = [c for c in header if header.count(c) > 1]
+            if dup:
+                raise ValueError(f"{path.name} line {line_num}: duplicate column {dup[0]!r} in the header")
+            continue
+        if len(row) != len(header):
+            raise ResponseFileError(
+                f"{path.name} line {line_num}: {len(row)} fields, but the header has {len(header)}",
+                file=str(path), line=line_num,
+            )
+        yield f"{path.name} line {line_num}", dict(zip(header, row))
 
 
 def jsonl_objects(path: Path):
@@ -339,13 +418,45 @@ def jsonl_objects(path: Path):
             try:
                 rec = json.loads(line)
             except json.JSONDecodeError as exc:
-                raise ValueError(
+                raise ResponseFileError(
                     f"{path.name} line {lineno}: not valid JSON ({exc.msg} at column {exc.colno}); "
-                    "the file may be truncated or corrupt"
+                    "the file may be truncated or corrupt", file=str(path), line=lineno, column=exc.colno,
+                ) from None
+            except (ValueError, RecursionError) as exc:  # integers beyond 4300 digits, nesting beyond the stack
+                raise ResponseFileError(
+                    f"{path.name} line {lineno}: JSON value too large or too deeply nested ({type(exc).__name__})",
+                    file=str(path), line=lineno,
                 ) from None
             if not isinstance(rec, dict):
                 raise ValueError(f"{path.name} line {lineno}: expected a JSON object, got {type(rec).__name__}")
             yield lineno, rec
+
+
+def _json_records(path: Path):
+    """A JSON document: a list of long-table records, or one object item -> correct | {"correct", "cot_tokens"}."""
+    text = read_text(path)
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ResponseFileError(f"{path.name} line {exc.lineno}: not valid JSON ({exc.msg} at column {exc.colno})",
+                                file=str(path), line=exc.lineno, column=exc.colno) from None
+    except (ValueError, RecursionError) as exc:
+        raise ResponseFileError(f"{path.name}: JSON value too large or too deeply nested ({type(exc).__name__})",
+                                file=str(path)) from None
+    if isinstance(doc, list):
+        for r, rec in enumerate(doc):
+            if not isinstance(rec, dict):
+                raise ResponseFileError(f"{path.name} entry {r}: expected a JSON object, got {type(rec).__name__}",
+                                        file=str(path), value=rec)
+            yield f"{path.name} entry {r}", rec
+    elif isinstance(doc, dict):
+        for item, value in doc.items():
+            rec = dict(value) if isinstance(value, dict) else {"correct": value}
+            rec["item"] = item
+            yield f"{path.name} item {item!r}", rec
+    else:
+        raise ResponseFileError(f"{path.name}: expected a JSON list of records or an object item -> answer, "
+                                f"got {type(doc).__name__}", file=str(path))
 
 
 def _jsonl_records(path: Path):
@@ -356,6 +467,10 @@ def _jsonl_records(path: Path):
 def _id_value(value, column: str, where: str) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         raise ValueError(f"{where}: {column} is missing (every row needs a {column} id)")
+    if isinstance(value, bool) or not isinstance(value, (str, int, np.integer)):
+        raise ValueError(
+            f"{where}: {column} id {str(value)[:80]!r} is a {type(value).__name__}; ids are strings (or integers)"
+        )
     text = str(value).strip()
     if text == "":
         raise ValueError(f"{where}: {column} is empty (every row needs a {column} id)")
@@ -460,9 +575,10 @@ class ResponseData:
                     try:
                         value = _parse_correct(text)
                     except _CellError:
-                        raise ValueError(
+                        raise ResponseFileError(
                             f"{acc_path.name} line {lines[r]}: subject {subject_ids[r]!r}, item {item_ids[c]!r}: "
-                            f"correctness value {text!r} is not binary ({_CORRECT_ALLOWED})"
+                            f"correctness value {text!r} is not binary ({_CORRECT_ALLOWED})",
+                            file=str(acc_path), line=lines[r], column=item_ids[c], value=text,
                         ) from None
                     cache[text] = value
                 correct[r, c] = value
@@ -492,9 +608,10 @@ class ResponseData:
                     try:
                         cot[r, c] = _parse_cot(text)
                     except _CellError:
-                        raise ValueError(
+                        raise ResponseFileError(
                             f"{cot_path.name} line {cot_lines[r]}: subject {subject_ids[r]!r}, item {item_ids[c]!r}: "
-                            f"CoT length {text!r} is invalid ({_COT_ALLOWED})"
+                            f"CoT length {text!r} is invalid ({_COT_ALLOWED})",
+                            file=str(cot_path), line=cot_lines[r], column=item_ids[c], value=text,
                         ) from None
         return cls.from_arrays(correct, cot, subject_ids=subject_ids, item_ids=item_ids)
 
@@ -507,6 +624,7 @@ class ResponseData:
         metadata_columns: Sequence[str] | None = None,
         subject_ids: Sequence[str] | None = None,
         item_ids: Sequence[str] | None = None,
+        default_subject: str | None = None,
     ) -> "ResponseData":
         """Read a long table: one row per (subject, item) cell.
 
@@ -520,7 +638,10 @@ class ResponseData:
         Subjects and items are ordered by first appearance unless ``subject_ids`` / ``item_ids``
         fix the order (and the universe: cells of unknown ids raise). Cells absent from the table
         are missing. Duplicate rows of one (subject, item) are accepted once when their values
-        are identical; conflicting duplicates raise ValueError naming both.
+        are identical; conflicting duplicates raise ValueError naming both. ``default_subject``:
+        the subject of rows without a subject column (a one-subject answer file). A ``.json``
+        file holds a list of such records, or one object item -> correct (or -> {"correct",
+        "cot_tokens"}). ``cot_length`` is accepted as another name of ``cot_tokens``.
         """
         names = dict(zip(LONG_COLUMNS, LONG_COLUMNS))
         if columns is not None:
@@ -530,6 +651,9 @@ class ResponseData:
             names.update({k: str(v) for k, v in columns.items()})
         src_subject, src_item, src_correct, src_cot = (names[c] for c in LONG_COLUMNS)
         canonical_sources = {src_subject, src_item, src_correct, src_cot}
+        cot_alias = "cot_length" if src_cot == "cot_tokens" else None
+        if cot_alias:
+            canonical_sources.add(cot_alias)
         keep_meta = None if metadata_columns is None else {str(c) for c in metadata_columns}
 
         def _fixed(ids, kind):
@@ -549,6 +673,10 @@ class ResponseData:
         n_rows = 0
         for where, rec in _long_records(table_or_path):
             n_rows += 1
+            if default_subject is not None and src_subject not in rec:
+                rec = {**rec, src_subject: default_subject}
+            if cot_alias and src_cot not in rec and cot_alias in rec:
+                rec = {**rec, src_cot: rec[cot_alias]}
             for col in (src_subject, src_item, src_correct):
                 if col not in rec:
                     raise ValueError(
@@ -645,10 +773,18 @@ class ResponseData:
         """
         import xarray as xr
 
+        from catengine.errors import ItemBankSchemaError
+        from catengine.itembank.guard import probe_bank_file
+
         path = Path(path)
-        with xr.open_dataset(path, engine="netcdf4", mask_and_scale=False) as ds:
-            ds = ds.load()
-        return cls.from_dataset(ds, source=path.name)
+        with reading(path):
+            try:
+                probe_bank_file(path, "netCDF4 response file")  # a damaged file can neither hang nor crash the caller
+            except ItemBankSchemaError as exc:
+                raise ResponseFileError(f"{path.name}: {'; '.join(exc.problems)}", file=str(path)) from None
+            with xr.open_dataset(path, engine="netcdf4", mask_and_scale=False) as ds:
+                ds = ds.load()
+            return cls.from_dataset(ds, source=path.name)
 
     @classmethod
     def from_dataset(cls, ds, *, source: str = "dataset") -> "ResponseData":
@@ -767,7 +903,8 @@ class ResponseData:
             writer.writerow(["", *self.item_ids])
             for i, sid in enumerate(self.subject_ids):
                 writer.writerow([sid, *(cell(i, j) for j in range(self.n_items))])
-            Path(target).write_text(buf.getvalue(), encoding="utf-8")
+            with atomic_output(target) as tmp:  # a kill mid-write never leaves a truncated CSV
+                tmp.write_text(buf.getvalue(), encoding="utf-8")
 
     def to_long(self, *, drop_missing: bool = False) -> list[dict]:
         """Long table as a list of dicts (subject, item, correct, [cot_tokens], item metadata).
