@@ -202,7 +202,7 @@ def read_text(path: Path) -> str:
         column = start - line_start + 1
         bad = data[start:exc.end]
         raise ResponseFileError(
-            f"{path.name} line {line}, column {column} (character position in the line): bytes {bad!r} are not "
+            f"{path.name} line {line}, column {column} (counted in bytes): bytes {bad!r} are not "
             "UTF-8; save the file as UTF-8",
             file=str(path), line=line, column=column, value=bad,
         ) from None

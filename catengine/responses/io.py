@@ -62,13 +62,13 @@ def _read_matrix(path: Path) -> ResponseData:
 
 
 def _read_csv(path: Path) -> ResponseData:
-    """A .csv[.gz]: long when the header names subject, item and correct; a headerless 0/1 matrix
+    """A .csv[.gz]: long when the header names subject and item (and correct); a headerless 0/1 matrix
     (rows = subjects, e.g. PSN-IRT's percent_0.7.csv; empty/NaN = missing) when the first row is
     all numbers; otherwise wide (first column the subject id, header the item ids)."""
     first = _first_row(path)
     if first is None:
         raise ResponseFileError(f"{path.name} is empty", file=str(path))
-    if {"subject", "item", "correct"} <= {c.strip().lower() for c in first}:
+    if {"subject", "item"} <= {c.strip().lower() for c in first}:  # long (a missing 'correct' is named there)
         return ResponseData.from_long(path)
     if first[0].strip() and all(_is_number(c) for c in first):
         return _read_matrix(path)
@@ -149,7 +149,7 @@ def load_subject_answers(path, subject: str | None = None, cot=None) -> dict[str
 
 def _is_long_csv(path: Path) -> bool:
     first = _first_row(path)
-    return first is not None and {"item", "correct"} <= {c.strip().lower() for c in first}
+    return first is not None and "item" in {c.strip().lower() for c in first}
 
 
 def _subject_row(data: ResponseData, subject, path: Path) -> int:

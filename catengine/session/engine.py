@@ -89,7 +89,11 @@ class Engine:
     @staticmethod
     def _check_subject(subject) -> str:
         if not isinstance(subject, str) or not subject:
-            raise UnknownSubjectError(f"subject ids are non-empty strings, got {subject!r}")
+            raise UnknownSubjectError(f"subject ids are non-empty strings, got {str(subject)[:80]!r}")
+        try:
+            subject.encode("utf-8")
+        except UnicodeEncodeError:
+            raise UnknownSubjectError(f"subject id {subject[:80]!r} is not valid Unicode (a lone surrogate)") from None
         return subject
 
     # ------------------------------------------------------------------ routing
