@@ -18,7 +18,7 @@ import xarray as xr
 from catengine.atomic import atomic_output, remove_stale_temp_files
 from catengine.errors import ItemBankSchemaError, ItemBankVersionExistsError
 from catengine.itembank.bank import ItemBank
-from catengine.itembank.guard import probe_bank_file
+from catengine.itembank.guard import open_datatree_guarded
 from catengine.itembank.schema import CHECKSUM_ATTR, checksum_problems, content_sha256, name_problem
 
 _VERSION_FILE = re.compile(r"^(?P<bank_id>.+)_v(?P<version>[1-9][0-9]*)\.nc$")
@@ -69,12 +69,8 @@ def open_item_bank(path_or_dir, version="latest") -> ItemBank:
     (truncated, not netCDF, missing variables, NaN parameters, unknown schema version, ...).
     """
     path = _resolve(path_or_dir, version)
-    probe_bank_file(path)  # a damaged file that would hang or crash the netCDF library is refused first
-    try:
-        with xr.open_datatree(path, engine="netcdf4", mask_and_scale=False) as tree:
-            tree = tree.load()
-    except Exception as exc:  # noqa: BLE001 - whatever the netCDF stack raises, the error names the file
-        raise ItemBankSchemaError(str(path), [f"cannot be read as a netCDF4 item bank ({type(exc).__name__}: {exc})"]) from None
+    # read under a guard: a damaged file that would hang or crash the netCDF library is refused
+    tree = open_datatree_guarded(path)
     try:
         bank = ItemBank(tree, source=str(path))
         problems = checksum_problems(tree)
