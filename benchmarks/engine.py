@@ -80,7 +80,7 @@ def _answers(params, theta: float, tau: float, rng):
     tokens = None
     if params.response_model == "lart":
         lt = params.omega - params.phi * tau + params.lam * rng.standard_normal(params.n_items)
-        tokens = np.maximum(np.round(np.exp(lt) - 1.0), 0.0)
+        tokens = np.clip(np.round(np.exp(lt) - 1.0), 0.0, 1e9)  # the engine's plausible range
     return correct, tokens
 
 

@@ -53,7 +53,7 @@ def _read_all_ways(path: Path):
                 assert out.correct.dtype == np.int8 and set(np.unique(out.correct)) <= {-1, 0, 1}
                 if out.cot_length is not None:
                     cot = out.cot_length[~np.isnan(out.cot_length)]
-                    assert np.all((cot >= 0) & (cot <= 1e7))
+                    assert np.all((cot >= 0) & (cot <= 1e9))
 
 
 @FUZZ

@@ -91,7 +91,7 @@ def _check_correct(correct) -> int:
 #: Plausible CoT lengths, in tokens: 0 <= T <= MAX_COT_TOKENS, and T + cot_offset >= 1 (the bank
 #: models log(T + cot_offset); below 1 the log goes negative without bound: a bank with offset 0
 #: needs T >= 1 token). Beyond it, :class:`CoTOutOfRangeError`. Per session: ``session.max_cot_length``.
-MAX_COT_TOKENS = 1e7
+MAX_COT_TOKENS = 1e9
 
 
 def _check_cot(cot_length, max_tokens: float = MAX_COT_TOKENS, cot_offset: float = 1.0) -> float | None:

@@ -12,6 +12,7 @@ import numpy as np
 
 from catengine.models.information import prob_correct
 from catengine.selection.exposure import SympsonHetter
+from catengine.session.session import MAX_COT_TOKENS
 
 
 def draw_traits(params, rng) -> tuple[float, float | None]:
@@ -32,7 +33,8 @@ def simulate_answer(params, item: int, theta: float, tau: float | None, rng, cot
     if params.response_model != "lart":
         return correct, None
     log_t = params.omega[item] - params.phi[item] * tau + params.lam[item] * rng.standard_normal()
-    return correct, float(max(np.round(np.exp(log_t) - cot_offset), 0.0))
+    # within the engine's plausible range (a far tail of the lognormal would otherwise exceed it)
+    return correct, float(min(max(np.round(np.exp(log_t) - cot_offset), 0.0), MAX_COT_TOKENS))
 
 
 def calibrate_sympson_hetter(bank, *, target_rate: float = 0.25, selector=None, estimator=None, stopping=None,
