@@ -21,7 +21,8 @@ from catengine.stopping import MaxItems
 
 # bounded and deterministic in CI; CATENGINE_FUZZ_EXAMPLES=N runs a longer, randomised search
 _N = int(os.environ.get("CATENGINE_FUZZ_EXAMPLES", "0"))
-FUZZ = settings(max_examples=_N or 60, deadline=None, derandomize=not _N, suppress_health_check=list(HealthCheck))
+FUZZ = settings(max_examples=_N or 60, deadline=None, derandomize=not _N, database=None,
+                suppress_health_check=list(HealthCheck))
 
 _DIR = Path(tempfile.mkdtemp(prefix="fuzz_banks_"))
 _SOURCE = write_item_bank(naive.make_bank("lart", 8, seed=3, metadata=False), _DIR / "store" / "testbank")
