@@ -74,6 +74,8 @@ def _probe_fork(path: str, timeout: float, what: str = "netCDF4 file") -> str | 
     os.close(write_fd)
     try:
         message = b""
+        poller = select.poll()  # not select.select: it fails for descriptors above 1024
+        poller.register(read_fd, select.POLLIN | select.POLLHUP)
         deadline = time.monotonic() + timeout
         while True:
             left = deadline - time.monotonic()
@@ -81,8 +83,7 @@ def _probe_fork(path: str, timeout: float, what: str = "netCDF4 file") -> str | 
                 os.kill(pid, 9)
                 os.waitpid(pid, 0)
                 return f"reading it did not finish within {timeout:.0f} s (the file is damaged: its structure loops)"
-            ready, _, _ = select.select([read_fd], [], [], left)
-            if ready:
+            if poller.poll(max(1, int(left * 1000))):
                 chunk = os.read(read_fd, 4096)
                 if not chunk:
                     break  # the child closed the pipe: it exited
