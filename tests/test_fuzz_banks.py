@@ -1,6 +1,7 @@
 """Fuzz: bank files and bank contents. Property: a named error or a valid bank, never a hang or a
 foreign exception; a bank that opens is usable by a session (finite estimates, loggable)."""
 
+import json
 import math
 import os
 import tempfile
@@ -75,13 +76,14 @@ def test_damaged_bank_files(edits, cut):
         path.unlink()
 
 
-json_like = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=20),
-    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3),
-    max_leaves=6,
-)
+def _containers(inner):
+    return st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3)
+
+
+json_like = st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=20), _containers,
+                         max_leaves=6)
 attr_values = st.one_of(
-    st.integers(-10**6, 10**6), st.floats(), st.text(max_size=30), json_like.map(lambda v: __import__("json").dumps(v)),
+    st.integers(-10**6, 10**6), st.floats(), st.text(max_size=30), json_like.map(json.dumps),
     st.lists(st.integers(-5, 5), min_size=1, max_size=3).map(np.array),
 )
 ATTRS = ["schema", "schema_version", "bank_id", "bank_version", "parent_version", "response_model", "calibration_method",

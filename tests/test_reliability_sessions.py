@@ -52,6 +52,7 @@ def test_a_duplicated_record_line_is_refused_naming_the_line(tmp_path):
         CATSession.resume(log, bank)
 
 
+@pytest.mark.filterwarnings("ignore::catengine.session.errors.ResumeMismatchWarning")
 def test_a_forged_record_in_the_middle_is_refused(tmp_path):
     bank, _, log = _logged_session(tmp_path, n=4)
     lines = _lines(log)
