@@ -79,14 +79,29 @@ def test_a_file_that_hangs_the_netcdf_library_is_refused_in_time(monkeypatch, na
     assert time.monotonic() - t0 < 60  # a bound, not a timing claim: without the guard it never returns
 
 
-def test_the_probe_runs_once_per_file(tmp_path, monkeypatch):
+def test_the_probe_runs_once_per_file_and_not_for_files_matching_their_stamp(tmp_path, monkeypatch):
     path = write_item_bank(naive.make_bank("2pl", 12, seed=1), tmp_path / "b")
+    if os.getxattr(path, guard.XATTR) != guard.file_sha256(path).encode():  # pragma: no cover
+        pytest.fail("write_item_bank did not stamp the file")
     calls = []
     real = guard._probe_fork
     monkeypatch.setattr(guard, "_probe_fork", lambda *a: calls.append(a) or real(*a))
     open_item_bank(path)
-    open_item_bank(path)
+    assert calls == []  # intact: byte-identical to what the writer wrote
+    copy = tmp_path / "received.nc"
+    copy.write_bytes(path.read_bytes())  # a copy has no stamp: probed once, then remembered
+    open_item_bank(copy)
+    open_item_bank(copy)
     assert len(calls) == 1
+
+
+def test_a_wrong_stamp_does_not_skip_the_probe(tmp_path, monkeypatch):
+    monkeypatch.setattr(guard, "PROBE_TIMEOUT", 3.0)
+    damaged = tmp_path / "bank_hangs.nc"
+    damaged.write_bytes((REGRESSIONS / "bank_hangs_netcdf4_a.nc").read_bytes())
+    os.setxattr(damaged, guard.XATTR, b"0" * 64)  # a stamp that the damaged bytes do not match
+    with pytest.raises(ItemBankSchemaError, match="did not finish"):
+        open_item_bank(damaged)
 
 
 # ----------------------------------------------------------------------------- 6. foreign exceptions

@@ -18,7 +18,7 @@ import xarray as xr
 from catengine.atomic import atomic_output, remove_stale_temp_files
 from catengine.errors import ItemBankSchemaError, ItemBankVersionExistsError
 from catengine.itembank.bank import ItemBank
-from catengine.itembank.guard import open_datatree_guarded
+from catengine.itembank.guard import open_datatree_guarded, stamp_file_hash
 from catengine.itembank.schema import CHECKSUM_ATTR, checksum_problems, content_sha256, name_problem
 
 _VERSION_FILE = re.compile(r"^(?P<bank_id>.+)_v(?P<version>[1-9][0-9]*)\.nc$")
@@ -143,6 +143,7 @@ def write_item_bank(bank: ItemBank, directory, *, version: int | None = None) ->
         # read-only for everyone; linked into place, which refuses to overwrite
         with atomic_output(final, overwrite=False, mode=0o444, fsync=True) as tmp:
             tree.to_netcdf(tmp, engine="netcdf4", encoding=_encoding(tree))
+            stamp_file_hash(tmp)  # lets open_item_bank skip its guard probe (catengine.itembank.guard)
     except FileExistsError:
         raise ItemBankVersionExistsError(f"{final} already exists; bank versions are never overwritten") from None
     _fsync_dir(directory)
