@@ -13,6 +13,10 @@ Sections (``python benchmarks/engine.py [step|compare|math500|all] [--quick]``):
                 bank, simulees and pre-drawn answers: time per step and RMSE of theta after 30 items.
                 catsim is installed for this benchmark only (``pip install --target`` into a
                 temporary folder), never as a dependency.
+* ``throughput`` — many sessions through one ``Engine`` and one shared JSONL log on the demo bank:
+                1,000 subjects x 100 answers (``--quick``: 100 x 50), answers per second with and
+                without fsync, and the p99 of one record + next step. Target: >= 10,000 answers/s
+                without fsync.
 * ``math500`` — adaptive efficiency on the real MATH500 data (../shared/data/lart): calibrate LaRT
                 (SAEM, with CoT) and IRT-only (SAEM, probit, no CoT) banks on 120 LLMs, replay the
                 real answers and CoT lengths of the other 38 adaptively, and report Kendall tau
@@ -76,7 +80,7 @@ def _answers(params, theta: float, tau: float, rng):
     tokens = None
     if params.response_model == "lart":
         lt = params.omega - params.phi * tau + params.lam * rng.standard_normal(params.n_items)
-        tokens = np.maximum(np.round(np.exp(lt) - 1.0), 0.0)
+        tokens = np.clip(np.round(np.exp(lt) - 1.0), 0.0, 1e9)  # the engine's plausible range
     return correct, tokens
 
 
@@ -399,10 +403,51 @@ def bench_math500(quick: bool) -> None:
         print(f"{mname:<22} {sname:<24} {cells}")
     print("(the same check, cross-fitted over folds of LLMs: calibration audit --kind replay)")
 
+# ----------------------------------------------------------------------------- section: throughput
+def bench_throughput(quick: bool) -> None:
+    from catengine import open_item_bank
+    from catengine.session import Engine
+
+    bank = open_item_bank(ROOT / "item_banks" / "demo_math500_lart")
+    n_subjects, n_answers = (100, 50) if quick else (1000, 100)
+    print(f"\n== throughput: {n_subjects} subjects x {n_answers} answers through one Engine and one JSONL log "
+          f"(demo bank, {bank.n_items} items, MaxItems({n_answers})) ==")
+    rng = np.random.default_rng(3)
+    subjects = [f"llm{k:04d}" for k in range(n_subjects)]
+    answers = {}
+    for s in subjects:
+        theta = float(rng.standard_normal())
+        tau = float(bank.params.rho * theta + math.sqrt(1 - bank.params.rho**2) * rng.standard_normal())
+        answers[s] = _answers(bank.params, theta, tau, rng)
+    print("(answers/s by wall clock, and per CPU second of this process: the latter is what a shared machine cannot steal)")
+    print(f"{'fsync':<6} {'answers/s':>10} {'per CPU s':>10} {'p50 ms':>8} {'p99 ms':>8} {'log MB':>7}")
+    for fsync in (False, True):
+        subset = subjects if not fsync else subjects[: max(10, n_subjects // 20)]
+        with tempfile.TemporaryDirectory() as tmp:
+            log = Path(tmp) / "sessions.jsonl"
+            engine = Engine(bank, stopping=MaxItems(n_answers), rng=0, log=log, fsync=fsync)
+            steps = []
+            t_start, cpu_start = time.perf_counter(), time.process_time()
+            for s in subset:
+                correct, tokens = answers[s]
+                item = engine.next_item(s)
+                for _ in range(n_answers):
+                    j = bank.index_of(item)
+                    t0 = time.perf_counter()
+                    engine.record(s, item, int(correct[j]), float(tokens[j]))
+                    item = engine.next_item(s) if not engine.session(s).finished else None
+                    steps.append(time.perf_counter() - t0)
+                    if item is None:
+                        break
+            total, cpu = time.perf_counter() - t_start, time.process_time() - cpu_start
+            engine.close()
+            size = log.stat().st_size / 1e6
+        print(f"{str(fsync):<6} {len(steps) / total:>10,.0f} {len(steps) / cpu:>10,.0f} {_pct(steps, 50) * 1e3:>8.3f} {_pct(steps, 99) * 1e3:>8.3f} {size:>7.1f}")
+
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("section", nargs="?", default="all", choices=("step", "compare", "math500", "all"))
+    parser.add_argument("section", nargs="?", default="all", choices=("step", "compare", "throughput", "math500", "all"))
     parser.add_argument("--quick", action="store_true", help="smaller runs (for smoke tests)")
     args = parser.parse_args(argv)
     print("catengine benchmarks; timings depend on the machine (wall clock, single thread)")
@@ -410,6 +455,8 @@ def main(argv=None) -> int:
         bench_step(args.quick)
     if args.section in ("compare", "all"):
         bench_compare(args.quick)
+    if args.section in ("throughput", "all"):
+        bench_throughput(args.quick)
     if args.section in ("math500", "all"):
         bench_math500(args.quick)
     return 0

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import math
 import os
@@ -163,119 +162,22 @@ def _cmd_demo(args) -> int:
 
 
 # ----------------------------------------------------------------------------- evaluate
-_MISSING = {"", "na", "nan", "n/a", "null", "none"}
-
-
-def _cell(text):
-    text = str(text).strip()
-    return None if text.lower() in _MISSING else text
-
-
-def _number(text, what):
-    try:
-        return float(text)
-    except ValueError:
-        raise ValueError(f"{what}: {text!r} is not a number") from None
-
-
-def _load_netcdf_row(path: Path, subject: str | None) -> dict[str, tuple[int, float | None]]:
-    import xarray as xr
-
-    with xr.open_dataset(path, engine="netcdf4", mask_and_scale=False) as ds:
-        if "correct" not in ds or set(ds["correct"].dims) != {"subject", "item"}:
-            raise ValueError(f"{path}: not a response file (needs 'correct' on dims subject x item)")
-        subjects = [str(s) for s in ds["subject"].values]
-        if subject is None:
-            raise ValueError(f"{path} holds {len(subjects)} subjects: name one with --subject (e.g. {subjects[0]!r})")
-        if subject not in subjects:
-            raise ValueError(f"{path} has no subject {subject!r}; it has {', '.join(subjects[:5])}{' ...' if len(subjects) > 5 else ''}")
-        row = ds.sel(subject=subject).load()
-    items = [str(i) for i in row["item"].values]
-    correct = row["correct"].values
-    cot = row["cot_length"].values if "cot_length" in row else None
-    return {
-        item: (int(c), None if cot is None or cot[k] != cot[k] else float(cot[k]))
-        for k, (item, c) in enumerate(zip(items, correct))
-        if c in (0, 1)
-    }
-
-
 def load_responses(path, subject: str | None = None, cot_path=None) -> dict[str, tuple[int, float | None]]:
-    """One subject's answers: item id -> (correct, CoT tokens or None).
+    """One subject's answers: item id -> (correct, CoT tokens or None), read by the same readers as
+    ``calibration fit`` (:func:`catengine.responses.load_subject_answers`).
 
-    Formats: a long CSV with columns ``item``, ``correct`` and optionally ``cot_tokens`` (or
-    ``cot_length``) and ``subject``; a wide CSV (first column the row label, header the item ids,
-    one row per subject, e.g. the LaRT data) with ``subject`` naming the row, plus an optional wide
-    CoT file of the same shape; JSON (an object item -> correct or -> {"correct", "cot_tokens"}) or
-    JSON lines with the long-format keys; a ResponseData netCDF file (``.nc``, as written by
-    ``calibration simulate`` or ``ResponseData.to_netcdf``) with ``subject`` naming the row.
-    Missing cells (empty, NA, NaN; -1 in netCDF) are left out.
+    Formats: a long CSV / JSONL / JSON with columns ``item``, ``correct`` and optionally
+    ``cot_tokens`` (or ``cot_length``) and ``subject``; a wide CSV (first column the row label,
+    header the item ids, one row per subject, e.g. the LaRT data) with ``subject`` naming the row,
+    plus an optional wide CoT file with the same rows and header in the same order; JSON (an
+    object item -> correct or -> {"correct", "cot_tokens"}); a ResponseData netCDF file (``.nc``)
+    with ``subject`` naming the row. Text files may be compressed (.gz, .bz2, .xz). Missing cells
+    (empty, NA, NaN; -1 in netCDF) are left out. Every problem is a ResponseFileError (a ValueError)
+    naming the file, line, column and value.
     """
-    path = Path(path)
-    if path.suffix.lower() == ".nc":
-        return _load_netcdf_row(path, subject)
-    out: dict[str, tuple[int, float | None]] = {}
+    from catengine.responses import load_subject_answers
 
-    def put(item, correct, cot):
-        if correct is None:
-            return
-        c = _number(correct, f"correct of item {item!r}") if isinstance(correct, str) else correct
-        if c not in (0, 1):
-            raise ValueError(f"{path}: correct of item {item!r} must be 0 or 1, got {correct!r}")
-        t = None if cot is None else (_number(cot, f"CoT of item {item!r}") if isinstance(cot, str) else float(cot))
-        out[str(item)] = (int(c), t)
-
-    if path.suffix.lower() in (".json", ".jsonl"):
-        text = path.read_text(encoding="utf-8")
-        try:
-            doc = json.loads(text)
-            rows = doc if isinstance(doc, list) else None
-        except json.JSONDecodeError:
-            doc = None
-            rows = [json.loads(line) for line in text.splitlines() if line.strip()]
-        if isinstance(doc, dict):
-            for item, v in doc.items():
-                if isinstance(v, dict):
-                    put(item, v.get("correct"), v.get("cot_tokens", v.get("cot_length")))
-                else:
-                    put(item, v, None)
-        else:
-            for r in rows:
-                if subject is not None and "subject" in r and str(r["subject"]) != subject:
-                    continue
-                put(r["item"], r.get("correct"), r.get("cot_tokens", r.get("cot_length")))
-        return out
-    with open(path, newline="", encoding="utf-8") as fh:
-        rows = list(csv.reader(fh))
-    if not rows:
-        raise ValueError(f"{path} is empty")
-    header = [h.strip() for h in rows[0]]
-    if "item" in header and "correct" in header:
-        col = {h: k for k, h in enumerate(header)}
-        cot_col = col.get("cot_tokens", col.get("cot_length"))
-        for r in rows[1:]:
-            if not r:
-                continue
-            if subject is not None and "subject" in col and r[col["subject"]].strip() != subject:
-                continue
-            put(r[col["item"]].strip(), _cell(r[col["correct"]]), None if cot_col is None else _cell(r[cot_col]))
-        return out
-    if subject is None:
-        raise ValueError(f"{path} is a wide subject x item file: name the row with --subject")
-    items = header[1:]
-    row = next((r for r in rows[1:] if r and r[0].strip() == subject), None)
-    if row is None:
-        raise ValueError(f"{path} has no row {subject!r}; rows include {[r[0] for r in rows[1:6]]}")
-    cots = [None] * len(items)
-    if cot_path is not None:
-        with open(cot_path, newline="", encoding="utf-8") as fh:
-            crow = next((r for r in csv.reader(fh) if r and r[0].strip() == subject), None)
-        if crow is None:
-            raise ValueError(f"{cot_path} has no row {subject!r}")
-        cots = [_cell(v) for v in crow[1:]]
-    for item, v, t in zip(items, row[1:], cots):
-        put(item, _cell(v), t)
-    return out
+    return load_subject_answers(path, subject, cot_path)
 
 
 def _cmd_evaluate(args) -> int:

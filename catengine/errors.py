@@ -24,3 +24,12 @@ class ItemBankVersionExistsError(CatEngineError, FileExistsError):
 
 class BankExhaustedError(CatEngineError):
     """No eligible item is left to administer."""
+
+
+class ResponseFileError(CatEngineError, ValueError):
+    """An input (response) file that cannot be read: names the file and, where known, the line,
+    the column and the offending value (attributes ``file``, ``line``, ``column``, ``value``)."""
+
+    def __init__(self, message: str, *, file=None, line=None, column=None, value=None):
+        self.file, self.line, self.column, self.value = file, line, column, value
+        super().__init__(message)

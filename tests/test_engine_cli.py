@@ -287,7 +287,7 @@ def test_serve_batches_every_op_and_the_help(tmp_path, lart_bank):
     assert "next_batch" in info["ops"] and all(r["protocol"] == 1 for r in replies)
     items = batch["items"]
     assert batch["id"] == "b1" and len(set(items)) == 4 and batch["step"] == 1 and batch["finished"] is False
-    assert replies[2]["error"] == "ValueError" and "positive integer" in replies[2]["message"]
+    assert replies[2]["error"] == "InvalidRequestError" and "positive integer" in replies[2]["message"]
     assert "'k'" in replies[3]["message"]
 
     def rec(item):

@@ -374,7 +374,7 @@ def test_map_eap_se_and_mfi_match_catpie():
     cbank = _catpie_bank(p)
     table = ItemTable(p)
     s = ResponseState(p)
-    eap = EAPEstimator(n_points=33, bounds=(-4.0, 4.0), rule="trapezoid")  # catR's defaults
+    eap = EAPEstimator(n_points=33, bounds=(-4.0, 4.0), rule="trapezoid", widen=False)  # catR's defaults (truncated at +-4)
     est = MAPEstimator().estimate(p, s)
     theta_true = 0.7
     for step in range(25):

@@ -55,7 +55,7 @@ def test_round_trip_is_identical(tmp_path):
     loaded = open_item_bank(tmp_path / "demo")
     for group in ("items", "subjects", "calibration"):
         xr.testing.assert_identical(getattr(loaded, group), getattr(bank, group))
-    stamped = {"bank_version", "parent_version", "written_at"}
+    stamped = {"bank_version", "parent_version", "written_at", "content_sha256"}  # set by write_item_bank
     unstamped = lambda attrs: {k: v for k, v in attrs.items() if k not in stamped}  # noqa: E731
     assert unstamped(loaded.attrs) == unstamped(bank.attrs)
     assert loaded.version == 1 and loaded.parent_version == 0

@@ -89,7 +89,7 @@ def next_samples(session, k: int, doc_ids: DocIds, *, force: bool = False) -> di
 def sample_files(output, task: str | None = None) -> list[Path]:
     """The harness's ``samples_<task>_<timestamp>.jsonl[.gz]`` files under ``output`` (a file or a
     directory, searched recursively), of ``task`` only if given, in path order."""
-    from calibration.readers.lm_eval_harness import task_from_filename  # noqa: PLC0415 (see _reader)
+    from catengine.responses.readers.lm_eval_harness import task_from_filename  # noqa: PLC0415 (see _reader)
 
     root = Path(output)
     if root.is_file():
@@ -109,9 +109,9 @@ def sample_files(output, task: str | None = None) -> list[Path]:
 
 
 def _reader():
-    # The harness log parser lives in calibration/readers/lm_eval_harness.py (shared with
+    # The harness log parser lives in catengine/responses/readers/lm_eval_harness.py (shared with
     # calibration.read_lm_eval_samples); imported lazily, only when a log is ingested.
-    from calibration.readers.lm_eval_harness import read_lm_eval_samples
+    from catengine.responses.readers.lm_eval_harness import read_lm_eval_samples
 
     return read_lm_eval_samples
 

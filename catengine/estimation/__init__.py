@@ -8,7 +8,7 @@
 """
 
 from catengine.estimation.base import GaussianPart, TraitEstimate, TraitEstimator, TraitPrior, gaussian_part
-from catengine.estimation.eap import EAPEstimator
+from catengine.estimation.eap import EAPEstimator, GridEdgeWarning
 from catengine.estimation.map import MAPEstimator
 from catengine.estimation.state import ResponseState
 
@@ -17,6 +17,7 @@ ESTIMATORS = {cls.name: cls for cls in (MAPEstimator, EAPEstimator)}
 __all__ = [
     "ESTIMATORS",
     "EAPEstimator",
+    "GridEdgeWarning",
     "GaussianPart",
     "MAPEstimator",
     "ResponseState",

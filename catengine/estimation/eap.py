@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import ClassVar
@@ -16,6 +17,15 @@ from catengine.models.params import ItemParams
 from catengine.validation import is_integer
 
 _RULES = ("trapezoid", "sum")
+
+#: posterior density at an end node, relative to its peak, above which the grid is widened
+EDGE_TOLERANCE = 1e-9
+#: the grid is never widened beyond |theta| <= MAX_ABS_THETA (a GridEdgeWarning says so)
+MAX_ABS_THETA = 1000.0
+
+
+class GridEdgeWarning(UserWarning):
+    """The EAP posterior still has mass at the edge of the widest grid allowed (MAX_ABS_THETA)."""
 
 
 class _GridCache:
@@ -58,8 +68,11 @@ class EAPEstimator(TraitEstimator):
     ``rule``: "trapezoid" (half weight at the two end nodes; catR's integrate.catR) or "sum".
     Accuracy: the trapezoid rule on a smooth posterior is exact to ~exp(-2 pi^2 sd^2 / h^2) for
     node spacing h, i.e. below 1e-8 while the posterior SD exceeds the spacing (default 0.04);
-    the grid must also cover the posterior mass (default +-8).
-    ``sd_scale``: see :class:`TraitEstimator`.
+    the grid must also cover the posterior mass (default +-8): with ``widen=True`` (default) the
+    grid is extended, at the same spacing, whenever the posterior density at an end node exceeds
+    ``EDGE_TOLERANCE`` (1e-9) of its peak (e.g. thousands of correct answers), up to |theta| <=
+    ``MAX_ABS_THETA`` (then a :class:`GridEdgeWarning`); ``widen=False`` truncates the posterior at
+    ``bounds`` (catR's EAP). ``sd_scale``: see :class:`TraitEstimator`.
     """
 
     name: ClassVar[str] = "eap"
@@ -69,6 +82,7 @@ class EAPEstimator(TraitEstimator):
     bounds: tuple[float, float] = (-8.0, 8.0)
     rule: str = "trapezoid"
     sd_scale: float = 1.0
+    widen: bool = True
 
     def __post_init__(self):
         self._check_settings()
@@ -83,6 +97,8 @@ class EAPEstimator(TraitEstimator):
         object.__setattr__(self, "bounds", (lo, hi))
         if self.rule not in _RULES:
             raise ValueError(f"rule must be one of {_RULES}, got {self.rule!r}")
+        if not isinstance(self.widen, (bool, np.bool_)):
+            raise ValueError(f"widen must be True or False, got {self.widen!r}")
 
     @property
     def grid(self) -> np.ndarray:
@@ -91,23 +107,56 @@ class EAPEstimator(TraitEstimator):
     def _weights(self) -> np.ndarray:
         return _rule_weights(self.n_points, self.rule)
 
-    def grid_loglik(self, state: ResponseState) -> np.ndarray:
-        """Log-likelihood of the answers at every grid node, brought up to date incrementally."""
-        key = ("eap-grid", self.n_points, self.bounds)
+    def grid_loglik(self, state: ResponseState, bounds=None, n_points=None) -> np.ndarray:
+        """Log-likelihood of the answers at every grid node, brought up to date incrementally
+        (``bounds`` / ``n_points``: another grid than the estimator's, e.g. a widened one)."""
+        bounds = self.bounds if bounds is None else bounds
+        n_points = self.n_points if n_points is None else n_points
+        key = ("eap-grid", n_points, bounds)
         cache = state.scratch.get(key)
         if cache is None:  # first use, or answers were undone (restore clears scratch): rebuild in order
-            cache = _GridCache(self.grid)
+            cache = _GridCache(_grid(bounds[0], bounds[1], n_points))
             state.scratch[key] = cache
         for k in range(cache.n, state.n):
             K.add_loglik_grid(state.model, cache.grid, state.a[k], state.b[k], state.c[k], state.d[k], state.y[k], cache.loglik)
         cache.n = state.n
         return cache.loglik
 
+    def _widened_weights(self, state: ResponseState, gp):
+        """Grid and posterior weights on a grid that holds the posterior mass: the estimator's grid,
+        widened (same node spacing, cached per session) while the density at an end node exceeds
+        EDGE_TOLERANCE of its peak, up to |theta| <= MAX_ABS_THETA (then a GridEdgeWarning)."""
+        bounds_key = ("eap-widened", self.n_points, self.bounds)
+        (lo, hi), n = state.scratch.get(bounds_key, (self.bounds, self.n_points))
+        step = (self.bounds[1] - self.bounds[0]) / (self.n_points - 1)
+        while True:
+            grid = _grid(lo, hi, n)
+            lp = self.grid_loglik(state, (lo, hi), n) - 0.5 * gp.q * (grid - gp.m) ** 2
+            dens = np.exp(lp - lp.max())
+            low_edge, high_edge = dens[0] > EDGE_TOLERANCE, dens[-1] > EDGE_TOLERANCE
+            can_widen = (low_edge and lo > -MAX_ABS_THETA) or (high_edge and hi < MAX_ABS_THETA)
+            if not self.widen:
+                return grid, _rule_weights(n, self.rule) * dens
+            if not (low_edge or high_edge) or not can_widen:
+                break
+            width = hi - lo
+            if low_edge:
+                lo = max(lo - width, -MAX_ABS_THETA)
+            if high_edge:
+                hi = min(hi + width, MAX_ABS_THETA)
+            n = int(round((hi - lo) / step)) + 1
+            hi = lo + (n - 1) * step
+            state.scratch[bounds_key] = ((lo, hi), n)
+        if low_edge or high_edge:
+            warnings.warn(
+                f"EAP: the posterior of theta still has mass at the edge of the widest grid [{lo:g}, {hi:g}]; "
+                "the estimate is truncated there", GridEdgeWarning, stacklevel=4,
+            )
+        return grid, _rule_weights(n, self.rule) * dens
+
     def _posterior(self, params: ItemParams, state: ResponseState, start: TraitEstimate | None = None) -> TraitEstimate:
         gp = self.gaussian(params, state)
-        grid = self.grid
-        lp = self.grid_loglik(state) - 0.5 * gp.q * (grid - gp.m) ** 2
-        w = self._weights() * np.exp(lp - lp.max())
+        grid, w = self._widened_weights(state, gp)
         total = w.sum()
         mean = float(np.dot(w, grid) / total)
         var = float(np.dot(w, (grid - mean) ** 2) / total)

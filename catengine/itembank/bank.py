@@ -16,6 +16,7 @@ from catengine.itembank.schema import (
     RESPONSE_FUNCTIONS,
     SCHEMA_NAME,
     SCHEMA_VERSION,
+    name_problem,
     validate_tree,
 )
 from catengine.models.params import ItemParams
@@ -53,7 +54,10 @@ class ItemBank:
     __slots__ = ("_tree", "_source", "__dict__")
 
     def __init__(self, tree: xr.DataTree, *, source: str = "<memory>"):
-        problems = validate_tree(tree)
+        try:
+            problems = validate_tree(tree)
+        except Exception as exc:  # noqa: BLE001 - a value no check foresaw is still a named schema error
+            problems = [f"cannot be validated ({type(exc).__name__}: {exc})"]
         if problems:
             raise ItemBankSchemaError(source, problems)
         self._tree = tree.copy(deep=True)
@@ -94,8 +98,9 @@ class ItemBank:
         ``responses`` (optional) keeps the calibration data, as made by
         ``calibration.ResponseData.to_dataset()``, so that the bank can be recalibrated later.
         """
-        if not isinstance(bank_id, str) or not bank_id or any(ch in bank_id for ch in "/\\ ") or bank_id.startswith("."):
-            raise ValueError(f"bank_id must be a non-empty string without spaces or path separators, got {bank_id!r}")
+        problem = name_problem(bank_id, "bank_id")
+        if problem:
+            raise ValueError(f"{problem}; a bank_id is a non-empty string without spaces or path separators")
         item_ids = np.asarray([str(v) for v in item_ids], dtype=object)
         b_sd = arrays.pop("b_sd", None)
         params = ItemParams(response_model, rho=rho, **arrays)  # validates names, shapes, finiteness

@@ -14,9 +14,11 @@ from pathlib import Path
 
 import xarray as xr
 
-from catengine.atomic import atomic_output
+from catengine.atomic import atomic_output, remove_stale_temp_files
 from catengine.errors import ItemBankSchemaError, ItemBankVersionExistsError
 from catengine.itembank.bank import ItemBank
+from catengine.itembank.guard import open_datatree_guarded, stamp_file_hash
+from catengine.itembank.schema import CHECKSUM_ATTR, checksum_problems, content_sha256, name_problem
 from catengine.itembank.versions import _VERSION_FILE, list_versions
 from catengine.validation import is_integer
 
@@ -63,21 +65,23 @@ def open_item_bank(path_or_dir, version="latest") -> ItemBank:
     (truncated, not netCDF, missing variables, NaN parameters, unknown schema version, ...).
     """
     path = _resolve(path_or_dir, version)
+    # read under a guard: a damaged file that would hang or crash the netCDF library is refused
+    tree = open_datatree_guarded(path)
     try:
-        with xr.open_datatree(path, engine="netcdf4", mask_and_scale=False) as tree:
-            tree = tree.load()
-    except (OSError, ValueError, RuntimeError, KeyError, TypeError) as exc:
-        raise ItemBankSchemaError(str(path), [f"cannot be read as a netCDF4 item bank ({type(exc).__name__}: {exc})"]) from exc
-    bank = ItemBank(tree, source=str(path))
+        bank = ItemBank(tree, source=str(path))
+        problems = checksum_problems(tree)
+    except ItemBankSchemaError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - a value no check foresaw: still a named error
+        raise ItemBankSchemaError(str(path), [f"invalid content ({type(exc).__name__}: {exc})"]) from None
     match = _VERSION_FILE.match(path.name)
     if match:
-        problems = []
         if match["bank_id"] != bank.bank_id:
             problems.append(f"file name says bank_id {match['bank_id']!r} but the file says {bank.bank_id!r}")
         if int(match["version"]) != bank.version:
             problems.append(f"file name says version {match['version']} but the file says bank_version {bank.version}")
-        if problems:
-            raise ItemBankSchemaError(str(path), problems)
+    if problems:
+        raise ItemBankSchemaError(str(path), problems)
     return bank
 
 
@@ -102,8 +106,12 @@ def write_item_bank(bank: ItemBank, directory, *, version: int | None = None, pa
     """
     if not isinstance(bank, ItemBank):
         raise TypeError(f"write_item_bank expects an ItemBank, got {type(bank).__name__}")
+    problem = name_problem(bank.bank_id, "bank_id")
+    if problem:  # never reached for a validated bank; the file name must stay inside directory
+        raise ValueError(problem)
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
+    remove_stale_temp_files(directory)
     versions = list_versions(directory)
     for existing in versions.values():
         stored_id = _VERSION_FILE.match(existing.name)["bank_id"]
@@ -129,12 +137,16 @@ def write_item_bank(bank: ItemBank, directory, *, version: int | None = None, pa
         parent_version=parent,
         written_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
     )
+    stamped = stamped.replace_attrs(**{CHECKSUM_ATTR: content_sha256(stamped.to_datatree())})
     final = directory / f"{bank.bank_id}_v{new_version}.nc"
+    if final.resolve().parent != directory.resolve():
+        raise ValueError(f"bank_id {bank.bank_id!r} would write outside {directory}")
     tree = stamped.to_datatree()
     try:
         # read-only for everyone; linked into place, which refuses to overwrite
         with atomic_output(final, overwrite=False, mode=0o444, fsync=True) as tmp:
             tree.to_netcdf(tmp, engine="netcdf4", encoding=_encoding(tree))
+            stamp_file_hash(tmp)  # lets open_item_bank skip its guard probe (catengine.itembank.guard)
     except FileExistsError:
         raise ItemBankVersionExistsError(f"{final} already exists; bank versions are never overwritten") from None
     _fsync_dir(directory)

@@ -1,6 +1,13 @@
 """Item bank schema v1: constants and a validator that reports every problem at once.
 
 Pure checks on an in-memory ``xarray.DataTree``; no file I/O here (see ``io.py``).
+
+Reliability checks (at the end of this module; docs/reliability.md): ``bank_id`` is a safe name,
+item ids are printable; parameters lie in plausible ranges (|a| <= 50, |b| <= 100,
+0 <= c < d <= 1, |omega| <= 50, |phi| <= 50, 1e-3 <= lam <= 1e3, 0 <= b_sd (and any per-item
+``*_sd``) <= 1e3, -1 < rho < 1, 0 <= cot_offset <= 1e6); ``calibration_settings`` and ``scale``
+are JSON objects; a kept /responses group is a valid response matrix; ``content_sha256`` (written
+by ``write_item_bank``) covers every variable of /items and is verified on open.
 """
 
 from __future__ import annotations
@@ -86,7 +93,7 @@ def schema_version_problem(version: int, written_by) -> str:
 def _json_problem(name, value):
     try:
         json.loads(value)
-    except (TypeError, ValueError) as exc:
+    except (TypeError, ValueError, RecursionError) as exc:
         return f"root attribute {name!r} is not valid JSON ({exc})"
     return None
 
@@ -107,6 +114,10 @@ def validate_tree(tree) -> list[str]:
             problems.append(f"missing root attribute {name!r}")
         elif not isinstance(attrs[name], types) or isinstance(attrs[name], bool):
             problems.append(f"root attribute {name!r} has type {type(attrs[name]).__name__}, expected {types[0].__name__}")
+    # the checks below see only well-typed attributes (an array-valued one must not crash them)
+    attrs = {k: v for k, v in attrs.items() if not isinstance(v, np.ndarray) and
+             (k not in ROOT_ATTRS or (isinstance(v, ROOT_ATTRS[k]) and not isinstance(v, bool)))}
+    problems.extend(reliability_problems(tree, attrs, attrs.get("response_model")))
     if attrs.get("schema") not in (None, SCHEMA_NAME) and isinstance(attrs.get("schema"), str):
         problems.append(f"root attribute 'schema' is {attrs['schema']!r}, expected {SCHEMA_NAME!r}")
     version = attrs.get("schema_version")
@@ -247,4 +258,199 @@ def _validate_responses(responses) -> list[str]:
         problems.append(f"variable '/responses/correct' has dims {correct.dims}, expected ('subject', 'item')")
     if correct.dtype.kind not in "iu":
         problems.append(f"variable '/responses/correct' has dtype {correct.dtype}, expected int8")
+    return problems
+
+
+# ---------------------------------------------------------------------------------------------
+# Reliability checks (issue 18): names, plausible ranges, attribute types, content checksum.
+#
+# Plausible parameter ranges (inclusive), checked when a bank is built and when it is opened.
+# They are far outside anything a calibration produces (every shipped bank and every fit in the
+# test suite lies well inside) and exist to stop damaged or absurd values (a = 1e300,
+# lam = 5e-324) from reaching the numerics, where they would give NaN or singular estimates:
+#
+#   a (slope)        |a| <= 50      (logistic or probit; a real item has |a| < 10)
+#   b (intercept)    |b| <= 100
+#   c, d             0 <= c < d <= 1
+#   omega            |omega| <= 50  (mean of log(T + offset): e^50 tokens)
+#   phi              |phi| <= 50
+#   lam (an SD)      1e-3 <= lam <= 1e3
+#   b_sd and any other '*_sd' per-item variable: 0 <= sd <= 1e3
+#   rho              -1 < rho < 1
+#   cot_offset       0 <= cot_offset <= 1e6
+#
+# content_sha256 (root attribute, written by ``write_item_bank``): the sha256 of the canonical
+# bytes of every variable of /items (coordinates included; sorted by name; for each its name,
+# dtype, shape and values, strings as JSON), the response model and the cot_offset. ``open``
+# recomputes it; a bank without it (written before it existed) still opens.
+# ---------------------------------------------------------------------------------------------
+PLAUSIBLE_RANGES = {
+    "a": (-50.0, 50.0),
+    "b": (-100.0, 100.0),
+    "c": (0.0, 1.0),
+    "d": (0.0, 1.0),
+    "omega": (-50.0, 50.0),
+    "phi": (-50.0, 50.0),
+    "lam": (1e-3, 1e3),
+    "b_sd": (0.0, 1e3),
+}
+SD_RANGE = (0.0, 1e3)
+COT_OFFSET_RANGE = (0.0, 1e6)
+CHECKSUM_ATTR = "content_sha256"
+_CHECKSUM_FORMAT = "irt-llm-eval.itembank.items/1"
+
+
+def name_problem(value, what: str) -> str | None:
+    """Why ``value`` is not a safe name for ``what`` (a bank id: a file name part), or None.
+
+    A name is a non-empty string without path separators, whitespace or control characters that
+    does not start with a dot (so neither '..' nor '.hidden'), at most 200 characters.
+    """
+    if not isinstance(value, str):
+        return f"{what} must be a string, got {type(value).__name__}"
+    if not value:
+        return f"{what} is empty"
+    bad = sorted({ch for ch in value if ch in "/\\" or ch.isspace() or not ch.isprintable()})
+    if bad:
+        return f"{what} {value!r} contains {', '.join(map(repr, bad))} (no path separators, whitespace or control characters)"
+    if value.startswith("."):
+        return f"{what} {value!r} starts with a dot (no hidden names, no '.' or '..')"
+    if len(value) > 200:
+        return f"{what} is {len(value)} characters long (at most 200)"
+    return None
+
+
+def item_id_problems(item_ids) -> list[str]:
+    """Item ids must be non-empty, printable (no newline, tab or other control character) and
+    without leading or trailing whitespace; '/' is allowed (e.g. 'gsm8k/17')."""
+    texts = item_ids.tolist() if isinstance(item_ids, np.ndarray) else list(item_ids)
+    if not all(type(t) is str for t in texts):
+        texts = [str(t) for t in texts]
+    # the common, clean case in a few C-level passes: once printable, the only whitespace left is ' '
+    joined = "\x1f".join(texts)
+    if texts and min(map(len, texts)) > 0 and joined.replace("\x1f", "").isprintable() and not (
+            joined.startswith(" ") or joined.endswith(" ") or " \x1f" in joined or "\x1f " in joined):
+        return []
+    bad = [t for t in texts if not t or not t.isprintable() or t != t.strip()]
+    if not bad:
+        return []
+    shown = ", ".join(repr(v) for v in bad[:5]) + (f" and {len(bad) - 5} more" if len(bad) > 5 else "")
+    return [f"{len(bad)} item id(s) are empty, have control characters or surrounding whitespace: {shown}"]
+
+
+def _range_problem(name, values, low, high, item_ids):
+    with np.errstate(invalid="ignore"):
+        bad = np.flatnonzero(~((values >= low) & (values <= high)) & np.isfinite(values))
+    if not bad.size:
+        return None
+    k = int(bad[0])
+    where = f"item {str(item_ids[k])!r}" if item_ids is not None and np.ndim(values) else "it"
+    return (f"variable '/items/{name}' is outside its plausible range [{low:g}, {high:g}] for {bad.size} item(s); "
+            f"{where} has {values.flat[k]!r}")
+
+
+def range_problems(items, item_ids) -> list[str]:
+    """Parameters outside :data:`PLAUSIBLE_RANGES` (see the table above)."""
+    problems = []
+    for name, var in items.data_vars.items():
+        if name in PLAUSIBLE_RANGES:
+            low, high = PLAUSIBLE_RANGES[name]
+        elif name.endswith("_sd") and var.dims[:1] == ("item",):
+            low, high = SD_RANGE
+        else:
+            continue
+        if var.dtype.kind != "f" or var.dims[:1] != ("item",):
+            continue
+        p = _range_problem(name, var.values, low, high, item_ids)
+        if p:
+            problems.append(p)
+    return problems
+
+
+def attribute_value_problems(attrs) -> list[str]:
+    """JSON attributes must hold objects; cot_offset must lie in its plausible range."""
+    problems = []
+    for name in JSON_ATTRS:
+        value = attrs.get(name)
+        if isinstance(value, str):
+            try:
+                decoded = json.loads(value)
+            except (ValueError, RecursionError):
+                continue  # reported by the JSON check
+            if not isinstance(decoded, dict):
+                problems.append(f"root attribute {name!r} must be a JSON object, got {type(decoded).__name__} {value[:60]!r}")
+    offset = attrs.get("cot_offset")
+    if isinstance(offset, (float, int, np.floating, np.integer)) and not isinstance(offset, bool) and np.isfinite(offset):
+        low, high = COT_OFFSET_RANGE
+        if not low <= float(offset) <= high:
+            problems.append(f"cot_offset {float(offset)!r} is outside its plausible range [{low:g}, {high:g}]")
+    return problems
+
+
+def _canonical_bytes(values: np.ndarray) -> tuple[str, bytes]:
+    if values.dtype.kind in "OUS":
+        texts = [v if isinstance(v, str) else str(v) for v in values.ravel().tolist()]
+        return "str", json.dumps(texts, ensure_ascii=False).encode("utf-8", "surrogatepass")
+    little = values.dtype.newbyteorder("<")
+    return little.str, np.ascontiguousarray(values, dtype=little).tobytes()
+
+
+def content_sha256(tree) -> str:
+    """sha256 of the canonical content of /items (every variable, generically) + model + cot_offset."""
+    import hashlib
+
+    items = tree["items"].to_dataset()
+    offset = tree.attrs.get("cot_offset")
+    head = {"format": _CHECKSUM_FORMAT, "response_model": str(tree.attrs.get("response_model")),
+            "cot_offset": None if offset is None else float(offset)}
+    h = hashlib.sha256(json.dumps(head, sort_keys=True).encode())
+    for name in sorted(map(str, items.variables)):
+        values = np.asarray(items.variables[name].values)
+        dtype, data = _canonical_bytes(values)
+        h.update(json.dumps([name, dtype, list(values.shape), len(data)]).encode())
+        h.update(data)
+    return h.hexdigest()
+
+
+def checksum_problems(tree) -> list[str]:
+    """The recorded content_sha256 (if any) against the content (used when a file is opened)."""
+    recorded = tree.attrs.get(CHECKSUM_ATTR)
+    if recorded is None:
+        return []
+    if not isinstance(recorded, str):
+        return [f"root attribute {CHECKSUM_ATTR!r} has type {type(recorded).__name__}, expected str"]
+    actual = content_sha256(tree)
+    if recorded != actual:
+        return [f"the item parameters hash to {actual[:16]}... but the file records {CHECKSUM_ATTR} "
+                f"{recorded[:16]}...: the file is damaged or was modified"]
+    return []
+
+
+def responses_group_problems(tree) -> list[str]:
+    """A kept /responses group must be a valid response matrix whose recorded sha256 matches."""
+    if "responses" not in tree.children:
+        return []
+    from catengine.responses.data import ResponseData
+
+    try:
+        ResponseData.from_dataset(tree["responses"].to_dataset(), source="group '/responses'")
+    except (ValueError, TypeError, KeyError) as exc:
+        return [f"group '/responses' is not a valid response matrix: {exc}"]
+    return []
+
+
+def reliability_problems(tree, attrs, model) -> list[str]:
+    """Every check above that applies to an in-memory tree (not the checksum: see checksum_problems)."""
+    problems = []
+    p = name_problem(attrs.get("bank_id"), "bank_id")
+    if p and isinstance(attrs.get("bank_id"), str):
+        problems.append(p)
+    problems.extend(attribute_value_problems(attrs))
+    if "items" in tree.children:
+        items = tree["items"].to_dataset()
+        if "item" in items.coords and items["item"].dims == ("item",):
+            item_ids = items["item"].values
+            problems.extend(item_id_problems(item_ids))
+            problems.extend(range_problems(items, item_ids))
+    problems.extend(responses_group_problems(tree))
     return problems

@@ -127,8 +127,10 @@ class SympsonHetter(ExposureControl):
             "format": "catengine.sympson-hetter", "version": 1, "bank_id": bank_id, "bank_version": int(bank_version),
             "target_rate": self.target_rate, "control": dict(zip(item_ids, self.control)),
         }
-        with open(path, "x", encoding="utf-8") as fh:
-            json.dump(doc, fh, indent=1)
+        from catengine.atomic import atomic_output
+
+        with atomic_output(path, overwrite=False) as tmp:  # never a half-written file; refuses to overwrite
+            tmp.write_text(json.dumps(doc, indent=1), encoding="utf-8")
         return path
 
     @classmethod

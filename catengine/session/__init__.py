@@ -13,10 +13,12 @@ from catengine.session.engine import Engine
 from catengine.session.errors import (
     CorruptLogWarning,
     CoTIgnoredWarning,
+    CoTOutOfRangeError,
     InvalidResponseError,
     ItemAlreadyAnsweredError,
     ResumeMismatchWarning,
     SessionLogError,
+    SessionLogLockedError,
     UnknownItemError,
     UnknownSubjectError,
 )
@@ -34,12 +36,14 @@ def resume(log, bank=None, *, fsync: bool = False) -> Engine:
 __all__ = [
     "CATSession",
     "CoTIgnoredWarning",
+    "CoTOutOfRangeError",
     "CorruptLogWarning",
     "Engine",
     "InvalidResponseError",
     "ItemAlreadyAnsweredError",
     "ResumeMismatchWarning",
     "SessionLogError",
+    "SessionLogLockedError",
     "StepRecord",
     "UnknownItemError",
     "UnknownSubjectError",

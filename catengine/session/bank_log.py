@@ -9,6 +9,7 @@ from datetime import datetime, timezone
 from functools import lru_cache
 from pathlib import Path
 
+from catengine.errors import CatEngineError
 from catengine.models.params import params_fingerprint
 from catengine.selection import ItemTable
 from catengine.session.config import from_config
@@ -65,12 +66,22 @@ def strategies_from_config(config: dict) -> dict:
     }
 
 
+def lock_for_resume(log, fsync: bool = False) -> LogWriter:
+    """The log's single writer, taken *before* the log is read: nobody may append while it is read
+    and replayed (a second writer or resume elsewhere gets ``SessionLogLockedError``)."""
+    if not Path(log).is_file():
+        raise FileNotFoundError(f"session log {log} does not exist")
+    return LogWriter(log, fsync=fsync, must_be_new=False)
+
+
 def read_for_resume(log, bank=None):
     """``(contents, bank, strategies)`` of a log to resume: the bank (default: opened from the path
     in the header) must match the logged fingerprint; the strategies are rebuilt from the header."""
     contents = read_log(log)
     header = contents.header
     meta = header["bank"]
+    if not isinstance(meta, dict) or not isinstance(header["config"], dict):
+        raise SessionLogError(f"{log}:1: the header's 'bank' and 'config' must be JSON objects")
     if bank is None:
         from catengine.itembank import open_item_bank
 
@@ -94,27 +105,36 @@ def read_for_resume(log, bank=None):
 
 def replay_events(log, contents, new_session) -> dict:
     """Sessions by subject, rebuilt by replaying the log's events; ``new_session(subject, rng)``
-    makes the session of an ``open`` event. A torn last line is quarantined afterwards."""
+    makes the session of an ``open`` event. Any inconsistency (a duplicated or out-of-sequence
+    line, an unknown item, a bad value) is a SessionLogError naming the file and line: a log is
+    never half-trusted. A torn last line is quarantined afterwards."""
     sessions = {}
-    for event in contents.events:
+    for line, event in zip(contents.lines, contents.events):
+        where = f"{log}:{line}"
         subject = event.get("subject")
-        if event["event"] == "open":
-            if subject in sessions:
-                raise SessionLogError(f"{log}: subject {subject!r} is opened twice")
-            session = new_session(subject, restore_rng(event["rng"]))
-            session._replaying = True
-            sessions[subject] = session
-            continue
-        if subject not in sessions:
-            raise SessionLogError(f"{log}: {event['event']} event for subject {subject!r} before its open event")
-        sessions[subject]._replay(event)
+        if not isinstance(subject, str) or not subject:
+            raise SessionLogError(f"{where}: {event['event']} event has subject {subject!r}; subject ids are non-empty strings")
+        try:
+            if event["event"] == "open":
+                if subject in sessions:
+                    raise SessionLogError(f"subject {subject!r} is opened twice")
+                session = new_session(subject, restore_rng(event["rng"]))
+                session._replaying = True
+                sessions[subject] = session
+                continue
+            if subject not in sessions:
+                raise SessionLogError(f"{event['event']} event for subject {subject!r} before its open event")
+            sessions[subject]._replay(event)
+        except (CatEngineError, ValueError, TypeError, KeyError, AttributeError, OverflowError) as exc:
+            message = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
+            raise SessionLogError(f"{where}: cannot replay this {event['event']} line: {message}") from None
     quarantine_corrupt_tail(contents)
     return sessions
 
 
-def attach_writer(contents, sessions, fsync: bool = False) -> LogWriter:
-    """Reopen the log for appending and hand the writer to the replayed ``sessions``."""
-    writer = LogWriter(contents.path, fsync=fsync, must_be_new=False)
+def attach_writer(writer: LogWriter, sessions) -> LogWriter:
+    """Hand the (locked) writer to the replayed ``sessions`` for appending."""
+    writer.sync_size()
     for session in sessions:
         session._writer = writer
         session._replaying = False

@@ -3,11 +3,19 @@
 from __future__ import annotations
 
 import hashlib
+from pathlib import Path
 
 import numpy as np
 
 from catengine.validation import is_integer
-from catengine.session.bank_log import attach_writer, item_table, make_header, read_for_resume, replay_events
+from catengine.session.bank_log import (
+    attach_writer,
+    item_table,
+    lock_for_resume,
+    make_header,
+    read_for_resume,
+    replay_events,
+)
 from catengine.session.errors import UnknownSubjectError
 from catengine.session.log import LogWriter
 from catengine.session.session import CATSession
@@ -15,6 +23,29 @@ from catengine.session.session import CATSession
 
 def _subject_key(subject: str) -> int:
     return int.from_bytes(hashlib.sha256(subject.encode("utf-8")).digest()[:8], "little")
+
+
+def _replay_event(engine: "Engine", bank, event: dict, where: str) -> None:
+    """Replay one logged event; any inconsistency (a duplicated or out-of-sequence line, an unknown
+    item, a bad value) is a SessionLogError naming the file and line: a log is never half-trusted."""
+    subject = event.get("subject")
+    if not isinstance(subject, str) or not subject:
+        raise SessionLogError(f"{where}: {event['event']} event has subject {subject!r}; subject ids are non-empty strings")
+    try:
+        if event["event"] == "open":
+            if subject in engine.sessions:
+                raise SessionLogError(f"subject {subject!r} is opened twice")
+            session = CATSession(bank, subject=subject, rng=restore_rng(event["rng"]), _items=engine.items,
+                                 **engine._strategies)
+            session._replaying = True
+            engine.sessions[subject] = session
+            return
+        if subject not in engine.sessions:
+            raise SessionLogError(f"{event['event']} event for subject {subject!r} before its open event")
+        engine.sessions[subject]._replay(event)
+    except (CatEngineError, ValueError, TypeError, KeyError, AttributeError, OverflowError) as exc:
+        message = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
+        raise SessionLogError(f"{where}: cannot replay this {event['event']} line: {message}") from None
 
 
 class Engine:
@@ -60,7 +91,11 @@ class Engine:
     @staticmethod
     def _check_subject(subject) -> str:
         if not isinstance(subject, str) or not subject:
-            raise UnknownSubjectError(f"subject ids are non-empty strings, got {subject!r}")
+            raise UnknownSubjectError(f"subject ids are non-empty strings, got {str(subject)[:80]!r}")
+        try:
+            subject.encode("utf-8")
+        except UnicodeEncodeError:
+            raise UnknownSubjectError(f"subject id {subject[:80]!r} is not valid Unicode (a lone surrogate)") from None
         return subject
 
     # ------------------------------------------------------------------ routing
@@ -114,11 +149,16 @@ class Engine:
     def resume(cls, log, bank=None, *, fsync: bool = False) -> "Engine":
         """Rebuild every session of a log exactly (answers, estimates, pending proposals, random
         generator states) and keep appending to it. ``bank`` defaults to the file named in the log."""
-        contents, bank, strategies = read_for_resume(log, bank)
-        engine = cls(bank, _seed_entropy=contents.header.get("seed_entropy"), **strategies)
-        engine.sessions.update(replay_events(
-            log, contents,
-            lambda subject, rng: CATSession(bank, subject=subject, rng=rng, _items=engine.items, **engine._strategies),
-        ))
-        engine._writer = attach_writer(contents, engine.sessions.values(), fsync)
+        writer = lock_for_resume(log, fsync)
+        try:
+            contents, bank, strategies = read_for_resume(log, bank)
+            engine = cls(bank, _seed_entropy=contents.header.get("seed_entropy"), **strategies)
+            engine.sessions.update(replay_events(
+                log, contents,
+                lambda subject, rng: CATSession(bank, subject=subject, rng=rng, _items=engine.items, **engine._strategies),
+            ))
+            engine._writer = attach_writer(writer, engine.sessions.values())
+        except BaseException:
+            writer.close()
+            raise
         return engine

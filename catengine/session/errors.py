@@ -32,6 +32,14 @@ class SessionLogError(CatEngineError, ValueError):
     """A session log that cannot be replayed (corrupt in the middle, wrong bank, inconsistent)."""
 
 
+class SessionLogLockedError(SessionLogError):
+    """Another writer (this process or another one) holds the session log's lock."""
+
+
+class CoTOutOfRangeError(InvalidResponseError):
+    """A CoT length outside the plausible range (see ``catengine.session.session.MAX_COT_TOKENS``)."""
+
+
 class CorruptLogWarning(UserWarning):
     """The last line of a session log was corrupt (e.g. torn by a crash) and was skipped."""
 

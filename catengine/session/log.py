@@ -20,6 +20,7 @@ and resuming moves those bytes to ``<log>.corrupt`` before appending again.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import warnings
@@ -28,7 +29,12 @@ from pathlib import Path
 
 import numpy as np
 
-from catengine.session.errors import CorruptLogWarning, SessionLogError
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - not POSIX: logs are written unlocked
+    fcntl = None
+
+from catengine.session.errors import CorruptLogWarning, SessionLogError, SessionLogLockedError
 
 LOG_FORMAT = "catengine.session-log"
 LOG_VERSION = 1
@@ -80,26 +86,86 @@ def restore_rng(state: dict) -> np.random.Generator:
     return np.random.Generator(bg)
 
 
+def _lock_holder(path: Path) -> str:
+    """Who holds the flock on ``path``: "process <pid>" from /proc/locks (Linux), else "another writer"."""
+    try:
+        st = os.stat(path)
+        wanted = (os.major(st.st_dev), os.minor(st.st_dev), st.st_ino)
+        with open("/proc/locks", encoding="ascii", errors="replace") as fh:
+            for line in fh:
+                parts = line.split()
+                if len(parts) < 6 or parts[1] != "FLOCK":
+                    continue
+                dev = parts[5].split(":")
+                if len(dev) == 3 and (int(dev[0], 16), int(dev[1], 16), int(dev[2])) == wanted:
+                    return f"process {parts[4]}"
+    except (OSError, ValueError):
+        pass
+    return "another writer"
+
+
 class LogWriter:
-    """Appends JSON lines to a file, flushing (and optionally fsync-ing) after each line."""
+    """Appends JSON lines to a file, one ``write`` system call per line (optionally fsync-ed).
+
+    * One writer per log: an exclusive OS lock (``flock``) on the file is taken when the writer
+      opens it and held until :meth:`close` (or the process ends); a second writer, in this
+      process or another, gets :class:`SessionLogLockedError` naming the holder's pid.
+    * A line is either fully in the file or not at all: nothing is buffered in Python, and a
+      write that fails part-way (disk full, file too large) is cut back off the file before the
+      error is raised, so the next line cannot carry a stale copy.
+    """
 
     def __init__(self, path, *, fsync: bool = False, must_be_new: bool = True):
         self.path = Path(path)
         if must_be_new and self.path.exists() and self.path.stat().st_size > 0:
             raise FileExistsError(f"session log {self.path} already exists; resume it or choose a new file")
-        self._fh = open(self.path, "a", encoding="utf-8", newline="\n")
+        self._fh = io.FileIO(self.path, "a")  # O_APPEND, unbuffered: write() is one os.write
+        try:
+            if fcntl is not None:
+                fcntl.flock(self._fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            self._fh.close()
+            raise SessionLogLockedError(
+                f"session log {self.path} is in use by {_lock_holder(self.path)}: one writer per log "
+                "(stop it, or resume the log once it has exited)"
+            ) from None
+        except OSError:  # a file system without flock: keep going unlocked rather than refuse to log
+            pass
+        self._size = os.fstat(self._fh.fileno()).st_size
+        if must_be_new and self._size > 0:
+            self.close()
+            raise FileExistsError(f"session log {self.path} already exists; resume it or choose a new file")
         self._fsync = bool(fsync)
 
     def write(self, event: dict) -> None:
-        line = json.dumps(event, allow_nan=False, separators=(",", ":"))
-        self._fh.write(line + "\n")
-        self._fh.flush()
-        if self._fsync:
-            os.fsync(self._fh.fileno())
+        data = (json.dumps(event, allow_nan=False, separators=(",", ":")) + "\n").encode("utf-8")
+        fd = self._fh.fileno()
+        try:
+            view = memoryview(data)
+            while view:
+                n = os.write(fd, view)
+                view = view[n:]
+            if self._fsync:
+                os.fsync(fd)
+        except BaseException:
+            self._cut_back()
+            raise
+        self._size += len(data)
+
+    def _cut_back(self) -> None:
+        """Remove a partly written line (the log must end with the last complete one)."""
+        try:
+            os.ftruncate(self._fh.fileno(), self._size)
+        except OSError:
+            pass
+
+    def sync_size(self) -> None:
+        """Re-read the file size (after the log was cut, e.g. a torn tail moved aside)."""
+        self._size = os.fstat(self._fh.fileno()).st_size
 
     def close(self) -> None:
         if not self._fh.closed:
-            self._fh.close()
+            self._fh.close()  # closing the file releases the lock
 
     @property
     def closed(self) -> bool:
@@ -114,6 +180,8 @@ class LogContents:
     header: dict
     events: list[dict] = field(default_factory=list)
     valid_bytes: int = 0
+    #: the 1-based line number of each event (same order as ``events``)
+    lines: list[int] = field(default_factory=list)
     corrupt_tail: bytes = b""
 
 
@@ -145,6 +213,7 @@ def read_log(path) -> LogContents:
         offsets.append(pos)
         pos += len(ln) + 1
     events = []
+    line_numbers = []
     valid_end = 0
     corrupt_tail = b""
     for k, raw in enumerate(lines):
@@ -156,8 +225,8 @@ def read_log(path) -> LogContents:
         else:
             try:
                 obj = json.loads(raw.decode("utf-8"))
-            except (UnicodeDecodeError, ValueError) as exc:
-                problem = f"not valid JSON ({exc})"
+            except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+                problem = f"not valid JSON ({type(exc).__name__}: {exc})"
             else:
                 problem = _check_event(obj)
         if problem is None and k == 0 and obj.get("event") != "header":
@@ -174,13 +243,15 @@ def read_log(path) -> LogContents:
                 break
             raise SessionLogError(f"{path}:{k + 1}: corrupt session log line ({problem}); only a torn last line can be skipped")
         events.append(obj)
+        line_numbers.append(k + 1)
         valid_end = offsets[k] + len(raw) + 1
     header = events[0]
     if header.get("format") != LOG_FORMAT:
         raise SessionLogError(f"{path} is not a catengine session log (format {header.get('format')!r})")
     if header.get("version") != LOG_VERSION:
         raise SessionLogError(f"{path} has session-log version {header.get('version')!r}; this library reads {LOG_VERSION}")
-    return LogContents(path=path, header=header, events=events[1:], valid_bytes=valid_end, corrupt_tail=corrupt_tail)
+    return LogContents(path=path, header=header, events=events[1:], valid_bytes=valid_end, corrupt_tail=corrupt_tail,
+                       lines=line_numbers[1:])
 
 
 def quarantine_corrupt_tail(contents: LogContents) -> None:

@@ -27,10 +27,14 @@ estimate {"theta", "theta_sd", "n_items", "theta_95": [lo, hi], and "tau", "tau_
   {"op": "quit"}                      -> {"bye": true}, then the server exits
 
 ``next`` / ``next_batch`` start the subject's session when it is new; once the stopping rule is met
-they answer finished (send ``"force": true`` to get items anyway). Any failure (malformed JSON,
-unknown op, unknown subject or item, bad values) is answered as
-{"ok": false, "protocol": 1, "error": NAME, "message": TEXT} and the server keeps going. End of
-input (closed stdin) ends the server cleanly. With ``--log`` every proposal and answer is in the
+they answer finished (send ``"force": true`` to get items anyway). Any failure is answered as
+{"ok": false, "protocol": 1, "error": NAME, "message": TEXT} and the server keeps going. NAME is
+one of the protocol's error names: MalformedJSON (not JSON, not UTF-8, nested too deeply),
+InvalidRequestError (not an object, a missing or mistyped field, an unknown op, a bad value), the
+library's own errors (UnknownSubjectError, UnknownItemError, ItemAlreadyAnsweredError,
+InvalidResponseError, CoTOutOfRangeError, BankExhaustedError, SessionLogError, ...), or
+InternalError for anything else (a bug: the message says what happened). End of input (closed
+stdin) ends the server cleanly. With ``--log`` every proposal and answer is in the
 session log, and restarting the server on the same log resumes every session (pending items and
 half-answered batches included).
 """
@@ -59,6 +63,30 @@ def protocol_schema() -> dict:
     return json.loads(files("catengine.session").joinpath(SCHEMA_FILE).read_text(encoding="utf-8"))
 
 
+class InvalidRequestError(CatEngineError, ValueError):
+    """A request that is not an object, lacks a field, has a field of the wrong type, or an unknown op."""
+
+
+def _error_reply(exc: BaseException) -> dict:
+    """The named protocol error for any exception a request raised."""
+    if isinstance(exc, CatEngineError):
+        message = str(exc.args[0]) if isinstance(exc, KeyError) and exc.args else str(exc)
+        return {"ok": False, "error": type(exc).__name__, "message": message}
+    if isinstance(exc, (ValueError, TypeError, KeyError, OverflowError, UnicodeError)):
+        message = str(exc.args[0]) if isinstance(exc, KeyError) and exc.args else str(exc)
+        return {"ok": False, "error": "InvalidRequestError", "message": f"{type(exc).__name__}: {message}"}
+    return {"ok": False, "error": "InternalError", "message": f"internal error ({type(exc).__name__}): {exc}"}
+
+
+def _encode_reply(reply: dict) -> str:
+    """One reply line; a reply that cannot be encoded (an echoed id nested too deeply) is replaced by an error."""
+    try:
+        return json.dumps(_finite_json(reply))
+    except (RecursionError, ValueError, TypeError) as exc:
+        return json.dumps({"ok": False, "protocol": PROTOCOL_VERSION, "error": "InvalidRequestError",
+                           "message": f"the reply cannot be encoded ({type(exc).__name__}); is the request id nested too deeply?"})
+
+
 def _estimate(est) -> dict:
     out = {"theta": est.theta, "theta_sd": est.theta_sd, "n_items": est.n_items}
     if est.tau is not None:
@@ -70,17 +98,22 @@ def _estimate(est) -> dict:
 
 def _field(req: dict, name: str, kind=str):
     if name not in req:
-        raise ValueError(f"request lacks {name!r}")
+        raise InvalidRequestError(f"request lacks {name!r}")
     value = req[name]
     if kind is str and not isinstance(value, str):
-        raise ValueError(f"{name!r} must be a string, got {value!r}")
+        raise InvalidRequestError(f"{name!r} must be a string, got {str(value)[:80]!r}")
+    if kind is str:
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise InvalidRequestError(f"{name!r} is not valid Unicode (a lone surrogate escape)") from None
     return value
 
 
 def handle(engine: Engine, req) -> dict:
     """Answer one parsed request (never raises for bad requests: the reply says what was wrong)."""
     if not isinstance(req, dict):
-        raise ValueError(f"a request is a JSON object, got {type(req).__name__}")
+        raise InvalidRequestError(f"a request is a JSON object, got {type(req).__name__}")
     op = req.get("op")
     if op == "next":
         session = engine.start(_field(req, "subject"))
@@ -109,7 +142,7 @@ def handle(engine: Engine, req) -> dict:
         subject = _field(req, "subject")
         item = _field(req, "item")
         if "correct" not in req:
-            raise ValueError("request lacks 'correct'")
+            raise InvalidRequestError("request lacks 'correct'")
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             est = engine.record(subject, item, req["correct"], req.get("cot_length"))
@@ -139,7 +172,7 @@ def handle(engine: Engine, req) -> dict:
                 "ops": list(OPS)}
     if op == "quit":
         return {"bye": True}
-    raise ValueError(f"unknown op {op!r}; use {', '.join(OPS)}")
+    raise InvalidRequestError(f"unknown op {str(op)[:80]!r}; use {', '.join(OPS)}")
 
 
 def _finite_json(obj):
@@ -152,13 +185,30 @@ def _finite_json(obj):
     return obj
 
 
+class _Undecodable(str):
+    """A request line whose bytes are not UTF-8 (its text is the decoding error)."""
+
+
+def _read_request_line(stdin) -> str:
+    """The next request line; read as bytes when the stream has them, so that a line that is not
+    UTF-8 becomes one MalformedJSON reply instead of ending the server."""
+    buffer = getattr(stdin, "buffer", None)
+    if buffer is None:
+        return stdin.readline()
+    raw = buffer.readline()
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return _Undecodable(f"request is not UTF-8 ({exc})")
+
+
 def serve(engine: Engine, stdin=None, stdout=None) -> int:
     """Run the protocol until end of input or ``quit``. Returns the exit status (0)."""
     stdin = sys.stdin if stdin is None else stdin
     stdout = sys.stdout if stdout is None else stdout
     while True:
         try:
-            line = stdin.readline()
+            line = _read_request_line(stdin)
         except (KeyboardInterrupt, OSError, ValueError):
             break
         if not line:
@@ -169,20 +219,21 @@ def serve(engine: Engine, stdin=None, stdout=None) -> int:
         reply: dict
         req = None
         try:
+            if isinstance(line, _Undecodable):
+                raise ValueError(str(line))
             req = json.loads(line)
-            reply = {"ok": True, **handle(engine, req)}
-        except json.JSONDecodeError as exc:
-            reply = {"ok": False, "error": "MalformedJSON", "message": f"request is not valid JSON: {exc}"}
-        except (CatEngineError, ValueError, TypeError, KeyError) as exc:
-            message = str(exc.args[0]) if isinstance(exc, KeyError) and exc.args else str(exc)
-            reply = {"ok": False, "error": type(exc).__name__, "message": message}
-        except Exception as exc:  # noqa: BLE001 - the server must survive anything a request triggers
-            reply = {"ok": False, "error": type(exc).__name__, "message": f"internal error: {exc}"}
+        except (ValueError, RecursionError) as exc:  # also integers beyond 4300 digits, nesting beyond the stack
+            reply = {"ok": False, "error": "MalformedJSON", "message": f"request is not valid JSON ({type(exc).__name__}: {exc})"}
+        else:
+            try:
+                reply = {"ok": True, **handle(engine, req)}
+            except Exception as exc:  # noqa: BLE001 - the server must survive anything a request triggers
+                reply = _error_reply(exc)
         reply["protocol"] = PROTOCOL_VERSION
         if isinstance(req, dict) and "id" in req:
             reply["id"] = req["id"]
         try:
-            stdout.write(json.dumps(_finite_json(reply)) + "\n")
+            stdout.write(_encode_reply(reply) + "\n")
             stdout.flush()
         except (BrokenPipeError, OSError, ValueError):
             break

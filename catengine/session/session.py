@@ -18,6 +18,7 @@ from catengine.session.bank_log import (
     attach_writer,
     bank_fingerprint,
     item_table,
+    lock_for_resume,
     make_header,
     read_for_resume,
     replay_events,
@@ -26,6 +27,7 @@ from catengine.session.bank_log import (
 from catengine.session.config import to_config
 from catengine.session.errors import (
     CoTIgnoredWarning,
+    CoTOutOfRangeError,
     InvalidResponseError,
     ItemAlreadyAnsweredError,
     ResumeMismatchWarning,
@@ -66,14 +68,30 @@ def _check_correct(correct) -> int:
     raise InvalidResponseError(f"correct must be 0 or 1 (or a bool), got {correct!r}")
 
 
-def _check_cot(cot_length) -> float | None:
+#: Plausible CoT lengths, in tokens: 0 <= T <= MAX_COT_TOKENS, and T + cot_offset >= 1 (the bank
+#: models log(T + cot_offset); below 1 the log goes negative without bound: a bank with offset 0
+#: needs T >= 1 token). Beyond it, :class:`CoTOutOfRangeError`. Per session: ``session.max_cot_length``.
+MAX_COT_TOKENS = 1e9
+
+
+def _check_cot(cot_length, max_tokens: float = MAX_COT_TOKENS, cot_offset: float = 1.0) -> float | None:
     if cot_length is None:
         return None
     if isinstance(cot_length, (bool, np.bool_)) or not isinstance(cot_length, (int, float, np.integer, np.floating)):
         raise InvalidResponseError(f"cot_length must be a number of tokens >= 0 or None, got {cot_length!r}")
-    value = float(cot_length)
+    try:
+        value = float(cot_length)
+    except OverflowError:  # a JSON integer with hundreds of digits
+        raise CoTOutOfRangeError(
+            f"cot_length {str(cot_length)[:40]}... tokens is beyond the plausible range [0, {max_tokens:g}]"
+        ) from None
     if math.isnan(value) or math.isinf(value) or value < 0:
         raise InvalidResponseError(f"cot_length must be a finite number of tokens >= 0 (None if unknown), got {cot_length!r}")
+    if value > max_tokens or value + cot_offset < 1.0:
+        raise CoTOutOfRangeError(
+            f"cot_length {cot_length!r} tokens is outside the plausible range: 0 <= T <= {max_tokens:g} "
+            f"(session.max_cot_length) and T + cot_offset >= 1 (cot_offset {cot_offset:g})"
+        )
     return value
 
 
@@ -116,6 +134,9 @@ class CATSession:
     answer for any unanswered item of the bank — proposed or not — exactly once. Bad input raises a
     :class:`~catengine.errors.CatEngineError` subclass and leaves the session unchanged.
     """
+
+    #: CoT lengths above this (tokens) raise CoTOutOfRangeError (set it per session to allow longer chains)
+    max_cot_length: float = MAX_COT_TOKENS
 
     def __init__(self, bank, *, selector: ItemSelector | None = None, estimator: TraitEstimator | None = None,
                  stopping: StoppingRule | None = None, exposure=(), rng=None, subject: str = "subject",
@@ -302,9 +323,9 @@ class CATSession:
         j, crit = int(cand[pick]), float(vals[pick])
         if not self._available[j]:  # a selector bug must never reach the user
             raise RuntimeError(f"selector {type(self.selector).__name__} proposed ineligible item index {j}")
-        self._pending = (j, crit)
         self._emit({"event": "propose", "subject": self.subject, "step": self._responses.n + 1,
                     "item": self.items.item_ids[j], "criterion": crit if math.isfinite(crit) else None, "rng": rng_before})
+        self._pending = (j, crit)  # only once the proposal is in the log
         return self.items.item_ids[j]
 
     def next_items(self, k: int) -> list[str]:
@@ -375,7 +396,7 @@ class CATSession:
                 )
             cot = None
         else:
-            cot = _check_cot(cot_length)
+            cot = _check_cot(cot_length, self.max_cot_length, self.cot_offset)
         log_t = math.nan
         if cot is not None:
             try:
@@ -456,8 +477,33 @@ class CATSession:
     def __exit__(self, *exc):
         self.close()
 
+    def _check_replay_sequence(self, kind: str, event: dict) -> None:
+        """Refuse a logged event that cannot follow the state replayed so far (a duplicated,
+        reordered or forged line): resuming must rebuild the session, never a different one."""
+        if kind in ("propose", "propose_batch") and (self._pending is not None or self._batch):
+            waiting = self.items.item_ids[self._pending[0]] if self._pending is not None else self.pending_items
+            raise SessionLogError(f"out of sequence: a second proposal while {waiting!r} awaits its answer")
+        if kind in ("record", "exclude"):
+            j = self._index(event["item"])
+            if self._responses.administered[j]:
+                raise SessionLogError(f"duplicated: item {event['item']!r} was already answered by subject {self.subject!r}")
+            if kind == "exclude" and j in self._excluded:
+                raise SessionLogError(f"duplicated: item {event['item']!r} was already excluded")
+            if kind == "record" and "proposed" in event:
+                pending = (self._pending is not None and self._pending[0] == j) or j in self._batch
+                if bool(event["proposed"]) != pending:
+                    raise SessionLogError(
+                        f"out of sequence: the record says proposed={event['proposed']!r} for {event['item']!r}, "
+                        f"but the pending proposal is {self.pending_item!r}"
+                    )
+        n = self._responses.n
+        step = event.get("step")
+        if step is not None and step != n + (1 if kind in ("propose", "propose_batch", "record") else 0):
+            raise SessionLogError(f"out of sequence: {kind} for step {step!r}, but subject {self.subject!r} has {n} answer(s)")
+
     def _replay(self, event: dict) -> None:
         kind = event["event"]
+        self._check_replay_sequence(kind, event)
         if kind == "propose":
             self._rng.bit_generator.state = restore_rng(event["rng"]).bit_generator.state
             self._pending = None
@@ -480,7 +526,8 @@ class CATSession:
             cot = event.get("cot_length")
             log_t = math.nan
             if cot is not None and self.params.response_model == "lart":
-                log_t = float(lart.log_cot_length(float(cot), self.cot_offset))
+                cot = _check_cot(cot, self.max_cot_length, self.cot_offset)
+                log_t = float(lart.log_cot_length(cot, self.cot_offset))
             self._apply(j, _check_correct(event["correct"]), None if cot is None else float(cot), log_t, logged=event)
         elif kind == "exclude":
             self.exclude(event["item"])
@@ -493,19 +540,24 @@ class CATSession:
         keep appending to the log. ``bank``: the bank it was run on (default: opened from the path in
         the log header); it must match the logged fingerprint. A torn last line is reported
         (CorruptLogWarning), moved to ``<log>.corrupt`` and skipped."""
-        contents, bank, strategies = read_for_resume(log, bank)
-        items = item_table(bank)
-        sessions = replay_events(
-            log, contents, lambda name, rng: cls(bank, subject=name, rng=rng, _items=items, **strategies)
-        )
-        subjects = list(sessions)
-        if subject is None:
-            if len(subjects) != 1:
-                raise SessionLogError(f"{log} holds {len(subjects)} subjects {subjects[:5]}; name one with subject=")
-            subject = subjects[0]
-        if subject not in sessions:
-            raise SessionLogError(f"{log} has no session for subject {subject!r}; it has {subjects[:10]}")
-        attach_writer(contents, sessions.values(), fsync)
+        writer = lock_for_resume(log, fsync)
+        try:
+            contents, bank, strategies = read_for_resume(log, bank)
+            items = item_table(bank)
+            sessions = replay_events(
+                log, contents, lambda name, rng: cls(bank, subject=name, rng=rng, _items=items, **strategies)
+            )
+            subjects = list(sessions)
+            if subject is None:
+                if len(subjects) != 1:
+                    raise SessionLogError(f"{log} holds {len(subjects)} subjects {subjects[:5]}; name one with subject=")
+                subject = subjects[0]
+            if subject not in sessions:
+                raise SessionLogError(f"{log} has no session for subject {subject!r}; it has {subjects[:10]}")
+            attach_writer(writer, sessions.values())
+        except BaseException:
+            writer.close()
+            raise
         session = sessions[subject]
         session._owns_writer = True
         return session

@@ -13,6 +13,7 @@ import numpy as np
 from catengine.models import lart
 from catengine.models.information import prob_correct
 from catengine.selection.exposure import SympsonHetter
+from catengine.session.session import MAX_COT_TOKENS
 from catengine.validation import is_integer
 
 
@@ -34,7 +35,8 @@ def simulate_answer(params, item: int, theta: float, tau: float | None, rng, cot
     if params.response_model != "lart":
         return correct, None
     log_t = params.omega[item] - params.phi[item] * tau + params.lam[item] * rng.standard_normal()
-    return correct, float(lart.cot_tokens(log_t, cot_offset, whole_tokens=True))
+    # within the engine's plausible range (a far tail of the lognormal would otherwise exceed it)
+    return correct, float(min(lart.cot_tokens(log_t, cot_offset, whole_tokens=True), MAX_COT_TOKENS))
 
 
 def calibrate_sympson_hetter(bank, *, target_rate: float = 0.25, selector=None, estimator=None, stopping=None,

@@ -32,8 +32,8 @@ import zipfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from calibration.data import ResponseData
-from calibration.readers._common import (
+from catengine.responses.data import ResponseData
+from catengine.responses.readers._common import (
     FileReport,
     ReadReport,
     _Assembler,
@@ -229,7 +229,7 @@ def read_inspect_logs(
     threshold : binarise partial credit (``"P"`` = 0.5, numbers in (0, 1)) as value >= threshold.
     item_id : format template; fields ``task``, ``id``, ``model``.
     expected_items : item ids (or a bank); log items outside it raise; columns follow its order.
-    return_report : also return a :class:`~calibration.readers.ReadReport`.
+    return_report : also return a :class:`~catengine.responses.readers.ReadReport`.
     """
     if isinstance(epoch, bool) or not (epoch in _EPOCH_POLICIES or isinstance(epoch, int)):
         raise ValueError(f"epoch must be one of {', '.join(map(repr, _EPOCH_POLICIES))} or an epoch number, got {epoch!r}")

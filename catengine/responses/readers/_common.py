@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from calibration.data import MISSING, ResponseData
+from catengine.responses.data import MISSING, ResponseData
 
 __all__ = ["CotLengthApproximationWarning", "FileReport", "ReadReport"]
 
