@@ -13,19 +13,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--max-iter", type=int, default=1000, help="maximum MM sweeps (default 1000)")
     group.add_argument("--acceleration", choices=("squarem", "none"), default="squarem",
                        help="SQUAREM acceleration or the paper's plain MM (default squarem)")
+    group.add_argument("--prior", choices=("empirical-bayes", "none"), default="empirical-bayes",
+                       help="Gaussian priors on a, b, theta with data-set strength (default) or the paper's plain joint ML "
+                       "(docs/calibration_priors.md)")
 
 
 def build(args):
     from calibration.methods.cbmm.calibrator import CBMMCalibrator
 
     return CBMMCalibrator(sigma=args.sigma, init=args.init, tol=args.tol, max_iter=args.max_iter,
-                          acceleration=args.acceleration, rng=args.seed, progress=args.progress)
+                          acceleration=args.acceleration, prior=args.prior, rng=args.seed, progress=args.progress)
 
 
 def summary(cal, data) -> str:
     return (
         f"cBMM: {data.n_subjects} subjects x {data.n_items} items, {cal.n_iter_} sweeps, loss {cal.loss_:.6g}, "
         f"converged={cal.converged_}; {int(cal.perfect_items_.sum())} perfect item(s), "
+        f"{int(cal.diagnostics_.runaway_slope.sum())} runaway slope(s), "
         f"{int(cal.extreme_subjects_.sum())} extreme subject(s), {int(cal.non_discriminating_.sum())} "
         "non-discriminating item(s)"
     )

@@ -31,8 +31,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--cot-offset", type=float, default=1.0, help="model log(T + offset) (default 1)")
     g.add_argument("--censor-at", type=float, default=None,
                    help="generation cap in tokens: lengths >= cap are right-censored (Tobit); default off")
+    g.add_argument("--prior", choices=("empirical-bayes", "none"), default="empirical-bayes",
+                   help="Gaussian priors on a, b with data-set strength (default) or the --b-prior-sd rule")
     g.add_argument("--b-prior-sd", type=float, default=5.0,
-                   help="SD of the weak N(0, sd^2) prior on intercepts b (0 = none; default 5)")
+                   help="with --prior none: SD of the weak N(0, sd^2) prior on intercepts b (0 = none; default 5)")
     g.add_argument("--sampler", choices=("ars", "sun"), default="ars", help="exact S-step sampler (default ars)")
 
 
@@ -41,7 +43,7 @@ def build(args):
 
     return LaRTSAEMCalibrator(
         max_iter=args.max_iter, n_burnin=args.burnin, tol=args.tol, cot_offset=args.cot_offset,
-        censor_at=args.censor_at, b_prior_sd=(args.b_prior_sd or None), sampler=args.sampler,
+        censor_at=args.censor_at, b_prior_sd=(args.b_prior_sd or None), prior=args.prior, sampler=args.sampler,
         rng=0 if args.seed is None else args.seed, progress=args.progress,
     )
 
