@@ -16,6 +16,7 @@ _LAZY = {
     "list_banks": "catengine.itembank",
     "bank_card": "catengine.itembank",
     "ItemParams": "catengine.models.params",
+    "ItemUncertainty": "catengine.models.params",
     "CATSession": "catengine.session",
     "Engine": "catengine.session",
     "resume": "catengine.session",
