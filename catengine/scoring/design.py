@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from catengine.scoring.model_based import z_quantile
+from scipy.stats import t as student_t
 
 
 class DesignNotRandomisedError(ValueError):
@@ -102,13 +102,18 @@ def design_terms(order, outcomes, design_step, probabilities, predictions, *, me
 
 
 def design_estimate(terms: np.ndarray, *, level: float = 0.95, n_items: int, bounds=(-math.inf, math.inf)) -> DesignEstimate:
-    """A^ = mean of the D_t, se^2 = sum (D_t - A^)^2 / (n (n - 1)), interval A^ +- z se (clipped to ``bounds``)."""
+    """A^ = mean of the D_t, se^2 = sum (D_t - A^)^2 / (n (n - 1)), interval A^ +- t se (clipped to ``bounds``).
+
+    t is the Student-t quantile with n - 1 degrees of freedom (the usual small-sample refinement of
+    the normal quantile the martingale CLT gives; the two agree as n grows)."""
     d = np.asarray(terms, dtype=np.float64).reshape(-1)
     n = d.size
     if n < 2:
         raise DesignNotRandomisedError(f"a design-based estimate needs at least 2 randomised draws, this session has {n}")
     mean = float(d.mean())
     se = math.sqrt(float(np.sum((d - mean) ** 2)) / (n * (n - 1)))
-    z = z_quantile(level)
+    if not 0.0 < level < 1.0:
+        raise ValueError(f"level must lie in (0, 1), got {level!r}")
+    z = float(student_t.ppf(0.5 + level / 2.0, n - 1))
     low, high = max(mean - z * se, bounds[0]), min(mean + z * se, bounds[1])
     return DesignEstimate(mean, se, low, high, n, int(n_items), d)

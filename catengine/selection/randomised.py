@@ -36,7 +36,10 @@ class RandomisedSelection(ItemSelector):
 
     ``uniform_share`` = eps in (0, 1] keeps every probability >= eps / |E| > 0, which bounds the
     inverse-probability weights (1 / (J pi) <= 1 / eps while all items are eligible) when the model
-    is wrong. The criterion value of a proposal is its selection probability pi_t(j_t): the
+    is wrong. The default 0.5 came from simulations with a deliberately wrong bank
+    (tests/test_scoring_design.py): with 0.2 the rare large weights of surprising answers made the
+    design interval cover about 91% at 30-50 items, with 0.5 about 95%, at no loss in accuracy.
+    The criterion value of a proposal is its selection probability pi_t(j_t): the
     session stores it in its history and log (``criterion``), so the design estimate can be
     recomputed from a log and after a resume. With ``k > 1`` (randomesque exposure control) the
     ``k`` items are drawn without replacement and the criterion values are first-draw
@@ -46,7 +49,7 @@ class RandomisedSelection(ItemSelector):
 
     name: ClassVar[str] = "randomised"
     weight: str = "sqrt-variance"
-    uniform_share: float = 0.2
+    uniform_share: float = 0.5
     n_nodes: int = 21
 
     def __post_init__(self):
