@@ -6,14 +6,20 @@ are what accuracy and CoT length depend on), the full-benchmark accuracy is
 
     A = (1/J) [ sum_O y_j + sum_U y_j ],     y_j | theta, psi_j ~ Bernoulli(P_j(theta; psi_j)).
 
-Conditioning on theta (law of total variance) with independent item-parameter errors psi_j:
+Conditioning on theta (law of total variance), with independent Gaussian posteriors of the items'
+(a_j, b_j) (covariance Sigma_j = [[a_sd^2, ab_cov], [ab_cov, b_sd^2]]; absent entries are 0):
 
-    E[A | theta]   = (1/J) [ sum_O y_j + sum_U P_j(theta) ]
-    Var[A | theta] = (1/J^2) sum_U [ P_j(1 - P_j) + g_j' Sigma_j g_j ],   g_j = dP_j/d(a_j, b_j) at theta
-    A^  = E_q E[A | theta],   Var(A) = E_q Var[A | theta] + Var_q E[A | theta],
+    pbar_j(theta)  = E_psi P_j(theta; psi_j)           (exact: z = a theta + b is Gaussian given theta)
+    E[A | theta]   = (1/J) [ sum_O y_j + sum_U pbar_j(theta) ]
+    Var[A | theta] = (1/J^2) sum_U pbar_j (1 - pbar_j)
+    A^  = E_q E[A | theta],   Var(A) = E_q Var[A | theta] + Var_q E[A | theta].
 
-the item-parameter term g' Sigma g being the delta method with Sigma_j = [[a_sd^2, ab_cov],
-[ab_cov, b_sd^2]] (absent entries are 0). The expectations over q use Gauss-Hermite nodes
+Given theta, y_j is Bernoulli with a random success probability P_j(theta; psi_j), so its variance is
+E_psi P(1 - P) + Var_psi P = pbar (1 - pbar): with independent item errors the item-parameter
+uncertainty of the *unanswered* items changes the prediction only through pbar (it flattens the
+response curves), not by an extra variance term. It widens the interval through the trait posterior
+(the answered items' parameter errors, MATH.md 6.3), i.e. through the SD the session reports.
+The expectations over q use Gauss-Hermite nodes
 theta_k = theta^ + SD x_k; the interval is the quantile range of the node mixture
 sum_k w_k Normal(E[A | theta_k], Var[A | theta_k]) (it keeps the skew of the trait part), clipped
 to the attainable range. The CoT total of a LaRT bank is the same computation with
@@ -76,6 +82,32 @@ def response_and_slope(params: ItemParams, theta: np.ndarray, items=None) -> tup
         return s, s * (1.0 - s)
     c, d = params.c[idx], params.d[idx]
     return c + (d - c) * s, (d - c) * s * (1.0 - s)
+
+
+def item_averaged_response(params: ItemParams, theta: np.ndarray, a_sd=None, b_sd=None, ab_cov=None,
+                           n_nodes: int = 15) -> np.ndarray:
+    """E_psi P_j(theta; psi_j) over a Gaussian posterior of each item's (a_j, b_j), shape (K, J).
+
+    At a fixed theta, z = a theta + b is Normal(a^ theta + b^, v) with v = theta^2 a_sd^2 +
+    2 theta ab_cov + b_sd^2, so the average is one-dimensional: Phi(mu / sqrt(1 + v)) for the
+    probit (LaRT) response, ``n_nodes``-point Gauss-Hermite in z for the logistic ones.
+    """
+    J = params.n_items
+    theta = np.asarray(theta, dtype=np.float64)
+    zero = np.zeros(J)
+    a_var = zero if a_sd is None else np.asarray(a_sd, dtype=np.float64) ** 2
+    b_var = zero if b_sd is None else np.asarray(b_sd, dtype=np.float64) ** 2
+    cov = zero if ab_cov is None else np.asarray(ab_cov, dtype=np.float64)
+    v = np.maximum(theta[:, None] ** 2 * a_var + 2.0 * theta[:, None] * cov + b_var, 0.0)  # (K, J)
+    mu = theta[:, None] * params.a[None, :] + params.b[None, :]
+    if params.response_model == "lart":
+        return ndtr(mu / np.sqrt(1.0 + v))
+    x, w = gauss_hermite_normal(n_nodes)
+    s = expit(mu[..., None] + np.sqrt(v)[..., None] * x)  # (K, J, n)
+    s = s @ w
+    if params.response_model == "2pl":
+        return s
+    return params.c + (params.d - params.c) * s
 
 
 def expected_probabilities(params: ItemParams, theta: float, theta_sd: float, n_nodes: int = 21) -> np.ndarray:
@@ -184,17 +216,11 @@ def predict_accuracy(params: ItemParams, theta: float, theta_sd: float, observed
     unknown[observed] = False
     x, w = gauss_hermite_normal(n_nodes)
     nodes = float(theta) + float(theta_sd) * x
-    p, slope = response_and_slope(params, nodes)
+    if a_sd is None and b_sd is None and ab_cov is None:
+        p, _ = response_and_slope(params, nodes)
+    else:
+        p = item_averaged_response(params, nodes, a_sd, b_sd, ab_cov)
     cond_var = p * (1.0 - p)
-    if b_sd is not None or a_sd is not None:
-        g_b = slope
-        g_a = slope * nodes[:, None]
-        if a_sd is not None:
-            cond_var = cond_var + (g_a * a_sd) ** 2
-        if b_sd is not None:
-            cond_var = cond_var + (g_b * b_sd) ** 2
-        if ab_cov is not None:
-            cond_var = cond_var + 2.0 * g_a * g_b * ab_cov
     cond_mean = p * unknown
     cond_var = np.maximum(cond_var, 0.0) * unknown
     member = _membership(codes, n_groups, J)
