@@ -4,6 +4,7 @@ calls the numerics of ``catengine.scoring`` (``CATSession.predicted_score`` is t
 from __future__ import annotations
 
 import math
+from functools import lru_cache
 
 import numpy as np
 
@@ -24,6 +25,14 @@ from catengine.selection.randomised import RandomisedSelection
 CATEGORY_ATTR = "category_field"  # a bank may name its category column in this root attribute
 
 
+@lru_cache(maxsize=16)
+def _string_columns(bank) -> tuple[tuple[str, int], ...]:
+    """(name, number of distinct values) of the bank's per-item string variables (cached per bank)."""
+    items = bank.items
+    return tuple((name, int(np.unique(np.asarray(var.values).astype(str)).size)) for name, var in items.data_vars.items()
+                 if var.dims == ("item",) and var.dtype.kind in "OUS")
+
+
 def category_field(bank, by=None) -> str | None:
     """The item column to break the score down by.
 
@@ -34,9 +43,8 @@ def category_field(bank, by=None) -> str | None:
     """
     if by is False or by == "":
         return None
-    items = bank.items
-    string_vars = [name for name, var in items.data_vars.items()
-                   if var.dims == ("item",) and var.dtype.kind in "OUS"]
+    columns = _string_columns(bank)
+    string_vars = [name for name, _ in columns]
     if by is not None:
         if by not in string_vars:
             raise KeyError(f"bank {bank.bank_id!r} has no per-item string column {by!r} to break the score down by; "
@@ -49,18 +57,22 @@ def category_field(bank, by=None) -> str | None:
                            f"per-item string columns {string_vars}")
         return str(declared)
     J = bank.n_items
-    for name in string_vars:
-        n_values = np.unique(np.asarray(items[name].values).astype(str)).size
+    for name, n_values in columns:
         if 2 <= n_values <= max(2, J // 2):
             return name
     return None
 
 
 def item_uncertainty(bank, items) -> dict:
-    """Item-parameter uncertainty as plain arrays {a_sd, b_sd, ab_cov} (None = absent).
+    """Item-parameter uncertainty as plain arrays {a_sd, b_sd, ab_cov} (None = absent; cached per bank).
 
     Uses the bank's ``item_uncertainty()`` accessor when it has one, else the optional per-item
     variables ``a_sd`` / ``b_sd`` / ``ab_cov`` (PSN 4PL banks carry ``b_sd``)."""
+    return _item_uncertainty(bank, items)
+
+
+@lru_cache(maxsize=16)
+def _item_uncertainty(bank, items) -> dict:
     accessor = getattr(bank, "item_uncertainty", None)
     if callable(accessor):
         got = accessor()

@@ -5,7 +5,7 @@ Requests (``"id"``, if given, is echoed back):
     {"op": "next",     "subject": S}                                  -> {"ok": true, "item": ID | null, "finished": bool, ...}
     {"op": "record",   "subject": S, "item": ID, "correct": 0|1, "cot_length": tokens | null}
                                                                       -> {"ok": true, "estimate": {...}, "finished": bool, ...}
-    {"op": "estimate", "subject": S}                                  -> {"ok": true, "estimate": {...}, "n_items": n, ...}
+    {"op": "estimate", "subject": S}                                  -> {"ok": true, "estimate": {...}, "score": {...}, ...}
     {"op": "start",    "subject": S}                                  -> {"ok": true, ...}
     {"op": "exclude",  "subject": S, "item": ID}                      -> {"ok": true}
     {"op": "subjects"}                                                -> {"ok": true, "subjects": [...]}
@@ -13,6 +13,9 @@ Requests (``"id"``, if given, is echoed back):
 
 ``next`` starts the subject's session when it is new; once the stopping rule is met it answers
 ``"item": null, "finished": true`` with the reason (send ``"force": true`` to get an item anyway).
+``record`` and ``estimate`` replies carry ``"score"``: the predicted full-benchmark accuracy (and CoT
+tokens for LaRT banks) with its 95% interval and per-category breakdown (``ScoreEstimate.to_dict``;
+``record`` also logs it), plus ``"design_score"`` for sessions run with the ``randomised`` selector.
 Every error — malformed JSON, unknown op, unknown subject or item, bad values — is answered as
 ``{"ok": false, "error": <type>, "message": <text>}`` and the server keeps going. End of input
 (closed stdin) ends the server cleanly.
@@ -35,6 +38,18 @@ def _estimate(est) -> dict:
         out["tau"], out["tau_sd"] = est.tau, est.tau_sd
     lo, hi = est.interval(0.95)
     out["theta_95"] = [lo, hi]
+    return out
+
+
+def _scores(session, record: bool) -> dict:
+    """The ``score`` (model-based) and, for randomised sessions, ``design_score`` reply fields."""
+    from catengine.scoring import DesignNotRandomisedError
+
+    out = {"score": session.predicted_score(record=record).to_dict()}
+    try:
+        out["design_score"] = session.predicted_score(method="design").to_dict()
+    except DesignNotRandomisedError:
+        pass
     return out
 
 
@@ -71,14 +86,15 @@ def handle(engine: Engine, req) -> dict:
             warnings.simplefilter("always")
             est = engine.record(subject, item, req["correct"], req.get("cot_length"))
         session = engine.session(subject)
-        reply = {"estimate": _estimate(est), "finished": session.finished, "reason": session.stop_reason}
+        reply = {"estimate": _estimate(est), "finished": session.finished, "reason": session.stop_reason,
+                 **_scores(session, record=True)}
         if caught:
             reply["warnings"] = [str(w.message) for w in caught]
         return reply
     if op == "estimate":
         session = engine.session(_field(req, "subject"))
         return {"estimate": _estimate(session.estimate), "finished": session.finished, "reason": session.stop_reason,
-                "administered": session.administered}
+                "administered": session.administered, **_scores(session, record=False)}
     if op == "start":
         session = engine.start(_field(req, "subject"))
         return {"estimate": _estimate(session.estimate), "n_items": session.n_items}
