@@ -3,6 +3,7 @@ against a dense theta grid, Monte Carlo draws, closed forms, and its category br
 
 import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -256,3 +257,20 @@ def test_bad_arguments_are_named():
         s.predicted_score(level=1.5)
     with pytest.raises(ValueError, match="b_sd"):
         predict_accuracy(s.params, 0.0, 1.0, [], [], b_sd=np.full(J, -1.0))
+
+
+def test_session_panel_shows_the_predicted_score():
+    from catengine import open_item_bank
+    from catengine.widgets import SessionPanel
+    from catengine.widgets.session_panel import SimulatedLLM
+
+    bank = open_item_bank(Path(__file__).resolve().parents[1] / "item_banks" / "demo_math500_lart")
+    session = CATSession(bank, stopping=MaxItems(6), rng=0)
+    panel = SessionPanel(session, SimulatedLLM(bank, theta=0.5, tau=0.0, rng=1), show_ranking=False)
+    panel.play()
+    assert [t[0] for t in panel.score_trajectory] == list(range(1, 7))
+    step, acc, low, high = panel.score_trajectory[-1]
+    now = session.predicted_score()
+    assert panel.score == now and acc == pytest.approx(now.accuracy, abs=1e-3) and low < acc < high
+    assert len(panel.score_figure.axes) == 2  # trajectory + per-category bars (subject_area)
+    assert "accuracy" in panel.score_text and "CoT tokens" in panel.score_text
