@@ -204,3 +204,27 @@ def test_design_refuses_sessions_that_were_not_randomised():
     s.record(s.next_item(), 1)
     with pytest.raises(DesignNotRandomisedError, match="at least 2 randomised draws"):
         s.predicted_score(method="design")
+
+
+def test_serve_replies_carry_the_score_and_the_design_score():
+    import io
+    import json as _json
+
+    from catengine.session import Engine, serve
+    from catengine.session.serve import handle
+
+    bank = bank_2pl(30)
+    engine = Engine(bank, selector=RandomisedSelection(), rng=3)
+    replies = []
+    for _ in range(3):  # next, then record the proposed item
+        item = handle(engine, {"op": "next", "subject": "m"})["item"]
+        replies.append(handle(engine, {"op": "record", "subject": "m", "item": item, "correct": 1}))
+    assert "design_score" not in replies[0] and "design_score" in replies[2]  # two draws needed
+    session = engine.session("m")
+    assert replies[2]["score"] == _json.loads(_json.dumps(session.predicted_score().to_dict()))
+    est = handle(engine, {"op": "estimate", "subject": "m"})
+    assert est["score"]["n_observed"] == 3 and est["design_score"]["method"] == "design"
+    text = io.StringIO(_json.dumps({"op": "estimate", "subject": "m"}) + "\n")
+    buf = io.StringIO()
+    serve(engine, text, buf)
+    assert _json.loads(buf.getvalue())["score"]["n_items"] == 30
