@@ -61,12 +61,12 @@ def load(name):
     raise ValueError(name)
 
 
-def calibrate(name, train, seed):
+def calibrate(name, train, seed, method=None):
     from calibration import CBMMCalibrator, LaRTSAEMCalibrator
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        if name == "math500":
+        if (method or ("saem" if name == "math500" else "cbmm")) == "saem":
             return LaRTSAEMCalibrator(rng=seed).fit(train).to_item_bank(f"{name}_fold")
         return CBMMCalibrator(rng=seed, progress=False).fit(train).to_item_bank(f"{name}_fold")
 
@@ -95,7 +95,7 @@ def run_fold(name, data, test_rows, bank, reps, sd_scale, seed, use_cot=True):
     rows = []
     for i in test_rows:
         y = data.correct[i].astype(float)
-        cot = None if data.cot_length is None else data.cot_length[i]
+        cot = None if data.cot_length is None or bank.response_model != "lart" else data.cot_length[i]
         truth = float(y.mean())
         truth_cot = None if cot is None else float(np.sum(cot))
         base = {"llm": data.subject_ids[i], "truth": truth, "truth_cot": truth_cot}
@@ -206,7 +206,7 @@ def summarise(name, rows, seconds):
     return table
 
 
-def run(name, folds, reps, sd_scale, seed, max_llms=None, use_cot=True, rows_out=None):
+def run(name, folds, reps, sd_scale, seed, max_llms=None, use_cot=True, rows_out=None, method=None):
     t0 = time.perf_counter()
     data = load(name)
     n = data.n_subjects
@@ -218,7 +218,7 @@ def run(name, folds, reps, sd_scale, seed, max_llms=None, use_cot=True, rows_out
             test = test[:max_llms]
         train = np.setdiff1d(np.arange(n), fold_rows[f])
         tf = time.perf_counter()
-        bank = calibrate(name, data.subset(subjects=train), seed + f)
+        bank = calibrate(name, data.subset(subjects=train), seed + f, method)
         print(f"[{name}] fold {f + 1}/{folds}: bank from {train.size} LLMs in {time.perf_counter() - tf:.0f} s; "
               f"replaying {test.size}", file=sys.stderr, flush=True)
         for i in test:
@@ -239,6 +239,8 @@ def main(argv=None):
     ap.add_argument("--sd-scale", type=float, default=1.0, help="the estimator's sd_scale (1: the model's SDs)")
     ap.add_argument("--seed", type=int, default=14)
     ap.add_argument("--max-llms", type=int, default=None, help="replay at most this many LLMs per fold (quick look)")
+    ap.add_argument("--method", default=None, choices=("saem", "cbmm"),
+                    help="calibration method (default: saem for MATH500, cbmm otherwise)")
     ap.add_argument("--no-cot", action="store_true", help="LaRT banks: score the answers alone (use_cot=False)")
     ap.add_argument("--out", type=Path, default=None, help="write the summary tables (and every replay) as JSON here")
     args = ap.parse_args(argv)
@@ -249,7 +251,7 @@ def main(argv=None):
         folds = args.folds or defaults[name][0]
         reps = args.reps or defaults[name][1]
         print(f"\n{name}: {folds} folds, {reps} random draws per LLM, sd_scale {args.sd_scale}")
-        out[name] = run(name, folds, reps, args.sd_scale, args.seed, args.max_llms, not args.no_cot, rows)
+        out[name] = run(name, folds, reps, args.sd_scale, args.seed, args.max_llms, not args.no_cot, rows, args.method)
     if args.out is not None:
         args.out.write_text(json.dumps({"summary": out, "rows": rows}, default=float))
     return 0
