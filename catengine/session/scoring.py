@@ -212,7 +212,10 @@ def design_score(session, *, level=0.95, by=None, n_nodes: int = 21) -> ScoreEst
         has = np.array([r.cot_length is not None for r in h], dtype=bool)
         if has.all() and all(b.tau is not None for b in before):
             tokens = np.array([r.cot_length for r in h], dtype=float)
-            g_t = np.array([expected_cot_lengths(params, before[s].tau, before[s].tau_sd, session.cot_offset) for s in steps])
+            # plug-in predictions at the posterior mean of tau: any predictable f_t keeps the estimate
+            # unbiased, and averaging exp(-phi tau) over a wide early posterior (sd_scale, few items)
+            # inflates the predictions by exp(phi^2 sd^2 / 2) and the estimator's variance with them
+            g_t = np.array([expected_cot_lengths(params, before[s].tau, 0.0, session.cot_offset) for s in steps])
             cterms = design_terms(order, tokens, is_draw, prob, g_t, member=member)
             cot = []
             for g in range(member.shape[1]):
