@@ -228,3 +228,22 @@ def test_serve_replies_carry_the_score_and_the_design_score():
     buf = io.StringIO()
     serve(engine, text, buf)
     assert _json.loads(buf.getvalue())["score"]["n_items"] == 30
+
+
+def test_design_categories_and_cot_total_add_back_on_a_lart_bank():
+    from pathlib import Path
+
+    from catengine import open_item_bank
+
+    bank = open_item_bank(Path(__file__).resolve().parents[1] / "item_banks" / "demo_math500_lart")
+    rng = np.random.default_rng(0)
+    s = CATSession(bank, selector=RandomisedSelection(), stopping=MaxItems(15), rng=1)
+    while not s.finished:
+        s.record(s.next_item(), int(rng.random() < 0.6), float(rng.lognormal(6, 0.7)))
+    d = s.predicted_score(method="design")
+    assert d.method == "design" and d.cot_total is not None and d.cot_total_low <= d.cot_total <= d.cot_total_high
+    cats = d.by_category
+    assert sum(c.n_items for c in cats.values()) == 500
+    # the category D_t partition the bank's D_t, so the estimates add back exactly
+    assert sum(c.accuracy * c.n_items for c in cats.values()) / 500 == pytest.approx(d.accuracy, abs=1e-12)
+    assert sum(c.cot_total for c in cats.values()) == pytest.approx(d.cot_total, rel=1e-12)

@@ -104,7 +104,7 @@ def _records(session):
     return h, order, correct
 
 
-def _assemble(method, level, J, sizes, acc, cot, field, labels) -> ScoreEstimate:
+def _assemble(method, level, sizes, acc, cot, field, labels) -> ScoreEstimate:
     """ScoreEstimates from per-group (mean total, sd, low, high, n_observed) tuples (group 0 = bank)."""
     def one(g):
         mean, sd, low, high, n_obs = acc[g]
@@ -147,7 +147,7 @@ def model_score(session, *, level=0.95, by=None, estimate: TraitEstimate | None 
                                        level=level, codes=codes, n_groups=n_groups, n_nodes=n_nodes)
         cot = [(g.mean, g.sd, g.low, g.high) for g in cot_groups]
     sizes = [g.n_items for g in acc]
-    return _assemble("model", level, params.n_items, sizes, [(g.mean, g.sd, g.low, g.high, g.n_observed) for g in acc],
+    return _assemble("model", level, sizes, [(g.mean, g.sd, g.low, g.high, g.n_observed) for g in acc],
                      cot, field, labels)
 
 
@@ -169,7 +169,7 @@ def check_design(session) -> None:
             f"the design-based estimate needs the randomised selector's probabilities to be the probabilities of the "
             f"administered items; exposure / content control ({names}) changes them: run without exposure controls"
         )
-    excluded = session.state_summary()["excluded"]
+    excluded = sorted(session._excluded)
     if excluded:
         ids = [session.items.item_ids[j] for j in excluded[:5]]
         raise DesignNotRandomisedError(
@@ -222,7 +222,7 @@ def design_score(session, *, level=0.95, by=None, n_nodes: int = 21) -> ScoreEst
                 e = design_estimate(cterms[:, g] * sizes[g], level=level, n_items=int(sizes[g]),
                                     bounds=(float(tokens @ member[order, g]), math.inf))
                 cot.append((e.mean, e.se, e.low, e.high))
-    return _assemble("design", level, params.n_items, list(sizes), acc, cot, field, labels)
+    return _assemble("design", level, list(sizes), acc, cot, field, labels)
 
 
 def predicted_score(session, level=0.95, method="model", *, by=None) -> ScoreEstimate:
