@@ -30,10 +30,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from scipy.stats import t as student_t
+from catengine.errors import CatEngineError
 
 
-class DesignNotRandomisedError(ValueError):
+class DesignNotRandomisedError(CatEngineError, ValueError):
     """The session's items were not drawn with known positive probabilities: no design-based estimate."""
 
 
@@ -114,6 +114,8 @@ def design_estimate(terms: np.ndarray, *, level: float = 0.95, n_items: int, bou
     se = math.sqrt(float(np.sum((d - mean) ** 2)) / (n * (n - 1)))
     if not 0.0 < level < 1.0:
         raise ValueError(f"level must lie in (0, 1), got {level!r}")
+    from scipy.stats import t as student_t  # scipy.stats loads slowly: only when an estimate is made
+
     z = float(student_t.ppf(0.5 + level / 2.0, n - 1))
     low, high = max(mean - z * se, bounds[0]), min(mean + z * se, bounds[1])
     return DesignEstimate(mean, se, low, high, n, int(n_items), d)
