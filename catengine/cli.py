@@ -25,7 +25,7 @@ def default_bank_directory() -> Path:
 def _add_strategy_options(p: argparse.ArgumentParser, *, max_items: int | None = 50, target_sd: float | None = 0.3) -> None:
     g = p.add_argument_group("selection, estimation and stopping")
     g.add_argument("--selector", default=None,
-                   help="mfi | pei | pwi | kl | random | lart-theta | lart-d | lart-a | lart-replication "
+                   help="mfi | pei | pwi | kl | random | randomised | lart-theta | lart-d | lart-a | lart-replication "
                         "(default: lart-theta for LaRT banks, mfi otherwise)")
     g.add_argument("--estimator", default="map", choices=("map", "eap"), help="trait estimator (default map)")
     g.add_argument("--no-cot", action="store_true", help="LaRT banks: ignore CoT lengths when scoring (IRT-only)")
@@ -230,12 +230,16 @@ def _cmd_evaluate(args) -> int:
     for item in known:
         c, t = responses[item]
         full.record(item, c, t if lart else None)
+    score = session.predicted_score(record=True)
+    design = _design_score(session)
     session.close()
     lo, hi = est.interval(0.95)
+    full_accuracy = sum(c for c, _ in (responses[i] for i in known)) / len(known)
     summary = {"subject": args.subject, "n_items": est.n_items, "theta": est.theta, "theta_sd": est.theta_sd,
                "theta_95": [lo, hi], "tau": est.tau, "tau_sd": est.tau_sd, "stop_reason": session.stop_reason,
                "skipped_unanswered": skipped, "ignored_unknown_items": len(foreign), "full_n_items": len(known),
-               "full_theta": full.estimate.theta, "full_theta_sd": full.estimate.theta_sd}
+               "full_theta": full.estimate.theta, "full_theta_sd": full.estimate.theta_sd, "score": score.to_dict(),
+               "design_score": None if design is None else design.to_dict(), "full_accuracy": full_accuracy}
     if args.json:
         print(json.dumps({"summary": summary}))
     else:
@@ -244,11 +248,28 @@ def _cmd_evaluate(args) -> int:
         if est.tau is not None:
             print(f"          tau   = {est.tau:+.3f} +/- {est.tau_sd:.3f}")
         print(f"all {len(known)} answers: theta = {full.estimate.theta:+.3f} +/- {full.estimate.theta_sd:.3f}")
+        print(f"\npredicted full-benchmark score: {score}")
+        if design is not None:
+            print(f"design-based (randomised selection): {design}")
+        for label, c in score.by_category.items():
+            print(f"  {score.category_field} {label}: {100 * c.accuracy:.1f}% ({100 * c.low:.1f}-{100 * c.high:.1f}%), "
+                  f"{c.n_observed} of {c.n_items} items answered")
+        print(f"observed accuracy on all {len(known)} answers in the file: {100 * full_accuracy:.1f}%")
         if skipped:
             print(f"({skipped} proposed item(s) had no answer in the file and were skipped)")
         if foreign:
             print(f"({len(foreign)} answer(s) to items not in the bank were ignored, first {foreign[0]!r})")
     return 0
+
+
+def _design_score(session):
+    """The design-based score of a randomised session (None for other selectors or too few draws)."""
+    from catengine.scoring import DesignNotRandomisedError
+
+    try:
+        return session.predicted_score(method="design", record=True)
+    except DesignNotRandomisedError:
+        return None
 
 
 # ----------------------------------------------------------------------------- serve

@@ -21,6 +21,7 @@ from catengine.selection import (
     PosteriorExpectedInformation,
     PosteriorWeightedInformation,
     RandomSelection,
+    RandomisedSelection,
     Randomesque,
     SelectionState,
     SympsonHetter,
@@ -154,7 +155,8 @@ def test_items_with_nonpositive_slope_carry_no_information():
 # ----------------------------------------------------------------------------- the contract suite
 def _selectors_for(model):
     common = [MaxFisherInformation(), PosteriorExpectedInformation(), PosteriorWeightedInformation(),
-              KullbackLeiblerIndex(), RandomSelection()]
+              KullbackLeiblerIndex(), RandomSelection(), RandomisedSelection(),
+              RandomisedSelection(weight="information", uniform_share=0.1)]
     if model == "lart":
         common += [ThetaTargetedInformation(), DOptimalInformation(), AOptimalInformation(),
                    LaRTReplicationSelection(n_fixed=3)]

@@ -10,6 +10,7 @@ name                    class                                   banks
 ``pwi``                 :class:`PosteriorWeightedInformation`   all
 ``kl``                  :class:`KullbackLeiblerIndex`           all
 ``random``              :class:`RandomSelection`                all
+``randomised``          :class:`RandomisedSelection`            all (known selection probabilities)
 ``lart-theta``          :class:`ThetaTargetedInformation`       lart
 ``lart-d``              :class:`DOptimalInformation`            lart
 ``lart-a``              :class:`AOptimalInformation`            lart
@@ -30,6 +31,7 @@ from catengine.selection.information import (
     PosteriorWeightedInformation,
     RandomSelection,
 )
+from catengine.selection.randomised import RandomisedSelection
 from catengine.selection.lart import (
     AOptimalInformation,
     DOptimalInformation,
@@ -45,6 +47,7 @@ SELECTORS = {
         PosteriorWeightedInformation,
         KullbackLeiblerIndex,
         RandomSelection,
+        RandomisedSelection,
         ThetaTargetedInformation,
         DOptimalInformation,
         AOptimalInformation,
@@ -74,6 +77,7 @@ __all__ = [
     "PosteriorExpectedInformation",
     "PosteriorWeightedInformation",
     "RandomSelection",
+    "RandomisedSelection",
     "Randomesque",
     "SELECTORS",
     "SelectionState",

@@ -11,7 +11,9 @@ Events (every line has ``"event"``; all but the header name the ``"subject"``):
   items and their criterion values in selection order, generator state before the selection;
 * ``record``  — an answer: item, correct, CoT length, whether the engine had proposed it, and the
   estimate after it (for readers in other languages; resume recomputes and compares it);
-* ``exclude`` — an item was made unavailable to the subject.
+* ``exclude`` — an item was made unavailable to the subject;
+* ``score``   — a reported full-benchmark score (``CATSession.predicted_score(record=True)``): the
+  step it was computed at and the ``ScoreEstimate`` as a dict (derived data: resume skips it).
 
 Reading: a line that does not parse (or lacks required fields) is an error, except the LAST line,
 which may have been torn by a crash: it is reported with a :class:`CorruptLogWarning` and skipped,
@@ -45,6 +47,7 @@ _REQUIRED = {
     "propose_batch": ("subject", "items", "rng"),
     "record": ("subject", "item", "correct"),
     "exclude": ("subject", "item"),
+    "score": ("subject", "score"),
 }
 
 

@@ -17,14 +17,22 @@ estimate {"theta", "theta_sd", "n_items", "theta_95": [lo, hi], and "tau", "tau_
          parallel and answer in any order; until all are answered (or excluded) it returns the rest
       -> {"items": [], "finished": true, "reason": R, "estimate": E}
   {"op": "record", "subject": S, "item": ID, "correct": 0|1[, "cot_length": tokens|null]}
-      -> {"estimate": E, "finished": bool, "reason": R|null[, "warnings": [text, ...]]}
+      -> {"estimate": E, "finished": bool, "reason": R|null, "proposed": bool, "n_unproposed": n,
+          "score": SC[, "design_score": SC][, "warnings": [text, ...]]}
   {"op": "estimate", "subject": S}
-      -> {"estimate": E, "finished": bool, "reason": R|null, "administered": [ID, ...], "pending": [ID, ...]}
+      -> {"estimate": E, "finished": bool, "reason": R|null, "administered": [ID, ...], "pending": [ID, ...],
+          "n_unproposed": n, "score": SC[, "design_score": SC]}
   {"op": "start", "subject": S}       -> {"estimate": E, "n_items": n}
   {"op": "exclude", "subject": S, "item": ID}   -> {}      (the item is never proposed to S)
   {"op": "subjects"}                  -> {"subjects": [S, ...]}
   {"op": "info"}                      -> {"bank": {"bank_id", "version", "response_model", "n_items"}, "ops": [...]}
   {"op": "quit"}                      -> {"bye": true}, then the server exits
+
+SC is the predicted full-benchmark score (ScoreEstimate.to_dict): accuracy over every item of the
+bank with its 95% interval, CoT tokens for LaRT banks, and per-category results; "design_score"
+is the design-based estimate, present for sessions run with the ``randomised`` selector.
+"proposed" is false when the answered item was not the one the engine proposed (allowed, but the
+test is then less adaptive; "n_unproposed" counts such answers).
 
 ``next`` / ``next_batch`` start the subject's session when it is new; once the stopping rule is met
 they answer finished (send ``"force": true`` to get items anyway). Any failure is answered as
@@ -96,6 +104,18 @@ def _estimate(est) -> dict:
     return out
 
 
+def _scores(session, record: bool) -> dict:
+    """The ``score`` (model-based) and, for randomised sessions, ``design_score`` reply fields."""
+    from catengine.scoring import DesignNotRandomisedError
+
+    out = {"score": session.predicted_score(record=record).to_dict()}
+    try:
+        out["design_score"] = session.predicted_score(method="design").to_dict()
+    except DesignNotRandomisedError:
+        pass
+    return out
+
+
 def _field(req: dict, name: str, kind=str):
     if name not in req:
         raise InvalidRequestError(f"request lacks {name!r}")
@@ -148,7 +168,8 @@ def handle(engine: Engine, req) -> dict:
             est = engine.record(subject, item, req["correct"], req.get("cot_length"))
         session = engine.session(subject)
         reply = {"estimate": _estimate(est), "finished": session.finished, "reason": session.stop_reason,
-                 "proposed": session.history[-1].proposed, "n_unproposed": session.n_unproposed}
+                 "proposed": session.history[-1].proposed, "n_unproposed": session.n_unproposed,
+                 **_scores(session, record=True)}
         if caught:
             reply["warnings"] = [str(w.message) for w in caught]
         return reply
@@ -156,7 +177,7 @@ def handle(engine: Engine, req) -> dict:
         session = engine.session(_field(req, "subject"))
         return {"estimate": _estimate(session.estimate), "finished": session.finished, "reason": session.stop_reason,
                 "administered": session.administered, "pending": session.pending_items,
-                "n_unproposed": session.n_unproposed}
+                "n_unproposed": session.n_unproposed, **_scores(session, record=False)}
     if op == "start":
         session = engine.start(_field(req, "subject"))
         return {"estimate": _estimate(session.estimate), "n_items": session.n_items}

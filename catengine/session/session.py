@@ -461,6 +461,24 @@ class CATSession:
         self._batch.pop(j, None)
         self._stop_cache = None
 
+    # ------------------------------------------------------------------ full-benchmark score
+    def predicted_score(self, level: float = 0.95, method: str = "model", *, by=None, record: bool = False):
+        """The full-benchmark accuracy (and, for LaRT banks, CoT tokens) with an interval at ``level``.
+
+        ``method="model"``: the IRT prediction from the reported posterior (answered items count as
+        answered; MATH.md 6.6); ``"design"``: the design-based estimate, unbiased whatever the model
+        gets wrong, for sessions run with ``RandomisedSelection`` (raises ``DesignNotRandomisedError``
+        otherwise; MATH.md 6.7). ``by``: the item column of the per-category breakdown (default: the
+        bank's declared or first categorical column; ``False`` for none). ``record=True`` also
+        appends the estimate to the session log as a ``score`` event. See docs/score_prediction.md.
+        """
+        from catengine.session.scoring import predicted_score
+
+        score = predicted_score(self, level=level, method=method, by=by)
+        if record:
+            self._emit({"event": "score", "subject": self.subject, "step": self._responses.n, "score": score.to_dict()})
+        return score
+
     # ------------------------------------------------------------------ logging / resume
     def _emit(self, event: dict) -> None:
         if self._writer is not None and not self._replaying:
@@ -531,6 +549,8 @@ class CATSession:
             self._apply(j, _check_correct(event["correct"]), None if cot is None else float(cot), log_t, logged=event)
         elif kind == "exclude":
             self.exclude(event["item"])
+        elif kind == "score":
+            pass  # a reported score: derived from the answers, recomputed on demand
         else:
             raise SessionLogError(f"unexpected {kind!r} event for subject {self.subject!r} during replay")
 

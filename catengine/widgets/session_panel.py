@@ -132,7 +132,9 @@ class SessionPanel(widgets.VBox):
     * buttons ``correct`` / ``incorrect`` (with a CoT length in tokens for LaRT banks), ``step``
       (the responder answers the next item) and ``play to end`` (until the stopping rule is met);
     * the trajectory of θ (and τ for LaRT banks) with its ``level`` credible band;
-    * the item sequence; the ranking against the bank's calibration LLMs with P(ahead).
+    * the item sequence; the ranking against the bank's calibration LLMs with P(ahead);
+    * the predicted full-benchmark accuracy after each answer with its ``level`` interval, and the
+      current prediction per item category (``CATSession.predicted_score``; tab "predicted score").
 
     ``responder``: a callable ``item_id -> (correct, cot_tokens)`` (e.g. :class:`SimulatedLLM`,
     :class:`ReplayedLLM`) or a mapping; without one, ``step`` and ``play to end`` are disabled.
@@ -141,7 +143,8 @@ class SessionPanel(widgets.VBox):
 
     State for tests and scripts: ``n_items``, ``next_item_id``, ``next_criterion``, ``status_text``,
     ``sequence_header`` / ``sequence_rows``, ``ranking_header`` / ``ranking_rows`` /
-    ``ranking_message``, ``trajectory_figure``, ``last_error``, ``excluded`` (items the responder
+    ``ranking_message``, ``trajectory_figure``, ``score`` (the current ScoreEstimate), ``score_text``,
+    ``score_trajectory`` (step, accuracy, low, high per answer), ``score_figure``, ``last_error``, ``excluded`` (items the responder
     had no answer for, excluded from the session); buttons ``correct_button``,
     ``incorrect_button``, ``step_button``, ``play_button``; input ``cot_input``.
     """
@@ -174,6 +177,10 @@ class SessionPanel(widgets.VBox):
         self.ranking_rows: list[tuple] = []
         self.ranking_message = ""
         self.trajectory_figure = None
+        self.score = None
+        self.score_text = ""
+        self.score_trajectory: list[tuple[int, float, float, float]] = []
+        self.score_figure = None
         self.last_error: str | None = None
         self.excluded: list[str] = []
 
@@ -195,15 +202,18 @@ class SessionPanel(widgets.VBox):
         self.trajectory_out = widgets.Output()
         self.sequence_html = widgets.HTML()
         self.ranking_html = widgets.HTML()
+        self.score_html = widgets.HTML()
+        self.score_out = widgets.Output()
 
         self._rivals = None
         if show_ranking:
             self._rivals = self._make_rivals()
 
         buttons = widgets.HBox([self.cot_input, self.correct_button, self.incorrect_button, self.step_button, self.play_button])
-        tabs = widgets.Tab(children=[self.sequence_html, self.ranking_html])
+        tabs = widgets.Tab(children=[self.sequence_html, self.ranking_html, widgets.VBox([self.score_html, self.score_out])])
         tabs.set_title(0, "item sequence")
         tabs.set_title(1, "ranking")
+        tabs.set_title(2, "predicted score")
         super().__init__([self.title_html, widgets.HBox([self.count_label, self.status]), self.next_html, buttons,
                           self.error_html, self.trajectory_out, tabs])
         self.add_class("catengine-session-panel")
@@ -374,6 +384,48 @@ class SessionPanel(widgets.VBox):
         self.sequence_html.value = html_table(self.sequence_header, self.sequence_rows) if history else "no answer yet"
         self._draw_trajectory(history)
         self._refresh_ranking(est)
+        self._refresh_score(history)
+
+    def _refresh_score(self, history) -> None:
+        """The predicted full-benchmark accuracy: its trajectory (cached per answer) and per-category bars."""
+        from catengine.estimation import TraitEstimate
+        from catengine.session.scoring import model_score
+
+        s = self.session
+        self.score_trajectory = self.score_trajectory[: len(history)]
+        for t in range(len(self.score_trajectory), len(history)):
+            r = history[t]
+            est = TraitEstimate(theta=r.theta, theta_sd=r.theta_sd, n_items=t + 1, tau=r.tau, tau_sd=r.tau_sd)
+            sc = model_score(s, level=self.level, by=False, estimate=est, n_answered=t + 1, n_nodes=21)
+            self.score_trajectory.append((t + 1, sc.accuracy, sc.low, sc.high))
+        self.score = s.predicted_score(level=self.level)
+        self.score_text = str(self.score)
+        self.score_html.value = escape(self.score_text)
+        cats = self.score.by_category
+        fig, axes = new_figure(2 if cats else 1, width=5.5, height=3.3)
+        pct = int(round(self.level * 100))
+        ax = axes[0]
+        if self.score_trajectory:
+            tr = np.array(self.score_trajectory)
+            ax.fill_between(tr[:, 0], 100 * tr[:, 2], 100 * tr[:, 3], color="C0", alpha=0.2, lw=0, label=f"{pct}% interval")
+            ax.plot(tr[:, 0], 100 * tr[:, 1], color="C0", lw=1.5, label="predicted accuracy")
+            ax.legend(fontsize="x-small", loc="best")
+        else:
+            ax.text(0.5, 0.5, "no answer yet", ha="center", va="center", transform=ax.transAxes)
+        ax.set_title(f"Predicted full-benchmark accuracy ({self.score.n_items} items)")
+        ax.set_xlabel("number of items administered (items)")
+        ax.set_ylabel("accuracy (%)")
+        if cats:
+            labels = list(cats)
+            acc = np.array([100 * cats[k].accuracy for k in labels])
+            err = np.array([[100 * (cats[k].accuracy - cats[k].low) for k in labels],
+                            [100 * (cats[k].high - cats[k].accuracy) for k in labels]])
+            axes[1].barh(np.arange(len(labels)), acc, xerr=err, color="C0", alpha=0.7, capsize=2)
+            axes[1].set_yticks(np.arange(len(labels)), labels, fontsize="x-small")
+            axes[1].set_xlabel("predicted accuracy (%)")
+            axes[1].set_title(f"By {self.score.category_field} ({pct}% intervals)")
+        self.score_figure = fig
+        show_figure(self.score_out, fig)
 
     def _draw_trajectory(self, history) -> None:
         from catengine.estimation import TraitEstimate

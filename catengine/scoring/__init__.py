@@ -1,0 +1,32 @@
+"""Full-benchmark scores from an adaptive test: the model-based prediction (MATH.md 6.6) and the
+design-based estimate that does not trust the model (MATH.md 6.7). Numerics only: arrays in,
+``ScoreEstimate`` pieces out (the session glue is ``catengine.session.scoring``)."""
+
+from catengine.scoring.design import DesignEstimate, DesignNotRandomisedError, design_estimate, design_terms
+from catengine.scoring.estimate import ScoreEstimate
+from catengine.scoring.model_based import (
+    DEFAULT_SCORE_NODES,
+    GroupPrediction,
+    expected_cot_lengths,
+    expected_probabilities,
+    predict_accuracy,
+    predict_cot_total,
+    response_and_slope,
+    z_quantile,
+)
+
+__all__ = [
+    "DEFAULT_SCORE_NODES",
+    "DesignEstimate",
+    "DesignNotRandomisedError",
+    "GroupPrediction",
+    "ScoreEstimate",
+    "design_estimate",
+    "design_terms",
+    "expected_cot_lengths",
+    "expected_probabilities",
+    "predict_accuracy",
+    "predict_cot_total",
+    "response_and_slope",
+    "z_quantile",
+]

@@ -1,0 +1,121 @@
+"""The design-based full-benchmark estimate (MATH.md 6.7; active inference, Zrnic & Candes 2024).
+
+The engine answers each item at most once, so the randomised design draws *without* replacement:
+at design step t the next item is drawn from the R_t items not yet answered with a known
+probability pi_t(j) > 0 (any function of the answers so far). With O_t the items answered before
+step t and f_t(j) any prediction of y_j computed from the data before step t,
+
+    D_t = (1/J) [ sum_{O_t} y_j + sum_{R_t} f_t(j) + (y_{j_t} - f_t(j_t)) / pi_t(j_t) ].
+
+Given the past, sum_{R_t} pi_t(j) (y_j - f_t(j)) / pi_t(j) = sum_{R_t} (y_j - f_t(j)), so
+E[D_t | past] = (1/J) [ sum_{O_t} y_j + sum_{R_t} y_j ] = A exactly, whatever the model gets
+wrong. (With replacement, MATH.md 6.7, O_t is empty and R_t all items; this is the same argument
+on the items still unknown.) Hence the D_t - A are martingale differences and
+A^ = (1/n) sum_t D_t is unbiased. Their orthogonality gives Var(A^) = (1/n^2) sum_t E Var_t(D_t),
+and
+
+    se^2 = sum_t (D_t - A^)^2 / (n (n - 1))
+
+is unbiased for it (E sum_t (D_t - A)^2 = n^2 Var(A^), and sum_t (D_t - A^)^2 =
+sum_t (D_t - A)^2 - n (A^ - A)^2); the interval A^ +- z se rests on the martingale CLT. Answers of
+items recorded outside the design (not drawn) simply join O_t. A category G is the same with J
+replaced by |G| and the correction kept only when j_t lies in G. Any per-item outcome works: the
+CoT tokens of a LaRT bank with f_t the model's expected CoT length. Pure numpy (no session, no I/O).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from catengine.errors import CatEngineError
+
+
+class DesignNotRandomisedError(CatEngineError, ValueError):
+    """The session's items were not drawn with known positive probabilities: no design-based estimate."""
+
+
+@dataclass(frozen=True)
+class DesignEstimate:
+    """A design-based estimate of one group's mean outcome (``mean``, its standard error ``se``,
+    the interval ``low``-``high``) from ``n_draws`` randomised draws over ``n_items`` items."""
+
+    mean: float
+    se: float
+    low: float
+    high: float
+    n_draws: int
+    n_items: int
+    terms: np.ndarray  # the D_t
+
+
+def design_terms(order, outcomes, design_step, probabilities, predictions, *, member=None) -> np.ndarray:
+    """The D_t of every design step, per group: shape (n_draws, G).
+
+    ``order`` (n,) item indices in the order they were answered; ``outcomes`` (n,) their outcomes;
+    ``design_step`` (n,) bool, True where the item was drawn by the randomised design;
+    ``probabilities`` (n,) the probability with which it was drawn (used at design steps only);
+    ``predictions`` (n_draws, J) f_t for each design step, computed from the data before it;
+    ``member`` (J, G) 0/1 group membership (default: one group, the whole bank).
+    """
+    order = np.asarray(order, dtype=np.int64).reshape(-1)
+    outcomes = np.asarray(outcomes, dtype=np.float64).reshape(-1)
+    design_step = np.asarray(design_step, dtype=bool).reshape(-1)
+    probabilities = np.asarray(probabilities, dtype=np.float64).reshape(-1)
+    predictions = np.asarray(predictions, dtype=np.float64)
+    n = order.size
+    if not (outcomes.size == design_step.size == probabilities.size == n):
+        raise ValueError("order, outcomes, design_step and probabilities must have one entry per answered item")
+    if np.unique(order).size != n:
+        raise ValueError("an item appears twice in the answer order")
+    n_draws = int(design_step.sum())
+    if predictions.ndim != 2 or predictions.shape[0] != n_draws:
+        raise ValueError(f"predictions must have one row per design step ({n_draws}), got shape {predictions.shape}")
+    J = predictions.shape[1]
+    if member is None:
+        member = np.ones((J, 1))
+    member = np.asarray(member, dtype=np.float64)
+    if member.shape[0] != J:
+        raise ValueError(f"member must have one row per item ({J})")
+    p = probabilities[design_step]
+    if np.any(~np.isfinite(p)) or np.any(p <= 0) or np.any(p > 1):
+        bad = int(np.flatnonzero(~(np.isfinite(p) & (p > 0) & (p <= 1)))[0])
+        raise DesignNotRandomisedError(f"design draw {bad + 1} has selection probability {p[bad]!r}; it must lie in (0, 1]")
+    size = member.sum(axis=0)
+    known = np.zeros(J, dtype=bool)
+    known_values = np.zeros(J)
+    out = np.empty((n_draws, member.shape[1]))
+    t = 0
+    for s in range(n):
+        j = order[s]
+        if design_step[s]:
+            f = predictions[t]
+            unknown = ~known
+            base = (known_values + np.where(unknown, f, 0.0)) @ member
+            out[t] = (base + member[j] * (outcomes[s] - f[j]) / probabilities[s]) / size
+            t += 1
+        known[j] = True
+        known_values[j] = outcomes[s]
+    return out
+
+
+def design_estimate(terms: np.ndarray, *, level: float = 0.95, n_items: int, bounds=(-math.inf, math.inf)) -> DesignEstimate:
+    """A^ = mean of the D_t, se^2 = sum (D_t - A^)^2 / (n (n - 1)), interval A^ +- t se (clipped to ``bounds``).
+
+    t is the Student-t quantile with n - 1 degrees of freedom (the usual small-sample refinement of
+    the normal quantile the martingale CLT gives; the two agree as n grows)."""
+    d = np.asarray(terms, dtype=np.float64).reshape(-1)
+    n = d.size
+    if n < 2:
+        raise DesignNotRandomisedError(f"a design-based estimate needs at least 2 randomised draws, this session has {n}")
+    mean = float(d.mean())
+    se = math.sqrt(float(np.sum((d - mean) ** 2)) / (n * (n - 1)))
+    if not 0.0 < level < 1.0:
+        raise ValueError(f"level must lie in (0, 1), got {level!r}")
+    from scipy.stats import t as student_t  # scipy.stats loads slowly: only when an estimate is made
+
+    z = float(student_t.ppf(0.5 + level / 2.0, n - 1))
+    low, high = max(mean - z * se, bounds[0]), min(mean + z * se, bounds[1])
+    return DesignEstimate(mean, se, low, high, n, int(n_items), d)

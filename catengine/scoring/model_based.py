@@ -1,0 +1,263 @@
+"""The model-based prediction of the full-benchmark accuracy and CoT cost (MATH.md 6.6).
+
+With O the answered items (answers y_j), U the others, J = |O| + |U| and q the trait posterior as
+the session reports it (Normal(theta^, SD^2); LaRT: the 2-D Normal of (theta, tau), whose marginals
+are what accuracy and CoT length depend on), the full-benchmark accuracy is
+
+    A = (1/J) [ sum_O y_j + sum_U y_j ],     y_j | theta, psi_j ~ Bernoulli(P_j(theta; psi_j)).
+
+Conditioning on theta (law of total variance), with independent Gaussian posteriors of the items'
+(a_j, b_j) (covariance Sigma_j = [[a_sd^2, ab_cov], [ab_cov, b_sd^2]]; absent entries are 0):
+
+    pbar_j(theta)  = E_psi P_j(theta; psi_j)           (exact: z = a theta + b is Gaussian given theta)
+    E[A | theta]   = (1/J) [ sum_O y_j + sum_U pbar_j(theta) ]
+    Var[A | theta] = (1/J^2) sum_U pbar_j (1 - pbar_j)
+    A^  = E_q E[A | theta],   Var(A) = E_q Var[A | theta] + Var_q E[A | theta].
+
+Given theta, y_j is Bernoulli with a random success probability P_j(theta; psi_j), so its variance is
+E_psi P(1 - P) + Var_psi P = pbar (1 - pbar): with independent item errors the item-parameter
+uncertainty of the *unanswered* items changes the prediction only through pbar (it flattens the
+response curves), not by an extra variance term. It widens the interval through the trait posterior
+(the answered items' parameter errors, MATH.md 6.3), i.e. through the SD the session reports.
+The expectations over q use Gauss-Hermite nodes
+theta_k = theta^ + SD x_k; the interval is the quantile range of the node mixture
+sum_k w_k Normal(E[A | theta_k], Var[A | theta_k]) (it keeps the skew of the trait part), clipped
+to the attainable range. The CoT total of a LaRT bank is the same computation with
+T_j + offset ~ LogNormal(omega_j - phi_j tau, lam_j^2) given tau:
+
+    E[T_j | tau] = exp(omega_j - phi_j tau + lam_j^2 / 2) - offset,
+    Var[T_j | tau] = (exp(lam_j^2) - 1) exp(2 (omega_j - phi_j tau) + lam_j^2),
+
+over the items whose CoT length was not recorded. Pure numpy/scipy on arrays (no session, no I/O).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.special import expit, ndtr, ndtri
+
+from catengine.models.expected_information import gauss_hermite_normal
+from catengine.models.params import ItemParams
+
+DEFAULT_SCORE_NODES = 61
+
+
+@dataclass(frozen=True)
+class GroupPrediction:
+    """One group's (the whole bank, or one category) predicted total with its spread.
+
+    ``mean``/``sd`` of the total (sum over the group's items), ``low``/``high`` its interval,
+    ``n_observed`` items whose outcome is known, ``n_items`` items in the group.
+    """
+
+    mean: float
+    sd: float
+    low: float
+    high: float
+    n_observed: int
+    n_items: int
+
+
+def z_quantile(level: float) -> float:
+    """Two-sided normal quantile for a central interval at ``level``."""
+    if not 0.0 < level < 1.0:
+        raise ValueError(f"level must lie in (0, 1), got {level!r}")
+    return float(ndtri(0.5 + level / 2.0))
+
+
+def response_and_slope(params: ItemParams, theta: np.ndarray, items=None) -> tuple[np.ndarray, np.ndarray]:
+    """P_j(theta) and dP_j/dz (z = a theta + b) for nodes ``theta`` (K,) and items: shapes (K, n)."""
+    idx = slice(None) if items is None else np.asarray(items)
+    a, b = params.a[idx], params.b[idx]
+    z = np.asarray(theta, dtype=np.float64)[:, None] * a[None, :] + b[None, :]
+    if params.response_model == "lart":
+        p = ndtr(z)
+        slope = np.exp(-0.5 * z * z) / math.sqrt(2.0 * math.pi)
+        return p, slope
+    s = expit(z)
+    if params.response_model == "2pl":
+        return s, s * (1.0 - s)
+    c, d = params.c[idx], params.d[idx]
+    return c + (d - c) * s, (d - c) * s * (1.0 - s)
+
+
+def item_averaged_response(params: ItemParams, theta: np.ndarray, a_sd=None, b_sd=None, ab_cov=None,
+                           n_nodes: int = 15) -> np.ndarray:
+    """E_psi P_j(theta; psi_j) over a Gaussian posterior of each item's (a_j, b_j), shape (K, J).
+
+    At a fixed theta, z = a theta + b is Normal(a^ theta + b^, v) with v = theta^2 a_sd^2 +
+    2 theta ab_cov + b_sd^2, so the average is one-dimensional: Phi(mu / sqrt(1 + v)) for the
+    probit (LaRT) response, ``n_nodes``-point Gauss-Hermite in z for the logistic ones.
+    """
+    J = params.n_items
+    theta = np.asarray(theta, dtype=np.float64)
+    zero = np.zeros(J)
+    a_var = zero if a_sd is None else np.asarray(a_sd, dtype=np.float64) ** 2
+    b_var = zero if b_sd is None else np.asarray(b_sd, dtype=np.float64) ** 2
+    cov = zero if ab_cov is None else np.asarray(ab_cov, dtype=np.float64)
+    v = np.maximum(theta[:, None] ** 2 * a_var + 2.0 * theta[:, None] * cov + b_var, 0.0)  # (K, J)
+    mu = theta[:, None] * params.a[None, :] + params.b[None, :]
+    if params.response_model == "lart":
+        return ndtr(mu / np.sqrt(1.0 + v))
+    x, w = gauss_hermite_normal(n_nodes)
+    s = expit(mu[..., None] + np.sqrt(v)[..., None] * x)  # (K, J, n)
+    s = s @ w
+    if params.response_model == "2pl":
+        return s
+    return params.c + (params.d - params.c) * s
+
+
+def expected_probabilities(params: ItemParams, theta: float, theta_sd: float, n_nodes: int = 21) -> np.ndarray:
+    """E_q P_j(theta) for every item under q = Normal(theta, theta_sd^2) (Gauss-Hermite), shape (J,)."""
+    x, w = gauss_hermite_normal(n_nodes)
+    p, _ = response_and_slope(params, float(theta) + float(theta_sd) * x)
+    return w @ p
+
+
+def expected_cot_lengths(params: ItemParams, tau: float, tau_sd: float, cot_offset: float) -> np.ndarray:
+    """E_q E[T_j | tau] for every item under q = Normal(tau, tau_sd^2) (closed form), shape (J,)."""
+    phi = params.phi
+    return np.exp(params.omega - phi * tau + 0.5 * (phi * tau_sd) ** 2 + 0.5 * params.lam ** 2) - cot_offset
+
+
+def _check_sd_array(name, values, n):
+    if values is None:
+        return None
+    arr = np.asarray(values, dtype=np.float64)
+    if arr.shape != (n,) or not np.all(np.isfinite(arr)):
+        raise ValueError(f"{name} must hold one finite value per item ({n}), got shape {arr.shape}")
+    if name != "ab_cov" and np.any(arr < 0):
+        raise ValueError(f"{name} (a posterior SD) has negative entries, first at item index {int(np.flatnonzero(arr < 0)[0])}")
+    return arr
+
+
+def _mixture_intervals(weights, means, variances, level, lo_bound, hi_bound):
+    """Central intervals of the mixtures sum_k w_k Normal(means[k, g], variances[k, g]), one per
+    column g, by bisection on the mixture CDF, clipped to [lo_bound[g], hi_bound[g]]."""
+    sds = np.sqrt(np.maximum(variances, 0.0))  # (K, G)
+    alpha = 0.5 - level / 2.0
+    targets = np.array([alpha, 1.0 - alpha])[:, None]  # (2, 1)
+    safe = np.where(sds > 0, sds, 1.0)
+    span = 10.0 * sds.max(axis=0) + 1e-12
+    lo = np.broadcast_to(means.min(axis=0) - span, (2, means.shape[1])).copy()
+    hi = np.broadcast_to(means.max(axis=0) + span, (2, means.shape[1])).copy()
+    for _ in range(60):
+        mid = 0.5 * (lo + hi)
+        z = (mid[:, None, :] - means[None, :, :]) / safe[None, :, :]
+        cdf = np.where(sds[None] > 0, ndtr(z), (means[None] <= mid[:, None, :]).astype(float))
+        below = np.einsum("k,tkg->tg", weights, cdf) < targets
+        lo = np.where(below, mid, lo)
+        hi = np.where(below, hi, mid)
+    q = np.clip(0.5 * (lo + hi), lo_bound[None, :], hi_bound[None, :])
+    return q[0], q[1]
+
+
+def _groups(codes, n_groups, J):
+    if codes is None:
+        return np.zeros(J, dtype=np.int64), 0
+    codes = np.asarray(codes, dtype=np.int64)
+    if codes.shape != (J,) or codes.min(initial=0) < 0 or codes.max(initial=0) >= n_groups:
+        raise ValueError(f"category codes must hold one integer in 0..{n_groups - 1} per item ({J})")
+    return codes, int(n_groups)
+
+
+def _predict_groups(weights, cond_mean, cond_var, known_sum, n_known, n_unknown, member, level, unit_bound):
+    """Per group (columns of ``member``, (J, G) 0/1) the GroupPrediction of the total.
+
+    ``cond_mean`` (K, J) and ``cond_var`` (K, J): each unknown item's conditional mean and variance
+    at each node (0 for known items); ``known_sum`` (G,) the known part of each group's total;
+    ``unit_bound``: the largest value of one unknown item (1 for answers, inf for CoT lengths).
+    """
+    m = cond_mean @ member + known_sum[None, :]  # (K, G)
+    v = cond_var @ member
+    mean = weights @ m
+    var = weights @ v + weights @ (m - mean[None, :]) ** 2
+    hi_bound = known_sum + np.where(n_unknown > 0, unit_bound * n_unknown, 0.0)
+    low, high = _mixture_intervals(weights, m, v, level, known_sum, hi_bound)
+    out = []
+    for g in range(member.shape[1]):
+        out.append(GroupPrediction(float(mean[g]), math.sqrt(max(float(var[g]), 0.0)), float(low[g]), float(high[g]),
+                                   int(n_known[g]), int(n_known[g] + n_unknown[g])))
+    return out
+
+
+def _membership(codes, n_groups, J):
+    """(J, 1 + G) 0/1 matrix: column 0 the whole bank, column 1 + g category g."""
+    member = np.zeros((J, 1 + n_groups))
+    member[:, 0] = 1.0
+    if n_groups:
+        member[np.arange(J), 1 + codes] = 1.0
+    return member
+
+
+def predict_accuracy(params: ItemParams, theta: float, theta_sd: float, observed, correct, *, level: float = 0.95,
+                     codes=None, n_groups: int = 0, a_sd=None, b_sd=None, ab_cov=None,
+                     n_nodes: int = DEFAULT_SCORE_NODES) -> list[GroupPrediction]:
+    """Predicted number correct over the bank (entry 0) and over each category (entries 1..G).
+
+    ``observed``: indices of the answered items; ``correct``: their 0/1 answers; ``codes`` (J,) the
+    category of each item (``n_groups`` categories; None: no categories); ``a_sd``, ``b_sd``,
+    ``ab_cov``: the bank's item-parameter uncertainty (None = absent). Divide by ``n_items`` for
+    accuracies.
+    """
+    J = params.n_items
+    observed = np.asarray(observed, dtype=np.int64).reshape(-1)
+    correct = np.asarray(correct, dtype=np.float64).reshape(-1)
+    if observed.shape != correct.shape:
+        raise ValueError(f"{observed.size} observed items but {correct.size} answers")
+    if not (math.isfinite(theta) and math.isfinite(theta_sd) and theta_sd >= 0):
+        raise ValueError(f"the trait posterior must have a finite mean and SD >= 0, got theta={theta}, SD={theta_sd}")
+    a_sd, b_sd, ab_cov = (_check_sd_array(n, v, J) for n, v in (("a_sd", a_sd), ("b_sd", b_sd), ("ab_cov", ab_cov)))
+    codes, n_groups = _groups(codes, n_groups, J)
+    unknown = np.ones(J, dtype=bool)
+    unknown[observed] = False
+    x, w = gauss_hermite_normal(n_nodes)
+    nodes = float(theta) + float(theta_sd) * x
+    if a_sd is None and b_sd is None and ab_cov is None:
+        p, _ = response_and_slope(params, nodes)
+    else:
+        p = item_averaged_response(params, nodes, a_sd, b_sd, ab_cov)
+    cond_var = p * (1.0 - p)
+    cond_mean = p * unknown
+    cond_var = np.maximum(cond_var, 0.0) * unknown
+    member = _membership(codes, n_groups, J)
+    known_sum = np.zeros(J)
+    known_sum[observed] = correct
+    return _predict_groups(w, cond_mean, cond_var, known_sum @ member, (~unknown).astype(float) @ member,
+                           unknown.astype(float) @ member, member, level, 1.0)
+
+
+def predict_cot_total(params: ItemParams, tau: float, tau_sd: float, observed, cot_tokens, *, cot_offset: float,
+                      level: float = 0.95, codes=None, n_groups: int = 0,
+                      n_nodes: int = DEFAULT_SCORE_NODES) -> list[GroupPrediction]:
+    """Predicted total CoT tokens over the bank (entry 0) and each category, LaRT banks only.
+
+    ``observed``: indices of items whose CoT length was recorded, ``cot_tokens`` those lengths; the
+    other items are predicted from the log-normal part of the model under q = Normal(tau, tau_sd^2).
+    """
+    if params.response_model != "lart":
+        raise ValueError(f"CoT totals need a lart bank, not {params.response_model!r}")
+    J = params.n_items
+    observed = np.asarray(observed, dtype=np.int64).reshape(-1)
+    tokens = np.asarray(cot_tokens, dtype=np.float64).reshape(-1)
+    if observed.shape != tokens.shape:
+        raise ValueError(f"{observed.size} items with CoT lengths but {tokens.size} lengths")
+    if not (math.isfinite(tau) and math.isfinite(tau_sd) and tau_sd >= 0):
+        raise ValueError(f"the speed posterior must have a finite mean and SD >= 0, got tau={tau}, SD={tau_sd}")
+    codes, n_groups = _groups(codes, n_groups, J)
+    unknown = np.ones(J, dtype=bool)
+    unknown[observed] = False
+    x, w = gauss_hermite_normal(n_nodes)
+    nodes = float(tau) + float(tau_sd) * x
+    lam2 = params.lam ** 2
+    log_mu = params.omega[None, :] - params.phi[None, :] * nodes[:, None]
+    cond_mean = (np.exp(log_mu + 0.5 * lam2) - cot_offset) * unknown
+    cond_var = np.expm1(lam2) * np.exp(2.0 * log_mu + lam2) * unknown
+    member = _membership(codes, n_groups, J)
+    known_sum = np.zeros(J)
+    known_sum[observed] = tokens
+    return _predict_groups(w, cond_mean, cond_var, known_sum @ member, (~unknown).astype(float) @ member,
+                           unknown.astype(float) @ member, member, level, math.inf)

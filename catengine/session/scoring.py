@@ -1,0 +1,248 @@
+"""Session glue of the full-benchmark score: reads a ``CATSession``'s history, bank and posterior and
+calls the numerics of ``catengine.scoring`` (``CATSession.predicted_score`` is the entry point)."""
+
+from __future__ import annotations
+
+import math
+from functools import lru_cache
+
+import numpy as np
+
+from catengine.estimation import ResponseState, TraitEstimate
+from catengine.scoring import (
+    DEFAULT_SCORE_NODES,
+    DesignNotRandomisedError,
+    ScoreEstimate,
+    design_estimate,
+    design_terms,
+    expected_cot_lengths,
+    expected_probabilities,
+    predict_accuracy,
+    predict_cot_total,
+)
+from catengine.selection.randomised import RandomisedSelection
+
+CATEGORY_ATTR = "category_field"  # a bank may name its category column in this root attribute
+
+
+@lru_cache(maxsize=16)
+def _string_columns(bank) -> tuple[tuple[str, int], ...]:
+    """(name, number of distinct values) of the bank's per-item string variables (cached per bank)."""
+    items = bank.items
+    return tuple((name, int(np.unique(np.asarray(var.values).astype(str)).size)) for name, var in items.data_vars.items()
+                 if var.dims == ("item",) and var.dtype.kind in "OUS")
+
+
+def category_field(bank, by=None) -> str | None:
+    """The item column to break the score down by.
+
+    ``by``: a column name (must be a per-item string variable of ``bank.items``), ``False``/``""``
+    for none, or ``None`` for automatic: the bank's root attribute ``category_field`` if it has one,
+    else the first per-item string variable with between 2 and J/2 distinct values (a column with
+    one value says nothing; one with nearly as many values as items is a label, not a category).
+    """
+    if by is False or by == "":
+        return None
+    columns = _string_columns(bank)
+    string_vars = [name for name, _ in columns]
+    if by is not None:
+        if by not in string_vars:
+            raise KeyError(f"bank {bank.bank_id!r} has no per-item string column {by!r} to break the score down by; "
+                           f"it has {string_vars}")
+        return str(by)
+    declared = bank.attrs.get(CATEGORY_ATTR)
+    if declared:
+        if declared not in string_vars:
+            raise KeyError(f"bank {bank.bank_id!r} declares category_field {declared!r}, which is not among its "
+                           f"per-item string columns {string_vars}")
+        return str(declared)
+    J = bank.n_items
+    for name, n_values in columns:
+        if 2 <= n_values <= max(2, J // 2):
+            return name
+    return None
+
+
+def item_uncertainty(bank, items) -> dict:
+    """Item-parameter uncertainty as plain arrays {a_sd, b_sd, ab_cov} (None = absent; cached per bank).
+
+    Uses the bank's ``item_uncertainty()`` accessor when it has one, else the optional per-item
+    variables ``a_sd`` / ``b_sd`` / ``ab_cov`` (PSN 4PL banks carry ``b_sd``)."""
+    return _item_uncertainty(bank, items)
+
+
+@lru_cache(maxsize=16)
+def _item_uncertainty(bank, items) -> dict:
+    accessor = getattr(bank, "item_uncertainty", None)
+    if callable(accessor):
+        got = accessor()
+        if got is not None:
+            get = got.get if isinstance(got, dict) else (lambda k, _g=got: getattr(_g, k, None))
+            return {k: None if get(k) is None else np.asarray(get(k), dtype=float) for k in ("a_sd", "b_sd", "ab_cov")}
+    present = set(bank.items.data_vars)
+    out = {}
+    for name in ("a_sd", "b_sd", "ab_cov"):
+        out[name] = np.asarray(bank.item_metadata(name), dtype=float) if name in present else None
+    if out["b_sd"] is None and items.b_sd is not None:
+        out["b_sd"] = np.asarray(items.b_sd)
+    return out
+
+
+def _categories(session, by):
+    field = category_field(session.bank, by)
+    if field is None:
+        return None, None, None, 0
+    labels, codes = session.items.groups(field)
+    return field, labels, codes, labels.size
+
+
+def _records(session):
+    h = session.history
+    index = session.bank.index_of
+    order = np.array([index(r.item) for r in h], dtype=np.int64)
+    correct = np.array([r.correct for r in h], dtype=float)
+    return h, order, correct
+
+
+def _assemble(method, level, sizes, acc, cot, field, labels) -> ScoreEstimate:
+    """ScoreEstimates from per-group (mean total, sd, low, high, n_observed) tuples (group 0 = bank)."""
+    def one(g):
+        mean, sd, low, high, n_obs = acc[g]
+        n = sizes[g]
+        kwargs = {}
+        if cot is not None:
+            c = cot[g]
+            kwargs = {"cot_total": c[0], "cot_total_sd": c[1], "cot_total_low": c[2], "cot_total_high": c[3]}
+        return ScoreEstimate(accuracy=mean / n, low=low / n, high=high / n, sd=sd / n, level=level,
+                             n_observed=int(n_obs), n_items=int(n), method=method, **kwargs)
+
+    by_category = {str(label): one(g + 1) for g, label in enumerate(labels)} if labels is not None else {}
+    top = one(0)
+    return ScoreEstimate(**{**{f: getattr(top, f) for f in ("accuracy", "low", "high", "sd", "level", "n_observed",
+                                                            "n_items", "method", "cot_total", "cot_total_low",
+                                                            "cot_total_high", "cot_total_sd")},
+                            "category_field": field, "by_category": by_category})
+
+
+def model_score(session, *, level=0.95, by=None, estimate: TraitEstimate | None = None, n_answered: int | None = None,
+                n_nodes: int = DEFAULT_SCORE_NODES) -> ScoreEstimate:
+    """The model-based prediction (MATH.md 6.6) from the session's reported posterior.
+
+    ``estimate`` / ``n_answered``: score an earlier state (the estimate after the first
+    ``n_answered`` answers; used for trajectories)."""
+    params = session.params
+    h, order, correct = _records(session)
+    if n_answered is not None:
+        h, order, correct = h[:n_answered], order[:n_answered], correct[:n_answered]
+    est = session.estimate if estimate is None else estimate
+    field, labels, codes, n_groups = _categories(session, by)
+    unc = item_uncertainty(session.bank, session.items)
+    acc = predict_accuracy(params, est.theta, est.theta_sd, order, correct, level=level, codes=codes,
+                           n_groups=n_groups, n_nodes=n_nodes, **unc)
+    cot = None
+    if params.response_model == "lart" and est.tau is not None:
+        has = np.array([r.cot_length is not None for r in h], dtype=bool)
+        tokens = np.array([r.cot_length for r in h if r.cot_length is not None], dtype=float)
+        cot_groups = predict_cot_total(params, est.tau, est.tau_sd, order[has], tokens, cot_offset=session.cot_offset,
+                                       level=level, codes=codes, n_groups=n_groups, n_nodes=n_nodes)
+        cot = [(g.mean, g.sd, g.low, g.high) for g in cot_groups]
+    sizes = [g.n_items for g in acc]
+    return _assemble("model", level, sizes, [(g.mean, g.sd, g.low, g.high, g.n_observed) for g in acc],
+                     cot, field, labels)
+
+
+def _initial_estimate(session) -> TraitEstimate:
+    return session.estimator.estimate(session.params, ResponseState(session.params))
+
+
+def check_design(session) -> None:
+    """Raise DesignNotRandomisedError unless the session's draws have known positive probabilities."""
+    if not isinstance(session.selector, RandomisedSelection):
+        raise DesignNotRandomisedError(
+            f"the design-based estimate needs items drawn with known probabilities; subject {session.subject!r} was "
+            f"tested with {type(session.selector).__name__}, which does not randomise: run the session with "
+            "selector=RandomisedSelection() (config type 'randomised') or use method='model'"
+        )
+    if session.exposure:
+        names = ", ".join(type(c).__name__ for c in session.exposure)
+        raise DesignNotRandomisedError(
+            f"the design-based estimate needs the randomised selector's probabilities to be the probabilities of the "
+            f"administered items; exposure / content control ({names}) changes them: run without exposure controls"
+        )
+    excluded = sorted(session._excluded)
+    if excluded:
+        ids = [session.items.item_ids[j] for j in excluded[:5]]
+        raise DesignNotRandomisedError(
+            f"subject {session.subject!r} has {len(excluded)} excluded item(s) ({', '.join(ids)}...), which the design "
+            "can never draw: a design-based estimate over the whole bank needs every item drawable"
+        )
+
+
+def design_score(session, *, level=0.95, by=None, n_nodes: int = 21) -> ScoreEstimate:
+    """The design-based estimate (MATH.md 6.7, without replacement: ``catengine.scoring.design``)."""
+    check_design(session)
+    params = session.params
+    h, order, correct = _records(session)
+    is_draw = np.array([r.proposed and math.isfinite(r.criterion) for r in h], dtype=bool)
+    prob = np.array([r.criterion if math.isfinite(r.criterion) else math.nan for r in h], dtype=float)
+    if is_draw.sum() < 2:
+        raise DesignNotRandomisedError(
+            f"a design-based estimate needs at least 2 randomised draws; subject {session.subject!r} has {int(is_draw.sum())}"
+        )
+    before = [_initial_estimate(session)] + [r for r in h[:-1]]  # the posterior each step's draw was made from
+    steps = np.flatnonzero(is_draw)
+    f = np.array([expected_probabilities(params, before[s].theta, before[s].theta_sd, n_nodes) for s in steps])
+    field, labels, codes, n_groups = _categories(session, by)
+    member = np.zeros((params.n_items, 1 + n_groups))
+    member[:, 0] = 1.0
+    if n_groups:
+        member[np.arange(params.n_items), 1 + codes] = 1.0
+    sizes = member.sum(axis=0)
+    terms = design_terms(order, correct, is_draw, prob, f, member=member)
+    observed_count = np.zeros(params.n_items)
+    observed_count[order] = 1.0
+    n_obs = observed_count @ member
+    acc = []
+    for g in range(member.shape[1]):
+        e = design_estimate(terms[:, g] * sizes[g], level=level, n_items=int(sizes[g]),
+                            bounds=(float(correct @ member[order, g]), float(correct @ member[order, g] + sizes[g] - n_obs[g])))
+        acc.append((e.mean, e.se, e.low, e.high, n_obs[g]))
+    cot = None
+    if params.response_model == "lart" and all(h[s].cot_length is not None for s in steps):
+        has = np.array([r.cot_length is not None for r in h], dtype=bool)
+        if has.all() and all(b.tau is not None for b in before):
+            tokens = np.array([r.cot_length for r in h], dtype=float)
+            # plug-in predictions at the posterior mean of tau: any predictable f_t keeps the estimate
+            # unbiased, and averaging exp(-phi tau) over a wide early posterior (sd_scale, few items)
+            # inflates the predictions by exp(phi^2 sd^2 / 2) and the estimator's variance with them
+            g_t = np.array([expected_cot_lengths(params, before[s].tau, 0.0, session.cot_offset) for s in steps])
+            cterms = design_terms(order, tokens, is_draw, prob, g_t, member=member)
+            cot = []
+            for g in range(member.shape[1]):
+                e = design_estimate(cterms[:, g] * sizes[g], level=level, n_items=int(sizes[g]),
+                                    bounds=(float(tokens @ member[order, g]), math.inf))
+                cot.append((e.mean, e.se, e.low, e.high))
+    return _assemble("design", level, list(sizes), acc, cot, field, labels)
+
+
+def predicted_score(session, level=0.95, method="model", *, by=None) -> ScoreEstimate:
+    """``CATSession.predicted_score``: dispatch on ``method`` ("model" or "design")."""
+    if method == "model":
+        return model_score(session, level=level, by=by)
+    if method == "design":
+        return design_score(session, level=level, by=by)
+    raise ValueError(f"method must be 'model' or 'design', got {method!r}")
+
+
+def score_trajectory(session, level=0.95) -> dict:
+    """The model-based accuracy after each answer: arrays ``step``, ``accuracy``, ``low``, ``high``."""
+    h = session.history
+    steps, acc, low, high = [], [], [], []
+    for t, r in enumerate(h, start=1):
+        est = TraitEstimate(theta=r.theta, theta_sd=r.theta_sd, n_items=t, tau=r.tau, tau_sd=r.tau_sd)
+        s = model_score(session, level=level, by=False, estimate=est, n_answered=t, n_nodes=21)
+        steps.append(t)
+        acc.append(s.accuracy)
+        low.append(s.low)
+        high.append(s.high)
+    return {"step": np.array(steps), "accuracy": np.array(acc), "low": np.array(low), "high": np.array(high)}

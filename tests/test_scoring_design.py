@@ -1,0 +1,249 @@
+"""The design-based full-benchmark estimate (MATH.md 6.7, without replacement) and the randomised
+selector: exact unbiasedness by enumeration, coverage by simulation, and a deliberately wrong bank
+where the model-based interval fails and the design-based one holds."""
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+from scipy.special import expit
+
+from catengine import CATSession, ItemBank
+from catengine.scoring import DesignNotRandomisedError, design_estimate, design_terms
+from catengine.selection import MaxFisherInformation, Randomesque, RandomisedSelection
+from catengine.selection.base import SelectionState
+from catengine.session import from_config, to_config
+from catengine.stopping import MaxItems
+
+
+def bank_2pl(J, seed=0, a=None, b=None):
+    rng = np.random.default_rng(seed)
+    a = rng.lognormal(0.2, 0.3, J) if a is None else a
+    b = rng.normal(0, 1, J) if b is None else b
+    meta = {"kind": np.array(["x", "y"])[np.arange(J) % 2]}
+    return ItemBank.from_params("2pl", [f"i{j:03d}" for j in range(J)], bank_id="d", a=a, b=b, item_metadata=meta)
+
+
+def test_design_terms_by_hand():
+    # J = 3, first draw item 1 (pi 0.5), then item 0 (pi 0.25); predictions f1 and f2
+    y = np.array([1.0, 0.0, 1.0])
+    f1 = np.array([0.6, 0.3, 0.8])
+    f2 = np.array([0.5, 0.2, 0.9])
+    d = design_terms([1, 0], y[[1, 0]], [True, True], [0.5, 0.25], np.array([f1, f2]))[:, 0]
+    d1 = (f1.sum() + (0.0 - 0.3) / 0.5) / 3
+    d2 = (0.0 + 0.5 + 0.9 + (1.0 - 0.5) / 0.25) / 3  # item 1 now known (y = 0); item 0 drawn
+    assert d == pytest.approx([d1, d2], abs=1e-15)
+    e = design_estimate(d, n_items=3)
+    assert e.mean == pytest.approx((d1 + d2) / 2)
+    assert e.se == pytest.approx(abs(d1 - d2) / 2)  # sum of squares / (n (n - 1)) with n = 2
+
+
+def test_exactly_unbiased_with_an_unbiased_variance_by_enumeration():
+    """All ordered draws of 3 items out of 6, with probabilities and predictions that depend on the
+    answers so far (a wrong model): E[A^] = A and E[se^2] = Var(A^) exactly."""
+    J, n = 6, 3
+    y = np.array([1, 0, 0, 1, 1, 0], float)
+    base = np.array([0.9, 0.8, 0.2, 0.3, 0.6, 0.95])  # far from y: the model is wrong
+
+    def predictions(known, values):
+        shift = 0.1 * (values[known].sum() - 0.5 * known.sum()) if known.any() else 0.0
+        return np.clip(base + shift, 0.05, 0.95)
+
+    def probabilities(f, known):
+        w = np.sqrt(f * (1 - f)) * ~known
+        return 0.7 * w / w.sum() + 0.3 * (~known) / (~known).sum()
+
+    mean = second = se2 = total_p = 0.0
+    for order in itertools.permutations(range(J), n):
+        known = np.zeros(J, bool)
+        prob, fs, path_p = [], [], 1.0
+        for j in order:
+            f = predictions(known, y)
+            pi = probabilities(f, known)
+            path_p *= pi[j]
+            prob.append(pi[j])
+            fs.append(f)
+            known[j] = True
+        d = design_terms(list(order), y[list(order)], [True] * n, prob, np.array(fs))[:, 0]
+        e = design_estimate(d, n_items=J)
+        total_p += path_p
+        mean += path_p * e.mean
+        second += path_p * e.mean**2
+        se2 += path_p * e.se**2
+    assert total_p == pytest.approx(1.0, abs=1e-12)
+    assert mean == pytest.approx(y.mean(), abs=1e-12)
+    assert se2 == pytest.approx(second - mean**2, abs=1e-12)
+
+
+def test_coverage_by_simulation_with_a_wrong_fixed_model():
+    rng = np.random.default_rng(1)
+    J, n, reps, eps = 100, 30, 1500, 0.5
+    p_true = rng.beta(1.2, 1.0, J)
+    y = (rng.random(J) < p_true).astype(float)
+    f = np.clip(p_true + 0.3 * rng.standard_normal(J), 0.01, 0.99)  # wrong predictions
+    est, se, cover = [], [], []
+    for _ in range(reps):
+        known = np.zeros(J, bool)
+        order, prob = [], []
+        for _ in range(n):
+            w = np.sqrt(f * (1 - f)) * ~known
+            pi = (1 - eps) * w / w.sum() + eps * (~known) / (~known).sum()
+            j = int(rng.choice(J, p=pi))
+            order.append(j)
+            prob.append(pi[j])
+            known[j] = True
+        e = design_estimate(design_terms(order, y[order], np.ones(n, bool), prob, np.tile(f, (n, 1)))[:, 0], n_items=J)
+        est.append(e.mean)
+        se.append(e.se)
+        cover.append(e.low <= y.mean() <= e.high)
+    est, se = np.array(est), np.array(se)
+    print(f"fixed wrong model: bias {est.mean() - y.mean():+.5f}, mean se^2 / var {np.mean(se**2) / est.var():.3f}, "
+          f"coverage {np.mean(cover):.3f}")
+    assert abs(est.mean() - y.mean()) < 4 * est.std() / math.sqrt(reps)
+    assert 0.9 < np.mean(se**2) / est.var() < 1.1
+    assert 0.93 <= np.mean(cover) <= 0.97
+
+
+@pytest.mark.slow
+def test_wrong_bank_model_interval_fails_design_interval_covers():
+    """A deliberately wrong bank: half the items have slopes and intercepts tripled and intercepts
+    shifted by +1.2 in the bank (maximum information prefers exactly those items). 60 simulated
+    LLMs x 10 randomised sessions of 50 items from 200 (600 intervals: coverage SE ~0.009)."""
+    rng = np.random.default_rng(3)
+    J, n = 200, 50
+    a = rng.lognormal(0.2, 0.3, J)
+    b = rng.normal(0, 1.0, J)
+    half = rng.random(J) < 0.5
+    wrong = bank_2pl(J, a=np.where(half, 3 * a, a), b=np.where(half, 3 * b, b) + 1.2 * half)
+    model_cover, design_cover, design_err = [], [], []
+    for _ in range(60):
+        y = (rng.random(J) < expit(a * rng.normal() + b)).astype(int)
+        truth = y.mean()
+        s = CATSession(wrong, selector=MaxFisherInformation(), stopping=MaxItems(n), rng=rng)
+        while not s.finished:
+            item = s.next_item()
+            s.record(item, y[wrong.index_of(item)])
+        m = s.predicted_score(by=False)
+        model_cover.append(m.low <= truth <= m.high)
+        for _ in range(10):
+            s = CATSession(wrong, selector=RandomisedSelection(), stopping=MaxItems(n), rng=rng)
+            while not s.finished:
+                item = s.next_item()
+                s.record(item, y[wrong.index_of(item)])
+            d = s.predicted_score(method="design", by=False)
+            design_cover.append(d.low <= truth <= d.high)
+            design_err.append(d.accuracy - truth)
+    design_err = np.array(design_err)
+    print(f"wrong bank: model-based (max-info) coverage {np.mean(model_cover):.3f}, design-based coverage "
+          f"{np.mean(design_cover):.3f}, design bias {design_err.mean():+.4f} (SE {design_err.std() / math.sqrt(design_err.size):.4f})")
+    assert np.mean(model_cover) < 0.8
+    assert 0.93 <= np.mean(design_cover) <= 0.97
+    assert abs(design_err.mean()) < 3 * design_err.std() / math.sqrt(design_err.size)
+
+
+def test_session_design_estimate_equals_a_recomputation_from_the_log(tmp_path):
+    bank = bank_2pl(40)
+    y = (np.arange(40) % 3 != 0).astype(int)
+    log = tmp_path / "d.jsonl"
+    s = CATSession(bank, selector=RandomisedSelection(), stopping=MaxItems(12), rng=5, log=log)
+    while not s.finished:
+        item = s.next_item()
+        s.record(item, y[bank.index_of(item)])
+    d = s.predicted_score(method="design")
+    assert d.method == "design" and d.n_observed == 12
+    # the selection probabilities are in the history (criterion) and match the selector's
+    for r in s.history:
+        assert 0 < r.criterion <= 1 and r.proposed
+    assert sum(c.n_items for c in d.by_category.values()) == 40
+    s.close()
+    resumed = CATSession.resume(log, bank)
+    assert resumed.predicted_score(method="design") == d
+    resumed.close()
+
+
+def test_selector_probabilities_are_positive_known_and_followed():
+    bank = bank_2pl(8)
+    s = CATSession(bank, selector=RandomisedSelection(uniform_share=0.3), stopping=MaxItems(8), rng=0)
+    s.record("i000", 1)
+    s.record("i003", 0)
+    state = SelectionState(s.estimate, s.eligible_mask(), s._responses, s.items)
+    pi = s.selector.probabilities(s.params, state)
+    assert pi.sum() == pytest.approx(1.0) and pi[0] == 0 and pi[3] == 0
+    assert np.all(pi[s.eligible_mask()] >= 0.3 / 6 - 1e-15)
+    rng = np.random.default_rng(4)
+    draws = np.array([s.selector.candidates(s.params, state, rng)[0][0] for _ in range(6000)])
+    freq = np.bincount(draws, minlength=8) / draws.size
+    assert np.all(np.abs(freq - pi) < 4 * np.sqrt(pi * (1 - pi) / draws.size) + 1e-12)
+    assert s.selector.candidates(s.params, state, np.random.default_rng(1))[1][0] in pi
+    assert from_config(to_config(RandomisedSelection(weight="information"))) == RandomisedSelection(weight="information")
+    with pytest.raises(ValueError, match="uniform_share"):
+        RandomisedSelection(uniform_share=0.0)
+    with pytest.raises(ValueError, match="weight"):
+        RandomisedSelection(weight="bogus")
+
+
+def test_design_refuses_sessions_that_were_not_randomised():
+    bank = bank_2pl(20)
+    s = CATSession(bank, stopping=MaxItems(5), rng=0)
+    while not s.finished:
+        s.record(s.next_item(), 1)
+    with pytest.raises(DesignNotRandomisedError, match="MaxFisherInformation, which does not randomise"):
+        s.predicted_score(method="design")
+    s = CATSession(bank, selector=RandomisedSelection(), exposure=Randomesque(3), rng=0)
+    s.record(s.next_item(), 1)
+    with pytest.raises(DesignNotRandomisedError, match="exposure"):
+        s.predicted_score(method="design")
+    s = CATSession(bank, selector=RandomisedSelection(), rng=0)
+    s.exclude("i004")
+    s.record(s.next_item(), 1)
+    s.record(s.next_item(), 0)
+    with pytest.raises(DesignNotRandomisedError, match="excluded"):
+        s.predicted_score(method="design")
+    s = CATSession(bank, selector=RandomisedSelection(), rng=0)
+    s.record(s.next_item(), 1)
+    with pytest.raises(DesignNotRandomisedError, match="at least 2 randomised draws"):
+        s.predicted_score(method="design")
+
+
+def test_serve_replies_carry_the_score_and_the_design_score():
+    import io
+    import json as _json
+
+    from catengine.session import Engine, serve
+    from catengine.session.serve import handle
+
+    bank = bank_2pl(30)
+    engine = Engine(bank, selector=RandomisedSelection(), rng=3)
+    replies = []
+    for _ in range(3):  # next, then record the proposed item
+        item = handle(engine, {"op": "next", "subject": "m"})["item"]
+        replies.append(handle(engine, {"op": "record", "subject": "m", "item": item, "correct": 1}))
+    assert "design_score" not in replies[0] and "design_score" in replies[2]  # two draws needed
+    session = engine.session("m")
+    assert replies[2]["score"] == _json.loads(_json.dumps(session.predicted_score().to_dict()))
+    est = handle(engine, {"op": "estimate", "subject": "m"})
+    assert est["score"]["n_observed"] == 3 and est["design_score"]["method"] == "design"
+    text = io.StringIO(_json.dumps({"op": "estimate", "subject": "m"}) + "\n")
+    buf = io.StringIO()
+    serve(engine, text, buf)
+    assert _json.loads(buf.getvalue())["score"]["n_items"] == 30
+
+
+def test_design_categories_and_cot_total_add_back_on_a_lart_bank():
+    from pathlib import Path
+
+    from catengine import open_item_bank
+
+    bank = open_item_bank(Path(__file__).resolve().parents[1] / "item_banks" / "demo_math500_lart")
+    rng = np.random.default_rng(0)
+    s = CATSession(bank, selector=RandomisedSelection(), stopping=MaxItems(15), rng=1)
+    while not s.finished:
+        s.record(s.next_item(), int(rng.random() < 0.6), float(rng.lognormal(6, 0.7)))
+    d = s.predicted_score(method="design")
+    assert d.method == "design" and d.cot_total is not None and d.cot_total_low <= d.cot_total <= d.cot_total_high
+    cats = d.by_category
+    assert sum(c.n_items for c in cats.values()) == 500
+    # the category D_t partition the bank's D_t, so the estimates add back exactly
+    assert sum(c.accuracy * c.n_items for c in cats.values()) / 500 == pytest.approx(d.accuracy, abs=1e-12)
+    assert sum(c.cot_total for c in cats.values()) == pytest.approx(d.cot_total, rel=1e-12)
