@@ -200,6 +200,7 @@ def recovery_audit(
     out=None,
     n_workers: int = 2,
     progress: bool = True,
+    scheduler=None,
 ):
     """Recovery audit of ``bank`` (an ItemBank or a path): simulate from it, refit, compare.
 
@@ -217,8 +218,12 @@ def recovery_audit(
     method_options : {method name: {constructor option: value}}, e.g. ``{"saem": {"max_iter": 100}}``.
     out : directory or None -- write one netCDF record per (replication, cell) there and resume
         from what exists; None keeps the records in memory.
-    n_workers : worker processes (2 = both cores; 0 or 1 = this process).
+    n_workers : worker processes (2 = both cores; 0 or 1 = this process), of the local process
+        pool or of ``scheduler="local"``.
     progress : show a tqdm progress bar.
+    scheduler : None (the local process pool) or a Dask scheduler: ``"local"`` (a LocalCluster of
+        ``n_workers`` processes), ``"tcp://host:port"``, a scheduler file's path or a
+        ``distributed.Client`` (see :mod:`calibration.audit.dask_backend`). Same results either way.
 
     Returns
     -------
@@ -259,7 +264,7 @@ def recovery_audit(
         "truth": truth, "cot_offset": cot_offset, "entropy": seed, "ability_sample": sample,
         "missing": missing, "missing_rate": float(missing_rate),
     })
-    run_tasks(tasks, _recovery_task, store, n_workers=n_workers, progress=progress, desc="recovery audit")
+    run_tasks(tasks, _recovery_task, store, n_workers=n_workers, progress=progress, scheduler=scheduler, desc="recovery audit")
     ds = store.load()
     ds.attrs.update({"bank_id": bank.bank_id, "response_model": truth.response_model})
     for name, text in _DESCRIPTIONS.items():
