@@ -2,7 +2,8 @@
 
 ``calibration fit --method {cbmm,saem,psn} --responses FILE --bank-id ID --out DIR [options]``
 calibrates a new item bank version; ``simulate`` draws response files from a bank; ``audit``
-runs recovery audits (``calibration/cli/audit.py``);
+runs recovery audits (``calibration/cli/audit.py``); ``study`` a factorial grid of them from a TOML file
+(``calibration/cli/study.py``);
 ``recalibrate``, ``diff`` and ``log`` maintain a bank's versions (``calibration/cli/recalibrate.py``).
 
 Each fitting method lives in ``calibration/cli/fit_<method>.py`` exposing ``add_arguments(parser)`` (its own
@@ -86,12 +87,14 @@ def build_parser(method: str | None = None) -> argparse.ArgumentParser:
         import_module(FIT_METHODS[method]).add_arguments(fit)
     fit.set_defaults(func=run_fit)
 
-    from calibration.cli import audit as cli_audit, simulate as cli_simulate
+    from calibration.cli import audit as cli_audit, simulate as cli_simulate, study as cli_study
     from calibration.cli import recalibrate as recal
 
     for name, help_text, add, run in (
         ("audit", "recovery audit of a bank: simulate from it, refit, measure how well parameters and rankings come back",
          cli_audit.add_arguments, cli_audit.run),
+        ("study", "run a factorial recovery study (banks x missingness x methods x sample sizes x abilities) from a TOML file",
+         cli_study.add_arguments, cli_study.run),
         ("simulate", "write a response file of simulated LLMs drawn from a bank's parameters",
          cli_simulate.add_arguments, cli_simulate.run),
         ("recalibrate", "refit a bank with new responses, link the scale to the previous version, write the next version",
