@@ -142,7 +142,10 @@ def run_on_dask(todo, fn, store, scheduler, *, n_workers: int, bar, counts: dict
         link = dashboard_link(client)
         if link:
             print(f"{desc}: Dask dashboard at {link}", file=sys.stderr)
-        window = max(4, TASKS_PER_THREAD * _worker_threads(client))
+        threads = _worker_threads(client)
+        window = max(4, TASKS_PER_THREAD * threads)
+        if bar is not None:
+            bar.set_postfix_str(f"Dask, {threads} worker thread(s)", refresh=False)
         run_id = uuid.uuid4().hex[:8]
         prefix = desc.replace(" ", "-")
         keys = {}
