@@ -202,3 +202,22 @@ def test_core_calibration_does_not_import_dask():
     )
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     subprocess.run([sys.executable, "-c", code], check=True, env=env, cwd=ROOT, timeout=300)
+
+
+def test_dashboard_link_only_when_the_scheduler_serves_one(client):
+    from calibration.audit.dask_backend import dashboard_link
+
+    class Scheduler:
+        def __init__(self, services, bokeh):
+            self.services, self.bokeh, self.dashboard_link = services, bokeh, "http://10.0.0.1:8787/status"
+
+        def scheduler_info(self):
+            return {"services": self.services}
+
+        def run_on_scheduler(self, fn):
+            return self.bokeh
+
+    assert dashboard_link(Scheduler({"dashboard": 8787}, bokeh=True)) == "http://10.0.0.1:8787/status"
+    assert dashboard_link(Scheduler({"dashboard": 8787}, bokeh=False)) is None  # the port only says "needs bokeh"
+    assert dashboard_link(Scheduler({}, bokeh=True)) is None
+    assert dashboard_link(client) is None  # the test cluster runs without a dashboard
