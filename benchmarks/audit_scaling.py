@@ -8,15 +8,18 @@
 Part 1 runs the same recovery audit (same seed, so the same records) on each backend and prints
 records/s side by side:
 
-* ``in-process``   -- ``n_workers=1``, after a warm-up audit (numba compiled): the baseline;
+* ``in-process``   -- ``n_workers=1`` with one numba thread (what a worker computes with), after
+                      a warm-up audit (numba compiled): the baseline;
 * ``pool x2``      -- the library's process pool with 2 workers, as a user runs it (it starts
                       its processes, which compile, on every call);
 * ``dask x1/x2``   -- a LocalCluster of 1 / 2 worker processes: *cold* (cluster start, the
                       workers' compile, the run) and *warm* (the same audit again on that cluster).
 
-The Dask overhead per record is (warm dask x1 - in-process) / records: what a task costs to ship,
-schedule and stream back on top of its computation. Every run is checked to give the identical
-Dataset (runtimes aside).
+The Dask overhead per record is measured twice: as (warm dask x1 - in-process) / records on the
+workload, and directly, as the time per record of 200 empty records (a task that returns a tiny
+record at once) streamed through a 1-worker cluster into an in-memory store: what a task costs to
+ship, schedule and stream back on top of its computation. Every run is checked to give the
+identical Dataset (runtimes aside).
 
 Part 2 (``--study``) estimates the study's wall time on W workers from a per-record cost per
 (bank, method, N) cell: measured here (``--study-reps`` records of each cell, in this process,
@@ -47,6 +50,25 @@ def _timed(fn):
     return time.perf_counter() - t0, value
 
 
+def _empty_record(payload):
+    import xarray as xr
+
+    return xr.Dataset({"x": ((), float(payload))})
+
+
+def _empty_overhead(client, n: int = 200) -> float:
+    """Seconds per record of n empty records through Dask into a MemoryStore."""
+    from calibration.audit.runner import run_tasks
+    from calibration.audit.store import MemoryStore
+
+    layout = {"kind": "empty", "cell_dims": {}, "record_dims": {}, "replications": n}
+    run_tasks([({"replication": r}, r) for r in range(8)], _empty_record, MemoryStore(layout, {}), scheduler=client,
+              progress=False)  # warm-up
+    t, _ = _timed(lambda: run_tasks([({"replication": r}, r) for r in range(n)], _empty_record,
+                                    MemoryStore(layout, {}), scheduler=client, progress=False))
+    return t / n
+
+
 def throughput(args) -> dict:
     import logging
 
@@ -61,10 +83,15 @@ def throughput(args) -> dict:
         return recovery_audit(args.bank, sizes, method=args.method, replications=args.reps, rng=seed,
                               progress=False, **kw)
 
+    import numba
+
     n = args.reps * len(sizes)
     rows = []
+    threads = numba.get_num_threads()
+    numba.set_num_threads(1)  # the workers' setting: the baseline computes what a worker computes
     recovery_audit(args.bank, sizes[:1], method=args.method, replications=1, rng=999, n_workers=1, progress=False)
     t_serial, reference = _timed(lambda: audit(n_workers=1))
+    numba.set_num_threads(threads)
     rows.append(("in-process (1 core)", None, t_serial))
     t_pool, ds = _timed(lambda: audit(n_workers=2))
     xr.testing.assert_identical(_strip(ds), _strip(reference))
@@ -80,6 +107,8 @@ def throughput(args) -> dict:
             xr.testing.assert_identical(_strip(ds), _strip(reference))
             t_warm, ds = _timed(lambda: audit(scheduler=client))
             xr.testing.assert_identical(_strip(ds), _strip(reference))
+            if workers == 1:
+                empty = _empty_overhead(client)
         warm[workers] = t_warm
         rows.append((f"dask x{workers} (cluster start {t_start:.1f} s)", t_cold, t_warm))
     print(f"\n{n} records: {args.method}, N = {args.subjects}, bank {Path(args.bank).name}; "
@@ -93,8 +122,9 @@ def throughput(args) -> dict:
     print(f"Dask overhead per record (warm x1 - in-process) / records: {overhead * 1e3:.0f} ms "
           f"({overhead / (t_serial / n):.1%} of a record's {t_serial / n:.2f} s); 2-worker speed-up over 1 worker "
           f"(warm): {warm[1] / warm[2]:.2f}x")
+    print(f"Dask overhead per record, measured directly (200 empty records, 1 worker): {empty * 1e3:.1f} ms")
     print("all backends gave the identical Dataset (runtimes aside)")
-    return {"overhead_s": max(overhead, 0.0), "serial_s_per_record": t_serial / n}
+    return {"overhead_s": empty, "serial_s_per_record": t_serial / n}
 
 
 def _cell_costs_measured(study, reps: int) -> dict:
@@ -161,7 +191,7 @@ def study_estimate(args, overhead_s: float) -> None:
               f"{costs[cell] * by_cell[cell] / 3600:12.2f}")
     longest = max(costs[c] for c in by_cell)
     records = sum(by_cell.values())
-    print(f"total computation {total / 3600:.2f} h for {records} records (+ Dask overhead {overhead_s * 1e3:.0f} ms/record)")
+    print(f"total computation {total / 3600:.2f} h for {records} records (+ Dask overhead {overhead_s * 1e3:.1f} ms/record)")
     print(f"{'workers':>8s} {'estimated wall':>15s}")
     for w in [int(v) for v in args.workers_grid.split(",")]:
         wall = max((total + overhead_s * records) / w, longest)
