@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
+import time
 import uuid
 from pathlib import Path
 
@@ -36,6 +37,8 @@ __all__ = ["connect", "dashboard_link", "run_on_dask"]
 
 #: tasks kept queued per worker thread (enough to keep every worker busy, few enough to cancel fast)
 TASKS_PER_THREAD = 2
+#: seconds between looks at the cluster's size
+WINDOW_RECHECK_S = 5.0
 
 
 def _import_distributed():
@@ -120,15 +123,11 @@ def _worker_threads(client) -> int:
         return 0
 
 
-def _set_numba_threads() -> None:
+def _call(fn, payload):
+    """The task as it runs on a worker: one numba thread per worker thread, then the record."""
     from calibration.audit.runner import _init_worker
 
     _init_worker()
-
-
-def _call(fn, payload):
-    """The task as it runs on a worker: one numba thread per worker thread, then the record."""
-    _set_numba_threads()
     return fn(payload)
 
 
@@ -143,7 +142,8 @@ def run_on_dask(todo, fn, store, scheduler, *, n_workers: int, bar, counts: dict
         if link:
             print(f"{desc}: Dask dashboard at {link}", file=sys.stderr)
         threads = _worker_threads(client)
-        window = max(4, TASKS_PER_THREAD * threads)
+        # the window follows the cluster (workers may join or leave during a long study)
+        window = {"size": max(4, TASKS_PER_THREAD * threads), "checked": time.monotonic()}
         if bar is not None:
             bar.set_postfix_str(f"Dask, {threads} worker thread(s)", refresh=False)
         run_id = uuid.uuid4().hex[:8]
@@ -154,13 +154,18 @@ def run_on_dask(todo, fn, store, scheduler, *, n_workers: int, bar, counts: dict
         lost = []
 
         def submit_more():
+            if time.monotonic() - window["checked"] > WINDOW_RECHECK_S:
+                window["size"] = max(4, TASKS_PER_THREAD * _worker_threads(client))
+                window["checked"] = time.monotonic()
+            if pending.count() >= window["size"]:
+                return
             for key, payload in queue:
                 # readable in the dashboard; unique per run so another audit's result is never reused
                 name = f"{prefix}-{record_name(key)[:-3]}-{run_id}"
                 future = client.submit(_call, fn, payload, key=name, pure=False)
                 keys[future.key] = key
                 pending.add(future)
-                if pending.count() >= window:
+                if pending.count() >= window["size"]:
                     return
 
         try:
