@@ -4,6 +4,7 @@
     python benchmarks/audit_scaling.py --reps 24 --subjects 400
     python benchmarks/audit_scaling.py --study studies/seed003_design.toml            # + its estimated wall time
     python benchmarks/audit_scaling.py --study studies/seed003_design.toml --costs-from runs/seed003_design
+    python benchmarks/audit_scaling.py --skip-throughput --check-methods   # all methods: 1 process == Dask
 
 Part 1 runs the same recovery audit (same seed, so the same records) on each backend and prints
 records/s side by side:
@@ -127,6 +128,32 @@ def throughput(args) -> dict:
     return {"overhead_s": empty, "serial_s_per_record": t_serial / n}
 
 
+def check_methods_identical() -> None:
+    """Every method (cbmm, saem, saem-irt, psn) on a 40-item LaRT bank: one process with numba's
+    default threads vs a 2-worker LocalCluster give the identical Dataset (runtimes aside)."""
+    import logging
+
+    import xarray as xr
+    from distributed import Client, LocalCluster
+
+    from calibration.audit import recovery_audit
+    from calibration.simulate import draw_item_params
+    from catengine import ItemBank
+
+    q = draw_item_params("lart", 40, rng=2, rho=-0.5)
+    bank = ItemBank.from_params("lart", [f"i{k:02d}" for k in range(40)], bank_id="check", rho=q.rho, cot_offset=1.0,
+                                a=q.a, b=q.b, omega=q.omega + 5.0, phi=q.phi, lam=q.lam)
+    kw = dict(n_subjects=[60, 150], method=["cbmm", "saem", "saem-irt", "psn"], replications=1, rng=3, progress=False,
+              method_options={"saem": {"max_iter": 60}, "saem-irt": {"max_iter": 60}})
+    one = recovery_audit(bank, n_workers=1, **kw)
+    with LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=None, silence_logs=logging.ERROR) as cluster, \
+            Client(cluster) as client:
+        on_dask = recovery_audit(bank, scheduler=client, **kw)
+    xr.testing.assert_identical(_strip(on_dask), _strip(one))
+    print(f"identical: {', '.join(kw['method'])} in one process (numba threads by default) and on 2 Dask workers "
+          f"({int(one['failed'].sum())} failed records)")
+
+
 def _cell_costs_measured(study, reps: int) -> dict:
     """{(bank, method, N): seconds per record} measured here (first ability, first missingness)."""
     from calibration.audit.study import study_tasks
@@ -219,11 +246,15 @@ def main(argv=None) -> int:
     parser.add_argument("--skip-throughput", action="store_true",
                         help="study estimate only (Dask overhead taken as --overhead-ms)")
     parser.add_argument("--overhead-ms", type=float, default=0.0)
+    parser.add_argument("--check-methods", action="store_true",
+                        help="also check that every method gives identical records in one process and on Dask")
     args = parser.parse_args(argv)
     print(f"load average {os.getloadavg()}; {os.cpu_count()} CPUs; python {sys.version.split()[0]}")
     overhead = args.overhead_ms / 1e3
     if not args.skip_throughput:
         overhead = throughput(args)["overhead_s"]
+    if args.check_methods:
+        check_methods_identical()
     if args.study:
         study_estimate(args, overhead)
     return 0
