@@ -75,7 +75,17 @@ RECOVERY = dict(n_subjects=[30, 60], replications=2, rng=11, progress=False)
 def client():
     with distributed.LocalCluster(n_workers=2, processes=True, threads_per_worker=1, dashboard_address=None,
                                   silence_logs=logging.ERROR) as cluster, distributed.Client(cluster) as c:
+        # the workers compile cBMM while this process computes the reference (keep the futures alive)
+        warm = [c.submit(_compile_cbmm, workers=[w], pure=False) for w in c.scheduler_info()["workers"]]
         yield c
+        del warm
+
+
+def _compile_cbmm():
+    from calibration.simulate import simulate_responses
+
+    p = draw_item_params("2pl", 10, rng=0)
+    fit_cbmm(simulate_responses(p, np.linspace(-1, 1, 20), rng=0), np.random.default_rng(0))
 
 
 @pytest.fixture(scope="module")
