@@ -10,10 +10,14 @@
   cross-fitted banks: do the adaptive 95% intervals contain the full-benchmark estimate?
 * :func:`summarize` -- means with Monte-Carlo standard errors over replications.
 * :func:`render_report` -- a one-page report (figures + table) as PNG and HTML.
+* :func:`run_study` -- a factorial recovery grid (banks x missingness x methods x sizes x
+  abilities) from a TOML file (:mod:`calibration.audit.study`), as one audit.
 
-All audits run in parallel over replications (``n_workers``), are seeded so that results do not
-depend on the number of workers, and with ``out=DIR`` write one netCDF record per replication and
-cell, so an interrupted audit resumes by running the same call again.
+All audits run in parallel over replications (``n_workers``) -- or on a Dask cluster with
+``scheduler=`` (:mod:`calibration.audit.dask_backend`, the ``[distributed]`` extra) -- are seeded
+so that results depend neither on the number of workers nor on the backend, and with
+``out=DIR`` write one netCDF record per replication and cell, so an interrupted audit resumes by
+running the same call again.
 """
 
 from calibration.audit._common import AbilitySpec, alter_bank, summarize
@@ -24,6 +28,7 @@ from calibration.audit.replay import replay_audit
 from calibration.audit.report import GLOSSARY, render_report, summary_table
 from calibration.audit.short_form import short_form_audit
 from calibration.audit.store import ResultStore, StoreMismatchError
+from calibration.audit.study import load_study, run_study
 
 
 def load_results(directory):
@@ -39,9 +44,11 @@ __all__ = [
     "alter_bank",
     "cat_audit",
     "load_results",
+    "load_study",
     "recovery_audit",
     "replay_audit",
     "GLOSSARY",
+    "run_study",
     "render_report",
     "short_form_audit",
     "summarize",

@@ -209,6 +209,7 @@ def cat_audit(
     out=None,
     n_workers: int = 2,
     progress: bool = True,
+    scheduler=None,
 ):
     """Adaptive-testing audit of ``bank`` (an ItemBank or a path).
 
@@ -223,7 +224,7 @@ def cat_audit(
     scoring : "lart" and/or "irt" (default: both for a LaRT bank, "irt" otherwise).
     estimator : "map" (default) or "eap".
     ability : ability distribution of the simulees (see :func:`recovery_audit`); one only.
-    replications, rng, out, n_workers, progress : as for :func:`recovery_audit`.
+    replications, rng, out, n_workers, progress, scheduler : as for :func:`recovery_audit`.
 
     Returns
     -------
@@ -277,7 +278,7 @@ def cat_audit(
                     "n_simulees": n_sim[0], "ability": specs[0], "ability_sample": sample, "selector": sel,
                     "selector_name": name, "scoring": sc, "estimator": estimator, "test_lengths": lengths,
                 }))
-    run_tasks(tasks, _cat_task, store, n_workers=n_workers, progress=progress, desc="CAT audit")
+    run_tasks(tasks, _cat_task, store, n_workers=n_workers, progress=progress, scheduler=scheduler, desc="CAT audit")
     ds = store.load()
     ds.attrs.update({"bank_id": bank.bank_id, "true_bank_id": truth_bank.bank_id,
                      "response_model": bank.params.response_model, "ability": specs[0].label,

@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import math
 import time
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -48,21 +49,21 @@ from calibration.audit._common import (
     Z95,
     array_fingerprint,
     as_bank,
-    audited_methods,
+    params_key,
     check_replications,
     error_text,
     method_cell_tasks,
     open_store,
-    params_key,
     parse_abilities,
     positive_ints,
     resolve_ability_sample,
 )
+from calibration.audit.methods import NEEDS_COT, resolve_method
 from calibration.audit.runner import run_tasks, stream
 from calibration.simulate import MISSINGNESS, simulate_responses
 from catengine.models import fisher_information, prob_correct
 
-__all__ = ["recovery_audit", "RECOVERY_METRICS"]
+__all__ = ["recovery_audit", "plan_recovery", "RecoveryPlan", "RECOVERY_METRICS"]
 
 RECOVERY_METRICS = (
     "kendall_tau", "pearson_a", "pearson_b", "pearson_difficulty",
@@ -200,6 +201,7 @@ def recovery_audit(
     out=None,
     n_workers: int = 2,
     progress: bool = True,
+    scheduler=None,
 ):
     """Recovery audit of ``bank`` (an ItemBank or a path): simulate from it, refit, compare.
 
@@ -217,44 +219,128 @@ def recovery_audit(
     method_options : {method name: {constructor option: value}}, e.g. ``{"saem": {"max_iter": 100}}``.
     out : directory or None -- write one netCDF record per (replication, cell) there and resume
         from what exists; None keeps the records in memory.
-    n_workers : worker processes (2 = both cores; 0 or 1 = this process).
+    n_workers : worker processes (2 = both cores; 0 or 1 = this process), of the local process
+        pool or of ``scheduler="local"``.
     progress : show a tqdm progress bar.
+    scheduler : None (the local process pool) or a Dask scheduler: ``"local"`` (a LocalCluster of
+        ``n_workers`` processes), ``"tcp://host:port"``, a scheduler file's path or a
+        ``distributed.Client`` (see :mod:`calibration.audit.dask_backend`). Same results either way.
 
     Returns
     -------
     xarray.Dataset with dims (replication, method, n_subjects, ability) and the variables listed
     in the module docstring; :func:`calibration.audit.summarize` gives means with Monte-Carlo SEs.
     """
+    reps = check_replications(replications)
+    plan = plan_recovery(bank, n_subjects, ability=ability, method=method, missing=missing, missing_rate=missing_rate,
+                         method_options=method_options, ability_sample=ability_sample)
+    bank, truth = plan.bank, plan.bank.params
+    layout = {"cell_dims": plan.cell_dims, "record_dims": {}, "replications": reps}
+    store, seed = open_store("recovery", out, plan.config, layout, rng)
+    tasks = plan.tasks(reps, seed)
+    run_tasks(tasks, _recovery_task, store, n_workers=n_workers, progress=progress, scheduler=scheduler, desc="recovery audit")
+    ds = store.load()
+    ds.attrs.update({"bank_id": bank.bank_id, "response_model": truth.response_model})
+    describe(ds)
+    return ds
+
+
+def describe(ds) -> None:
+    """Attach the variables' descriptions (in place)."""
+    for name, text in _DESCRIPTIONS.items():
+        if name in ds:
+            ds[name].attrs["description"] = text
+
+
+@dataclass(frozen=True)
+class RecoveryPlan:
+    """A validated recovery design on one bank: what the manifest pins and how to make the tasks.
+
+    Built by :func:`plan_recovery`; :func:`recovery_audit` runs one, a study
+    (:mod:`calibration.audit.study`) runs several (banks x missingness) through one store.
+    """
+
+    bank: object
+    methods: list
+    n_subjects: list
+    abilities: list
+    options: dict
+    ability_sample: object
+    missing: str | None
+    missing_rate: float
+
+    @property
+    def method_names(self) -> list[str]:
+        return [name for name, _ in self.methods]
+
+    @property
+    def cell_dims(self) -> dict:
+        return {"method": self.method_names, "n_subjects": list(self.n_subjects),
+                "ability": [s.label for s in self.abilities]}
+
+    @property
+    def config(self) -> dict:
+        truth = self.bank.params
+        return {
+            "bank": params_key(truth), "bank_id": self.bank.bank_id, "response_model": truth.response_model,
+            "methods": self.method_names, "method_options": self.options, "missing": self.missing,
+            "missing_rate": float(self.missing_rate),
+            "ability_sample": None if self.ability_sample is None else array_fingerprint(self.ability_sample),
+        }
+
+    def tasks(self, replications: int, seed, extra_key: dict | None = None, methods=None) -> list:
+        """(key, payload) per replication x ability x sample size x method; ``extra_key`` entries
+        (e.g. bank and missingness of a study) join every key after ``replication``; ``methods``
+        restricts to those names. The random streams do not depend on ``extra_key``: a study's
+        cell equals the single audit with the same seed."""
+        chosen = [(n, f) for n, f in self.methods if methods is None or n in methods]
+        tasks = method_cell_tasks(replications, self.abilities, self.n_subjects, chosen, self.options, {
+            "truth": self.bank.params, "cot_offset": self.bank.effective_cot_offset, "entropy": seed,
+            "ability_sample": self.ability_sample, "missing": self.missing, "missing_rate": float(self.missing_rate),
+        })
+        if extra_key:
+            tasks = [({"replication": key["replication"], **extra_key,
+                       **{k: v for k, v in key.items() if k != "replication"}}, payload) for key, payload in tasks]
+        return tasks
+
+
+def plan_recovery(bank, n_subjects=(30, 100, 400), *, ability="normal", method=("cbmm",), missing=None,
+                  missing_rate: float = 0.0, method_options: dict | None = None, ability_sample=None,
+                  skip_inapplicable: bool = False) -> RecoveryPlan:
+    """Validate a recovery design (arguments as for :func:`recovery_audit`).
+
+    ``skip_inapplicable``: drop methods that need CoT lengths when the bank is not LaRT instead of
+    raising (a study's grid over mixed banks); their options are dropped too.
+    """
     bank = as_bank(bank)
     truth = bank.params
     ns = positive_ints(n_subjects, "n_subjects")
     specs = parse_abilities(ability)
-    reps = check_replications(replications)
-    methods, names, options = audited_methods(method, bank, method_options)
+    methods = [resolve_method(m) for m in ((method,) if isinstance(method, str) or callable(method) else method)]
+    names = [n for n, _ in methods]
+    if not methods or len(set(names)) != len(names):
+        raise ValueError(f"give one or more distinct methods, got {names}")
+    unknown = set(method_options or {}) - set(names)
+    if unknown:
+        raise ValueError(f"method_options given for methods not audited: {sorted(unknown)}")
+    if skip_inapplicable:
+        methods = [(n, f) for n, f in methods if applicable(n, truth.response_model)]
+        names = [n for n, _ in methods]
+    for name in names:
+        if not applicable(name, truth.response_model):
+            raise ValueError(f"method {name!r} needs CoT lengths, which only a lart bank simulates "
+                             f"(bank {bank.bank_id!r} is {truth.response_model!r})")
     if missing is not None and missing not in MISSINGNESS:
         raise ValueError(f"missing must be one of {', '.join(MISSINGNESS)} or None, got {missing!r}")
+    options = {name: dict((method_options or {}).get(name, {})) for name in names}
     sample = resolve_ability_sample(specs, bank, ability_sample)
-    cot_offset = bank.effective_cot_offset
+    return RecoveryPlan(bank=bank, methods=methods, n_subjects=ns, abilities=specs, options=options,
+                        ability_sample=sample, missing=missing, missing_rate=float(missing_rate))
 
-    config = {
-        "bank": params_key(truth), "bank_id": bank.bank_id, "response_model": truth.response_model,
-        "methods": names, "method_options": options, "missing": missing, "missing_rate": float(missing_rate),
-        "ability_sample": None if sample is None else array_fingerprint(sample),
-    }
-    layout = {"cell_dims": {"method": names, "n_subjects": ns, "ability": [s.label for s in specs]},
-              "record_dims": {}, "replications": reps}
-    store, seed = open_store("recovery", out, config, layout, rng)
-    tasks = method_cell_tasks(reps, specs, ns, methods, options, {
-        "truth": truth, "cot_offset": cot_offset, "entropy": seed, "ability_sample": sample,
-        "missing": missing, "missing_rate": float(missing_rate),
-    })
-    run_tasks(tasks, _recovery_task, store, n_workers=n_workers, progress=progress, desc="recovery audit")
-    ds = store.load()
-    ds.attrs.update({"bank_id": bank.bank_id, "response_model": truth.response_model})
-    for name, text in _DESCRIPTIONS.items():
-        if name in ds:
-            ds[name].attrs["description"] = text
-    return ds
+
+def applicable(method_name: str, response_model: str) -> bool:
+    """Whether a method can refit data simulated from a bank of ``response_model``."""
+    return method_name not in NEEDS_COT or response_model == "lart"
 
 
 _DESCRIPTIONS = {

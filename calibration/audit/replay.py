@@ -171,6 +171,7 @@ def replay_audit(
     out=None,
     n_workers: int = 2,
     progress: bool = True,
+    scheduler=None,
 ):
     """Replay real LLMs' recorded answers through adaptive tests against cross-fitted banks.
 
@@ -184,7 +185,7 @@ def replay_audit(
         observed answers than max(L) are skipped.
     selector : selector name(s) or ItemSelector instances (as :func:`cat_audit`).
     scoring : "lart" and/or "irt" (default: both for ``saem``, "irt" otherwise).
-    estimator, rng, out, n_workers, progress : as for :func:`cat_audit`.
+    estimator, rng, out, n_workers, progress, scheduler : as for :func:`cat_audit`.
     sd_scale : the estimator's ``sd_scale`` (1: the model's SDs); rerun with the measured
         ``sd_ratio`` to check that widened intervals keep their promise.
     """
@@ -219,7 +220,7 @@ def replay_audit(
         "entropy": seed, "replication": r, "selectors": selectors, "scorings": scorings, "estimator": estimator,
         "sd_scale": float(sd_scale), "test_lengths": lengths,
     }) for r in range(n_folds)]
-    run_tasks(tasks, _replay_task, store, n_workers=n_workers, progress=progress, desc="replay audit")
+    run_tasks(tasks, _replay_task, store, n_workers=n_workers, progress=progress, scheduler=scheduler, desc="replay audit")
     ds = store.load()
     ds.attrs.update({"method": name, "folds": n_folds, "n_llms": responses.n_subjects, "n_items": responses.n_items,
                      "bank_id": f"cross-fitted {name} banks ({n_folds} folds)"})

@@ -8,7 +8,9 @@ worker that runs it, the order of completion, nor on which other cells the audit
 ``n_workers=1`` and ``n_workers=2`` give identical results, and a resumed audit recomputes a
 missing record exactly.
 
-Execution: ``n_workers <= 1`` runs in this process; otherwise a ``ProcessPoolExecutor`` with the
+Execution: with ``scheduler`` given (``"local"``, a scheduler address or file, or a
+``distributed.Client``) the tasks run on Dask (:mod:`calibration.audit.dask_backend`, imported
+only then). Otherwise ``n_workers <= 1`` runs in this process; else a ``ProcessPoolExecutor`` with the
 "spawn" start method (safe with numba's threading layers) whose workers use one numba thread each
 (two workers on two cores). Each finished task is written to the store by this process at once;
 a ``KeyboardInterrupt`` cancels what has not started and re-raises, leaving every written record
@@ -23,9 +25,10 @@ from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 
 import numpy as np
 
+from calibration.audit.worker import RecordsLostError, init_worker as _init_worker
 from catengine.validation import is_integer
 
-__all__ = ["as_seed_sequence", "run_tasks", "stream"]
+__all__ = ["RecordsLostError", "as_seed_sequence", "run_tasks", "stream"]
 
 
 def _tag(value) -> int:
@@ -57,21 +60,17 @@ def stream(entropy, replication: int, *tags) -> np.random.SeedSequence:
     return np.random.SeedSequence(entropy, spawn_key=(int(replication), *(_tag(t) for t in tags)))
 
 
-def _init_worker() -> None:
-    try:
-        import numba
-
-        numba.set_num_threads(1)
-    except Exception:  # pragma: no cover - numba is a dependency, but never fail a worker on this
-        pass
-
-
 def _call(fn, payload):
     return fn(payload)
 
 
-def run_tasks(tasks, fn, store, *, n_workers: int = 2, progress: bool = True, desc: str = "audit") -> dict:
+def run_tasks(tasks, fn, store, *, n_workers: int = 2, progress: bool = True, desc: str = "audit",
+              scheduler=None) -> dict:
     """Run ``fn(payload)`` for every ``(key, payload)`` whose record is not in ``store`` yet.
+
+    ``scheduler``: None (the local process pool of ``n_workers``), or a Dask scheduler -- ``"local"``
+    (a LocalCluster of ``n_workers`` processes), ``"tcp://host:port"``, a scheduler file's path,
+    or a ``distributed.Client``; results and the store are the same whatever the backend.
 
     ``fn`` must be a module-level function (it is sent to worker processes by reference) that
     returns the record (an ``xarray.Dataset``); it should catch its own errors and return a record
@@ -92,7 +91,11 @@ def run_tasks(tasks, fn, store, *, n_workers: int = 2, progress: bool = True, de
 
         bar = tqdm(total=len(tasks), initial=counts["skipped"], desc=desc, unit="task", smoothing=0.1)
     try:
-        if n_workers <= 1 or len(todo) == 1:
+        if scheduler is not None:
+            from calibration.audit.dask_backend import run_on_dask
+
+            run_on_dask(todo, fn, store, scheduler, n_workers=int(n_workers), bar=bar, counts=counts, desc=desc)
+        elif n_workers <= 1 or len(todo) == 1:
             for key, payload in todo:
                 store.write(key, fn(payload))
                 counts["ran"] += 1

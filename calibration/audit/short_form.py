@@ -147,6 +147,7 @@ def short_form_audit(
     out=None,
     n_workers: int = 2,
     progress: bool = True,
+    scheduler=None,
 ):
     """Fisher-information short forms vs random subsets on held-out simulated LLMs.
 
@@ -182,7 +183,7 @@ def short_form_audit(
         "truth": truth, "cot_offset": cot_offset, "entropy": seed, "ability_sample": sample,
         "forms": forms, "n_heldout": n_held[0], "n_random": n_rand[0],
     })
-    run_tasks(tasks, _short_form_task, store, n_workers=n_workers, progress=progress, desc="short-form audit")
+    run_tasks(tasks, _short_form_task, store, n_workers=n_workers, progress=progress, scheduler=scheduler, desc="short-form audit")
     ds = store.load()
     ds.attrs.update({"bank_id": bank.bank_id, "response_model": truth.response_model, "n_heldout": n_held[0]})
     ds["form_items"].attrs["long_name"] = "items in the short form"

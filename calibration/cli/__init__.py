@@ -4,8 +4,9 @@
 ``calibration fit --method {cbmm,saem,psn} ...``) calibrates a new item bank version; one subcommand
 per method of the registry ``calibration.methods.METHODS``, its options generated from the
 calibrator's declared settings (``calibration/cli/fit.py``). ``simulate`` draws response files
-from a bank; ``audit`` runs recovery audits (``calibration/cli/audit.py``); ``recalibrate``,
-``diff`` and ``log`` maintain a bank's versions (``calibration/cli/recalibrate.py``).
+from a bank; ``audit`` runs recovery audits (``calibration/cli/audit.py``); ``study`` a factorial
+grid of them from a TOML file (``calibration/cli/study.py``); ``recalibrate``, ``diff`` and ``log``
+maintain a bank's versions (``calibration/cli/recalibrate.py``).
 """
 
 from __future__ import annotations
@@ -22,12 +23,14 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     add_fit_parser(sub)
 
-    from calibration.cli import audit as cli_audit, simulate as cli_simulate
+    from calibration.cli import audit as cli_audit, simulate as cli_simulate, study as cli_study
     from calibration.cli import recalibrate as recal
 
     for name, help_text, add, run in (
         ("audit", "recovery audit of a bank: simulate from it, refit, measure how well parameters and rankings come back",
          cli_audit.add_arguments, cli_audit.run),
+        ("study", "run a factorial recovery study (banks x missingness x methods x sample sizes x abilities) from a TOML file",
+         cli_study.add_arguments, cli_study.run),
         ("simulate", "write a response file of simulated LLMs drawn from a bank's parameters",
          cli_simulate.add_arguments, cli_simulate.run),
         ("recalibrate", "refit a bank with new responses, link the scale to the previous version, write the next version",

@@ -8,6 +8,7 @@
                       [--sizes 10%,20%,100 --heldout 1000]                       (short-form)
                       [--selectors mfi,random --test-lengths 5,10,20,40 --simulees 200
                        --scoring lart,irt --true-bank PATH]                     (cat)
+                      [--scheduler local|tcp://HOST:PORT|SCHEDULER_FILE]          (Dask)
                       [--no-report] [--no-progress]
 
 Results go to ``DIR/records/*.nc`` (one netCDF per replication and cell) with the manifest
@@ -59,7 +60,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="ability distributions, e.g. normal, skew-normal:skew=8, bimodal:separation=4, bank (default normal)")
     parser.add_argument("--reps", type=int, default=20, metavar="R", help="replications per cell (default 20)")
     parser.add_argument("--seed", type=int, default=None, help="root seed (default: fresh, stored in the manifest for resuming)")
-    parser.add_argument("--workers", type=int, default=2, help="worker processes (default 2; 1 = run in this process)")
+    parser.add_argument("--workers", type=int, default=2,
+                        help="worker processes of the local pool or of --scheduler local (default 2; 1 = run in this process)")
+    parser.add_argument("--scheduler", default=None, metavar="local|ADDRESS|FILE",
+                        help="run on Dask (needs the [distributed] extra): 'local' starts a LocalCluster of --workers "
+                             "processes; tcp://host:port or a scheduler file connects to a running cluster "
+                             "(default: the local process pool)")
     parser.add_argument("--missing", choices=("mcar", "mar", "mnar"), default=None, help="missingness of simulated data (recovery)")
     parser.add_argument("--missing-rate", type=float, default=0.0, help="share of missing cells (recovery)")
     parser.add_argument("--sizes", type=_csv, default=["10%", "20%", "100"], metavar="S,S,...",
@@ -74,7 +80,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="CAT scoring: lart (with CoT) and/or irt (default: both for a LaRT bank)")
     parser.add_argument("--true-bank", default=None, metavar="PATH", help="CAT: bank that generates the answers (default --bank)")
     parser.add_argument("--no-report", action="store_true", help="skip the PNG/HTML report")
-    parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    parser.add_argument("--no-progress", action="store_true", help="hide the progress bar (hidden anyway when stderr is not a terminal)")
+
+
+def show_progress(args) -> bool:
+    """Progress bars unless --no-progress or stderr is not a terminal (logs, pipes, CI)."""
+    return not args.no_progress and sys.stderr.isatty()
 
 
 def _write_dataset(ds, path: Path) -> None:
@@ -87,11 +98,13 @@ def _write_dataset(ds, path: Path) -> None:
 def run(args: argparse.Namespace) -> int:
     """Run the audit described by ``args``; print the summary table; return the exit status."""
     from calibration import audit
+    from calibration.audit.runner import RecordsLostError
     from calibration.audit.store import StoreMismatchError
 
     out = Path(args.out)
+    progress = show_progress(args)
     common = dict(replications=args.reps, rng=args.seed, out=out, n_workers=args.workers,
-                  progress=not args.no_progress)
+                  progress=progress, scheduler=args.scheduler)
     try:
         wants_responses = args.kind == "replay"
         if (args.responses is not None) != wants_responses or (args.bank is not None) == wants_responses:
@@ -104,7 +117,7 @@ def run(args: argparse.Namespace) -> int:
             data = load_responses(args.responses, cot=args.cot, wide=args.wide)
             ds = audit.replay_audit(data, method=args.method[0], folds=args.folds, test_lengths=args.test_lengths or [10, 25, 50],
                                     selector=args.selectors, scoring=args.scoring, sd_scale=args.sd_scale, rng=args.seed, out=out,
-                                    n_workers=args.workers, progress=not args.no_progress)
+                                    n_workers=args.workers, progress=progress, scheduler=args.scheduler)
         elif args.kind == "recovery":
             ds = audit.recovery_audit(args.bank, args.subjects, ability=args.ability, method=args.method,
                                       missing=args.missing, missing_rate=args.missing_rate, **common)
@@ -122,7 +135,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"\ncalibration audit: interrupted; the finished replications are in {out}. "
               "Run the same command again to resume.", file=sys.stderr)
         return 130
-    except (ValueError, TypeError, OSError, StoreMismatchError) as exc:
+    except (ValueError, TypeError, OSError, ImportError, StoreMismatchError, RecordsLostError) as exc:
         print(f"calibration audit: error: {exc}", file=sys.stderr)
         return 2
     stem = args.kind.replace("-", "_")
