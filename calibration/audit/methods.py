@@ -113,6 +113,24 @@ def fit_psn(data, rng, **options) -> Fit:
                converged=converged, n_iter=int(cal.n_iter_))
 
 
+def calibrator_for(name: str, options: dict) -> tuple[type, dict]:
+    """(calibrator class, constructor options) of a built-in method, for banks made by the default
+    path (``to_item_bank``); ``saem-irt`` has no bank (an IRT-only LaRT fit has no CoT parameters)."""
+    if name == "cbmm":
+        from calibration.methods.cbmm.calibrator import CBMMCalibrator
+
+        return CBMMCalibrator, dict(options)
+    if name == "saem":
+        from calibration.methods.lart.calibrator import LaRTSAEMCalibrator
+
+        return LaRTSAEMCalibrator, dict(options)
+    if name == "psn":
+        from calibration.methods.psn import PSNCalibrator
+
+        return PSNCalibrator, dict(options)
+    raise ValueError(f"method {name!r} has no item bank of its own (default path); use bank='fit'")
+
+
 METHODS = {"cbmm": fit_cbmm, "saem": fit_saem, "saem-irt": fit_saem_irt, "psn": fit_psn}
 #: methods that need CoT lengths (a ``lart`` truth)
 NEEDS_COT = frozenset({"saem"})

@@ -58,7 +58,7 @@ class EAPEstimator(TraitEstimator):
     Accuracy: the trapezoid rule on a smooth posterior is exact to ~exp(-2 pi^2 sd^2 / h^2) for
     node spacing h, i.e. below 1e-8 while the posterior SD exceeds the spacing (default 0.04);
     the grid must also cover the posterior mass (default +-8).
-    ``sd_scale``: see :class:`TraitEstimator`.
+    ``sd_scale``, ``item_uncertainty``, ``interval_calibration``: see :class:`TraitEstimator`.
     """
 
     name: ClassVar[str] = "eap"
@@ -68,6 +68,8 @@ class EAPEstimator(TraitEstimator):
     bounds: tuple[float, float] = (-8.0, 8.0)
     rule: str = "trapezoid"
     sd_scale: float = 1.0
+    item_uncertainty: bool = True
+    interval_calibration: bool = True
 
     def __post_init__(self):
         self._check_settings()

@@ -200,3 +200,78 @@ def topk_lart(criterion, theta, a, b, v, p11, p12, p22, eligible, order, bound, 
         if cnt < k or _better(s, j, best_val[k - 1], best_idx[k - 1]):
             cnt = _insert(s, j, k, cnt, best_val, best_idx)
     return cnt
+
+
+@njit(cache=True)
+def unit_info(model, z, c, d):
+    """Information per unit squared slope at logit z: I = a^2 unit_info(z) (probit h(z); logistic 4PL form)."""
+    if model == 2:
+        return probit_h_fast(z)
+    return _info_z(z, 1.0, c, d)
+
+
+@njit(cache=True)
+def expected_info_ab(model, theta, ma, mb, va, vb, cab, c, d, nodes, weights):
+    """E[a^2 f(a theta + b)] for (a, b) ~ Normal((ma, mb), [[va, cab], [cab, vb]]) (0 for ma <= 0).
+
+    z = a theta + b is Normal(mz, sz^2), sz^2 = theta^2 va + 2 theta cab + vb, and
+    E[a^2 | z] = (ma + k (z - mz))^2 + va - k^2 sz^2 with k = (theta va + cab) / sz^2; so the
+    expectation is one Gauss-Hermite sum over z (exact for Gaussian (a, b) up to the rule's error).
+    """
+    if ma <= 0.0:
+        return 0.0
+    mz = ma * theta + mb
+    s2 = theta * theta * va + 2.0 * theta * cab + vb
+    if s2 <= 1e-24:
+        return (ma * ma + va) * unit_info(model, mz, c, d)
+    sz = math.sqrt(s2)
+    cov = theta * va + cab
+    k = cov / s2
+    rest = va - k * cov
+    if rest < 0.0:
+        rest = 0.0
+    acc = 0.0
+    for q in range(nodes.shape[0]):
+        x = nodes[q]
+        ea = ma + k * sz * x
+        acc += weights[q] * (ea * ea + rest) * unit_info(model, mz + sz * x, c, d)
+    return acc
+
+
+@njit(cache=True)
+def topk_expected_info_ab(model, theta, a, b, va, vb, cab, c, d, nodes, weights, eligible, order, bound, k,
+                          best_idx, best_val):
+    """Score_j = E_{(a_j, b_j)} I_j(theta) over each item's Gaussian (a, b) (see ``expected_info_ab``).
+
+    ``order`` / ``bound``: items by decreasing (a^2 + Var a) times the peak of the unit information."""
+    n = order.shape[0]
+    cnt = 0
+    for r in range(n):
+        j = order[r]
+        if cnt == k and bound[j] < best_val[k - 1]:
+            break
+        if not eligible[j]:
+            continue
+        v = expected_info_ab(model, theta, a[j], b[j], va[j], vb[j], cab[j], c[j], d[j], nodes, weights)
+        if cnt < k or _better(v, j, best_val[k - 1], best_idx[k - 1]):
+            cnt = _insert(v, j, k, cnt, best_val, best_idx)
+    return cnt
+
+
+@njit(cache=True)
+def topk_lart_expected(criterion, theta, a, b, va, vb, cab, v, p11, p12, p22, nodes, weights, eligible, order, bound,
+                       v_max, k, best_idx, best_val):
+    """``topk_lart`` with u_j the posterior-expected probit information over (a_j, b_j)."""
+    n = order.shape[0]
+    cnt = 0
+    for r in range(n):
+        j = order[r]
+        if cnt == k and _lart_score(criterion, bound[j], v_max, p11, p12, p22) < best_val[k - 1]:
+            break
+        if not eligible[j]:
+            continue
+        u = expected_info_ab(2, theta, a[j], b[j], va[j], vb[j], cab[j], 0.0, 1.0, nodes, weights)
+        s = _lart_score(criterion, u, v[j], p11, p12, p22)
+        if cnt < k or _better(s, j, best_val[k - 1], best_idx[k - 1]):
+            cnt = _insert(s, j, k, cnt, best_val, best_idx)
+    return cnt

@@ -15,6 +15,9 @@ import numpy as np
 
 from catengine.errors import BankExhaustedError
 from catengine.estimation import MAPEstimator, ResponseState, TraitEstimate, TraitEstimator
+from catengine.estimation.interval_calibration import IntervalCalibration
+from catengine.estimation.person_fit import PersonFit, person_fit
+from catengine.models.item_covariance import ItemCovariance
 from catengine.models import lart
 from catengine.selection import ExposureControl, ItemSelector, ItemTable, SelectionState, default_selector
 from catengine.selection import _kernels as SK
@@ -65,6 +68,12 @@ def bank_fingerprint(items: ItemTable) -> str:
     h.update(np.float64(p.rho).tobytes())
     if items.b_sd is not None:
         h.update(items.b_sd.tobytes())
+    cv = items.covariance
+    if cv is not None and (cv.has_slope_uncertainty or items.b_sd is None):  # banks with b_sd only: as before
+        for arr in (cv.a_var, cv.b_var, cv.ab_cov):
+            h.update(arr.tobytes())
+    if items.interval_calibration is not None:
+        h.update(json.dumps(items.interval_calibration.record, sort_keys=True).encode())
     return h.hexdigest()
 
 
@@ -74,7 +83,41 @@ def item_table(bank) -> ItemTable:
     the bank's sort order for the selection kernels, built once per bank)."""
     fields_ = set(bank.items.data_vars)
     b_sd = bank.item_metadata("b_sd") if "b_sd" in fields_ else None
-    return ItemTable(bank.params, bank.item_ids, b_sd=b_sd, metadata=bank.item_metadata)
+    return ItemTable(bank.params, bank.item_ids, b_sd=b_sd, metadata=bank.item_metadata,
+                     covariance=bank_item_covariance(bank), interval_calibration=bank_interval_calibration(bank))
+
+
+def bank_item_covariance(bank) -> ItemCovariance | None:
+    """The bank's item-parameter uncertainty as per-item (a, b) covariances (None if it has none):
+    ``bank.item_uncertainty`` when the bank offers it, else ``/items`` a_sd / b_sd / ab_cov, else
+    ``/posterior`` a_draws / b_draws (their sample moments)."""
+    unc = getattr(bank, "item_uncertainty", None)
+    unc = unc() if callable(unc) else unc
+    n = bank.n_items
+    if unc is not None:
+        a_draws, b_draws = getattr(unc, "a_draws", None), getattr(unc, "b_draws", None)
+        a_sd, b_sd = getattr(unc, "a_sd", None), getattr(unc, "b_sd", None)
+        if a_sd is None and b_sd is None and a_draws is not None and b_draws is not None:
+            return ItemCovariance.from_draws(a_draws, b_draws)
+        if a_sd is not None or b_sd is not None:
+            return ItemCovariance.from_sds(a_sd, b_sd, getattr(unc, "ab_cov", None), n_items=n, source="bank item_uncertainty")
+    fields_ = set(bank.items.data_vars)
+    if {"a_sd", "b_sd"} & fields_:
+        get = lambda k: bank.item_metadata(k) if k in fields_ else None  # noqa: E731
+        return ItemCovariance.from_sds(get("a_sd"), get("b_sd"), get("ab_cov"), n_items=n, source="/items a_sd, b_sd, ab_cov")
+    post = bank.posterior
+    if post is not None and {"a_draws", "b_draws"} <= set(post.data_vars):
+        return ItemCovariance.from_draws(post["a_draws"].transpose("draw", "item").values,
+                                         post["b_draws"].transpose("draw", "item").values)
+    return None
+
+
+def bank_interval_calibration(bank) -> IntervalCalibration | None:
+    """The bank's stored cross-fitted interval calibration (root attribute ``interval_calibration``), or None."""
+    text = bank.attrs.get("interval_calibration")
+    if not text:
+        return None
+    return IntervalCalibration.from_json(text, source=f"bank {getattr(bank, 'bank_id', '?')!r}")
 
 
 def _check_correct(correct) -> int:
@@ -145,7 +188,8 @@ class CATSession:
         self.items = _items if _items is not None else item_table(bank)
         self.params = self.items.params
         self.subject = str(subject)
-        self.selector = selector if selector is not None else default_selector(self.params.response_model)
+        self.selector = selector if selector is not None else default_selector(
+            self.params.response_model, self.items.covariance is not None)
         self.estimator = estimator if estimator is not None else MAPEstimator()
         self.stopping = stopping if stopping is not None else default_stopping(self.params.n_items)
         if isinstance(exposure, ExposureControl):
@@ -154,7 +198,9 @@ class CATSession:
         self._validate_strategies()
         self.cot_offset = bank.effective_cot_offset
         self._rng = np.random.default_rng(rng)
-        self._responses = ResponseState(self.params)
+        calib = self.items.interval_calibration
+        self._responses = ResponseState(self.params, self.items.covariance,
+                                        None if calib is None else calib.curve(self.selector.name))
         J = self.params.n_items
         self._available = np.ones(J, dtype=bool)
         self._n_available = J
@@ -205,6 +251,10 @@ class CATSession:
     def estimate(self) -> TraitEstimate:
         """Current posterior summary (theta, SD; tau, SD for LaRT banks; items used)."""
         return self._estimate
+
+    def person_fit(self) -> PersonFit:
+        """Person fit of the answers so far (lz at the current theta): does this LLM fit the bank?"""
+        return person_fit(self.params, self._responses, self._estimate.theta)
 
     @property
     def history(self) -> list[StepRecord]:
@@ -486,6 +536,10 @@ class CATSession:
         }
         if est.tau is not None:
             attrs["tau"], attrs["tau_sd"] = est.tau, est.tau_sd
+        attrs["interval_calibration"] = est.interval_calibration
+        fit = self.person_fit()
+        attrs["person_fit_lz"] = fit.lz
+        attrs["person_fit"] = fit.message
         return xr.Dataset(data, coords={"step": np.arange(1, n + 1)}, attrs=attrs)
 
     def state_summary(self) -> dict:
@@ -538,4 +592,5 @@ def strategies_from_config(config: dict) -> dict:
     }
 
 
-__all__ = ["CATSession", "StepRecord", "bank_fingerprint", "item_table", "make_header", "strategies_from_config"]
+__all__ = ["CATSession", "StepRecord", "bank_fingerprint", "bank_interval_calibration", "bank_item_covariance", "item_table",
+           "make_header", "strategies_from_config"]

@@ -405,6 +405,7 @@ class CBMMCalibrator(BaseCalibrator):
         self.item_ids_ = data.item_ids
         self.item_metadata_ = dict(data.item_metadata)
         self.responses_sha256_ = data.sha256()
+        self.training_data_ = data  # for the cross-fitted interval check of to_item_bank
         self._fitted = True
 
     # ------------------------------------------------------------------ pieces
@@ -608,8 +609,11 @@ class CBMMCalibrator(BaseCalibrator):
         params["max_iter"] = int(params["max_iter"])
         return params
 
-    def to_item_bank(self, bank_id: str, *, include_subjects: bool = True):
-        """A ``2pl`` :class:`catengine.ItemBank` with the standardised parameters and full provenance."""
+    def to_item_bank(self, bank_id: str, *, include_subjects: bool = True, interval_check="auto"):
+        """A ``2pl`` :class:`catengine.ItemBank` with the standardised parameters and full provenance.
+
+        ``interval_check`` ("auto" | True | False): store the cross-fitted interval calibration
+        (``calibration.interval_calibration.with_interval_check``; costs 5 refits plus replays)."""
         self._check_fitted()
         if self.rank != 1:
             raise ValueError(f"item banks hold one ability dimension; this fit has rank={self.rank}")
@@ -665,7 +669,7 @@ class CBMMCalibrator(BaseCalibrator):
                 "n_cells": int(self.n_cells_),
             },
         )
-        return ItemBank.from_params(
+        bank = ItemBank.from_params(
             "2pl",
             self.item_ids_,
             bank_id=bank_id,
@@ -681,3 +685,6 @@ class CBMMCalibrator(BaseCalibrator):
             a=np.asarray(self.a_, dtype=np.float64),
             b=np.asarray(self.b_, dtype=np.float64),
         )
+        from calibration.interval_calibration import with_interval_check
+
+        return with_interval_check(self, bank, interval_check, include_subjects=include_subjects)

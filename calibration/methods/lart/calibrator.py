@@ -548,6 +548,7 @@ class LaRTSAEMCalibrator(BaseCalibrator):
         self.responses_sha256_ = responses.sha256()
         self.n_subjects_ = N
         self.censored_cells_ = int(C.sum()) if censored else 0
+        self.training_data_ = responses  # for the cross-fitted interval check of to_item_bank
         self._fitted = True
         if not converged:
             self._warn_not_converged(max_iter, f"mean|da| + mean|db| = {trace['delta'][-1]:.2e} > tol = {self.tol}")
@@ -595,8 +596,12 @@ class LaRTSAEMCalibrator(BaseCalibrator):
             out["s_step"] += " (censored cells: SAEM-MCMC data augmentation)"
         return out
 
-    def to_item_bank(self, bank_id: str, *, item_metadata: dict | None = None, scale: dict | None = None):
-        """The fitted ``lart`` bank (``catengine.ItemBank``) with subjects and calibration traces."""
+    def to_item_bank(self, bank_id: str, *, item_metadata: dict | None = None, scale: dict | None = None,
+                     interval_check="auto"):
+        """The fitted ``lart`` bank (``catengine.ItemBank``) with subjects and calibration traces.
+
+        ``interval_check`` ("auto" | True | False): store the cross-fitted interval calibration
+        (``calibration.interval_calibration.with_interval_check``; costs 5 refits plus replays)."""
         self._check_fitted()
         if self.omega_ is None:
             raise ValueError(
@@ -642,7 +647,7 @@ class LaRTSAEMCalibrator(BaseCalibrator):
             "sign_fix": "sum(a) > 0 and sum(phi) > 0",
         }
         scale_info.update(scale or {})
-        return ItemBank.from_params(
+        bank = ItemBank.from_params(
             "lart",
             self.item_ids_,
             bank_id=bank_id,
@@ -662,3 +667,6 @@ class LaRTSAEMCalibrator(BaseCalibrator):
             phi=self.phi_,
             lam=self.lam_,
         )
+        from calibration.interval_calibration import with_interval_check
+
+        return with_interval_check(self, bank, interval_check, item_metadata=item_metadata, scale=scale)
