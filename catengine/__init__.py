@@ -15,6 +15,7 @@ _LAZY = {
     "open_item_bank": "catengine.itembank",
     "write_item_bank": "catengine.itembank",
     "ItemParams": "catengine.models.params",
+    "ItemUncertainty": "catengine.models.params",
     "CATSession": "catengine.session",
     "Engine": "catengine.session",
     "resume": "catengine.session",

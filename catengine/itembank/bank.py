@@ -1,4 +1,4 @@
-"""``ItemBank``: an immutable, validated wrapper of an xarray DataTree following schema v1."""
+"""``ItemBank``: an immutable, validated wrapper of an xarray DataTree following schema v2 (v1 still read)."""
 
 from __future__ import annotations
 
@@ -16,9 +16,12 @@ from catengine.itembank.schema import (
     RESPONSE_FUNCTIONS,
     SCHEMA_NAME,
     SCHEMA_VERSION,
+    UNCERTAINTY_DESCRIPTIONS,
+    UNCERTAINTY_DRAW_VARIABLES,
+    UNCERTAINTY_ITEM_VARIABLES,
     validate_tree,
 )
-from catengine.models.params import ItemParams
+from catengine.models.params import ItemParams, ItemUncertainty
 
 
 def _library_version() -> str:
@@ -84,12 +87,16 @@ class ItemBank:
         responses: xr.Dataset | None = None,
         rho: float = 0.0,
         cot_offset: float | None = None,
+        uncertainty_method: str = "",
         **arrays,
     ) -> "ItemBank":
         """Build a bank from parameter arrays, e.g. ``from_params("2pl", ids, bank_id="x", a=a, b=b)``.
 
         ``arrays`` holds the item parameters of ``response_model`` (a, b; c, d for 4pl; omega,
-        phi, lam for lart) and optionally ``b_sd``. ``item_metadata`` maps a field name to (J,)
+        phi, lam for lart) and optionally their uncertainty (schema v2): per-item ``a_sd``, ``b_sd``,
+        ``ab_cov`` (and ``omega_sd``, ``phi_sd``, ``omega_phi_cov`` for lart), and ``a_draws``,
+        ``b_draws`` of shape (n_draws, J), stored in ``/posterior`` with dims ("draw", "item");
+        ``uncertainty_method`` says how they were obtained. ``item_metadata`` maps a field name to (J,)
         strings; ``item_vars`` to other (J,) numeric per-item variables (e.g. 0/1 flags).
         ``responses`` (optional) keeps the calibration data, as made by
         ``calibration.ResponseData.to_dataset()``, so that the bank can be recalibrated later.
@@ -97,17 +104,17 @@ class ItemBank:
         if not isinstance(bank_id, str) or not bank_id or any(ch in bank_id for ch in "/\\ ") or bank_id.startswith("."):
             raise ValueError(f"bank_id must be a non-empty string without spaces or path separators, got {bank_id!r}")
         item_ids = np.asarray([str(v) for v in item_ids], dtype=object)
-        b_sd = arrays.pop("b_sd", None)
+        uncertainty_arrays = {k: arrays.pop(k) for k in UNCERTAINTY_ITEM_VARIABLES + UNCERTAINTY_DRAW_VARIABLES if k in arrays}
         params = ItemParams(response_model, rho=rho, **arrays)  # validates names, shapes, finiteness
         if params.n_items != item_ids.size:
             raise ValueError(f"{item_ids.size} item ids given for {params.n_items} items")
+        uncertainty_vars, draw_vars = _uncertainty_variables(params.n_items, uncertainty_method, uncertainty_arrays)
         data_vars = {}
         for name in params.parameter_names:
             long_name, description = PARAMETER_DESCRIPTIONS[name]
             data_vars[name] = ("item", np.array(getattr(params, name)), {"long_name": long_name, "description": description})
         data_vars["rho"] = ((), np.float64(params.rho), dict(zip(("long_name", "description"), PARAMETER_DESCRIPTIONS["rho"])))
-        if b_sd is not None:
-            data_vars["b_sd"] = ("item", np.asarray(b_sd, dtype=np.float64), dict(zip(("long_name", "description"), PARAMETER_DESCRIPTIONS["b_sd"])))
+        data_vars.update(uncertainty_vars)
         for key, values in (item_metadata or {}).items():
             data_vars[str(key)] = ("item", np.asarray([str(v) for v in values], dtype=object), {"long_name": f"item metadata: {key}"})
         for key, values in (item_vars or {}).items():
@@ -116,6 +123,9 @@ class ItemBank:
                 values = values.astype(np.int8)
             data_vars[str(key)] = (("item",) + tuple(f"{key}_dim{k}" for k in range(1, values.ndim)), values)
         items = xr.Dataset(data_vars, coords={"item": ("item", item_ids, {"long_name": "item id"})})
+        if uncertainty_vars and uncertainty_method:
+            items.attrs["uncertainty_method"] = str(uncertainty_method)
+        posterior = _with_draws(posterior, draw_vars, item_ids, uncertainty_method)
         attrs = {
             "schema": SCHEMA_NAME,
             "schema_version": SCHEMA_VERSION,
@@ -253,6 +263,26 @@ class ItemBank:
         rho = float(items["rho"].values) if "rho" in items.data_vars else 0.0
         return ItemParams(self.response_model, rho=rho, **arrays)
 
+    @cached_property
+    def item_uncertainty(self) -> ItemUncertainty | None:
+        """The item-parameter uncertainty the bank stores (schema v2), or None when it has none.
+
+        SDs and covariances come from ``/items`` (``a_sd``, ``b_sd``, ``ab_cov``, ``omega_sd``,
+        ``phi_sd``, ``omega_phi_cov``), draws from ``/posterior`` (``a_draws``, ``b_draws``).
+        """
+        items = self._tree["items"]
+        kwargs = {name: items[name].values for name in UNCERTAINTY_ITEM_VARIABLES if name in items.data_vars}
+        method = str(items.attrs.get("uncertainty_method", ""))
+        if "posterior" in self._tree.children:
+            post = self._tree["posterior"]
+            for name in UNCERTAINTY_DRAW_VARIABLES:
+                if name in post.data_vars:
+                    kwargs[name] = post[name].transpose("draw", "item").values
+            method = method or str(post.attrs.get("draws_method", ""))
+        if not kwargs:
+            return None
+        return ItemUncertainty(self.n_items, method=method, **kwargs)
+
     def item_metadata(self, field: str) -> np.ndarray:
         """A per-item metadata or extra variable as a read-only array (raises KeyError naming the fields)."""
         items = self._tree["items"]
@@ -288,3 +318,41 @@ class ItemBank:
             f"method={self.attrs['calibration_method'] or 'n/a'}, optional groups: {groups})"
         )
 
+
+
+def _uncertainty_variables(n_items: int, method: str, arrays: dict):
+    """Validate the uncertainty arrays (via ItemUncertainty) and return the /items variables and draws."""
+    if not arrays:
+        return {}, {}
+    unc = ItemUncertainty(n_items, method=method, **arrays)
+    item_vars, draw_vars = {}, {}
+    for name in UNCERTAINTY_ITEM_VARIABLES:
+        value = getattr(unc, name)
+        if value is not None:
+            item_vars[name] = ("item", np.array(value), dict(zip(("long_name", "description"), UNCERTAINTY_DESCRIPTIONS[name])))
+    for name in UNCERTAINTY_DRAW_VARIABLES:
+        value = getattr(unc, name)
+        if value is not None:
+            draw_vars[name] = (("draw", "item"), np.array(value), dict(zip(("long_name", "description"), UNCERTAINTY_DESCRIPTIONS[name])))
+    return item_vars, draw_vars
+
+
+def _with_draws(posterior: xr.Dataset | None, draw_vars: dict, item_ids, method: str) -> xr.Dataset | None:
+    """The /posterior group with the parameter draws added (a new group when there was none)."""
+    if not draw_vars:
+        return posterior
+    if posterior is not None and not isinstance(posterior, xr.Dataset):
+        raise TypeError(f"posterior must be an xarray.Dataset, got {type(posterior).__name__}")
+    draws = xr.Dataset(draw_vars, coords={"item": ("item", item_ids, {"long_name": "item id"})})
+    if method:
+        draws.attrs["draws_method"] = str(method)
+    if posterior is None:
+        return draws
+    clash = sorted(set(draw_vars) & set(posterior.data_vars))
+    if clash:
+        raise ValueError(f"posterior already holds {clash}; pass the draws either in posterior or as arguments, not both")
+    merged = posterior.copy()
+    for name, var in draws.data_vars.items():
+        merged[name] = var
+    merged.attrs.update(draws.attrs)
+    return merged

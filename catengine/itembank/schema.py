@@ -1,4 +1,4 @@
-"""Item bank schema v1: constants and a validator that reports every problem at once.
+"""Item bank schema v2 (v1 still read): constants and a validator that reports every problem at once.
 
 Pure checks on an in-memory ``xarray.DataTree``; no file I/O here (see ``io.py``).
 """
@@ -10,8 +10,8 @@ import json
 import numpy as np
 
 SCHEMA_NAME = "irt-llm-eval.itembank"
-SCHEMA_VERSION = 1
-SUPPORTED_SCHEMA_VERSIONS = (1,)
+SCHEMA_VERSION = 2  # v2 adds optional item-parameter uncertainty (see UNCERTAINTY_DESCRIPTIONS)
+SUPPORTED_SCHEMA_VERSIONS = (1, 2)
 
 RESPONSE_FUNCTIONS = {
     "lart": "P(correct) = Phi(a*theta + b); log(T + cot_offset) ~ Normal(omega - phi*tau, lam^2), "
@@ -34,6 +34,24 @@ PARAMETER_DESCRIPTIONS = {
     "rho": ("ability-speed correlation", "correlation of theta and tau in the population"),
     "b_sd": ("posterior SD of b", "posterior standard deviation of the intercept b"),
 }
+
+# schema v2: optional item-parameter uncertainty. /items: per-item SDs and covariances;
+# /posterior: parameter draws with dims ("draw", "item") on the bank's scale.
+UNCERTAINTY_DESCRIPTIONS = {
+    "a_sd": ("SD of a", "standard error (posterior SD) of the slope a"),
+    "b_sd": PARAMETER_DESCRIPTIONS["b_sd"],
+    "ab_cov": ("covariance of a and b", "sampling (posterior) covariance of the slope a and the intercept b"),
+    "omega_sd": ("SD of omega", "standard error (posterior SD) of the CoT intensity omega"),
+    "phi_sd": ("SD of phi", "standard error (posterior SD) of the CoT speed loading phi"),
+    "omega_phi_cov": ("covariance of omega and phi", "sampling (posterior) covariance of omega and phi"),
+    "a_draws": ("draws of a", "draws of the slope a on the bank's scale (e.g. a linked bootstrap over LLMs)"),
+    "b_draws": ("draws of b", "draws of the intercept b on the bank's scale (e.g. a linked bootstrap over LLMs)"),
+}
+UNCERTAINTY_SD_VARIABLES = ("a_sd", "b_sd", "omega_sd", "phi_sd")
+UNCERTAINTY_COV_VARIABLES = {"ab_cov": ("a_sd", "b_sd"), "omega_phi_cov": ("omega_sd", "phi_sd")}
+UNCERTAINTY_ITEM_VARIABLES = UNCERTAINTY_SD_VARIABLES + tuple(UNCERTAINTY_COV_VARIABLES)
+UNCERTAINTY_DRAW_VARIABLES = ("a_draws", "b_draws")
+LART_ONLY_UNCERTAINTY = ("omega_sd", "phi_sd", "omega_phi_cov")
 
 # root attributes: name -> allowed python types
 ROOT_ATTRS = {
@@ -120,6 +138,8 @@ def validate_tree(tree) -> list[str]:
         problems.append("missing group '/items'")
         return problems
     problems.extend(_validate_items(tree["items"].to_dataset(), model))
+    posterior = tree["posterior"].to_dataset() if "posterior" in tree.children else None
+    problems.extend(_validate_uncertainty(tree["items"].to_dataset(), posterior, model))
     if "subjects" in tree.children:
         problems.extend(_validate_subjects(tree["subjects"].to_dataset()))
     if "responses" in tree.children:
@@ -145,7 +165,7 @@ def _validate_items(items, model) -> list[str]:
     for name in required:
         if name not in items.data_vars:
             problems.append(f"missing variable '/items/{name}' (required by response_model {model!r})")
-    for name in ALL_ITEM_PARAMETERS + ("b_sd",):
+    for name in ALL_ITEM_PARAMETERS:
         if name not in items.data_vars:
             continue
         var = items[name]
@@ -183,10 +203,8 @@ def _validate_items(items, model) -> list[str]:
         bad = np.flatnonzero(lam <= 0)
         if bad.size:
             problems.append(f"variable '/items/lam' (an SD) must be > 0; item {str(item_ids[bad[0]])!r} has {lam[bad[0]]}")
-    if "b_sd" in items.data_vars and items["b_sd"].dtype.kind == "f" and (items["b_sd"].values < 0).any():
-        problems.append("variable '/items/b_sd' (a posterior SD) has negative entries")
     for name, var in items.data_vars.items():
-        if name in ALL_ITEM_PARAMETERS + ("b_sd", "rho"):
+        if name in ALL_ITEM_PARAMETERS + UNCERTAINTY_ITEM_VARIABLES + ("rho",):
             continue
         if "item" not in var.dims:
             continue
@@ -222,4 +240,76 @@ def _validate_responses(responses) -> list[str]:
         problems.append(f"variable '/responses/correct' has dims {correct.dims}, expected ('subject', 'item')")
     if correct.dtype.kind not in "iu":
         problems.append(f"variable '/responses/correct' has dtype {correct.dtype}, expected int8")
+    return problems
+
+
+def _validate_uncertainty(items, posterior, model) -> list[str]:
+    """Schema v2's optional item-parameter uncertainty: SDs finite and >= 0, |correlation| <= 1,
+    draws finite with dims ("draw", "item") over the bank's items."""
+    problems: list[str] = []
+    if "item" not in items.coords:
+        return problems
+    item_ids = items["item"].values
+    good = {}
+    for name in UNCERTAINTY_ITEM_VARIABLES:
+        if name not in items.data_vars:
+            continue
+        var = items[name]
+        if name in LART_ONLY_UNCERTAINTY and model not in (None, "lart"):
+            problems.append(f"variable '/items/{name}' belongs to lart banks only, not to response_model {model!r}")
+        if var.dims != ("item",):
+            problems.append(f"variable '/items/{name}' has dims {var.dims}, expected ('item',)")
+            continue
+        if var.dtype.kind != "f":
+            problems.append(f"variable '/items/{name}' has dtype {var.dtype}, expected float")
+            continue
+        values = var.values
+        n_bad, shown = _nonfinite_items(values, item_ids)
+        if n_bad:
+            problems.append(f"variable '/items/{name}' is NaN or infinite for {n_bad} item(s): {shown}")
+            continue
+        if name in UNCERTAINTY_SD_VARIABLES and (values < 0).any():
+            j = int(np.flatnonzero(values < 0)[0])
+            problems.append(f"variable '/items/{name}' (an SD) must be >= 0; item {str(item_ids[j])!r} has {values[j]}")
+            continue
+        good[name] = values
+    for cov, (sd1, sd2) in UNCERTAINTY_COV_VARIABLES.items():
+        if cov not in items.data_vars:
+            continue
+        if sd1 not in items.data_vars or sd2 not in items.data_vars:
+            problems.append(f"variable '/items/{cov}' needs '/items/{sd1}' and '/items/{sd2}'")
+            continue
+        if cov in good and sd1 in good and sd2 in good:
+            bad = np.flatnonzero(np.abs(good[cov]) > good[sd1] * good[sd2] * (1 + 1e-9) + 1e-300)
+            if bad.size:
+                j = int(bad[0])
+                problems.append(
+                    f"variable '/items/{cov}' implies |correlation| > 1 for {bad.size} item(s), first {str(item_ids[j])!r} "
+                    f"({cov}={good[cov][j]}, {sd1}={good[sd1][j]}, {sd2}={good[sd2][j]})"
+                )
+    if posterior is None:
+        return problems
+    n_draws = set()
+    for name in UNCERTAINTY_DRAW_VARIABLES:
+        if name not in posterior.data_vars:
+            continue
+        var = posterior[name]
+        if var.dims != ("draw", "item"):
+            problems.append(f"variable '/posterior/{name}' has dims {var.dims}, expected ('draw', 'item')")
+            continue
+        if var.dtype.kind != "f":
+            problems.append(f"variable '/posterior/{name}' has dtype {var.dtype}, expected float")
+            continue
+        ids = posterior["item"].values if "item" in posterior.coords else None
+        if ids is None or ids.shape != item_ids.shape or (ids.astype(str) != item_ids.astype(str)).any():
+            problems.append(f"variable '/posterior/{name}' needs the coordinate 'item' equal to '/items/item' (same ids, same order)")
+            continue
+        if not np.isfinite(var.values).all():
+            draw, j = np.argwhere(~np.isfinite(var.values))[0]
+            problems.append(f"variable '/posterior/{name}' is NaN or infinite, first at draw {int(draw)}, item {str(item_ids[j])!r}")
+        if var.sizes["draw"] < 1:
+            problems.append(f"variable '/posterior/{name}' has no draws")
+        n_draws.add(var.sizes["draw"])
+    if len(n_draws) > 1:
+        problems.append(f"'/posterior/a_draws' and '/posterior/b_draws' have different numbers of draws: {sorted(n_draws)}")
     return problems

@@ -11,8 +11,8 @@
 
 from . import expected_information, lart, logistic
 from .information import fisher_information, prob_correct
-from .params import RESPONSE_MODELS, ItemParams
+from .params import RESPONSE_MODELS, ItemParams, ItemUncertainty
 
 __all__ = [
-    "ItemParams", "RESPONSE_MODELS", "expected_information", "lart", "logistic", "prob_correct", "fisher_information",
+    "ItemParams", "ItemUncertainty", "RESPONSE_MODELS", "expected_information", "lart", "logistic", "prob_correct", "fisher_information",
 ]
