@@ -84,14 +84,69 @@ def fit_factors(diff: np.ndarray, sd: np.ndarray, full_sd: np.ndarray) -> dict:
     }
 
 
+def item_sd_factors(full_bank, fold_banks, folds: int) -> dict:
+    """Cross-fitted check of the bank's item SDs: RMS of z_j = (x_fold,j - x_j) / (sd_j / sqrt(K - 1))
+    over items and folds, for x = b (and a), each fold bank linked to the full bank's theta scale
+    through the LLMs both fitted (theta_full ~ A theta_fold + B: a' = a / A, b' = b - a B / A).
+    Nested estimates: a fold fit uses (K - 1)/K of the LLMs, so Var(x_fold - x_full) = sd^2 / (K - 1)
+    when the SDs are honest; the factor by which they are too narrow is the RMS z (None without SDs)."""
+    from catengine.session.session import bank_item_covariance
+
+    cov = bank_item_covariance(full_bank)
+    subj = full_bank.subjects
+    if cov is None or subj is None:
+        return {"a": None, "b": None}
+    full_theta = dict(zip((str(s) for s in subj["subject"].values), subj["theta"].values))
+    pa, zs = full_bank.params, {"a": [], "b": []}
+    for fb in fold_banks:
+        fs = fb.subjects
+        if fs is None:
+            continue
+        ids = [str(s) for s in fs["subject"].values]
+        x = fs["theta"].values
+        y = np.array([full_theta.get(i, np.nan) for i in ids])
+        ok = np.isfinite(x) & np.isfinite(y)
+        if ok.sum() < 3:
+            continue
+        A, B = np.polyfit(x[ok], y[ok], 1)
+        fp = fb.params
+        a_l, b_l = fp.a / A, fp.b - fp.a * B / A
+        for key, mine, full, var in (("a", a_l, pa.a, cov.a_var), ("b", b_l, pa.b, cov.b_var)):
+            use = var > 0
+            if use.any():
+                zs[key].append((mine[use] - full[use]) / np.sqrt(var[use] / (folds - 1)))
+    out = {}
+    for key, parts in zs.items():
+        z = np.concatenate(parts) if parts else np.empty(0)
+        z = z[np.isfinite(z)]
+        out[key] = round(float(np.sqrt(np.mean(z * z))), 4) if z.size else None
+    return out
+
+
+def scale_b_sd(bank, factor: float, note: str):
+    """``bank`` with ``/items/b_sd`` multiplied by ``factor`` (a PSN bank's cross-fitted posterior width)."""
+    from catengine.itembank import ItemBank
+
+    tree = bank.to_datatree()
+    items = tree["items"].to_dataset()
+    items["b_sd"] = items["b_sd"] * float(factor)
+    items["b_sd"].attrs["description"] = note
+    tree["items"] = type(tree)(items)
+    return ItemBank(tree, source=bank.source)
+
+
 def cross_fit_intervals(data, make_bank, *, folds: int = DEFAULT_FOLDS, test_lengths=DEFAULT_LENGTHS,
                         scoring: str | None = None, estimator: str = "map", rng=0,
-                        calibration_method: str = "") -> dict:
+                        calibration_method: str = "", full_bank=None, widen_b_sd: bool = False) -> dict:
     """The ``interval_calibration`` record (a dict) of a calibration on ``data``.
 
     ``make_bank(train_data, rng, bank_id) -> (ItemBank, converged)`` refits the calibration on a
     subset of the LLMs without its own check. ``scoring``: "lart" (with CoT) or "irt" for LaRT
-    banks (default: the session default, "lart"); ignored otherwise.
+    banks (default: the session default, "lart"); ignored otherwise. With ``full_bank`` (the bank
+    fitted on all of ``data``) the item SDs are checked too (:func:`item_sd_factors`); with
+    ``widen_b_sd`` (PSN banks) the fold banks' b_sd are widened by the measured factor (>= 1)
+    before the replays, and the record's ``item_sd_factors["b_applied"]`` says by how much the full
+    bank's must be widened to match.
     """
     from calibration.audit.replay import replay_llms
     from calibration.audit.runner import stream
@@ -109,11 +164,21 @@ def cross_fit_intervals(data, make_bank, *, folds: int = DEFAULT_FOLDS, test_len
     L = lengths[-1]
     pooled: dict[str, list] = {}
     default_name, scoring_used, n_converged = "", "irt", 0
+    fold_banks = []
     for k in range(K):
         train = np.setdiff1d(np.arange(N), fold_rows[k])
         bank, converged = make_bank(data.subset(subjects=train), np.random.default_rng(stream(seed, k, "fit")),
                                     f"interval_check_fold{k}")
         n_converged += int(converged)
+        fold_banks.append(bank)
+    factors = item_sd_factors(full_bank, fold_banks, K) if full_bank is not None else {"a": None, "b": None}
+    applied = 1.0
+    if widen_b_sd and factors.get("b"):
+        applied = max(1.0, float(factors["b"]))
+        if applied > 1.0:
+            fold_banks = [scale_b_sd(b, applied, "") for b in fold_banks]
+    factors["b_applied"] = round(applied, 4)
+    for k, bank in enumerate(fold_banks):
         lart_bank = bank.response_model == "lart"
         scoring_used = (scoring or "lart") if lart_bank else "irt"
         if not default_name:
@@ -149,6 +214,7 @@ def cross_fit_intervals(data, make_bank, *, folds: int = DEFAULT_FOLDS, test_len
         "selection": default_name,
         "curves": curves,
         "n_converged_folds": n_converged,
+        "item_sd_factors": factors,
         "seconds": round(time.perf_counter() - t0, 2),
         "seed": str(seed),
     }
@@ -197,10 +263,16 @@ def with_interval_check(calibrator, bank, interval_check="auto", **to_bank):
         if interval_check is True:
             raise ValueError(f"interval check impossible: {reason}")
         return bank.replace_attrs(interval_calibration_skipped=reason)
+    method = bank.attrs.get("calibration_method", "")
+    psn = method == "psn-laplace" and "b_sd" in bank.items.data_vars
     record = cross_fit_intervals(data, RefitBank(calibrator, to_bank), rng=_seed_of(calibrator),
-                                 calibration_method=bank.attrs.get("calibration_method", ""))
+                                 calibration_method=method, full_bank=bank, widen_b_sd=psn)
     if not record["curves"]:
         return bank.replace_attrs(interval_calibration_skipped="too few held-out LLMs with enough answers")
+    factor = record["item_sd_factors"]["b_applied"]
+    if psn and factor > 1.0:
+        bank = scale_b_sd(bank, factor, f"posterior SD of b, widened x{factor:.3g} to the spread of refits on "
+                          f"{record['folds']} folds of the calibration LLMs (cross-fitted, interval_calibration)")
     return bank.replace_attrs(interval_calibration=json.dumps(record, sort_keys=True))
 
 

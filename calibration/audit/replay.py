@@ -220,7 +220,8 @@ def replay_audit(
     responses : the real response data (``calibration.ResponseData``; CoT lengths for ``saem``).
     method : calibration method name (``cbmm``, ``saem``, ``saem-irt``, ``psn``) or fit function;
         ``method_options`` go to its calibrator.
-    folds : number of LLM groups (each is held out once; the ``replication`` dimension).
+    folds : number of LLM groups (each is held out once; the ``replication`` dimension); the number
+        of LLMs gives leave-one-LLM-out.
     test_lengths : test lengths L at which to compare (each test runs to max(L)); LLMs with fewer
         observed answers than max(L) are skipped.
     selector : selector name(s) or ItemSelector instances (as :func:`cat_audit`); ``"default"``: the
@@ -242,8 +243,9 @@ def replay_audit(
     if name in NEEDS_COT and not responses.has_cot:
         raise ValueError(f"method {name!r} needs CoT lengths; these responses have none")
     n_folds = check_replications(folds)
-    if n_folds < 2 or n_folds > responses.n_subjects // 2:
-        raise ValueError(f"folds must lie in 2..{responses.n_subjects // 2} for {responses.n_subjects} LLMs, got {folds!r}")
+    if n_folds < 2 or n_folds > responses.n_subjects:
+        raise ValueError(f"folds must lie in 2..{responses.n_subjects} for {responses.n_subjects} LLMs "
+                         f"(folds = number of LLMs: leave one LLM out), got {folds!r}")
     lengths = sorted(positive_ints(test_lengths, "test_lengths"))
     if lengths[-1] > responses.n_items:
         raise ValueError(f"the longest test ({lengths[-1]} items) exceeds the {responses.n_items} items")
