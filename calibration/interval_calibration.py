@@ -32,14 +32,14 @@ with its default ``bank="default"``), whose fold banks run their own check on th
 from __future__ import annotations
 
 import json
-import math
 import time
 
 import numpy as np
 
 from calibration.audit._common import Z95
 
-__all__ = ["DEFAULT_FOLDS", "DEFAULT_LENGTHS", "MIN_SUBJECTS", "cross_fit_intervals", "fit_factors", "with_interval_check"]
+__all__ = ["DEFAULT_FOLDS", "DEFAULT_LENGTHS", "MIN_SUBJECTS", "cross_fit_intervals", "describe", "fit_factors",
+           "item_sd_factors", "scale_b_sd", "with_interval_check"]
 
 DEFAULT_FOLDS = 5
 DEFAULT_LENGTHS = (5, 10, 15, 20, 30, 40, 50, 75, 100)
@@ -285,9 +285,13 @@ def _seed_of(calibrator):
 
 def describe(record: dict) -> str:
     """One line per curve: c(L) and the measured RMS ratio before calibration."""
-    lines = [f"interval check: {record['folds']} folds over {record['n_subjects']} LLMs, {record['seconds']} s"]
+    lines = [f"interval check: {record['folds']} folds over {record['n_subjects']} LLMs, {record['seconds']} s; "
+             "sessions multiply SD(theta) by c(L) after L items"]
     for name, cur in record["curves"].items():
         pairs = ", ".join(f"L={L}: c={c:.2f} (RMS z {r:.2f})" for L, c, r in
                           zip(cur["test_length"], cur["c"], cur["rms_ratio_model"]))
         lines.append(f"  {name}: {pairs}")
-    return "\n".join(lines) if math.isfinite(record.get("seconds", 0)) else ""
+    b = record.get("item_sd_factors", {}).get("b_applied", 1.0)
+    if b and b > 1.0:
+        lines.append(f"  b_sd widened x{b:.2f} to the cross-fitted refit spread")
+    return "\n".join(lines)

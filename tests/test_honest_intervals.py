@@ -280,3 +280,70 @@ def test_default_calibration_path_stores_the_interval_check_and_sessions_use_it(
     assert "interval_calibration" not in small.attrs and "needs 8" in small.attrs["interval_calibration_skipped"]
     off = CBMMCalibrator(rng=0, progress=False).fit(data).to_item_bank("off", interval_check=False)
     assert "interval_calibration" not in off.attrs
+
+
+def test_psn_bank_b_sd_is_widened_by_the_cross_fitted_refit_spread():
+    """PSN posterior width chosen by the cross-fit: the stored bank's b_sd equals the unchecked
+    bank's times the factor recorded in interval_calibration (item_sd_factors.b_applied >= 1), and
+    that factor is max(1, RMS z of the fold banks' linked b against the full bank's)."""
+    from calibration import ResponseData
+    from calibration.methods.psn import PSNCalibrator
+
+    rng = np.random.default_rng(6)
+    N, J = 16, 50
+    theta = rng.standard_normal(N)
+    a, b = rng.uniform(0.8, 2.0, J), rng.normal(0, 1, J)
+    correct = (rng.random((N, J)) < 1 / (1 + np.exp(-(np.outer(theta, a) + b)))).astype(np.int8)
+    data = ResponseData.from_arrays(correct)
+    settings = dict(max_epochs=2, batch_size=128, rng=0, hidden_dim=8, embedding_dim=8, progress=False)
+    cal = PSNCalibrator(**settings).fit(data)
+    plain = cal.to_item_bank("psn_plain", interval_check=False)
+    checked = cal.to_item_bank("psn_checked")
+    record = json.loads(checked.attrs["interval_calibration"])
+    f = record["item_sd_factors"]
+    assert f["b"] is not None and f["b_applied"] == pytest.approx(max(1.0, f["b"]), abs=1e-4)
+    np.testing.assert_allclose(checked.item_metadata("b_sd"), plain.item_metadata("b_sd") * f["b_applied"], rtol=1e-12)
+    np.testing.assert_array_equal(checked.params.b, plain.params.b)
+
+
+@pytest.mark.parametrize("model", ["2pl", "lart"])
+@pytest.mark.parametrize("theta", [0.4, -4.0, 5.0])
+def test_expected_selection_with_pruning_bounds_equals_a_full_scan(model, theta):
+    """Far from the items the one-evaluation bound skips most of them: the result must still be
+    the exact top 5 of a full scan (2PL: expected information; LaRT: theta-targeted variance)."""
+    from catengine.estimation import TraitEstimate
+    from catengine.selection import PosteriorExpectedInformation, SelectionState, ThetaTargetedInformation
+    from catengine.session.session import item_table
+
+    rng = np.random.default_rng(8)
+    J = 2000
+    kw = dict(a=rng.uniform(0.3, 2.0, J), b=rng.normal(0, 1.5, J))
+    a_sd, b_sd, corr = rng.uniform(0, 0.5, J), rng.uniform(0.05, 0.6, J), rng.uniform(-0.7, 0.7, J)
+    extra = {}
+    if model == "lart":
+        kw.update(omega=rng.normal(6, 0.3, J), phi=rng.uniform(1, 2, J), lam=rng.uniform(0.8, 1.4, J))
+        extra = dict(rho=-0.5, cot_offset=1.0)
+    bank = ItemBank.from_params(model, [f"i{k}" for k in range(J)], bank_id="prune", a_sd=a_sd, b_sd=b_sd,
+                                ab_cov=corr * a_sd * b_sd, **extra, **kw)
+    table = item_table(bank)
+    state = ResponseState(bank.params, table.covariance)
+    est = TraitEstimate(theta=theta, theta_sd=0.4, n_items=0,
+                        **({"tau": 0.3, "tau_sd": 0.5, "theta_tau_cov": -0.05} if model == "lart" else {}))
+    eligible = np.ones(J, dtype=bool)
+    eligible[::7] = False
+    sel = PosteriorExpectedInformation() if model == "2pl" else ThetaTargetedInformation()
+    idx, val = sel.candidates(bank.params, SelectionState(est, eligible, state, table), np.random.default_rng(0), 5)
+    nodes, weights = np.polynomial.hermite_e.hermegauss(9)
+    weights = weights / weights.sum()
+    code = 0 if model == "2pl" else 2
+    u = np.array([SK.expected_info_ab(code, theta, kw["a"][j], kw["b"][j], a_sd[j] ** 2, b_sd[j] ** 2,
+                                      corr[j] * a_sd[j] * b_sd[j], 0.0, 1.0, nodes, weights) for j in range(J)])
+    if model == "lart":
+        P = est.precision()
+        v = table.cot_info
+        A, D = P[0, 0] + u, P[1, 1] + v
+        u = -D / (A * D - P[0, 1] ** 2)
+    u[~eligible] = -np.inf
+    order = np.lexsort((np.arange(J), -u))[:5]
+    np.testing.assert_array_equal(idx, order)
+    np.testing.assert_allclose(val, u[order], rtol=1e-12)

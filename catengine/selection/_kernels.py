@@ -239,18 +239,41 @@ def expected_info_ab(model, theta, ma, mb, va, vb, cab, c, d, nodes, weights):
 
 
 @njit(cache=True)
+def expected_info_ab_bound(model, theta, ma, mb, va, vb, cab, c, d, x_max):
+    """Upper bound of ``expected_info_ab``'s Gauss-Hermite sum with one evaluation (inf if none).
+
+    The weights of E[a^2 | z] sum to E[a^2] = ma^2 + va exactly, and every node z_q = mz + sz x_q
+    has |z_q| >= |mz| - x_max sz; f is even and decreasing in |z| for the 2PL and the probit, so the
+    sum is at most (ma^2 + va) f(|mz| - x_max sz) once that is > 0. (4PL: no bound, inf.)"""
+    if model == 1 or ma <= 0.0:
+        return math.inf
+    mz = ma * theta + mb
+    s2 = theta * theta * va + 2.0 * theta * cab + vb
+    zmin = abs(mz) - x_max * math.sqrt(max(s2, 0.0))
+    if zmin <= 0.0:
+        return math.inf
+    return (ma * ma + va) * unit_info(model, zmin, c, d) * (1.0 + 1e-12)
+
+
+@njit(cache=True)
 def topk_expected_info_ab(model, theta, a, b, va, vb, cab, c, d, nodes, weights, eligible, order, bound, k,
                           best_idx, best_val):
     """Score_j = E_{(a_j, b_j)} I_j(theta) over each item's Gaussian (a, b) (see ``expected_info_ab``).
 
-    ``order`` / ``bound``: items by decreasing (a^2 + Var a) times the peak of the unit information."""
+    ``order`` / ``bound``: items by decreasing (a^2 + Var a) times the peak of the unit information;
+    an item whose ``expected_info_ab_bound`` falls below the k-th best is skipped unevaluated."""
     n = order.shape[0]
     cnt = 0
+    x_max = 0.0
+    for q in range(nodes.shape[0]):
+        x_max = max(x_max, abs(nodes[q]))
     for r in range(n):
         j = order[r]
         if cnt == k and bound[j] < best_val[k - 1]:
             break
         if not eligible[j]:
+            continue
+        if cnt == k and expected_info_ab_bound(model, theta, a[j], b[j], va[j], vb[j], cab[j], c[j], d[j], x_max) < best_val[k - 1]:
             continue
         v = expected_info_ab(model, theta, a[j], b[j], va[j], vb[j], cab[j], c[j], d[j], nodes, weights)
         if cnt < k or _better(v, j, best_val[k - 1], best_idx[k - 1]):
@@ -261,15 +284,23 @@ def topk_expected_info_ab(model, theta, a, b, va, vb, cab, c, d, nodes, weights,
 @njit(cache=True)
 def topk_lart_expected(criterion, theta, a, b, va, vb, cab, v, p11, p12, p22, nodes, weights, eligible, order, bound,
                        v_max, k, best_idx, best_val):
-    """``topk_lart`` with u_j the posterior-expected probit information over (a_j, b_j)."""
+    """``topk_lart`` with u_j the posterior-expected probit information over (a_j, b_j) (items whose
+    bounded u_j cannot win are skipped unevaluated, as in ``topk_expected_info_ab``)."""
     n = order.shape[0]
     cnt = 0
+    x_max = 0.0
+    for q in range(nodes.shape[0]):
+        x_max = max(x_max, abs(nodes[q]))
     for r in range(n):
         j = order[r]
         if cnt == k and _lart_score(criterion, bound[j], v_max, p11, p12, p22) < best_val[k - 1]:
             break
         if not eligible[j]:
             continue
+        if cnt == k:
+            ub = expected_info_ab_bound(2, theta, a[j], b[j], va[j], vb[j], cab[j], 0.0, 1.0, x_max)
+            if ub < math.inf and _lart_score(criterion, ub, v[j], p11, p12, p22) < best_val[k - 1]:
+                continue
         u = expected_info_ab(2, theta, a[j], b[j], va[j], vb[j], cab[j], 0.0, 1.0, nodes, weights)
         s = _lart_score(criterion, u, v[j], p11, p12, p22)
         if cnt < k or _better(s, j, best_val[k - 1], best_idx[k - 1]):
