@@ -112,6 +112,10 @@ def merge_responses(old: ResponseData, new: ResponseData, *, on_conflict: str = 
 # ----------------------------------------------------------------------------- diffs
 
 
+DRIFT_CORRECTIONS = ("holm", "bh")
+DRIFT_ALPHA = 0.05
+
+
 @dataclass(frozen=True)
 class ItemDrift:
     item: str
@@ -120,6 +124,8 @@ class ItemDrift:
     b_old: float
     b_new: float
     sign_flip: bool
+    statistic: float = float("nan")  # Wald chi-square of the change (NaN: threshold rule, no SEs)
+    p_value: float = float("nan")  # unadjusted
 
     @property
     def reason(self) -> str:
@@ -142,6 +148,8 @@ class BankDiff:
     subjects_moved: tuple[tuple[str, float, float], ...]
     drift_threshold: float
     theta_threshold: float
+    drift_test: str = "threshold"  # or e.g. "wald z-test on (a, b), holm, alpha 0.05"
+    n_common: int = 0
 
     def to_dict(self) -> dict:
         return {
@@ -150,9 +158,13 @@ class BankDiff:
             "items_added": list(self.items_added),
             "items_removed": list(self.items_removed),
             "drifted_items": [
-                {"item": d.item, "a_old": d.a_old, "a_new": d.a_new, "b_old": d.b_old, "b_new": d.b_new, "reason": d.reason}
+                {"item": d.item, "a_old": d.a_old, "a_new": d.a_new, "b_old": d.b_old, "b_new": d.b_new, "reason": d.reason,
+                 "statistic": None if np.isnan(d.statistic) else d.statistic,
+                 "p_value": None if np.isnan(d.p_value) else d.p_value}
                 for d in self.drifted_items
             ],
+            "drift_test": self.drift_test,
+            "n_common": self.n_common,
             "subjects_added": list(self.subjects_added),
             "subjects_removed": list(self.subjects_removed),
             "subjects_moved": [{"subject": s, "theta_old": o, "theta_new": n} for s, o, n in self.subjects_moved],
@@ -168,7 +180,9 @@ class BankDiff:
         lines = [f"diff v{self.version_old} -> v{self.version_new}"]
         lines.append(f"  items added:   {len(self.items_added)}" + (f" ({listing(self.items_added)})" if self.items_added else ""))
         lines.append(f"  items removed: {len(self.items_removed)}" + (f" ({listing(self.items_removed)})" if self.items_removed else ""))
-        lines.append(f"  items drifted (|da| or |db| > {self.drift_threshold}): {len(self.drifted_items)}")
+        rule = f"|da| or |db| > {self.drift_threshold}" if self.drift_test == "threshold" else self.drift_test
+        share = f", {len(self.drifted_items) / self.n_common:.1%} of {self.n_common} common" if self.n_common else ""
+        lines.append(f"  items drifted ({rule}): {len(self.drifted_items)}{share}")
         for d in self.drifted_items[:limit]:
             lines.append(f"    {d.item}: a {d.a_old:+.3f} -> {d.a_new:+.3f}, b {d.b_old:+.3f} -> {d.b_new:+.3f}  [{d.reason}]")
         lines.append(f"  subjects added: {len(self.subjects_added)}" + (f" ({listing(self.subjects_added)})" if self.subjects_added else ""))
@@ -179,23 +193,54 @@ class BankDiff:
         return "\n".join(lines)
 
 
-def diff_banks(old, new, *, drift_threshold: float = 0.5, theta_threshold: float = 0.5) -> BankDiff:
-    """Compare two bank versions item by item and subject by subject (no linking is applied here)."""
+def diff_banks(old, new, *, drift_threshold: float = 0.5, theta_threshold: float = 0.5, drift_alpha: float = DRIFT_ALPHA,
+               drift_correction: str = "holm", nested: bool = False) -> BankDiff:
+    """Compare two bank versions item by item and subject by subject (no linking is applied here).
+
+    When both versions store item-parameter uncertainty (schema v2 ``a_sd``/``b_sd``/``ab_cov``),
+    an item has drifted when its change is large relative to both versions' SEs: the Wald
+    statistic d' (C_old + C_new)^-1 d of d = (a_new - a_old, b_new - b_old) (chi-square with 2
+    degrees of freedom; 1 when only b has SEs) has a p-value below ``drift_alpha`` after the
+    ``drift_correction`` over the common items ("holm": family-wise error, the default; "bh":
+    Benjamini-Hochberg false-discovery rate). By default the two versions' errors are treated as
+    independent (C_old + C_new), which over-states the variance of the change when they share
+    data, so the test is conservative. ``nested=True`` (the new version was fitted on the old
+    data plus more, as a merge recalibration is) uses the Hausman variance C_old - C_new instead
+    (falling back to C_old (1 - N_old / N_new) where that difference is not positive definite).
+    Banks without SEs fall back to the rule |da| or |db| > ``drift_threshold``. A sign flip of
+    a is reported as a possible mis-key only when it is itself a flagged change.
+    """
+    if drift_correction not in DRIFT_CORRECTIONS:
+        raise ValueError(f"drift_correction must be one of {', '.join(DRIFT_CORRECTIONS)}, got {drift_correction!r}")
+    if not 0 < drift_alpha < 1:
+        raise ValueError(f"drift_alpha must lie in (0, 1), got {drift_alpha!r}")
     old_ids, new_ids = old.item_ids, new.item_ids
     new_pos = {item: k for k, item in enumerate(new_ids)}
     old_set = set(old_ids)
     common = [item for item in old_ids if item in new_pos]
     drifted = []
+    test = "threshold"
     if common:
         io = np.array([old.index_of(i) for i in common])
         inew = np.array([new_pos[i] for i in common])
         a_o, b_o = old.params.a[io], old.params.b[io]
         a_n, b_n = new.params.a[inew], new.params.b[inew]
         flip = np.sign(a_o) * np.sign(a_n) < 0
-        moved = (np.abs(a_n - a_o) > drift_threshold) | (np.abs(b_n - b_o) > drift_threshold) | flip
-        order = np.argsort(-(np.abs(a_n - a_o) + np.abs(b_n - b_o)))
+        stat, pval, df = _drift_statistics(old, new, io, inew, a_n - a_o, b_n - b_o, nested)
+        if stat is None:
+            moved = (np.abs(a_n - a_o) > drift_threshold) | (np.abs(b_n - b_o) > drift_threshold) | flip
+            stat = pval = np.full(len(common), np.nan)
+            order = np.argsort(-(np.abs(a_n - a_o) + np.abs(b_n - b_o)))
+        else:
+            moved = _reject(pval, drift_alpha, drift_correction)
+            flip = flip & moved
+            order = np.argsort(-stat)
+            what = "(a, b)" if df == 2 else "b"
+            var = "C_old - C_new (nested fits)" if nested else "C_old + C_new"
+            test = f"wald test of the change in {what}, variance {var}, {drift_correction}, alpha {drift_alpha:g}"
         drifted = [
-            ItemDrift(common[k], float(a_o[k]), float(a_n[k]), float(b_o[k]), float(b_n[k]), bool(flip[k]))
+            ItemDrift(common[k], float(a_o[k]), float(a_n[k]), float(b_o[k]), float(b_n[k]), bool(flip[k]),
+                      float(stat[k]), float(pval[k]))
             for k in order
             if moved[k]
         ]
@@ -215,7 +260,64 @@ def diff_banks(old, new, *, drift_threshold: float = 0.5, theta_threshold: float
         subjects_moved=tuple(moved_subjects),
         drift_threshold=float(drift_threshold),
         theta_threshold=float(theta_threshold),
+        drift_test=test,
+        n_common=len(common),
     )
+
+
+def _drift_statistics(old, new, io, inew, da, db, nested=False):
+    """(Wald statistic, p-value, degrees of freedom) per common item, or (None, None, 0) when a
+    version has no item SEs. Uses (a, b) with their covariance when both versions have a_sd and
+    b_sd, else b alone."""
+    from scipy import stats
+
+    uo, un = old.item_uncertainty, new.item_uncertainty
+    if uo is None or un is None or uo.b_sd is None or un.b_sd is None:
+        return None, None, 0
+    if uo.a_sd is not None and un.a_sd is not None:
+        co, cn = uo.ab_covariance()[io], un.ab_covariance()[inew]
+        if nested:
+            c = co - cn
+            share = 1.0 - min(1.0, int(old.attrs.get("n_subjects", 0)) / max(int(new.attrs.get("n_subjects", 0)), 1))
+            bad = (c[:, 0, 0] <= 0) | (c[:, 1, 1] <= 0) | (c[:, 0, 0] * c[:, 1, 1] - c[:, 0, 1] ** 2 <= 0)
+            c[bad] = co[bad] * max(share, 1e-6)
+        else:
+            c = co + cn
+        vaa, vab, vbb = c[:, 0, 0], c[:, 0, 1], c[:, 1, 1]
+        det = vaa * vbb - vab * vab
+        tiny = 1e-12 * (vaa + vbb + 1e-300)
+        ok = det > tiny * tiny
+        with np.errstate(divide="ignore", invalid="ignore"):
+            full = (vbb * da * da - 2 * vab * da * db + vaa * db * db) / det
+            # singular 2 x 2 (e.g. a pinned at 0 in both versions: a_sd = 0): test b alone
+            b_only = db * db / np.maximum(vbb, 1e-300)
+        stat = np.where(ok, full, b_only)
+        return stat, stats.chi2.sf(stat, np.where(ok, 2, 1)), 2
+    vo, vn = uo.b_sd[io] ** 2, un.b_sd[inew] ** 2
+    v = vo + vn
+    if nested:
+        share = 1.0 - min(1.0, int(old.attrs.get("n_subjects", 0)) / max(int(new.attrs.get("n_subjects", 0)), 1))
+        v = np.where(vo - vn > 0, vo - vn, vo * max(share, 1e-6))
+    stat = db * db / np.maximum(v, 1e-300)
+    return stat, stats.chi2.sf(stat, 1), 1
+
+
+def _reject(p, alpha: float, correction: str) -> np.ndarray:
+    """Which hypotheses are rejected at level ``alpha`` by Holm's step-down or Benjamini-Hochberg."""
+    p = np.asarray(p, dtype=np.float64)
+    m = p.size
+    order = np.argsort(p)
+    ranked = p[order]
+    out = np.zeros(m, bool)
+    if correction == "holm":
+        passed = ranked <= alpha / (m - np.arange(m))
+        k = m if passed.all() else int(np.argmin(passed))  # first failure stops the step-down
+        out[order[:k]] = True
+    else:
+        below = np.flatnonzero(ranked <= alpha * (np.arange(1, m + 1) / m))
+        if below.size:
+            out[order[: below[-1] + 1]] = True
+    return out
 
 
 def _subject_thetas(bank) -> dict[str, float]:
@@ -235,6 +337,7 @@ def link_bank(bank, linking: LinkingResult, *, reference_version: int):
     items = tree["items"].to_dataset()
     items["a"] = items["a"].copy(data=np.array(p.a))
     items["b"] = items["b"].copy(data=np.array(p.b))
+    _link_uncertainty(items, linking.A, linking.B)
     tree["items"] = items
     if "subjects" in tree.children:
         subjects = tree["subjects"].to_dataset()
@@ -249,12 +352,34 @@ def link_bank(bank, linking: LinkingResult, *, reference_version: int):
     scale["linking"] = {
         **linking.to_dict(),
         "reference_version": int(reference_version),
-        "applied_to": "items a, b; subjects theta, theta_sd, theta_lower/upper; tau and /posterior are left on the fitted scale",
+        "applied_to": "items a, b, a_sd, b_sd, ab_cov; subjects theta, theta_sd, theta_lower/upper; "
+        "tau and /posterior are left on the fitted scale",
     }
     tree.attrs["scale"] = json.dumps(scale, sort_keys=True)
     from catengine.itembank import ItemBank
 
     return ItemBank(tree, source=bank.source)
+
+
+def _link_uncertainty(items, A: float, B: float) -> None:
+    """a* = a / A, b* = b - a B / A (linear in (a, b)), so Cov* = M Cov M' with M = [[1/A, 0], [-B/A, 1]]
+    (the linking constants are treated as known)."""
+    names = set(items.data_vars)
+    if "b_sd" not in names:
+        return
+    if "a_sd" not in names:
+        return  # b alone (e.g. PSN: a at its MAP): b* = b - a B / A with a fixed keeps b's SD
+    va, vb = items["a_sd"].values ** 2, items["b_sd"].values ** 2
+    c = items["ab_cov"].values if "ab_cov" in names else np.zeros_like(va)
+    r = B / A
+    va2 = va / A**2
+    c2 = c / A - r * va / A
+    vb2 = vb - 2 * r * c + r * r * va
+    items["a_sd"] = items["a_sd"].copy(data=np.sqrt(va2))
+    items["b_sd"] = items["b_sd"].copy(data=np.sqrt(np.maximum(vb2, 0.0)))
+    if "ab_cov" in names:
+        bound = np.sqrt(va2 * np.maximum(vb2, 0.0))
+        items["ab_cov"] = items["ab_cov"].copy(data=np.clip(c2, -bound, bound))
 
 
 # ----------------------------------------------------------------------------- configuration
@@ -282,6 +407,9 @@ class RecalibrationConfig:
     on_conflict: str = "error"
     drift_threshold: float = 0.5
     theta_threshold: float = 0.5
+    drift_alpha: float = DRIFT_ALPHA
+    drift_correction: str = "holm"
+    drift_variance: str = "independent"  # or "nested" (Hausman: C_old - C_new, merge mode only)
     seed: int = 0
 
     def __post_init__(self):
@@ -296,6 +424,12 @@ class RecalibrationConfig:
             raise ValueError(f"mode must be 'merge' or 'replace', got {self.mode!r}")
         if self.linking not in LINKING_METHODS:
             raise ValueError(f"linking must be one of {', '.join(LINKING_METHODS)}, got {self.linking!r}")
+        if self.drift_correction not in DRIFT_CORRECTIONS:
+            raise ValueError(f"drift_correction must be one of {', '.join(DRIFT_CORRECTIONS)}, got {self.drift_correction!r}")
+        if not 0 < self.drift_alpha < 1:
+            raise ValueError(f"drift_alpha must lie in (0, 1), got {self.drift_alpha!r}")
+        if self.drift_variance not in ("independent", "nested"):
+            raise ValueError(f"drift_variance must be 'independent' or 'nested', got {self.drift_variance!r}")
         if self.method is not None and self.method not in METHOD_ALIASES:
             raise ValueError(f"unknown method {self.method!r}; allowed: {', '.join(sorted(METHOD_ALIASES))}")
         if self.on_conflict not in ("error", "new"):
@@ -404,7 +538,9 @@ def recalibrate(config: RecalibrationConfig, *, progress: bool = False) -> Recal
     fitted = calibrator.to_item_bank(old.bank_id)
     linking = link(old, fitted, method=config.linking, min_common=config.min_common)
     linked = link_bank(fitted, linking, reference_version=old.version)
-    diff = diff_banks(old, linked, drift_threshold=config.drift_threshold, theta_threshold=config.theta_threshold)
+    diff = diff_banks(old, linked, drift_threshold=config.drift_threshold, theta_threshold=config.theta_threshold,
+                      drift_alpha=config.drift_alpha, drift_correction=config.drift_correction,
+                      nested=config.drift_variance == "nested" and config.mode == "merge")
     change_log = {
         "reference_version": old.version,
         "mode": config.mode,
@@ -420,7 +556,9 @@ def recalibrate(config: RecalibrationConfig, *, progress: bool = False) -> Recal
     )
     path = write_item_bank(bank, Path(old.source).parent)
     written = open_item_bank(path)
-    diff = diff_banks(old, written, drift_threshold=config.drift_threshold, theta_threshold=config.theta_threshold)
+    diff = diff_banks(old, written, drift_threshold=config.drift_threshold, theta_threshold=config.theta_threshold,
+                      drift_alpha=config.drift_alpha, drift_correction=config.drift_correction,
+                      nested=config.drift_variance == "nested" and config.mode == "merge")
     return RecalibrationResult(
         "written",
         f"wrote {path} (v{written.version}, parent v{written.parent_version}); linked by {linking.method}: "

@@ -64,17 +64,19 @@ def col_pass(c, theta, a, b, rows):
     y = 2 * g - 1
     loss = w * np.logaddexp(0.0, -y * x)
     if theta.ndim == 1:
-        return r.sum(0), theta @ r, w.sum(0), theta @ w, (theta**2) @ w, loss.sum(0)
+        pq = w * special.expit(x) * special.expit(-x)
+        return (r.sum(0), theta @ r, w.sum(0), theta @ w, (theta**2) @ w, loss.sum(0),
+                pq.sum(0), theta @ pq, (theta**2) @ pq)
     gram = np.einsum("ij,iu,iv->juv", w, theta, theta)
     return r.sum(0), r.T @ theta, w.sum(0), w.T @ theta, gram, loss.sum(0)
 
 
-def row_pass_r1(c, theta, a, b, an, ann, ana, anb, rows):
+def row_pass_r1(c, theta, a, b, an, ann, ana, anb, rows, ridge=0.0):
     w = _mask(c, rows)
     g = (c == 1).astype(float)
     r = 4.0 * (g - special.expit(_x(theta, a, b)))
     rsum = (w * r) @ an
-    h = w @ ann
+    h = w @ ann + ridge
     out = theta.copy()
     ok = h > 0
     num = theta * (w @ ana) + w @ anb + rsum

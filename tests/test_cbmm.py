@@ -12,7 +12,7 @@ from scipy import optimize, special, stats
 import naive_cbmm as naive
 from calibration.methods.cbmm import _kernels as K
 from calibration.base import ConvergenceWarning, NotFittedError
-from calibration.methods.cbmm.calibrator import CBMMCalibrator, _Problem, _transposed, joint_nll
+from calibration.methods.cbmm.calibrator import CBMMCalibrator, CBMMPrior, _Problem, _transposed, joint_nll, penalised_nll
 from calibration.data import ResponseData
 from calibration.simulate import draw_abilities, draw_item_params, simulate_responses
 
@@ -62,12 +62,12 @@ def test_rank1_kernels_match_naive(n, j):
     roww = np.zeros(n)
     roww[rows] = 1.0
     cols = np.arange(j, dtype=np.int64)
-    out = [np.full(j, np.nan) for _ in range(6)]
+    out = [np.full(j, np.nan) for _ in range(9)]
     K.col_pass_r1(ct, theta, roww, a, b, cols, *out, True)
     want = naive.col_pass(c, theta, a, b, rows)
     for got, ref in zip(out, want):
         np.testing.assert_allclose(got, ref, rtol=1e-12, atol=1e-11)
-    out2 = [np.full(j, np.nan) for _ in range(6)]
+    out2 = [np.full(j, np.nan) for _ in range(9)]
     some = cols[::2]
     K.col_pass_r1(ct, theta, roww, a, b, some, *out2, False)
     for got, ref in zip(out2[:5], want[:5]):
@@ -79,9 +79,13 @@ def test_rank1_kernels_match_naive(n, j):
     anb = rng.normal(size=j)
     ana = an * a
     theta_out, rsum = theta + 100.0, np.zeros(n)
-    K.row_pass_r1(c, theta, a, b, an, an * an, ana, anb, rows, theta_out, rsum)
+    K.row_pass_r1(c, theta, a, b, an, an * an, ana, anb, 0.0, rows, theta_out, rsum)
     ref_t, ref_r = naive.row_pass_r1(c, theta, a, b, an, an * an, ana, anb, rows)
     np.testing.assert_allclose(theta_out[rows], ref_t[rows], rtol=1e-11, atol=1e-11)
+    ridged = theta.copy()
+    K.row_pass_r1(c, theta, a, b, an, an * an, ana, anb, 2.5, rows, ridged, rsum)
+    ref_ridged, _ = naive.row_pass_r1(c, theta, a, b, an, an * an, ana, anb, rows, ridge=2.5)
+    np.testing.assert_allclose(ridged[rows], ref_ridged[rows], rtol=1e-11, atol=1e-11)
     np.testing.assert_allclose(rsum[rows], ref_r[rows], rtol=1e-11, atol=1e-11)
     others = np.setdiff1d(np.arange(n), rows)
     np.testing.assert_array_equal(theta_out[others], theta[others] + 100.0)  # inactive rows untouched
@@ -233,9 +237,10 @@ def test_loss_trace_never_increases(n, j, missing, rate, init, acceleration):
     assert trace.size >= 3
     assert np.all(np.diff(trace) <= 0), np.diff(trace).max()
     assert fit.loss_ == trace[-1]
-    # the reported loss is the loss of the returned parameters
-    assert joint_nll(data, fit.raw_theta_, fit.raw_a_, fit.raw_b_, subjects=~fit.extreme_subjects_,
-                     items=~fit.perfect_items_) == pytest.approx(fit.loss_, rel=1e-12)
+    # the reported objective is the penalised loss of the returned parameters (its data part nll_)
+    mask = dict(subjects=~fit.extreme_subjects_, items=~fit.perfect_items_)
+    assert penalised_nll(data, fit.raw_theta_, fit.raw_a_, fit.raw_b_, fit.prior_, **mask) == pytest.approx(fit.loss_, rel=1e-12)
+    assert joint_nll(data, fit.raw_theta_, fit.raw_a_, fit.raw_b_, **mask) == pytest.approx(fit.nll_, rel=1e-12)
 
 
 def test_rank2_fit_is_monotone_and_beats_rank1():
@@ -267,19 +272,25 @@ def test_rank2_fit_is_monotone_and_beats_rank1():
 
 
 # ------------------------------------------------------------------------------ optimality
+FIXED_PRIOR = {"a_mean": 0.8, "a_sd": 0.4, "b_mean": 0.1, "b_sd": 1.2}
+
+
 def _kkt(data, fit):
     rows, cols = ~fit.extreme_subjects_, ~fit.perfect_items_
-    _, gt, ga, gb = joint_nll(data, fit.raw_theta_, fit.raw_a_, fit.raw_b_, fit.sigma, subjects=rows,
-                              items=cols, gradient=True)
+    _, gt, ga, gb = penalised_nll(data, fit.raw_theta_, fit.raw_a_, fit.raw_b_, fit.prior_, fit.sigma, subjects=rows,
+                                  items=cols, gradient=True)
     free = cols & (fit.raw_a_ > 0)
     at_bound = cols & (fit.raw_a_ == 0)
     return gt[rows], gb[cols], ga[free], ga[at_bound]
 
 
+@pytest.mark.parametrize("prior", ["none", FIXED_PRIOR, "empirical-bayes"])
 @pytest.mark.parametrize("sigma", [1.0, 0.6])
-def test_kkt_conditions_at_convergence(sigma):
+def test_kkt_conditions_at_convergence(sigma, prior):
+    """The paper's objective (prior none) and the penalised one (fixed or empirical-Bayes prior,
+    the latter at its frozen hyper-parameters) are stationary at the returned point."""
     data, _, _ = _sim(300, 60, seed=7, missing="mcar", rate=0.2, sparsity=0.3)
-    fit = _fit(data, sigma=sigma, tol=1e-13, max_iter=20000)
+    fit = _fit(data, sigma=sigma, tol=1e-13, max_iter=20000, prior=prior)
     assert fit.converged_
     gt, gb, ga_free, ga_bound = _kkt(data, fit)
     # per-parameter gradients are sums of <= 300 terms of size <= 1/sigma; at the optimum they vanish
@@ -291,9 +302,12 @@ def test_kkt_conditions_at_convergence(sigma):
     assert ga_bound.size > 0 and ga_bound.min() > -1e-3
 
 
-def test_same_loss_as_independent_lbfgsb():
+@pytest.mark.parametrize("prior", ["none", FIXED_PRIOR])
+def test_same_loss_as_independent_lbfgsb(prior):
+    """scipy's L-BFGS-B on a dense numpy objective (the paper's, or the full penalised one with
+    the prior written out independently here) reaches the same minimum as the MM sweeps."""
     data, _, _ = _sim(150, 40, seed=21, missing="mcar", rate=0.1)
-    fit = _fit(data, tol=1e-14, max_iter=50000, init="random", rng=1)
+    fit = _fit(data, tol=1e-14, max_iter=50000, init="random", rng=1, prior=prior)
     assert not fit.perfect_items_.any() and not fit.extreme_subjects_.any()
     c = data.correct
     n, j = c.shape
@@ -305,7 +319,12 @@ def test_same_loss_as_independent_lbfgsb():
         x = np.outer(th, a) + b
         loss = (w * np.logaddexp(0.0, -y * x)).sum()
         gx = -y * special.expit(-y * x)
-        return loss, np.concatenate([gx @ a, gx.T @ th, gx.sum(0)])
+        grad = np.concatenate([gx @ a, gx.T @ th, gx.sum(0)])
+        if prior != "none":  # - log N(a; a_mean, a_sd^2) - log N(b; ...) - log N(theta; 0, 1), constants dropped
+            ma, sa, mb, sb = prior["a_mean"], prior["a_sd"], prior["b_mean"], prior["b_sd"]
+            loss += ((a - ma) ** 2).sum() / (2 * sa**2) + ((b - mb) ** 2).sum() / (2 * sb**2) + (th**2).sum() / 2
+            grad += np.concatenate([th, (a - ma) / sa**2, (b - mb) / sb**2])
+        return loss, grad
 
     start = fit.init_params_
     z0 = np.concatenate([start["theta"], start["a"], start["b"]])
@@ -372,13 +391,15 @@ def test_standardised_scale_and_temperature():
 
 def test_random_init_is_reproducible_and_svd_start_is_good():
     data, _, _ = _sim(150, 60, seed=9)
-    r1 = _fit(data, init="random", rng=42)
-    r2 = _fit(data, init="random", rng=np.random.default_rng(42))
+    # the paper's objective: both starts must reach the same optimum (the empirical-Bayes prior is
+    # frozen within 5% of its fixed point, which depends slightly on the path)
+    r1 = _fit(data, init="random", rng=42, prior="none")
+    r2 = _fit(data, init="random", rng=np.random.default_rng(42), prior="none")
     np.testing.assert_array_equal(r1.theta_, r2.theta_)
     start = r1.init_params_
     x = np.outer(start["theta"], start["a"]) + start["b"]
     assert np.abs(x).max() <= 10 + 1e-9  # the paper's start: rescaled so max |X| <= 10
-    s = _fit(data, init="svd")
+    s = _fit(data, init="svd", prior="none")
     assert s.n_iter_ <= r1.n_iter_ + 5
     assert s.loss_ == pytest.approx(r1.loss_, rel=1e-4)
 
@@ -581,8 +602,13 @@ def test_math500_reference_subset_reaches_the_lbfgsb_optimum(math500):
         pytest.skip(f"reference fits not found at {REFERENCE}")
     llms = [line.split(",")[0] for line in ref_rows.read_text().splitlines()[1:]]
     sub = math500.subset(subjects=llms)
-    fit = _fit(sub)  # default settings must meet the issue's 1e-3 gap
-    assert fit.converged_
+    # the reference is the unpenalised optimum: the paper's objective must meet the issue's 1e-3 gap
+    with pytest.warns(ConvergenceWarning, match="item.s. have slopes above 10"):
+        fit = _fit(sub, prior="none")
+    # the sweeps converged, but one slope ran away (separation among 140 LLMs): not claimed as converged
+    assert fit.optimizer_converged_ and not fit.converged_
+    assert fit.diagnostics_.runaway_slope.sum() >= 1
+    assert _fit(sub).converged_  # with the default prior every slope is identified
     # the 11 never-solved items are set aside (their infimum is 0; 8e-7 in the L-BFGS-B reference)
     assert fit.perfect_items_.sum() == 11
     gap = (fit.loss_ - LBFGS_MATH500_LOSS) / LBFGS_MATH500_LOSS

@@ -25,7 +25,9 @@ def add_recalibrate_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--replace", action="store_true", default=None, help="fit the new data alone instead of merging it with the stored responses")
     parser.add_argument("--linking", choices=LINKING_METHODS, help="scale linking (default stocking-lord)")
     parser.add_argument("--on-conflict", choices=("error", "new"), help="a cell answered differently in stored and new data: fail (default) or take the new value")
-    parser.add_argument("--drift-threshold", type=float, help="flag items whose a or b moved by more than this (default 0.5)")
+    parser.add_argument("--drift-threshold", type=float, help="banks without item SEs: flag items whose a or b moved by more than this (default 0.5)")
+    parser.add_argument("--drift-alpha", type=float, help="banks with item SEs: level of the drift test (default 0.05)")
+    parser.add_argument("--drift-correction", choices=("holm", "bh"), help="multiple-testing correction of the drift test (default holm)")
     parser.add_argument("--seed", type=int, help="random seed of the refit (default 0)")
     parser.add_argument("--progress", action="store_true", help="show a progress bar")
 
@@ -43,6 +45,8 @@ def run_recalibrate(args) -> int:
         "linking": args.linking,
         "on_conflict": args.on_conflict,
         "drift_threshold": args.drift_threshold,
+        "drift_alpha": args.drift_alpha,
+        "drift_correction": args.drift_correction,
         "seed": args.seed,
     }
     try:
@@ -68,7 +72,9 @@ def add_diff_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("bank", help="bank directory")
     parser.add_argument("v1", type=int, help="older version")
     parser.add_argument("v2", type=int, help="newer version")
-    parser.add_argument("--drift-threshold", type=float, default=0.5)
+    parser.add_argument("--drift-threshold", type=float, default=0.5, help="banks without item SEs: flag |da| or |db| above this")
+    parser.add_argument("--drift-alpha", type=float, default=0.05, help="banks with item SEs: level of the drift test")
+    parser.add_argument("--drift-correction", choices=("holm", "bh"), default="holm")
     parser.add_argument("--theta-threshold", type=float, default=0.5)
 
 
@@ -81,7 +87,8 @@ def run_diff(args) -> int:
     except (ValueError, OSError) as exc:
         print(f"calibration diff: error: {exc}", file=sys.stderr)
         return 2
-    print(diff_banks(old, new, drift_threshold=args.drift_threshold, theta_threshold=args.theta_threshold).format())
+    print(diff_banks(old, new, drift_threshold=args.drift_threshold, theta_threshold=args.theta_threshold,
+                     drift_alpha=args.drift_alpha, drift_correction=args.drift_correction).format())
     return 0
 
 

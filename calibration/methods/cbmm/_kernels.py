@@ -171,12 +171,14 @@ def count_pass(c, ct, row_on, col_on, row_n, row_k, col_n, col_k):
 
 # ---------------------------------------------------------------------------------- rank 1
 @njit(parallel=True, **_OPTS)
-def col_pass_r1(ct, theta, roww, a, b, cols, s0, s1, cnt, st, st2, lossj, want_loss):
+def col_pass_r1(ct, theta, roww, a, b, cols, s0, s1, cnt, st, st2, lossj, h0, h1, h2, want_loss):
     """Column sums of one MM sweep at (theta, a, b), rank 1, temperature 1, for j in ``cols``.
 
     Over the observed cells of subjects with weight ``roww`` = 1: s0_j = sum r_ij,
     s1_j = sum theta_i r_ij, cnt_j = count, st_j = sum theta_i, st2_j = sum theta_i^2 and (if
-    ``want_loss``) lossj_j = sum log(1 + exp(-y_ij x_ij)), with r_ij = 4 (gamma_ij - sigmoid(x_ij)).
+    ``want_loss``) lossj_j = sum log(1 + exp(-y_ij x_ij)), with r_ij = 4 (gamma_ij - sigmoid(x_ij)),
+    and the item's 2 x 2 information in (a, b) at theta fixed, h0_j = sum p q, h1_j = sum p q theta_i,
+    h2_j = sum p q theta_i^2 (q = 1 - p; the information costs three sums in the loss pass only).
     Columns not in ``cols`` are left untouched.
     """
     n = ct.shape[1]
@@ -190,6 +192,9 @@ def col_pass_r1(ct, theta, roww, a, b, cols, s0, s1, cnt, st, st2, lossj, want_l
         z3 = 0.0
         z4 = 0.0
         z5 = 0.0
+        z6 = 0.0
+        z7 = 0.0
+        z8 = 0.0
         if want_loss:
             for i in range(n):
                 v = ct[j, i]
@@ -207,6 +212,10 @@ def col_pass_r1(ct, theta, roww, a, b, cols, s0, s1, cnt, st, st2, lossj, want_l
                 z3 += w * t
                 z4 += w * t * t
                 z5 += w * (max(x, 0.0) - g * x + _log1p01(e))
+                pq = w * p * (1.0 - p)
+                z6 += pq
+                z7 += pq * t
+                z8 += pq * t * t
         else:
             for i in range(n):
                 v = ct[j, i]
@@ -229,16 +238,21 @@ def col_pass_r1(ct, theta, roww, a, b, cols, s0, s1, cnt, st, st2, lossj, want_l
         st[j] = z3
         st2[j] = z4
         lossj[j] = z5
+        if want_loss:
+            h0[j] = z6
+            h1[j] = z7
+            h2[j] = z8
 
 
 @njit(parallel=True, **_OPTS)
-def row_pass_r1(c, theta, a, b, an, ann, ana, anb, rows, theta_out, rsum):
+def row_pass_r1(c, theta, a, b, an, ann, ana, anb, ridge, rows, theta_out, rsum):
     """The theta block of one MM sweep, rank 1, temperature 1.
 
     The working response is taken at the old point (theta, a, b); ``an`` = a' (new a, zero on
     inactive columns), ``ann`` = a'^2, ``ana`` = a' a, ``anb`` = a' (b - b'). For each active row:
-    theta'_i = (theta_i sum a'a + sum a'(b - b') + sum a' r) / sum a'^2 over observed columns
-    (theta_i is kept when the denominator is 0). Inactive rows are left untouched in theta_out.
+    theta'_i = (theta_i sum a'a + sum a'(b - b') + sum a' r) / (sum a'^2 + ridge) over observed
+    columns (theta_i is kept when the denominator is 0); ``ridge`` = 4 x the precision of a
+    N(0, 1 / precision) prior on theta (0 without one: the paper's step). Inactive rows are left untouched in theta_out.
     rsum_i receives sum_j a'_j r_ij (minus 4 times the theta-gradient when a' = a, b' = b).
     """
     m = c.shape[1]
@@ -262,6 +276,7 @@ def row_pass_r1(c, theta, a, b, an, ann, ana, anb, rows, theta_out, rsum):
             k += w * ana[j]
             g0 += w * anb[j]
         rsum[i] = 4.0 * sr
+        h += ridge
         if h > 0.0:
             theta_out[i] = (t * k + g0 + 4.0 * sr) / h
         else:

@@ -37,16 +37,92 @@ the bank's 2PL form. ``scale_`` records m, s and sigma.
 
 from __future__ import annotations
 
+import json
 import math
 import numbers
+import warnings
 
 import numpy as np
 
-from calibration.methods.cbmm import _kernels as _k
-from calibration.base import BaseCalibrator
-from calibration.data import ResponseData
+from dataclasses import dataclass
 
-__all__ = ["CBMMCalibrator", "joint_nll"]
+from calibration.methods.cbmm import _kernels as _k
+from calibration.base import BaseCalibrator, ConvergenceWarning
+from calibration.data import ResponseData
+from calibration.diagnostics import DEFAULT_MAX_SLOPE, item_diagnostics
+
+__all__ = ["CBMMCalibrator", "CBMMPrior", "joint_nll", "penalised_nll"]
+
+_PRIORS = ("empirical-bayes", "none")
+_L = 0.25  # curvature bound of the logistic loss at temperature 1 (the majoriser's L)
+# Hyper-parameters are frozen once an update moves them by less than _EB_TOL (means in prior SDs,
+# variances in log ratio): a prior mean moved by 0.05 prior SDs moves no item estimate by more than that.
+_EB_TOL = 0.05
+_EB_SCALE_TOL = 0.05  # the EB update re-standardises theta only when its SD or mean drifted by more
+_EB_MAX_UPDATES = 25  # at most this many empirical-Bayes updates (then the prior is frozen)
+_EB_INNER_ITER = 500  # EM iterations of one update (O(J) each, no data pass)
+_EB_MIN_VAR = 1e-4  # floor on the prior variances (keeps a 1PL-like bank from collapsing the prior)
+
+
+@dataclass
+class CBMMPrior:
+    """Gaussian prior of the temperature-1 fit variables (MATH.md 6.1):
+    a_j ~ N(a_mean, 1 / a_precision) (then projected on a >= 0), b_j ~ N(b_mean, 1 / b_precision),
+    theta_i ~ N(0, 1 / theta_precision). ``a`` and ``b`` here are a / sigma and b / sigma."""
+
+    a_mean: float
+    a_precision: float
+    b_mean: float
+    b_precision: float
+    theta_precision: float = 1.0
+
+    def penalty(self, theta, a, b, cols=None, rows=None) -> float:
+        """Negative log prior (up to a constant) over the active items ``cols`` and subjects ``rows``."""
+        aa = a if cols is None else a[cols]
+        bb = b if cols is None else b[cols]
+        tt = theta if rows is None else theta[rows]
+        return 0.5 * (self.a_precision * float(np.sum((aa - self.a_mean) ** 2))
+                      + self.b_precision * float(np.sum((bb - self.b_mean) ** 2))
+                      + self.theta_precision * float(np.sum(tt * tt)))
+
+    def as_dict(self) -> dict:
+        return {"a_mean": float(self.a_mean), "a_sd": float(self.a_precision) ** -0.5,
+                "b_mean": float(self.b_mean), "b_sd": float(self.b_precision) ** -0.5,
+                "theta_sd": float(self.theta_precision) ** -0.5}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "CBMMPrior":
+        allowed = {"a_mean", "a_sd", "b_mean", "b_sd", "theta_sd"}
+        unknown = set(d) - allowed
+        missing = {"a_mean", "a_sd", "b_mean", "b_sd"} - set(d)
+        if unknown or missing:
+            raise ValueError(f"a fixed cBMM prior needs keys a_mean, a_sd, b_mean, b_sd (optional theta_sd); "
+                             f"unknown {sorted(unknown)}, missing {sorted(missing)}")
+        vals = {k: float(v) for k, v in d.items()}
+        for k in ("a_sd", "b_sd", "theta_sd"):
+            if k in vals and not (math.isfinite(vals[k]) and vals[k] > 0):
+                raise ValueError(f"prior {k} must be finite and > 0, got {d[k]!r}")
+        for k in ("a_mean", "b_mean"):
+            if not math.isfinite(vals[k]):
+                raise ValueError(f"prior {k} must be finite, got {d[k]!r}")
+        return cls(vals["a_mean"], vals["a_sd"] ** -2, vals["b_mean"], vals["b_sd"] ** -2, vals.get("theta_sd", 1.0) ** -2)
+
+
+def item_covariance(h0, h1, h2, a_precision=0.0, b_precision=0.0):
+    """Per-item 2 x 2 covariance of (a, b) at theta fixed: the inverse of the observed information
+    [[sum pq theta^2 + a_precision, sum pq theta], [sum pq theta, sum pq + b_precision]].
+    Returns (var_a, cov_ab, var_b); a singular information (e.g. no prior and p q ~ 0) gets a
+    tiny ridge (1e-10) so that the variances are large but finite."""
+    i_aa = h2 + a_precision
+    i_ab = h1
+    i_bb = h0 + b_precision
+    det = i_aa * i_bb - i_ab * i_ab
+    bad = ~(det > 1e-300)
+    if bad.any():
+        i_aa = np.where(bad, i_aa + 1e-10, i_aa)
+        i_bb = np.where(bad, i_bb + 1e-10, i_bb)
+        det = i_aa * i_bb - i_ab * i_ab
+    return i_bb / det, -i_ab / det, i_aa / det
 
 _INITS = ("svd", "random")
 _ACCELERATIONS = ("squarem", "none")
@@ -84,8 +160,10 @@ class _Problem:
         self.col_mask = self.col_on.astype(bool)
         j = self.j
         self.s0, self.cnt, self.lossj = np.zeros(j), np.zeros(j), np.zeros(j)
+        self.prior: CBMMPrior | None = None  # rank 1 only
         if rank == 1:
             self.s1, self.st, self.st2 = np.zeros(j), np.zeros(j), np.zeros(j)
+            self.h0, self.h1, self.h2 = np.zeros(j), np.zeros(j), np.zeros(j)
             self.rsum = np.zeros(self.n)
         else:
             self.s1, self.st = np.zeros((j, rank)), np.zeros((j, rank))
@@ -96,20 +174,47 @@ class _Problem:
     def col_pass(self, theta, a, b, want_loss=True) -> float:
         if self.rank == 1:
             _k.col_pass_r1(self.ct, theta, self.roww, a, b, self.cols, self.s0, self.s1, self.cnt,
-                           self.st, self.st2, self.lossj, want_loss)
+                           self.st, self.st2, self.lossj, self.h0, self.h1, self.h2, want_loss)
         else:
             _k.col_pass_rk(self.ct, theta, self.roww, a, b, self.cols, self.s0, self.s1, self.cnt,
                            self.st, self.gram, self.lossj, want_loss)
         return float(self.lossj[self.cols].sum()) if want_loss else math.nan
 
     def loss(self, theta, a, b) -> float:
-        return self.col_pass(theta, a, b, True)
+        """The objective: data loss plus the prior's penalty when the problem has a prior."""
+        loss = self.col_pass(theta, a, b, True)
+        return loss + self.penalty(theta, a, b)
 
-    def sweep(self, theta, a, b, want_loss=True):
-        """One MM sweep from (theta, a, b): returns (loss at the input or NaN, new theta, new a, new b)."""
+    def penalty(self, theta, a, b) -> float:
+        return 0.0 if self.prior is None else self.prior.penalty(theta, a, b, self.cols, self.rows)
+
+    def sweep(self, theta, a, b, want_loss=True, on_loss=None):
+        """One MM sweep from (theta, a, b): returns (objective at the input or NaN, new theta, new a, new b).
+
+        With a prior each block is the ridge step of MATH.md 6.1 (the projection on a >= 0 of the
+        minimiser of the majoriser plus the quadratic prior), so the penalised loss never increases.
+        ``on_loss(objective)`` (optional) is called after the first pass, before the blocks; it may
+        change ``self.prior`` (the empirical-Bayes update), which the blocks then use.
+        """
         loss = self.col_pass(theta, a, b, want_loss)
+        if want_loss:
+            loss += self.penalty(theta, a, b)
+        if on_loss is not None:
+            on_loss(loss, theta, a, b)
         on = self.col_mask
-        if self.rank == 1:
+        if self.rank == 1 and self.prior is not None:
+            pr = self.prior
+            a_new = a.copy()
+            a_new[on] = np.maximum(0.0, (_L * (a[on] * self.st2[on] + self.s1[on]) + pr.a_precision * pr.a_mean)
+                                   / (_L * self.st2[on] + pr.a_precision))
+            b_new = b.copy()
+            b_new[on] = ((_L * (self.cnt[on] * b[on] + self.s0[on] + (a[on] - a_new[on]) * self.st[on]) + pr.b_precision * pr.b_mean)
+                         / (_L * self.cnt[on] + pr.b_precision))
+            an = np.where(on, a_new, 0.0)
+            theta_new = theta.copy()
+            _k.row_pass_r1(self.c, theta, a, b, an, an * an, an * a, an * (b - b_new),
+                           pr.theta_precision / _L, self.rows, theta_new, self.rsum)
+        elif self.rank == 1:
             a_new = a.copy()
             ok = on & (self.st2 > 0)
             a_new[ok] = np.maximum(0.0, a[ok] + self.s1[ok] / self.st2[ok])
@@ -119,7 +224,7 @@ class _Problem:
             an = np.where(on, a_new, 0.0)
             theta_new = theta.copy()
             _k.row_pass_r1(self.c, theta, a, b, an, an * an, an * a, an * (b - b_new),
-                           self.rows, theta_new, self.rsum)
+                           0.0, self.rows, theta_new, self.rsum)
         else:
             q = np.einsum("juv,jv->ju", self.gram, a) + self.s1
             a_new = a.copy()
@@ -134,7 +239,7 @@ class _Problem:
         return loss, theta_new, a_new, b_new
 
     def loss_grad(self, theta, a, b):
-        """Loss and gradient (temperature 1) over the active cells; gradients are 0 elsewhere."""
+        """Data loss and gradient (temperature 1) over the active cells (no prior); gradients are 0 elsewhere."""
         loss = self.col_pass(theta, a, b, True)
         on = self.col_mask
         ga = np.zeros_like(a)
@@ -144,7 +249,7 @@ class _Problem:
             ga[on] = -self.s1[on] / 4.0
             an = np.where(on, a, 0.0)
             scratch = theta.copy()
-            _k.row_pass_r1(self.c, theta, a, b, an, an * an, an * an, np.zeros_like(an), self.rows,
+            _k.row_pass_r1(self.c, theta, a, b, an, an * an, an * an, np.zeros_like(an), 0.0, self.rows,
                            scratch, self.rsum)
         else:
             ga[on] = -self.s1[on] / 4.0
@@ -224,6 +329,31 @@ def joint_nll(correct, theta, a, b, sigma: float = 1.0, *, subjects=None, items=
     return loss, gt, ga / sigma, gb / sigma
 
 
+def penalised_nll(correct, theta, a, b, prior: CBMMPrior | None, sigma: float = 1.0, *, subjects=None, items=None,
+                  gradient: bool = False):
+    """The penalised cBMM objective (MATH.md 6.1): ``joint_nll`` plus the negative log prior
+    a_prec/2 sum (a/sigma - a_mean)^2 + b_prec/2 sum (b/sigma - b_mean)^2 + theta_prec/2 sum theta^2
+    over the ``items`` / ``subjects`` masks (rank 1). ``prior`` None gives ``joint_nll``.
+    With ``gradient=True`` returns (objective, d_theta, d_a, d_b)."""
+    out = joint_nll(correct, theta, a, b, sigma, subjects=subjects, items=items, gradient=gradient)
+    if prior is None:
+        return out
+    theta, a, b = (np.asarray(v, dtype=np.float64) for v in (theta, a, b))
+    if theta.ndim != 1:
+        raise ValueError("the cBMM prior is defined for rank-1 fits only")
+    sigma = float(sigma)
+    rows = np.ones(theta.shape[0], bool) if subjects is None else np.asarray(subjects, bool)
+    cols = np.ones(a.shape[0], bool) if items is None else np.asarray(items, bool)
+    pen = prior.penalty(theta, a / sigma, b / sigma, cols, rows)
+    if not gradient:
+        return out + pen
+    loss, gt, ga, gb = out
+    gt = gt + np.where(rows, prior.theta_precision * theta, 0.0)
+    ga = ga + np.where(cols, prior.a_precision * (a / sigma - prior.a_mean) / sigma, 0.0)
+    gb = gb + np.where(cols, prior.b_precision * (b / sigma - prior.b_mean) / sigma, 0.0)
+    return loss + pen, gt, ga, gb
+
+
 class CBMMCalibrator(BaseCalibrator):
     """2PL calibration by constrained block majorization-minimization (cBMM), SQUAREM-accelerated.
 
@@ -253,6 +383,18 @@ class CBMMCalibrator(BaseCalibrator):
         ``ConvergenceWarning``.
     acceleration : {"squarem", "none"}, default "squarem"
         "none" runs the plain MM iteration of the paper.
+    prior : "empirical-bayes" (default), "none" or a dict
+        Gaussian priors on the item parameters and theta (MATH.md 6.1, ``docs/calibration_priors.md``):
+        a_j ~ N(mu_a, s_a^2) (a >= 0 kept by projection), b_j ~ N(mu_b, s_b^2), theta_i ~ N(0, 1),
+        on the temperature-1 variables (a / sigma, b / sigma). Each MM block is then a ridge step
+        and the penalised loss still never increases. "empirical-bayes" sets (mu_a, s_a, mu_b, s_b)
+        from the data by EM-style updates alternating with the sweeps (frozen once they move by less
+        than 1e-3, after which the trace is monotone); a dict {"a_mean", "a_sd", "b_mean", "b_sd"
+        (, "theta_sd")} fixes them; "none" is the paper's unpenalised joint ML (slopes can run away
+        when few subjects separate an item). Rank > 1 fits are unpenalised.
+    max_slope : float, default 10
+        A fitted item whose bank-scale slope exceeds this is flagged as not identified
+        (``diagnostics_.runaway_slope``) and ``converged_`` is then False.
     rng : Generator, int or None
         Randomness of ``init="random"`` (``init="svd"`` is deterministic).
     progress : bool, default True
@@ -266,7 +408,17 @@ class CBMMCalibrator(BaseCalibrator):
     scale_ : dict with theta_mean m, theta_sd s and sigma (theta_ = (raw_theta - m) / s ...).
     loss_ : final loss over the fitted cells; loss_trace_ : loss at every accepted point
         (non-increasing); n_iter_ : MM sweeps run; n_rejected_ : rejected SQUAREM extrapolations;
-        converged_ : bool.
+        converged_ : bool: the sweeps stopped by the tolerance, the empirical-Bayes prior settled and
+        no fitted item has a runaway slope (see ``diagnostics_``).
+    optimizer_converged_ : bool: the sweeps met the tolerance (and the prior settled), whatever the items.
+    nll_ : the data part of ``loss_`` (``loss_`` and ``loss_trace_`` are the penalised objective).
+    prior_ : the prior used (:class:`CBMMPrior`, temperature-1 variables) or None;
+        n_prior_updates_ : empirical-Bayes updates made.
+    a_sd_, b_sd_, ab_cov_ (J,) : item-parameter SEs and covariance on the bank scale, from the
+        inverse observed information (2 x 2 per item, theta at its estimate, prior precision
+        included; MATH.md 6.2). Perfect items: a_sd = 0 (a pinned at 0), b_sd from the counts.
+    diagnostics_ : :class:`calibration.diagnostics.ItemDiagnostics` (perfect, runaway slopes,
+        prior-dominated, non-discriminating items).
     perfect_items_ (J,) bool : all observed answers identical -> excluded, a = 0, b from counts.
     extreme_subjects_ (N,) bool : all answers identical -> excluded, theta from a half-answer rule.
     non_discriminating_ (J,) bool : fitted items with a = 0 (all r loadings zero).
@@ -284,9 +436,13 @@ class CBMMCalibrator(BaseCalibrator):
         tol: float = 1e-6,
         max_iter: int = 1000,
         acceleration: str = "squarem",
+        prior="empirical-bayes",
+        max_slope: float = DEFAULT_MAX_SLOPE,
         rng=None,
         progress: bool = True,
     ):
+        self.prior = prior
+        self.max_slope = max_slope
         self.sigma = sigma
         self.rank = rank
         self.init = init
@@ -314,6 +470,13 @@ class CBMMCalibrator(BaseCalibrator):
             raise ValueError(f"max_iter must be an integer >= 1, got {mi!r}")
         if self.acceleration not in _ACCELERATIONS:
             raise ValueError(f"acceleration must be one of {', '.join(map(repr, _ACCELERATIONS))}, got {self.acceleration!r}")
+        if isinstance(self.prior, dict):
+            CBMMPrior.from_dict(self.prior)  # validates
+        elif self.prior not in _PRIORS:
+            raise ValueError(f"prior must be one of {', '.join(map(repr, _PRIORS))} or a dict of fixed hyper-parameters, got {self.prior!r}")
+        ms = self.max_slope
+        if isinstance(ms, bool) or not isinstance(ms, numbers.Real) or not (ms > 0):
+            raise ValueError(f"max_slope must be a number > 0, got {ms!r}")
         if not isinstance(self.rng, (type(None), numbers.Integral, np.random.Generator)) or isinstance(self.rng, bool):
             raise TypeError(f"rng must be a numpy Generator, an int seed or None, got {type(self.rng).__name__}")
         return float(sigma), int(rank), float(tol), int(mi)
@@ -358,10 +521,19 @@ class CBMMCalibrator(BaseCalibrator):
         rng = np.random.default_rng(self.rng)  # a Generator is returned as is
         theta, a, b = self._initial(prob, sigma, rank, rng, counts)
         self.init_params_ = {"theta": theta.copy(), "a": a * sigma, "b": b * sigma}
+        prob.prior = self._initial_prior(prob, a, b) if rank == 1 else None
+        self.n_prior_updates_ = 0
 
         theta, a, b, trace, n_sweeps, n_rejected, converged = self._iterate(prob, theta, a, b, tol, max_iter)
         if not converged:
             self._warn_not_converged(max_iter, f"last relative loss change above tol={tol:g}")
+        self.prior_ = prob.prior
+        nll = prob.col_pass(theta, a, b, True) if rank == 1 else prob.loss(theta, a, b)  # info at the returned point
+        if rank == 1:
+            pa = 0.0 if prob.prior is None else prob.prior.a_precision
+            pb = 0.0 if prob.prior is None else prob.prior.b_precision
+            var_a, cov_ab, var_b = item_covariance(prob.h0, prob.h1, prob.h2, pa, pb)
+            a_data_precision = prob.h2.copy()
 
         # pinned values of items left out of the fit (a = 0, b from the raw counts)
         off = ~col_on
@@ -389,6 +561,22 @@ class CBMMCalibrator(BaseCalibrator):
         }
         self.loss_trace_ = np.asarray(trace, dtype=np.float64)
         self.loss_ = float(trace[-1])
+        self.nll_ = float(nll)
+        self.optimizer_converged_ = bool(converged)
+        if rank == 1:
+            self._item_uncertainty(var_a, cov_ab, var_b, s, m, col_on, col_n_raw, col_k_raw)
+            self.diagnostics_ = item_diagnostics(
+                data.item_ids, self.a_, perfect=~col_on, max_slope=float(self.max_slope),
+                a_prior_precision=None if prob.prior is None else prob.prior.a_precision,
+                a_data_precision=a_data_precision,
+            )
+            if converged and not self.diagnostics_.fit_identified:
+                warnings.warn(f"{type(self).__name__}: {self.diagnostics_.message()}; converged_ is False",
+                              ConvergenceWarning, stacklevel=3)
+                converged = False
+        else:
+            self.a_sd_ = self.b_sd_ = self.ab_cov_ = None
+            self.diagnostics_ = None
         self.n_iter_ = int(n_sweeps)
         self.n_rejected_ = int(n_rejected)
         self.converged_ = bool(converged)
@@ -409,6 +597,30 @@ class CBMMCalibrator(BaseCalibrator):
         self._fitted = True
 
     # ------------------------------------------------------------------ pieces
+    def _initial_prior(self, prob: _Problem, a, b) -> CBMMPrior | None:
+        """The fixed prior, or the empirical-Bayes starting prior (moments of the start, widened by 1)."""
+        if isinstance(self.prior, dict):
+            return CBMMPrior.from_dict(self.prior)
+        if self.prior == "none":
+            return None
+        aa, bb = a[prob.cols], b[prob.cols]
+        return CBMMPrior(float(aa.mean()), 1.0 / (float(aa.var()) + 1.0), float(bb.mean()), 1.0 / (float(bb.var()) + 1.0), 1.0)
+
+    def _item_uncertainty(self, var_a, cov_ab, var_b, s, m, col_on, col_n, col_k):
+        """Bank-scale (a_sd_, b_sd_, ab_cov_) from the temperature-1 covariance: a = a1 s,
+        b = b1 + a1 m, so Cov = M C M' with M = [[s, 0], [m, 1]] (theta's scale held fixed)."""
+        s, m = float(s), float(m)
+        va = s * s * var_a
+        cab = s * (m * var_a + cov_ab)
+        vb = m * m * var_a + 2 * m * cov_ab + var_b
+        off = ~col_on
+        k, n = col_k[off].astype(float), col_n[off].astype(float)
+        va[off], cab[off] = 0.0, 0.0
+        vb[off] = 1.0 / (k + 0.5) + 1.0 / (n - k + 0.5)  # delta-method SD of the pinned logit
+        sd_a, sd_b = np.sqrt(np.maximum(va, 0.0)), np.sqrt(np.maximum(vb, 0.0))
+        self.a_sd_, self.b_sd_ = sd_a, sd_b
+        self.ab_cov_ = np.clip(cab, -sd_a * sd_b, sd_a * sd_b)
+
     def _initial(self, prob: _Problem, sigma, rank, rng, counts):
         """Starting point at temperature 1 (theta, a / sigma, b / sigma)."""
         n, j = prob.n, prob.j
@@ -488,14 +700,46 @@ class CBMMCalibrator(BaseCalibrator):
         accelerate = self.acceleration == "squarem"
         bar = tqdm(total=max_iter, desc="cBMM", unit="sweep", disable=not self.progress, delay=0.5, leave=False)
         trace: list[float] = []
-        state = {"sweeps": 0, "rejected": 0}
+        state = {"sweeps": 0, "rejected": 0, "status": None}
         a_on = prob.col_mask if prob.rank == 1 else prob.col_mask[:, None]
+
+        eb = {"on": prob.prior is not None and self.prior == "empirical-bayes", "frozen": False, "updates": 0}
+
+        def on_loss(loss, th, a_, b_):
+            """Record the objective at the sweep's input w; at an accepted w, the empirical-Bayes
+            update. A new prior that keeps w in place is used by this very sweep's blocks (no extra
+            pass); one that re-standardises w asks the loop to restart from the moved point."""
+            status = record(loss)
+            state["restart"] = None
+            if status != "worse" and eb["on"] and not eb["frozen"]:
+                data_loss = loss - prob.penalty(th, a_, b_)
+                change, w_std, new_prior = self._eb_update(prob, (th, a_, b_))
+                eb["updates"] += 1
+                if change < _EB_TOL or eb["updates"] >= _EB_MAX_UPDATES:
+                    eb["frozen"] = True
+                else:
+                    prob.prior = new_prior
+                    trace.clear()  # a new objective: its trace starts again
+                    if w_std[0] is th:
+                        trace.append(data_loss + prob.penalty(th, a_, b_))
+                        status = "ok"
+                    else:
+                        state["restart"] = w_std
+                        status = "ok"
+            state["status"] = status
+
+        def eb_step(w, status):
+            """(status, w, restart): when the EB update moved the point, the loop restarts from it."""
+            if state.get("restart") is None:
+                return status, w, False
+            w_std, state["restart"] = state["restart"], None
+            return status, w_std, True
 
         def sweep(w, want_loss=True):
             state["sweeps"] += 1
             bar.update(1)
-            loss, t2, a2, b2 = prob.sweep(*w, want_loss)
-            return loss, (t2, a2, b2)
+            _, t2, a2, b2 = prob.sweep(*w, want_loss, on_loss if want_loss else None)
+            return (state["status"] if want_loss else None), (t2, a2, b2)
 
         def record(loss):
             """Record the loss of a candidate point: 'worse' (not recorded), 'stop' or 'ok'."""
@@ -512,15 +756,21 @@ class CBMMCalibrator(BaseCalibrator):
         best = w0
         converged = False
         try:
-            loss0, w1 = sweep(w0)
-            record(loss0)
+            status, w1 = sweep(w0)
+            status, w0, restart = eb_step(w0, status)
+            if restart:
+                best = w0
+                status, w1 = sweep(w0)
             step_max = 1.0
             while state["sweeps"] < max_iter:
                 if not accelerate:
-                    loss1, w2 = sweep(w1)
-                    status = record(loss1)
+                    status, w2 = sweep(w1)
                     if status != "worse":
                         best = w1
+                        status, w1r, restart = eb_step(w1, status)
+                        if restart:
+                            best = w1 = w1r
+                            continue
                     if status != "ok":
                         converged = True
                         break
@@ -540,22 +790,25 @@ class CBMMCalibrator(BaseCalibrator):
                 else:
                     wn = tuple(x0 - 2 * alpha * ri + alpha * alpha * vi for x0, ri, vi in zip(w0, r, v))
                     wn[1][...] = np.where(a_on, np.maximum(wn[1], 0.0), w0[1])
-                lossn, w3 = sweep(wn)
-                status = record(lossn)
+                status, w3 = sweep(wn)
                 if status == "worse" and wn is not w2:
                     state["rejected"] += 1
                     step_max = max(1.0, step_max / 4.0)
                     if state["sweeps"] >= max_iter:
                         break
                     wn = w2
-                    lossn, w3 = sweep(wn)
-                    status = record(lossn)
+                    status, w3 = sweep(wn)
                 elif status != "worse" and alpha == -step_max:
                     step_max *= 4.0
                 if status == "worse":  # the MM point w2 is not below w0: rounding at the floor
                     converged = True
                     break
                 best = wn
+                status, wr, restart = eb_step(wn, status)
+                if restart:
+                    best = wn = wr
+                    status, w3 = sweep(wn)
+                    step_max = 1.0
                 if status == "stop":
                     converged = True
                     break
@@ -563,7 +816,79 @@ class CBMMCalibrator(BaseCalibrator):
         finally:
             bar.close()
         theta, a, b = (np.array(x, copy=True) for x in best)
+        self.n_prior_updates_ = eb["updates"]
+        if eb["on"] and not eb["frozen"]:
+            converged = False  # the hyper-parameters never settled
         return theta, a, b, trace, state["sweeps"], state["rejected"], converged
+
+    @staticmethod
+    def _eb_update(prob: _Problem, w):
+        """Empirical-Bayes update of the Gaussian prior of (a, b) at the accepted point ``w``.
+
+        1. Re-standardise: theta' = (theta - m) / s over the fitted subjects, a' = a s,
+           b' = b + a m (the data loss is unchanged). This pins the scale: with the slopes' prior
+           SD estimated jointly, the penalised objective would otherwise trade a smaller spread of
+           a against a larger theta scale without bound (its profile has a -J log(scale) term).
+        2. Per item, the data information H_j = sum_i p q [theta', 1][theta', 1]^T and gradient
+           (the pass that accepted ``w`` left their sums in prob) give the quadratic model of the
+           item's log-likelihood at x_j: H_j x_j^ML = H_j x_j - grad_j, so no unstable ML estimate
+           is ever formed (weak items get little weight through H_j).
+        3. The Gaussian hierarchical model x_j ~ N(mu, diag(s_a^2, s_b^2)) is solved by EM to its
+           fixed point on these quadratic likelihoods (O(J) per iteration, no data pass):
+           V_j = (H_j + S^-1)^-1, m_j = V_j (H_j x_j^ML + S^-1 mu), mu = mean m_j,
+           s^2 = mean((m_j - mu)^2 + diag V_j) (MATH.md 6.1's update, iterated).
+        Returns (change, standardised w, new prior); change is the largest move of a hyper-parameter
+        (means in prior SDs, variances in log ratio) on the standardised scale.
+        """
+        theta, a, b = w
+        pr = prob.prior
+        rows, cols = prob.rows, prob.cols
+        m = float(theta[rows].mean())
+        sd = float(theta[rows].std())
+        sd = sd if sd > 0 else 1.0
+        if abs(math.log(sd)) <= _EB_SCALE_TOL and abs(m) <= _EB_SCALE_TOL:
+            m, sd = 0.0, 1.0  # the theta prior's own slight shrinkage is not a drift: leave it
+        h0, h1, h2 = prob.h0[cols], (prob.h1[cols] - m * prob.h0[cols]) / sd, None
+        h2 = (prob.h2[cols] - 2 * m * prob.h1[cols] + m * m * prob.h0[cols]) / (sd * sd)
+        x_a, x_b = a[cols] * sd, b[cols] + a[cols] * m
+        # minus the data-loss gradient (the pass left -4x it in s1, s0), on the new coordinates
+        r_a = (prob.s1[cols] - m * prob.s0[cols]) / (4.0 * sd)
+        r_b = prob.s0[cols] / 4.0
+        # H_j x_j^ML of the quadratic model at x_j: one Newton step, H x - grad
+        g_a = h2 * x_a + h1 * x_b + r_a
+        g_b = h1 * x_a + h0 * x_b + r_b
+        mi = np.array([[1.0 / sd, 0.0], [-m / sd, 1.0]])
+        p_old = mi.T @ np.diag([pr.a_precision, pr.b_precision]) @ mi
+        mu_old = np.array([pr.a_mean * sd, pr.b_mean + pr.a_mean * m])
+        mu_a, mu_b = float(x_a.mean()), float(x_b.mean())
+        var_a = max(1.0 / p_old[0, 0], _EB_MIN_VAR)
+        var_b = max(1.0 / p_old[1, 1], _EB_MIN_VAR)
+        for _ in range(_EB_INNER_ITER):
+            ia, ib = h2 + 1.0 / var_a, h0 + 1.0 / var_b
+            det = ia * ib - h1 * h1
+            va, vb, vab = ib / det, ia / det, -h1 / det
+            ra, rb = g_a + mu_a / var_a, g_b + mu_b / var_b
+            ma, mb = va * ra + vab * rb, vab * ra + vb * rb
+            new_mu_a, new_mu_b = float(ma.mean()), float(mb.mean())
+            new_var_a = max(float(np.mean((ma - new_mu_a) ** 2 + va)), _EB_MIN_VAR)
+            new_var_b = max(float(np.mean((mb - new_mu_b) ** 2 + vb)), _EB_MIN_VAR)
+            step = max(abs(new_var_a / var_a - 1), abs(new_var_b / var_b - 1), abs(new_mu_a - mu_a), abs(new_mu_b - mu_b))
+            mu_a, mu_b, var_a, var_b = new_mu_a, new_mu_b, new_var_a, new_var_b
+            if step < 1e-9:
+                break
+        change = max(abs(mu_a - mu_old[0]) * math.sqrt(p_old[0, 0]), abs(mu_b - mu_old[1]) * math.sqrt(p_old[1, 1]),
+                     abs(math.log(var_a * p_old[0, 0])), abs(math.log(var_b * p_old[1, 1])))
+        if sd != 1.0 or m != 0.0:
+            change = max(change, 2 * _EB_TOL)  # re-standardised: the point moved, so restart
+        prior = CBMMPrior(mu_a, 1.0 / var_a, mu_b, 1.0 / var_b, pr.theta_precision)
+        if sd == 1.0 and m == 0.0:
+            return change, w, prior
+        t_new = theta.copy()
+        t_new[rows] = (theta[rows] - m) / sd
+        a_new = a.copy()
+        b_new = b.copy()
+        a_new[cols], b_new[cols] = x_a, x_b
+        return change, (t_new, a_new, b_new), prior
 
     def _extreme_abilities(self, prob: _Problem, c, theta, a, b, ext):
         """theta of subjects left out of the fit: on the fitted items with a > 0 that the subject
@@ -631,6 +956,11 @@ class CBMMCalibrator(BaseCalibrator):
                 "the fit (repeatedly); such items (flag 'perfect') get a = 0, b = log((k + 1/2) / (n - k + 1/2)) "
                 "from k correct of n observed; such subjects (flag 'extreme') get the theta whose expected "
                 "score on the fitted items with a > 0 they answered is half an answer from perfect (or from zero)",
+                "prior_used": None if self.prior_ is None else self.prior_.as_dict(),
+                "prior_scale": "temperature-1 fit variables a / sigma, b / sigma, theta (before standardisation)",
+                "n_prior_updates": int(self.n_prior_updates_),
+                "uncertainty": "a_sd, b_sd, ab_cov: inverse observed information per item (2 x 2, theta at its "
+                "estimate, prior precision included), mapped to the bank scale",
             }
         )
         scale = {
@@ -644,6 +974,8 @@ class CBMMCalibrator(BaseCalibrator):
             "non_discriminating": self.non_discriminating_.astype(np.int8),
             "p_correct": np.asarray(self.p_correct_, dtype=np.float64),
             "n_observed": np.asarray(self.n_observed_, dtype=np.int64),
+            "runaway_slope": self.diagnostics_.runaway_slope.astype(np.int8),
+            "prior_dominated": self.diagnostics_.prior_dominated.astype(np.int8),
         }
         subjects = None
         if include_subjects:
@@ -667,6 +999,8 @@ class CBMMCalibrator(BaseCalibrator):
                 "final_loss": float(self.loss_),
                 "n_rejected_extrapolations": int(self.n_rejected_),
                 "n_cells": int(self.n_cells_),
+                "optimizer_converged": int(self.optimizer_converged_),
+                "diagnostics": json.dumps(self.diagnostics_.summary()),
             },
         )
         bank = ItemBank.from_params(
@@ -684,6 +1018,10 @@ class CBMMCalibrator(BaseCalibrator):
             calibration=calibration,
             a=np.asarray(self.a_, dtype=np.float64),
             b=np.asarray(self.b_, dtype=np.float64),
+            a_sd=self.a_sd_,
+            b_sd=self.b_sd_,
+            ab_cov=self.ab_cov_,
+            uncertainty_method="observed information (2 x 2 per item, theta at its estimate, prior included)",
         )
         from calibration.interval_calibration import with_interval_check
 
