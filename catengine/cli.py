@@ -301,7 +301,8 @@ def _cmd_evaluate(args) -> int:
     summary = {"subject": args.subject, "n_items": est.n_items, "theta": est.theta, "theta_sd": est.theta_sd,
                "theta_95": [lo, hi], "tau": est.tau, "tau_sd": est.tau_sd, "stop_reason": session.stop_reason,
                "skipped_unanswered": skipped, "full_n_items": len(known), "full_theta": full.estimate.theta,
-               "full_theta_sd": full.estimate.theta_sd}
+               "full_theta_sd": full.estimate.theta_sd, "interval_calibration": est.interval_calibration,
+               "person_fit": session.person_fit().to_dict()}
     if args.json:
         print(json.dumps({"summary": summary}))
     else:
@@ -309,6 +310,9 @@ def _cmd_evaluate(args) -> int:
               f"from {est.n_items} items; stopped: {session.stop_reason}")
         if est.tau is not None:
             print(f"          tau   = {est.tau:+.3f} +/- {est.tau_sd:.3f}")
+        if est.interval_calibration:
+            print(f"          interval: {est.interval_calibration}")
+        print(f"          person fit: {session.person_fit().message}")
         print(f"all {len(known)} answers: theta = {full.estimate.theta:+.3f} +/- {full.estimate.theta_sd:.3f}")
         if skipped:
             print(f"({skipped} proposed item(s) had no answer in the file and were skipped)")

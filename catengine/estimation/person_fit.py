@@ -46,7 +46,7 @@ class PersonFit:
         return f"fits the bank: lz = {self.lz:.2f}"
 
     def to_dict(self) -> dict:
-        return {"lz": self.lz, "n_items": self.n_items, "flagged": self.flagged, "message": self.message}
+        return {"lz": self.lz if math.isfinite(self.lz) else None, "n_items": self.n_items, "flagged": self.flagged, "message": self.message}
 
 
 def person_fit(params: ItemParams, state: ResponseState, theta: float) -> PersonFit:
