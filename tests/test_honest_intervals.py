@@ -306,7 +306,7 @@ def test_psn_bank_b_sd_is_widened_by_the_cross_fitted_refit_spread():
     np.testing.assert_array_equal(checked.params.b, plain.params.b)
 
 
-@pytest.mark.parametrize("model", ["2pl", "lart"])
+@pytest.mark.parametrize("model", ["2pl", "4pl", "lart"])
 @pytest.mark.parametrize("theta", [0.4, -4.0, 5.0])
 def test_expected_selection_with_pruning_bounds_equals_a_full_scan(model, theta):
     """Far from the items the one-evaluation bound skips most of them: the result must still be
@@ -320,6 +320,8 @@ def test_expected_selection_with_pruning_bounds_equals_a_full_scan(model, theta)
     kw = dict(a=rng.uniform(0.3, 2.0, J), b=rng.normal(0, 1.5, J))
     a_sd, b_sd, corr = rng.uniform(0, 0.5, J), rng.uniform(0.05, 0.6, J), rng.uniform(-0.7, 0.7, J)
     extra = {}
+    if model == "4pl":
+        kw.update(c=rng.uniform(0, 0.25, J), d=rng.uniform(0.8, 1.0, J))
     if model == "lart":
         kw.update(omega=rng.normal(6, 0.3, J), phi=rng.uniform(1, 2, J), lam=rng.uniform(0.8, 1.4, J))
         extra = dict(rho=-0.5, cot_offset=1.0)
@@ -331,13 +333,14 @@ def test_expected_selection_with_pruning_bounds_equals_a_full_scan(model, theta)
                         **({"tau": 0.3, "tau_sd": 0.5, "theta_tau_cov": -0.05} if model == "lart" else {}))
     eligible = np.ones(J, dtype=bool)
     eligible[::7] = False
-    sel = PosteriorExpectedInformation() if model == "2pl" else ThetaTargetedInformation()
+    sel = ThetaTargetedInformation() if model == "lart" else PosteriorExpectedInformation()
     idx, val = sel.candidates(bank.params, SelectionState(est, eligible, state, table), np.random.default_rng(0), 5)
     nodes, weights = np.polynomial.hermite_e.hermegauss(9)
     weights = weights / weights.sum()
-    code = 0 if model == "2pl" else 2
+    code = {"2pl": 0, "4pl": 1, "lart": 2}[model]
+    c, d = (kw["c"], kw["d"]) if model == "4pl" else (np.zeros(J), np.ones(J))
     u = np.array([SK.expected_info_ab(code, theta, kw["a"][j], kw["b"][j], a_sd[j] ** 2, b_sd[j] ** 2,
-                                      corr[j] * a_sd[j] * b_sd[j], 0.0, 1.0, nodes, weights) for j in range(J)])
+                                      corr[j] * a_sd[j] * b_sd[j], c[j], d[j], nodes, weights) for j in range(J)])
     if model == "lart":
         P = est.precision()
         v = table.cot_info

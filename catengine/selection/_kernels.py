@@ -244,14 +244,17 @@ def expected_info_ab_bound(model, theta, ma, mb, va, vb, cab, c, d, x_max):
 
     The weights of E[a^2 | z] sum to E[a^2] = ma^2 + va exactly, and every node z_q = mz + sz x_q
     has |z_q| >= |mz| - x_max sz; f is even and decreasing in |z| for the 2PL and the probit, so the
-    sum is at most (ma^2 + va) f(|mz| - x_max sz) once that is > 0. (4PL: no bound, inf.)"""
-    if model == 1 or ma <= 0.0:
+    sum is at most (ma^2 + va) f(|mz| - x_max sz) once that is > 0. The 4PL's f = s (1 - s) w1 w0
+    with 0 <= w1, w0 <= 1 is below the 2PL's s (1 - s), which bounds it the same way."""
+    if ma <= 0.0:
         return math.inf
     mz = ma * theta + mb
     s2 = theta * theta * va + 2.0 * theta * cab + vb
     zmin = abs(mz) - x_max * math.sqrt(max(s2, 0.0))
     if zmin <= 0.0:
         return math.inf
+    if model == 1:
+        return (ma * ma + va) * unit_info(0, zmin, 0.0, 1.0) * (1.0 + 1e-12)
     return (ma * ma + va) * unit_info(model, zmin, c, d) * (1.0 + 1e-12)
 
 
@@ -298,6 +301,8 @@ def topk_lart_expected(criterion, theta, a, b, va, vb, cab, v, p11, p12, p22, no
         if not eligible[j]:
             continue
         if cnt == k:
+            if _lart_score(criterion, bound[j], v[j], p11, p12, p22) < best_val[k - 1]:
+                continue  # even the item's peak information would not win, with its own CoT information
             ub = expected_info_ab_bound(2, theta, a[j], b[j], va[j], vb[j], cab[j], 0.0, 1.0, x_max)
             if ub < math.inf and _lart_score(criterion, ub, v[j], p11, p12, p22) < best_val[k - 1]:
                 continue
