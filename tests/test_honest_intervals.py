@@ -350,3 +350,14 @@ def test_expected_selection_with_pruning_bounds_equals_a_full_scan(model, theta)
     order = np.lexsort((np.arange(J), -u))[:5]
     np.testing.assert_array_equal(idx, order)
     np.testing.assert_allclose(val, u[order], rtol=1e-12)
+
+
+def test_4pl_peak_bound_is_above_the_information_everywhere():
+    rng = np.random.default_rng(9)
+    c, d = rng.uniform(0, 0.4, 50), rng.uniform(0.6, 1.0, 50)
+    peak = SK.peak_unit_info_4pl(c, d)
+    z = np.linspace(-20, 20, 40001)
+    for j in range(50):
+        fine = max(SK.unit_info(1, float(v), c[j], d[j]) for v in z[::10]) if j % 10 else \
+            max(SK.unit_info(1, float(v), c[j], d[j]) for v in z)
+        assert fine <= peak[j] <= fine * 1.011 + 1e-12

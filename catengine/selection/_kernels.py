@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 from numba import njit
 
 from catengine.models._kernels import _log_p_4pl, log_phi_cdf, log_sigmoid, probit_info_h
@@ -311,3 +312,20 @@ def topk_lart_expected(criterion, theta, a, b, va, vb, cab, v, p11, p12, p22, no
         if cnt < k or _better(s, j, best_val[k - 1], best_idx[k - 1]):
             cnt = _insert(s, j, k, cnt, best_val, best_idx)
     return cnt
+
+
+@njit(cache=True)
+def peak_unit_info_4pl(c, d):
+    """Per item, an upper bound of max_z of the 4PL's unit information s (1 - s) w1 w0: its maximum on
+    a 0.05-step grid over |z| <= 15 plus 1% (the grid misses the peak by at most ~2e-4 relative;
+    beyond |z| = 15 the value is below 3e-7)."""
+    n = c.shape[0]
+    out = np.empty(n)
+    for j in range(n):
+        m = 0.0
+        for k in range(601):
+            v = _info_z(-15.0 + 0.05 * k, 1.0, c[j], d[j])
+            if v > m:
+                m = v
+        out[j] = m * 1.01 + 1e-12
+    return out

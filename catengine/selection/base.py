@@ -66,6 +66,10 @@ class ItemTable:
         self.info_order.flags.writeable = False
         # the same for the posterior-expected information over (a, b): E[a^2] = a^2 + Var(a)
         if covariance is not None:
+            if params.response_model == "4pl":  # the asymptotes lower each item's peak below 1/4
+                from catengine.selection._kernels import peak_unit_info_4pl
+
+                peak = peak_unit_info_4pl(np.ascontiguousarray(self.c), np.ascontiguousarray(self.d))
             ebound = np.where(a > 0, (a * a + covariance.a_var) * peak, 0.0) * (1.0 + 1e-12)
             ebound.flags.writeable = False
             self.expected_info_bound = ebound
