@@ -104,6 +104,33 @@ def test_uncertainty_aware_sd_lart_tau_follows_theta_and_eap_widens():
 
 
 # ----------------------------------------------------------------------------- 6.4: selection
+def _gh_expected(model, theta, ma, mb, va, vb, cab, c, d):
+    """The kernels' rule choice, spelled out: 9 Gauss-Hermite nodes, 5 where sd(z) < NARROW_SZ."""
+    s2 = theta * theta * va + 2 * theta * cab + vb
+    n = SK.NARROW_NODES if s2 < SK.NARROW_SZ**2 else 9
+    x, w = np.polynomial.hermite_e.hermegauss(n)
+    return SK.expected_info_ab(model, theta, ma, mb, va, vb, cab, c, d, x, w / w.sum())
+
+
+def test_short_rule_is_accurate_where_it_is_used():
+    """5 nodes vs 9 nodes where sd(z) < NARROW_SZ: within 4e-5 of the item's peak information."""
+    rng = np.random.default_rng(0)
+    x9, w9 = np.polynomial.hermite_e.hermegauss(9)
+    x5, w5 = np.polynomial.hermite_e.hermegauss(SK.NARROW_NODES)
+    worst = 0.0
+    for _ in range(3000):
+        model = int(rng.integers(3))
+        theta, ma, mb = rng.uniform(-4, 4), rng.uniform(0.3, 2.5), rng.uniform(-5, 5)
+        sa, sb, r = rng.uniform(0, 0.4), rng.uniform(0, 0.6), rng.uniform(-0.9, 0.9)
+        va, vb, cab = sa * sa, sb * sb, r * sa * sb
+        if theta * theta * va + 2 * theta * cab + vb >= SK.NARROW_SZ**2:
+            continue
+        c, d = (0.1, 0.9) if model == 1 else (0.0, 1.0)
+        full = SK.expected_info_ab(model, theta, ma, mb, va, vb, cab, c, d, x9, w9 / w9.sum())
+        short = SK.expected_info_ab(model, theta, ma, mb, va, vb, cab, c, d, x5, w5 / w5.sum())
+        worst = max(worst, abs(full - short) / ((ma * ma + va) * 2 / np.pi))
+    assert worst < 4e-5
+
 @pytest.mark.parametrize("model", [0, 1, 2])
 def test_expected_information_over_a_and_b_matches_2d_quadrature(model):
     nodes, weights = np.polynomial.hermite_e.hermegauss(9)
@@ -135,13 +162,11 @@ def test_posterior_expected_selection_is_the_brute_force_argmax_and_default():
                                 ab_cov=corr * a_sd * b_sd)
     s = CATSession(bank, rng=1)
     assert s.selector.name == "pei"
-    nodes, weights = np.polynomial.hermite_e.hermegauss(9)
-    weights = weights / weights.sum()
     for _ in range(8):
         item = s.next_item()
         theta = s.estimate.theta
-        scores = np.array([SK.expected_info_ab(0, theta, a[j], b[j], a_sd[j] ** 2, b_sd[j] ** 2, corr[j] * a_sd[j] * b_sd[j],
-                                                0.0, 1.0, nodes, weights) for j in range(J)])
+        scores = np.array([_gh_expected(0, theta, a[j], b[j], a_sd[j] ** 2, b_sd[j] ** 2, corr[j] * a_sd[j] * b_sd[j],
+                                        0.0, 1.0) for j in range(J)])
         scores[[bank.index_of(i) for i in s.administered]] = -1
         assert bank.index_of(item) == int(np.argmax(scores))
         s.record(item, int(rng.random() < 0.5))
@@ -335,12 +360,10 @@ def test_expected_selection_with_pruning_bounds_equals_a_full_scan(model, theta)
     eligible[::7] = False
     sel = ThetaTargetedInformation() if model == "lart" else PosteriorExpectedInformation()
     idx, val = sel.candidates(bank.params, SelectionState(est, eligible, state, table), np.random.default_rng(0), 5)
-    nodes, weights = np.polynomial.hermite_e.hermegauss(9)
-    weights = weights / weights.sum()
     code = {"2pl": 0, "4pl": 1, "lart": 2}[model]
     c, d = (kw["c"], kw["d"]) if model == "4pl" else (np.zeros(J), np.ones(J))
-    u = np.array([SK.expected_info_ab(code, theta, kw["a"][j], kw["b"][j], a_sd[j] ** 2, b_sd[j] ** 2,
-                                      corr[j] * a_sd[j] * b_sd[j], c[j], d[j], nodes, weights) for j in range(J)])
+    u = np.array([_gh_expected(code, theta, kw["a"][j], kw["b"][j], a_sd[j] ** 2, b_sd[j] ** 2,
+                               corr[j] * a_sd[j] * b_sd[j], c[j], d[j]) for j in range(J)])
     if model == "lart":
         P = est.precision()
         v = table.cot_info

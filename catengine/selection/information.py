@@ -55,7 +55,7 @@ class PosteriorExpectedInformation(ItemSelector):
 
     Ibar_j(theta) = E_{(a_j, b_j)} I_j(theta) at the current theta estimate. With z = a theta + b
     Gaussian and E[a^2 | z] linear-quadratic in z, this is one ``n_nodes``-point Gauss-Hermite sum
-    over z per item (``selection._kernels.expected_info_ab``), for 2PL, 4PL (c, d fixed) and the
+    over z per item (``selection._kernels.expected_info_ab``; 5 nodes where sd(z) < 0.5), for 2PL, 4PL (c, d fixed) and the
     probit part of LaRT banks alike, fused with the eligibility mask and top-k pruning. Needs a bank
     with item-parameter uncertainty: ``b_sd`` (PSN-IRT + Laplace: slopes at their MAP) or per-item
     (a, b) covariances / draws; items whose covariance is 0 reduce to point information. The default
@@ -83,8 +83,9 @@ class PosteriorExpectedInformation(ItemSelector):
         if cv is None:
             self.check_bank(t)
         x, w = gauss_hermite_normal(self.n_nodes)
+        xs, ws = gauss_hermite_normal(min(self.n_nodes, K.NARROW_NODES))
         return run_topk(K.topk_expected_info_ab, k, t.model, float(state.estimate.theta), params.a, params.b,
-                        cv.a_var, cv.b_var, cv.ab_cov, t.c, t.d, x, w, state.eligible, t.expected_info_order,
+                        cv.a_var, cv.b_var, cv.ab_cov, t.c, t.d, x, w, xs, ws, state.eligible, t.expected_info_order,
                         t.expected_info_bound)
 
 

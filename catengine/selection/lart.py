@@ -37,9 +37,10 @@ class _LaRTPrecisionSelector(ItemSelector):
         cv = t.covariance
         if self.item_uncertainty and cv is not None:
             x, w = gauss_hermite_normal(DEFAULT_NODES)
+            xs, ws = gauss_hermite_normal(K.NARROW_NODES)
             return run_topk(K.topk_lart_expected, k, _CRITERIA[self.criterion], float(state.estimate.theta), params.a,
                             params.b, cv.a_var, cv.b_var, cv.ab_cov, t.cot_info, float(P[0, 0]), float(P[0, 1]),
-                            float(P[1, 1]), x, w, state.eligible, t.expected_info_order, t.expected_info_bound,
+                            float(P[1, 1]), x, w, xs, ws, state.eligible, t.expected_info_order, t.expected_info_bound,
                             t.cot_info_max)
         return run_topk(K.topk_lart, k, _CRITERIA[self.criterion], float(state.estimate.theta), params.a, params.b,
                         t.cot_info, float(P[0, 0]), float(P[0, 1]), float(P[1, 1]), state.eligible,
