@@ -6,6 +6,7 @@ check runs on the training folds only; no ``sd_scale``). Sections::
 
     python benchmarks/honest_intervals.py run NAME SEED [--out DIR]   one audit (resumable store)
     python benchmarks/honest_intervals.py table [--out DIR]           the table of all runs in DIR
+    python benchmarks/honest_intervals.py markdown [--out DIR]        the same as a markdown table
 
 NAME: math500-saem, math500-cbmm, amc23-saem, chembench-cbmm, chembench-psn, psn-irt-cbmm,
 psn-irt-psn (leave one LLM out), sim2pl-cbmm (simulated 2PL: 125 LLMs x 500 items, 5 folds, so
@@ -70,6 +71,25 @@ def run(name: str, seed: int, out: Path, workers: int) -> None:
     print(json.dumps(record))
 
 
+def markdown(out: Path) -> None:
+    """The README's table: one row per (run, selector, scoring), means over the seeds found."""
+    runs: dict = {}
+    for path in sorted(out.glob("*_s*.json")):
+        r = json.loads(path.read_text())
+        runs.setdefault(r["name"], []).append(r)
+    print("| data, bank (LLMs; folds; seeds) | selection | scoring | coverage after L items (L) | RMS ratio | tau | mean abs diff |")
+    print("|---|---|---|---|---|---|---|")
+    for name, rs in runs.items():
+        r0 = rs[0]
+        mean = {k: np.nanmean([r["metrics"][k] for r in rs], axis=0) for k in r0["metrics"]}
+        Ls = "/".join(str(L) for L in r0["test_length"])
+        for si, sel in enumerate(r0["selector"]):
+            for ci, sc in enumerate(r0["scoring"]):
+                f = lambda k, p=2: " / ".join(f"{v:.{p}f}" for v in mean[k][si][ci])  # noqa: E731
+                print(f"| {name} ({r0['n_llms']}; {r0['folds']}; {len(rs)}) | {sel} | {sc} | {f('coverage')} ({Ls}) | "
+                      f"{f('sd_ratio')} | {f('kendall_tau', 3)} | {f('mean_abs_diff', 3)} |")
+
+
 def table(out: Path) -> None:
     runs: dict = {}
     for path in sorted(out.glob("*_s*.json")):
@@ -92,7 +112,7 @@ def table(out: Path) -> None:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("what", choices=("run", "table"))
+    p.add_argument("what", choices=("run", "table", "markdown"))
     p.add_argument("name", nargs="?")
     p.add_argument("seed", nargs="?", type=int, default=1)
     p.add_argument("--out", type=Path, default=Path("/tmp/honest_intervals"))
@@ -101,6 +121,8 @@ def main(argv=None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     if args.what == "run":
         run(args.name, args.seed, args.out, args.workers)
+    elif args.what == "markdown":
+        markdown(args.out)
     else:
         table(args.out)
     return 0
