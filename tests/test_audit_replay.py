@@ -104,8 +104,9 @@ def test_resume_missing_answers_and_report(tmp_path):
 
 def test_sd_scale_rescales_the_promise_exactly():
     # the modes (and, for mfi / random, the items) do not depend on sd_scale: only the SDs move
+    # (bank="fit": no stored interval calibration, which an explicit sd_scale would replace)
     data = _simulated(6, n_llms=24, n_items=60)
-    kw = dict(method="cbmm", folds=3, test_lengths=(6, 12), rng=2, progress=False, n_workers=1)
+    kw = dict(method="cbmm", folds=3, test_lengths=(6, 12), rng=2, progress=False, n_workers=1, bank="fit")
     plain = replay_audit(data, **kw)
     wide = replay_audit(data, sd_scale=2.0, **kw)
     np.testing.assert_allclose(wide["sd_ratio"].values, plain["sd_ratio"].values / 2.0, rtol=1e-9)
