@@ -279,3 +279,48 @@ def test_recalibration_flags_contaminated_items_but_not_stable_ones(tmp_path):
     leaked_ids = {old.item_ids[k] for k in leaked}
     assert len(flagged & leaked_ids) >= 7
     assert len(flagged - leaked_ids) <= 3  # <= 1% of the 290 stable items
+
+
+# ----------------------------------------------------------------------------- LaRT SAEM
+def test_saem_accuracy_m_step_with_prior_matches_scipy():
+    """The penalised accuracy M-step (cached Newton) equals scipy's maximiser of the averaged probit
+    objective plus the Gaussian log prior, written out independently here."""
+    from calibration.methods.lart import _kernels as K
+
+    rng = np.random.default_rng(7)
+    N, J, M = 25, 4, 3
+    R = rng.integers(-1, 2, (N, J)).astype(np.int8)
+    hist = rng.normal(size=(M, N))
+    prior = np.array([0.9, 1 / 0.3**2, -0.2, 1 / 0.8**2])
+    a, b = np.full(J, 0.5), np.zeros(J)
+    cache, npass = np.zeros((J, 6)), np.zeros(J, dtype=np.int64)
+    for m in range(1, M + 1):  # the SA schedule alpha = 1/m over a growing history, as in a fit
+        K.item_newton_cached(R, hist, m, 1.0 / m, a, b, prior, cache, 1e-10, 100, npass)
+    assert (npass >= 0).all()
+    for j in range(J):
+        seen = R[:, j] >= 0
+        s = np.where(R[seen, j] == 1, 1.0, -1.0)
+
+        def negf(z):
+            ll = np.mean([special.log_ndtr(s * (z[0] * h[seen] + z[1])).sum() for h in hist])
+            return -(ll - 0.5 * prior[1] * (z[0] - prior[0]) ** 2 - 0.5 * prior[3] * (z[1] - prior[2]) ** 2)
+
+        ref = optimize.minimize(negf, [0.0, 0.0], method="Nelder-Mead", options={"xatol": 1e-10, "fatol": 1e-12, "maxiter": 5000}).x
+        np.testing.assert_allclose([a[j], b[j]], ref, atol=1e-5)
+
+
+def test_saem_bank_carries_uncertainty_and_small_n_slopes_stay_plausible():
+    from calibration.methods.lart.calibrator import LaRTSAEMCalibrator
+    from calibration.simulate import simulate_dataset
+
+    data, truth = simulate_dataset("lart", 20, 300, rng=3, rho=-0.6)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        eb = LaRTSAEMCalibrator(rng=0, max_iter=120).fit(data)
+        ml = LaRTSAEMCalibrator(rng=0, max_iter=120, prior="none").fit(data)
+    assert 1.702 * eb.a_.max() <= 10 and eb.diagnostics_.runaway_slope.sum() == 0
+    assert np.sqrt(np.mean((eb.a_ - truth.params.a) ** 2)) < np.sqrt(np.mean((ml.a_ - truth.params.a) ** 2))
+    unc = eb.to_item_bank("lart").item_uncertainty
+    assert unc.a_sd is not None and unc.omega_sd is not None and (unc.a_sd > 0).all()
+    # the CoT block's SDs are the least-squares ones: lam / sqrt(sum (tau - mean tau)^2) for phi
+    assert np.median(unc.phi_sd) == pytest.approx(np.median(eb.lam_) / np.sqrt(20), rel=0.5)

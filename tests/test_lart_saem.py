@@ -72,7 +72,7 @@ def test_item_newton_is_exact_for_the_averaged_objective():
     ridge = 1.0 / 25.0
     for m in range(1, M + 1):
         hist[m - 1] = draws[m - 1]
-        K.item_newton_cached(R, hist, m, 1.0 / m, a, b, ridge, cache, 1e-9, 100, n_passes)
+        K.item_newton_cached(R, hist, m, 1.0 / m, a, b, np.array([0.0, 0.0, 0.0, ridge]), cache, 1e-9, 100, n_passes)
         assert np.all(n_passes >= 0)
         for j in range(J):
             ref = NL.item_argmax(j, R, [hist[k] for k in range(m)], (a[j], b[j]), ridge)
@@ -102,7 +102,7 @@ def test_px_reexpression_of_the_cache_is_exact():
     b = np.zeros(J)
     cache = np.zeros((J, 6))
     npass = np.zeros(J, dtype=np.int64)
-    K.item_newton_cached(R, hist, 1, 1.0, a, b, 0.0, cache, 1e-10, 100, npass)
+    K.item_newton_cached(R, hist, 1, 1.0, a, b, np.zeros(4), cache, 1e-10, 100, npass)
     m, s = 0.3, 1.4
     # re-express as the fit does, then add the second draw
     g_a = (cache[:, 1] - m * cache[:, 2]) / s
@@ -115,7 +115,7 @@ def test_px_reexpression_of_the_cache_is_exact():
     np.testing.assert_allclose(
         cache[0], NL.item_objective(0, R, [hist_std[0]], a[0], b[0]), rtol=1e-8, atol=1e-10
     )
-    K.item_newton_cached(R, hist_std, 2, 0.5, a, b, 0.0, cache, 1e-10, 100, npass)
+    K.item_newton_cached(R, hist_std, 2, 0.5, a, b, np.zeros(4), cache, 1e-10, 100, npass)
     for j in range(J):
         ref = NL.item_argmax(j, R, [hist_std[0], hist_std[1]], (a[j], b[j]))
         np.testing.assert_allclose([a[j], b[j]], ref, atol=1e-6)
@@ -236,7 +236,7 @@ def test_saem_agrees_with_quadrature_mle_within_mc_error():
     of these parameters at N = 300 are ~0.05-0.15, so this is much tighter than sampling error.
     """
     data, _ = simulate_dataset("lart", 300, 5, rng=5, rho=-0.8, cot_offset=0.0)
-    fits = [_fit(data, rng=s, cot_offset=0.0, b_prior_sd=None) for s in range(3)]
+    fits = [_fit(data, rng=s, cot_offset=0.0, b_prior_sd=None, prior="none") for s in range(3)]  # the MLE
     names = ("a", "b", "omega", "phi", "lam")
     est = {n: np.array([getattr(c, n + "_") for c in fits]) for n in names}
     est["rho"] = np.array([[c.rho_] for c in fits])
@@ -432,7 +432,7 @@ def test_recovery_seed000_design():
 def test_saem_agrees_with_quadrature_tight():
     """As the fast test, with 4 seeds and tol 2e-4 (smaller Monte Carlo error)."""
     data, _ = simulate_dataset("lart", 300, 6, rng=25, rho=-0.7, cot_offset=0.0)
-    fits = [_fit(data, rng=s, cot_offset=0.0, b_prior_sd=None, tol=2e-4, max_iter=400) for s in range(4)]
+    fits = [_fit(data, rng=s, cot_offset=0.0, b_prior_sd=None, tol=2e-4, max_iter=400, prior="none") for s in range(4)]  # the MLE
     names = ("a", "b", "phi", "lam")
     last = fits[-1]
     mle = fit_quadrature(np.asarray(data.correct), np.log(data.cot_length),

@@ -528,7 +528,10 @@ class CBMMCalibrator(BaseCalibrator):
         if not converged:
             self._warn_not_converged(max_iter, f"last relative loss change above tol={tol:g}")
         self.prior_ = prob.prior
-        nll = prob.col_pass(theta, a, b, True) if rank == 1 else prob.loss(theta, a, b)  # info at the returned point
+        if rank == 1 and self._stats_at_best and trace:
+            nll = float(trace[-1]) - prob.penalty(theta, a, b)  # the last pass was at the returned point
+        else:  # one more pass: loss and item information at the returned point
+            nll = prob.col_pass(theta, a, b, True) if rank == 1 else prob.loss(theta, a, b)
         if rank == 1:
             pa = 0.0 if prob.prior is None else prob.prior.a_precision
             pb = 0.0 if prob.prior is None else prob.prior.b_precision
@@ -711,6 +714,7 @@ class CBMMCalibrator(BaseCalibrator):
             pass); one that re-standardises w asks the loop to restart from the moved point."""
             status = record(loss)
             state["restart"] = None
+            state["pass_at"] = th  # the buffers (loss, information) now describe this point
             if status != "worse" and eb["on"] and not eb["frozen"]:
                 data_loss = loss - prob.penalty(th, a_, b_)
                 change, w_std, new_prior = self._eb_update(prob, (th, a_, b_))
@@ -815,6 +819,7 @@ class CBMMCalibrator(BaseCalibrator):
                 w0, w1 = wn, w3
         finally:
             bar.close()
+        self._stats_at_best = state.get("pass_at") is best[0] and state.get("restart") is None
         theta, a, b = (np.array(x, copy=True) for x in best)
         self.n_prior_updates_ = eb["updates"]
         if eb["on"] and not eb["frozen"]:
@@ -874,7 +879,7 @@ class CBMMCalibrator(BaseCalibrator):
             new_var_b = max(float(np.mean((mb - new_mu_b) ** 2 + vb)), _EB_MIN_VAR)
             step = max(abs(new_var_a / var_a - 1), abs(new_var_b / var_b - 1), abs(new_mu_a - mu_a), abs(new_mu_b - mu_b))
             mu_a, mu_b, var_a, var_b = new_mu_a, new_mu_b, new_var_a, new_var_b
-            if step < 1e-9:
+            if step < 1e-7:
                 break
         change = max(abs(mu_a - mu_old[0]) * math.sqrt(p_old[0, 0]), abs(mu_b - mu_old[1]) * math.sqrt(p_old[1, 1]),
                      abs(math.log(var_a * p_old[0, 0])), abs(math.log(var_b * p_old[1, 1])))

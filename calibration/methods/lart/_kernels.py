@@ -366,7 +366,7 @@ def _item_new_term(j, R, th, aj, bj):
 
 
 @njit(cache=True, parallel=True)
-def item_newton_cached(R, theta_hist, n_hist, alpha, a, b, ridge, cache, tol, max_newton, n_passes):
+def item_newton_cached(R, theta_hist, n_hist, alpha, a, b, prior, cache, tol, max_newton, n_passes):
     """Exact M-step of the accuracy block with a cached history (in place on a, b, cache).
 
     The averaged objective is Q~_t = (1 - alpha) Q~_{t-1} + alpha Q_t, Q_t the probit objective of
@@ -380,8 +380,13 @@ def item_newton_cached(R, theta_hist, n_hist, alpha, a, b, ridge, cache, tol, ma
     tol = 1e-5) and the cache is carried to it by its exact-at-second-order Taylor expansion. On
     exit ``cache[j]`` holds the data part of Q~_t at the returned point (the next iteration's start).
     With alpha = 1 (burn-in) the cache is ignored. ``n_passes[j]``: full passes used (-1: no
-    convergence within ``max_newton`` steps).
+    convergence within ``max_newton`` steps). ``prior`` = (a_mean, a_precision, b_mean,
+    b_precision): the Gaussian prior whose log density is added to the objective (zeros: ML).
     """
+    ma = prior[0]
+    pa = prior[1]
+    mb = prior[2]
+    pb = prior[3]
     J = a.shape[0]
     for j in prange(J):
         aj = a[j]
@@ -400,13 +405,13 @@ def item_newton_cached(R, theta_hist, n_hist, alpha, a, b, ridge, cache, tol, ma
         passes = 0
         done = False
         for _ in range(max_newton):
-            # objective with the intercept prior
-            F = f - 0.5 * ridge * bj * bj
-            GA = ga
-            GB = gb - ridge * bj
-            HAA = haa
+            # objective with the Gaussian prior on (a, b)
+            F = f - 0.5 * pa * (aj - ma) ** 2 - 0.5 * pb * (bj - mb) ** 2
+            GA = ga - pa * (aj - ma)
+            GB = gb - pb * (bj - mb)
+            HAA = haa - pa
             HAB = hab
-            HBB = hbb - ridge
+            HBB = hbb - pb
             det = HAA * HBB - HAB * HAB
             if det > 0.0 and HAA < 0.0:
                 da = -(HBB * GA - HAB * GB) / det
@@ -435,7 +440,7 @@ def item_newton_cached(R, theta_hist, n_hist, alpha, a, b, ridge, cache, tol, ma
                 bn = bj + step * db
                 fn, gan, gbn, haan, habn, hbbn = _item_pass(j, R, theta_hist, n_hist, an, bn, 0.0)
                 passes += 1
-                if fn - 0.5 * ridge * bn * bn >= F - 1e-12 * abs(F):
+                if fn - 0.5 * pa * (an - ma) ** 2 - 0.5 * pb * (bn - mb) ** 2 >= F - 1e-12 * abs(F):
                     accepted = True
                     break
                 step *= 0.5

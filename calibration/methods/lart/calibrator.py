@@ -72,6 +72,7 @@ Initialisation: spectral (MATH.md 1.4), with the sign-fix applied.
 
 from __future__ import annotations
 
+import json
 import time
 import warnings
 
@@ -81,6 +82,7 @@ from scipy import special
 from calibration.methods.lart import _kernels as K
 from calibration.base import BaseCalibrator, ConvergenceWarning
 from calibration.data import ResponseData
+from calibration.diagnostics import DEFAULT_MAX_SLOPE, item_diagnostics
 from calibration.methods.lart.sampling import _ars_draws, cot_informed_prior, sample_theta_sun
 
 __all__ = ["LaRTSAEMCalibrator", "spectral_init", "rho_exact_update"]
@@ -177,6 +179,29 @@ def _trunc_normal_lower(mean, sd, lower, u):
     return np.maximum(x, lower)
 
 
+def _item_covariance(cache, prior):
+    """(var_a, cov_ab, var_b) per item: inverse of the averaged complete-data information of the
+    accuracy block (minus the cached data Hessian) plus the prior precision."""
+    i_aa = -cache[:, 3] + prior[1]
+    i_ab = -cache[:, 4]
+    i_bb = -cache[:, 5] + prior[3]
+    det = i_aa * i_bb - i_ab * i_ab
+    det = np.where(det > 1e-300, det, 1e-300)
+    return i_bb / det, -i_ab / det, i_aa / det
+
+
+_EB_MIN_VAR = 1e-4
+
+
+def _eb_prior_update(a, b, cache, prior):
+    """One EM update of the accuracy prior's hyper-parameters (MATH.md 6.1) at the M-step's point."""
+    va, _, vb = _item_covariance(cache, prior)
+    ma, mb = float(a.mean()), float(b.mean())
+    var_a = max(float(np.mean((a - ma) ** 2 + va)), _EB_MIN_VAR)
+    var_b = max(float(np.mean((b - mb) ** 2 + vb)), _EB_MIN_VAR)
+    return np.array([ma, 1.0 / var_a, mb, 1.0 / var_b])
+
+
 # ----------------------------------------------------------------------------- calibrator
 
 
@@ -206,8 +231,19 @@ class LaRTSAEMCalibrator(BaseCalibrator):
         code's averaged sample correlation. With ``px=True`` rho is the exact M-step of the
         expanded model: the correlation of the averaged second moments.
     b_prior_sd : float or None
-        SD of a weak Normal(0, sd^2) prior on each intercept b_j (None: plain maximum likelihood;
-        items answered correctly by everyone or no one then have no finite estimate).
+        With ``prior="none"``: SD of a weak Normal(0, sd^2) prior on each intercept b_j (None:
+        plain maximum likelihood; items answered correctly by everyone or no one then have no
+        finite estimate). Ignored by the empirical-Bayes prior.
+    prior : {"empirical-bayes", "none"}
+        "empirical-bayes" (default): Gaussian priors a_j ~ N(mu_a, s_a^2), b_j ~ N(mu_b, s_b^2)
+        on the accuracy parameters (probit scale) in the M-step, the hyper-parameters updated
+        after every M-step by the EM rule mu = mean(x), s^2 = mean((x - mu)^2 + V_jj) with V_j the
+        inverse of the item's averaged complete-data information plus the prior precision
+        (MATH.md 6.1; docs/calibration_priors.md). PX keeps theta standardised, so the prior on
+        a cannot pull the theta scale. "none": the b_prior_sd rule above.
+    max_slope : float
+        Items whose slope exceeds this on the logistic scale (probit a x 1.702) are flagged as not
+        identified in ``diagnostics_`` and ``converged_`` is then False.
     cot_offset : float
         T is modelled as log(T + cot_offset) (1 by default: zero-length chains exist).
     censor_at : float or None
@@ -241,6 +277,8 @@ class LaRTSAEMCalibrator(BaseCalibrator):
         px: bool = True,
         rho_update: str = "exact",
         b_prior_sd: float | None = 5.0,
+        prior: str = "empirical-bayes",
+        max_slope: float = DEFAULT_MAX_SLOPE,
         cot_offset: float = 1.0,
         censor_at: float | None = None,
         newton_tol: float = 1e-5,
@@ -255,6 +293,8 @@ class LaRTSAEMCalibrator(BaseCalibrator):
         self.px = px
         self.rho_update = rho_update
         self.b_prior_sd = b_prior_sd
+        self.prior = prior
+        self.max_slope = max_slope
         self.cot_offset = cot_offset
         self.censor_at = censor_at
         self.newton_tol = newton_tol
@@ -279,6 +319,10 @@ class LaRTSAEMCalibrator(BaseCalibrator):
             isinstance(self.b_prior_sd, (int, float)) and np.isfinite(self.b_prior_sd) and self.b_prior_sd > 0
         ):
             raise ValueError(f"b_prior_sd must be a positive number or None, got {self.b_prior_sd!r}")
+        if self.prior not in ("empirical-bayes", "none"):
+            raise ValueError(f"prior must be 'empirical-bayes' or 'none', got {self.prior!r}")
+        if isinstance(self.max_slope, bool) or not isinstance(self.max_slope, (int, float)) or not self.max_slope > 0:
+            raise ValueError(f"max_slope must be a number > 0, got {self.max_slope!r}")
         if not (isinstance(self.cot_offset, (int, float)) and np.isfinite(self.cot_offset) and self.cot_offset >= 0):
             raise ValueError(f"cot_offset must be a finite number >= 0, got {self.cot_offset!r}")
         if self.censor_at is not None and not (
@@ -328,6 +372,7 @@ class LaRTSAEMCalibrator(BaseCalibrator):
         K_burn = int(self.n_burnin)
         max_iter = int(self.max_iter)
         ridge = 0.0 if self.b_prior_sd is None else 1.0 / float(self.b_prior_sd) ** 2
+        eb = self.prior == "empirical-bayes"
         censored = use_cot and self.censor_at is not None and bool(C.any())
         y_cap = np.log(float(self.censor_at) + self.cot_offset) if censored else np.inf
 
@@ -335,6 +380,9 @@ class LaRTSAEMCalibrator(BaseCalibrator):
         self.init_ = {k: (v.copy() if isinstance(v, np.ndarray) else v) for k, v in init.items()}
         a = np.ascontiguousarray(init["a"], dtype=np.float64)
         b = np.ascontiguousarray(init["b"], dtype=np.float64)
+        # (a_mean, a_precision, b_mean, b_precision) of the accuracy block's Gaussian prior
+        prior = (np.array([a.mean(), 1.0 / (a.var() + 1.0), b.mean(), 1.0 / (b.var() + 1.0)]) if eb
+                 else np.array([0.0, 0.0, 0.0, ridge]))
         if use_cot:
             omega = init["omega"].copy()
             phi = init["phi"].copy()
@@ -450,7 +498,9 @@ class LaRTSAEMCalibrator(BaseCalibrator):
                 # ---------------- M-step
                 timing["sa_step"] += time.perf_counter() - tic
                 tic = time.perf_counter()
-                K.item_newton_cached(R, theta_hist, n_hist, alpha, a, b, ridge, cache, float(self.newton_tol), 100, n_passes)
+                K.item_newton_cached(R, theta_hist, n_hist, alpha, a, b, prior, cache, float(self.newton_tol), 100, n_passes)
+                if eb:
+                    prior = _eb_prior_update(a, b, cache, prior)
                 timing["m_step_ab"] += time.perf_counter() - tic
                 n_passes_total += int(np.abs(n_passes).sum())
                 if use_cot:
@@ -490,13 +540,21 @@ class LaRTSAEMCalibrator(BaseCalibrator):
                 stacklevel=2,
             )
 
+        # item-parameter covariance: inverse of the averaged complete-data information + prior
+        var_a, cov_ab, var_b = _item_covariance(cache, prior)
+        self.prior_ = {"a_mean": float(prior[0]), "a_sd": float(prior[1]) ** -0.5 if prior[1] > 0 else None,
+                       "b_mean": float(prior[2]), "b_sd": float(prior[3]) ** -0.5 if prior[3] > 0 else None,
+                       "kind": self.prior}
         # ---------------- sign-fix (MATH.md 1.1)
         if a.sum() < 0:
             a = -a
             rho = -rho
             theta = -theta
+            cov_ab = -cov_ab
+            self.prior_["a_mean"] = -self.prior_["a_mean"]
             trace["a"] = [-x for x in trace["a"]]
-        if use_cot and phi.sum() < 0:
+        phi_flipped = bool(use_cot and phi.sum() < 0)
+        if phi_flipped:
             phi = -phi
             rho = -rho
             tau = -tau
@@ -523,6 +581,14 @@ class LaRTSAEMCalibrator(BaseCalibrator):
 
         self.a_ = a
         self.b_ = b
+        self.a_sd_, self.b_sd_ = np.sqrt(var_a), np.sqrt(var_b)
+        self.ab_cov_ = np.clip(cov_ab, -self.a_sd_ * self.b_sd_, self.a_sd_ * self.b_sd_)
+        if use_cot:
+            self.omega_sd_, self.phi_sd_, self.omega_phi_cov_ = self._cot_covariance(st, n_t, lam)
+            if phi_flipped:
+                self.omega_phi_cov_ = -self.omega_phi_cov_
+        else:
+            self.omega_sd_ = self.phi_sd_ = self.omega_phi_cov_ = None
         self.omega_ = omega
         self.phi_ = phi
         self.lam_ = lam
@@ -538,6 +604,18 @@ class LaRTSAEMCalibrator(BaseCalibrator):
         self.theta_draw_ = theta
         self.tau_draw_ = tau if use_cot else None
         self.n_iter_ = n_iter
+        self.optimizer_converged_ = bool(converged)
+        seen_r = R >= 0
+        n_seen, n_right = seen_r.sum(axis=0), (R == 1).sum(axis=0)
+        perfect = (n_right == 0) | (n_right == n_seen)
+        self.diagnostics_ = item_diagnostics(
+            responses.item_ids, 1.702 * a, perfect=np.zeros(J, bool), max_slope=float(self.max_slope),
+            a_prior_precision=float(prior[1]) if eb else None, a_data_precision=-cache[:, 3] if eb else None,
+        )
+        self.perfect_items_ = perfect  # answered identically by all who saw them: identified by the prior only
+        if converged and not self.diagnostics_.fit_identified:
+            warnings.warn(f"{type(self).__name__}: {self.diagnostics_.message()}; converged_ is False", ConvergenceWarning, stacklevel=2)
+            converged = False
         self.converged_ = converged
         self.n_burnin_ = K_burn
         self.trace_ = {k: np.asarray(v) for k, v in trace.items()}
@@ -553,6 +631,19 @@ class LaRTSAEMCalibrator(BaseCalibrator):
         if not converged:
             self._warn_not_converged(max_iter, f"mean|da| + mean|db| = {trace['delta'][-1]:.2e} > tol = {self.tol}")
         return self
+
+    @staticmethod
+    def _cot_covariance(st, n, lam):
+        """SDs and covariance of (omega_j, phi_j) of the CoT regression log T = omega - phi tau +
+        lam e (tau at its averaged sufficient statistics): lam^2 [[n, -S_tau], [-S_tau, S_tautau]]^-1."""
+        su, suu = st["s_u"], st["s_uu"]
+        det = n * suu - su * su
+        det = np.where(det > 1e-300, det, 1e-300)
+        v_o = lam**2 * suu / det
+        v_p = lam**2 * n / det
+        c = lam**2 * su / det  # Cov(omega, phi): the design column is -tau, so the sign is +
+        so, sp = np.sqrt(v_o), np.sqrt(v_p)
+        return so, sp, np.clip(c, -so * sp, so * sp)
 
     @staticmethod
     def _cot_mstep(st, n):
@@ -637,6 +728,9 @@ class LaRTSAEMCalibrator(BaseCalibrator):
                 "item": ("item", np.asarray(self.item_ids_, dtype=object)),
             },
             attrs={"n_iter": int(self.n_iter_), "converged": int(bool(self.converged_)),
+                   "optimizer_converged": int(bool(self.optimizer_converged_)),
+                   "diagnostics": json.dumps(self.diagnostics_.summary()),
+                   "prior_used": json.dumps(self.prior_),
                    "n_burnin": int(self.n_burnin_), "elapsed_s": float(self.elapsed_)},
         )
         meta = dict(self.item_metadata_)
@@ -666,6 +760,16 @@ class LaRTSAEMCalibrator(BaseCalibrator):
             omega=self.omega_,
             phi=self.phi_,
             lam=self.lam_,
+            a_sd=self.a_sd_,
+            b_sd=self.b_sd_,
+            ab_cov=self.ab_cov_,
+            omega_sd=self.omega_sd_,
+            phi_sd=self.phi_sd_,
+            omega_phi_cov=self.omega_phi_cov_,
+            uncertainty_method="observed information at the SAEM fixed point (averaged complete-data information of "
+            "(a, b) over the stored theta draws plus the prior precision; CoT block: least-squares covariance)",
+            item_vars={"runaway_slope": self.diagnostics_.runaway_slope.astype(np.int8),
+                       "perfect": self.perfect_items_.astype(np.int8)},
         )
         from calibration.interval_calibration import with_interval_check
 
