@@ -124,14 +124,25 @@ def item_sd_factors(full_bank, fold_banks, folds: int) -> dict:
 
 
 def scale_b_sd(bank, factor: float, note: str):
-    """``bank`` with ``/items/b_sd`` multiplied by ``factor`` (a PSN bank's cross-fitted posterior width)."""
+    """``bank`` with ``/items/b_sd`` multiplied by ``factor`` (a PSN bank's cross-fitted posterior width),
+    and its ``/posterior`` Gaussian of the b readout widened to match (covariance x factor^2)."""
     from catengine.itembank import ItemBank
 
+    f = float(factor)
     tree = bank.to_datatree()
     items = tree["items"].to_dataset()
-    items["b_sd"] = items["b_sd"] * float(factor)
-    items["b_sd"].attrs["description"] = note
+    items["b_sd"] = items["b_sd"] * f
+    if note:
+        items["b_sd"].attrs["description"] = note
     tree["items"] = type(tree)(items)
+    if "posterior" in tree.children:  # keep the stored Gaussian (draws of b) consistent with b_sd
+        post = tree["posterior"].to_dataset()
+        if "b_readout_cov" in post:
+            post["b_readout_cov"] = post["b_readout_cov"] * (f * f)
+        if "beta_sd" in post:
+            post["beta_sd"] = post["beta_sd"] * f
+        post.attrs["b_width_factor_cross_fitted"] = f
+        tree["posterior"] = type(tree)(post)
     return ItemBank(tree, source=bank.source)
 
 
