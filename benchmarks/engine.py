@@ -58,9 +58,13 @@ DATA = ROOT.parent / "shared" / "data" / "lart"
 
 
 # ----------------------------------------------------------------------------- helpers
-def _bank(model: str, n_items: int, seed: int) -> ItemBank:
+def _bank(model: str, n_items: int, seed: int, uncertainty: str = "b") -> ItemBank:
+    """``uncertainty``: "none" (point parameters), "b" (b_sd only, as PSN banks) or "ab" (a_sd, b_sd, ab_cov)."""
     rng = np.random.default_rng(seed)
     kw = dict(a=rng.uniform(0.5, 2.0, n_items), b=rng.normal(0.0, 1.5, n_items), b_sd=rng.uniform(0.1, 0.6, n_items))
+    a_sd, corr = rng.uniform(0.05, 0.4, n_items), rng.uniform(-0.6, 0.6, n_items)
+    if uncertainty == "none":
+        kw.pop("b_sd")
     extra = {}
     if model == "4pl":
         kw.update(c=rng.uniform(0.0, 0.25, n_items), d=rng.uniform(0.85, 1.0, n_items))
@@ -68,6 +72,8 @@ def _bank(model: str, n_items: int, seed: int) -> ItemBank:
         kw.update(a=rng.lognormal(0.3, 0.35, n_items), b=rng.normal(-0.05, 0.8, n_items),
                   omega=rng.normal(6.4, 0.35, n_items), phi=rng.uniform(1.5, 2.5, n_items), lam=rng.uniform(0.8, 1.4, n_items))
         extra = dict(rho=-0.6, cot_offset=1.0)
+    if uncertainty == "ab":
+        kw.update(a_sd=a_sd, ab_cov=corr * a_sd * kw["b_sd"])
     return ItemBank.from_params(model, [f"i{k:05d}" for k in range(n_items)], bank_id=f"bench_{model}", **extra, **kw)
 
 
@@ -94,20 +100,27 @@ def bench_step(quick: bool) -> None:
     n_sim, n_steps = (6, 40) if quick else (20, 50)
     print(f"\n== one step (record + MAP update + next item) on {n_items:,}-item banks: "
           f"{n_sim} simulees x {n_steps} steps; first 2 steps of each session excluded (warm-up) ==")
+    # banks: "<model>" point parameters (no item uncertainty), "<model>~b" b_sd only (PSN-like),
+    # "<model>~ab" per-item (a, b) covariances: the uncertainty-aware step (Cheng-Yuan SD + expected
+    # information over (a, b)), the default for such banks
     configs = [
         ("2pl", "point information (MFI)", MaxFisherInformation(), False),
         ("2pl", "point information (MFI), JSONL log", MaxFisherInformation(), True),
-        ("2pl", "posterior-expected (PEI, 9 GH nodes)", PosteriorExpectedInformation(), False),
+        ("2pl~b", "posterior-expected over b (PEI, 9 GH nodes)", PosteriorExpectedInformation(), False),
+        ("2pl~ab", "uncertainty-aware: PEI over (a, b) + SD", PosteriorExpectedInformation(), False),
         ("4pl", "point information (MFI)", MaxFisherInformation(), False),
-        ("4pl", "posterior-expected (PEI, 9 GH nodes)", PosteriorExpectedInformation(), False),
+        ("4pl~b", "posterior-expected over b (PEI, 9 GH nodes)", PosteriorExpectedInformation(), False),
+        ("4pl~ab", "uncertainty-aware: PEI over (a, b) + SD", PosteriorExpectedInformation(), False),
         ("lart", "theta-targeted 2x2 precision", ThetaTargetedInformation(), False),
         ("lart", "point probit information (MFI)", MaxFisherInformation(), False),
-        ("lart", "posterior-expected (PEI)", PosteriorExpectedInformation(), False),
+        ("lart~ab", "uncertainty-aware: theta-targeted, (a, b)", ThetaTargetedInformation(), False),
+        ("lart~ab", "uncertainty-aware: PEI over (a, b) + SD", PosteriorExpectedInformation(), False),
     ]
-    banks = {m: _bank(m, n_items, seed=1) for m in ("2pl", "4pl", "lart")}
+    banks = {key: _bank(key.split("~")[0], n_items, seed=1, uncertainty=key.split("~")[1] if "~" in key else "none")
+             for key in {c[0] for c in configs}}
     print("(p99 on a shared machine includes scheduler preemptions of ~4 ms; 'theta=-4 ms' is the selection alone\n"
           " at an estimate far below every item, where the branch-and-bound pruning cannot skip much: the worst case)")
-    print(f"{'bank':<5} {'selector':<40} {'p50 ms':>8} {'p99 ms':>8} {'mean ms':>8} {'theta=-4 ms':>11}")
+    print(f"{'bank':<7} {'selector':<44} {'p50 ms':>8} {'p99 ms':>8} {'mean ms':>8} {'theta=-4 ms':>11}")
     with tempfile.TemporaryDirectory() as tmp:
         for model, label, selector, logged in configs:
             bank = banks[model]
@@ -130,7 +143,7 @@ def bench_step(quick: bool) -> None:
                         times.append(dt * 1e3)
                 s.close()
             far = _far_selection_ms(bank, selector)
-            print(f"{model:<5} {label:<40} {_pct(times, 50):>8.3f} {_pct(times, 99):>8.3f} {np.mean(times):>8.3f} {far:>11.3f}")
+            print(f"{model:<7} {label:<44} {_pct(times, 50):>8.3f} {_pct(times, 99):>8.3f} {np.mean(times):>8.3f} {far:>11.3f}")
 
 
 def _far_selection_ms(bank, selector) -> float:
@@ -140,7 +153,7 @@ def _far_selection_ms(bank, selector) -> float:
     from catengine.session.bank_log import item_table
 
     table = item_table(bank)
-    state = ResponseState(bank.params)
+    state = ResponseState(bank.params, table.covariance)
     for j in range(10):
         state.add(j, 0)
     est = TraitEstimate(theta=-4.0, theta_sd=0.3, n_items=10,

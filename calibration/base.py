@@ -292,6 +292,7 @@ class BaseCalibrator(ABC):
         self._fit(data)
         self.elapsed_ = time.perf_counter() - start
         self.responses_sha256_ = data.sha256()
+        self.training_data_ = data  # for the cross-fitted interval check of to_item_bank
         self._fitted = True
         return self
 

@@ -239,7 +239,8 @@ def _cmd_evaluate(args) -> int:
                "theta_95": [lo, hi], "tau": est.tau, "tau_sd": est.tau_sd, "stop_reason": session.stop_reason,
                "skipped_unanswered": skipped, "ignored_unknown_items": len(foreign), "full_n_items": len(known),
                "full_theta": full.estimate.theta, "full_theta_sd": full.estimate.theta_sd, "score": score.to_dict(),
-               "design_score": None if design is None else design.to_dict(), "full_accuracy": full_accuracy}
+               "design_score": None if design is None else design.to_dict(), "full_accuracy": full_accuracy,
+               "interval_calibration": est.interval_calibration, "person_fit": session.person_fit().to_dict()}
     if args.json:
         print(json.dumps({"summary": summary}))
     else:
@@ -247,6 +248,9 @@ def _cmd_evaluate(args) -> int:
               f"from {est.n_items} items; stopped: {session.stop_reason}")
         if est.tau is not None:
             print(f"          tau   = {est.tau:+.3f} +/- {est.tau_sd:.3f}")
+        if est.interval_calibration:
+            print(f"          interval: {est.interval_calibration}")
+        print(f"          person fit: {session.person_fit().message}")
         print(f"all {len(known)} answers: theta = {full.estimate.theta:+.3f} +/- {full.estimate.theta_sd:.3f}")
         print(f"\npredicted full-benchmark score: {score}")
         if design is not None:

@@ -25,7 +25,7 @@ def test_readme_recalibration_workflow_runs(tmp_path):
     script = _bash_blocks_under("## Recalibrate")[0].replace("/tmp/", f"{tmp_path}/")
     env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
     done = subprocess.run(["bash", "-euo", "pipefail", "-c", script], cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=600)
+                          timeout=1800)  # the fits run their cross-fitted interval checks (5 refits each)
     assert done.returncode == 0, done.stderr[-2000:]
     out = done.stdout
     assert "my_math_v2.nc (v2, parent v1); linked by stocking-lord" in out

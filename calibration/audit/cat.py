@@ -66,6 +66,8 @@ def _selector(spec):
 
     if isinstance(spec, ItemSelector):
         return spec.name, spec
+    if isinstance(spec, str) and spec.strip().lower() == "default":
+        return "default", None  # the session's default selector for the bank
     if isinstance(spec, str):
         key = spec.strip().lower()
         if key not in SELECTORS:

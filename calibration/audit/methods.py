@@ -124,6 +124,14 @@ def fit_psn(data, rng, **options) -> Fit:
     return replace(fit, theta=theta, params=cal.item_params(standardize=True), theta_sd=np.asarray(post["sd"], dtype=float))
 
 
+def calibrator_for(name: str, options: dict) -> tuple[type, dict]:
+    """(calibrator class, constructor options) of a registered method, for banks made by the default
+    path (``to_item_bank``); ``saem-irt`` has no bank (an IRT-only LaRT fit has no CoT parameters)."""
+    if name in REGISTRY:
+        return REGISTRY[name].calibrator, dict(options)
+    raise ValueError(f"method {name!r} has no item bank of its own (default path); use bank='fit'")
+
+
 #: audit fit function of each registered method (``_registered_fit`` unless the method needs a
 #: rescaling to its bank's scale), plus variants
 _FITS = {"cbmm": fit_cbmm, "saem": fit_saem, "psn": fit_psn}

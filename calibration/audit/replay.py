@@ -89,12 +89,55 @@ def replay_metrics(full, full_sd, est, sd) -> dict:
     }
 
 
+def replay_llms(bank, data: ResponseData, rows, selectors, scorings, estimator: str, L: int, entropy, replication,
+                sd_scale: float = 1.0) -> dict:
+    """Replay the LLMs ``rows`` of ``data`` against ``bank``: raw per-LLM figures.
+
+    ``selectors``: [(name, ItemSelector or None)] (None: the session's default selector for the bank).
+    Returns ``full`` / ``full_sd`` (scoring, llm): the estimate from every observed answer, and
+    ``est`` / ``sd`` (selector, scoring, llm, step): the adaptive estimate after each of ``L`` items.
+    Sessions run with the engine's defaults otherwise (the bank's item uncertainty and its stored
+    interval calibration, if any, are used).
+    """
+    from catengine.session import CATSession
+    from catengine.stopping import MaxItems
+
+    ids = list(bank.item_ids)
+    index = {item: k for k, item in enumerate(ids)}
+    rows = list(rows)
+    n = len(rows)
+    full, full_sd = np.empty((len(scorings), n)), np.empty((len(scorings), n))
+    est, sd = np.empty((len(selectors), len(scorings), n, L)), np.empty((len(selectors), len(scorings), n, L))
+    for c, scoring in enumerate(scorings):
+        estimator_obj = _estimator(estimator, scoring == "lart", sd_scale)
+        give_cot = scoring == "lart" and data.cot_length is not None
+
+        def cot(i, j):
+            value = data.cot_length[i, j] if give_cot else math.nan
+            return None if np.isnan(value) else float(value)
+
+        for k, i in enumerate(rows):  # the full-benchmark estimate: every observed answer
+            whole = CATSession(bank, estimator=estimator_obj, stopping=MaxItems(data.n_items))
+            for j in np.flatnonzero(data.correct[i] >= 0):
+                e = whole.record(ids[j], int(data.correct[i, j]), cot(i, j))
+            full[c, k], full_sd[c, k] = e.theta, e.theta_sd
+        for r, (sel_name, selector) in enumerate(selectors):
+            engine_rng = np.random.default_rng(stream(entropy, replication, "engine", sel_name, scoring))
+            for k, i in enumerate(rows):
+                s = CATSession(bank, selector=selector, estimator=estimator_obj, stopping=MaxItems(L), rng=engine_rng)
+                for j in np.flatnonzero(data.correct[i] < 0):
+                    s.exclude(ids[j])
+                for step in range(L):
+                    item = s.next_item()
+                    j = index[item]
+                    e = s.record(item, int(data.correct[i, j]), cot(i, j))
+                    est[r, c, k, step], sd[r, c, k, step] = e.theta, e.theta_sd
+    return {"full": full, "full_sd": full_sd, "est": est, "sd": sd}
+
+
 def _replay_task(task: dict):
     """One record: one fold -- its bank fitted once, its LLMs through every (selector, scoring)."""
     import xarray as xr
-
-    from catengine.session import CATSession
-    from catengine.stopping import MaxItems
 
     t_start = time.perf_counter()
     lengths = np.asarray(task["test_lengths"], dtype=int)
@@ -109,40 +152,16 @@ def _replay_task(task: dict):
         n_llms = len(test)
         train = np.setdiff1d(np.arange(data.n_subjects), task["test_rows"])
         fit_rng = np.random.default_rng(stream(task["entropy"], task["replication"], "fit"))
-        fit = task["fit"](data.subset(subjects=train), fit_rng, **task["options"])
-        converged = bool(fit.converged)
-        bank = bank_from_fit(fit, data.item_ids, f"replay_fold{task['replication']}", task["method"])
-        ids = list(bank.item_ids)
-        index = {item: k for k, item in enumerate(ids)}
-        for c, scoring in enumerate(scorings):
-            estimator = _estimator(task["estimator"], scoring == "lart", task["sd_scale"])
-            give_cot = scoring == "lart" and data.cot_length is not None
-
-            def cot(i, j):
-                value = data.cot_length[i, j] if give_cot else math.nan
-                return None if np.isnan(value) else float(value)
-
-            full, full_sd = np.empty(n_llms), np.empty(n_llms)
-            for k, i in enumerate(test):  # the full-benchmark estimate: every observed answer
-                whole = CATSession(bank, estimator=estimator, stopping=MaxItems(data.n_items))
-                for j in np.flatnonzero(data.correct[i] >= 0):
-                    e = whole.record(ids[j], int(data.correct[i, j]), cot(i, j))
-                full[k], full_sd[k] = e.theta, e.theta_sd
-            for r, (sel_name, selector) in enumerate(selectors):
-                engine_rng = np.random.default_rng(stream(task["entropy"], task["replication"], "engine", sel_name, scoring))
-                est, sd = np.empty((n_llms, L)), np.empty((n_llms, L))
-                for k, i in enumerate(test):
-                    s = CATSession(bank, selector=selector, estimator=estimator, stopping=MaxItems(L), rng=engine_rng)
-                    for j in np.flatnonzero(data.correct[i] < 0):
-                        s.exclude(ids[j])
-                    for step in range(L):
-                        item = s.next_item()
-                        j = index[item]
-                        e = s.record(item, int(data.correct[i, j]), cot(i, j))
-                        est[k, step], sd[k, step] = e.theta, e.theta_sd
-                if n_llms:
+        bank, converged = task["make_bank"](data.subset(subjects=train), fit_rng, f"replay_fold{task['replication']}")
+        raw = replay_llms(bank, data, test, selectors, scorings, task["estimator"], L, task["entropy"],
+                          task["replication"], task["sd_scale"])
+        if n_llms:
+            for r in range(len(selectors)):
+                for c in range(len(scorings)):
                     for t, length in enumerate(lengths):
-                        for name, value in replay_metrics(full, full_sd, est[:, length - 1], sd[:, length - 1]).items():
+                        metrics = replay_metrics(raw["full"][c], raw["full_sd"][c], raw["est"][r, c, :, length - 1],
+                                                 raw["sd"][r, c, :, length - 1])
+                        for name, value in metrics.items():
                             out[name][r, c, t] = value
     except Exception as exc:  # recorded, never raised
         failed, error = True, error_text(exc)
@@ -156,6 +175,33 @@ def _replay_task(task: dict):
     return xr.Dataset(record)
 
 
+class FitBank:
+    """``make_bank`` from an audit fit function: the fitted model parameters only (no item
+    uncertainty, no interval check) -- what the replay audit used before banks carried either."""
+
+    def __init__(self, fit_fn, method: str, options: dict):
+        self.fit_fn, self.method, self.options = fit_fn, method, options
+
+    def __call__(self, data, rng, bank_id):
+        fit = self.fit_fn(data, rng, **self.options)
+        return bank_from_fit(fit, data.item_ids, bank_id, self.method), bool(fit.converged)
+
+
+class CalibratorBank:
+    """``make_bank`` by the default path: ``Calibrator(**options).fit(data).to_item_bank(bank_id)``,
+    i.e. with the calibrator's item uncertainty and its own cross-fitted interval check on ``data``
+    (nested inside the audit's folds, so the audit's figures are not optimistic)."""
+
+    def __init__(self, calibrator_class, options: dict, to_bank: dict | None = None):
+        self.calibrator_class, self.options, self.to_bank = calibrator_class, options, dict(to_bank or {})
+
+    def __call__(self, data, rng, bank_id):
+        from calibration.audit.methods import _fitted
+
+        cal, converged = _fitted(self.calibrator_class, data, rng, self.options)
+        return cal.to_item_bank(bank_id, **self.to_bank), converged
+
+
 def replay_audit(
     responses: ResponseData,
     *,
@@ -167,6 +213,8 @@ def replay_audit(
     scoring=None,
     estimator: str = "map",
     sd_scale: float = 1.0,
+    bank: str = "default",
+    interval_check=None,
     rng=None,
     out=None,
     n_workers: int = 2,
@@ -180,14 +228,22 @@ def replay_audit(
     responses : the real response data (``calibration.ResponseData``; CoT lengths for ``saem``).
     method : calibration method name (``cbmm``, ``saem``, ``saem-irt``, ``psn``) or fit function;
         ``method_options`` go to its calibrator.
-    folds : number of LLM groups (each is held out once; the ``replication`` dimension).
+    folds : number of LLM groups (each is held out once; the ``replication`` dimension); the number
+        of LLMs gives leave-one-LLM-out.
     test_lengths : test lengths L at which to compare (each test runs to max(L)); LLMs with fewer
         observed answers than max(L) are skipped.
-    selector : selector name(s) or ItemSelector instances (as :func:`cat_audit`).
+    selector : selector name(s) or ItemSelector instances (as :func:`cat_audit`); ``"default"``: the
+        session's default selector for the fold's bank (posterior-expected information when the bank
+        carries item uncertainty).
     scoring : "lart" and/or "irt" (default: both for ``saem``, "irt" otherwise).
     estimator, rng, out, n_workers, progress, scheduler : as for :func:`cat_audit`.
-    sd_scale : the estimator's ``sd_scale`` (1: the model's SDs); rerun with the measured
-        ``sd_ratio`` to check that widened intervals keep their promise.
+    sd_scale : the estimator's ``sd_scale`` (1: the model's SDs or the bank's stored calibration);
+        an explicit factor overrides the stored calibration.
+    bank : ``"default"``: each fold's bank is made by the default path (``Calibrator(**options)
+        .fit(train).to_item_bank(id)``: the calibrator's item uncertainty and its own cross-fitted
+        interval check, run on the training folds only -- nested, so the figures are not
+        optimistic); ``"fit"``: the fitted model parameters only (no uncertainty, no interval check).
+    interval_check : passed to ``to_item_bank`` with ``bank="default"`` (None: its default, "auto").
     """
     if not isinstance(responses, ResponseData):
         raise TypeError(f"replay_audit expects a calibration.ResponseData, got {type(responses).__name__}")
@@ -195,8 +251,9 @@ def replay_audit(
     if name in NEEDS_COT and not responses.has_cot:
         raise ValueError(f"method {name!r} needs CoT lengths; these responses have none")
     n_folds = check_replications(folds)
-    if n_folds < 2 or n_folds > responses.n_subjects // 2:
-        raise ValueError(f"folds must lie in 2..{responses.n_subjects // 2} for {responses.n_subjects} LLMs, got {folds!r}")
+    if n_folds < 2 or n_folds > responses.n_subjects:
+        raise ValueError(f"folds must lie in 2..{responses.n_subjects} for {responses.n_subjects} LLMs "
+                         f"(folds = number of LLMs: leave one LLM out), got {folds!r}")
     lengths = sorted(positive_ints(test_lengths, "test_lengths"))
     if lengths[-1] > responses.n_items:
         raise ValueError(f"the longest test ({lengths[-1]} items) exceeds the {responses.n_items} items")
@@ -207,16 +264,27 @@ def replay_audit(
     from catengine.session.config import to_config
 
     options = dict(method_options or {})
+    if bank == "default":
+        from calibration.audit.methods import calibrator_for
+
+        cal_class, cal_options = calibrator_for(name, options)
+        to_bank = {} if interval_check is None else {"interval_check": interval_check}
+        make_bank = CalibratorBank(cal_class, cal_options, to_bank)
+    elif bank == "fit":
+        make_bank = FitBank(fit_fn, name, options)
+    else:
+        raise ValueError(f"bank must be 'default' or 'fit', got {bank!r}")
     config = {"responses": responses.sha256(), "method": name, "method_options": options,
-              "selectors": [to_config(s) for _, s in selectors], "scorings": scorings, "estimator": estimator,
-              "sd_scale": float(sd_scale), "folds": n_folds}
+              "selectors": [s if s is None else to_config(s) for _, s in selectors], "scorings": scorings,
+              "estimator": estimator, "sd_scale": float(sd_scale), "folds": n_folds, "bank": bank,
+              "interval_check": interval_check}
     layout = {"cell_dims": {}, "record_dims": {"selector": sel_names, "scoring": scorings, "test_length": lengths},
               "replications": n_folds}
     store, seed = open_store("replay", out, config, layout, rng)
     perm = np.random.default_rng(stream(seed, 0, "folds")).permutation(responses.n_subjects)
     fold_rows = [np.sort(perm[k::n_folds]) for k in range(n_folds)]
     tasks = [({"replication": r}, {
-        "responses": responses, "test_rows": fold_rows[r], "fit": fit_fn, "method": name, "options": options,
+        "responses": responses, "test_rows": fold_rows[r], "make_bank": make_bank,
         "entropy": seed, "replication": r, "selectors": selectors, "scorings": scorings, "estimator": estimator,
         "sd_scale": float(sd_scale), "test_lengths": lengths,
     }) for r in range(n_folds)]

@@ -171,5 +171,18 @@ def run_fit(args) -> int:
         print(f"calibration fit: error: {exc}", file=sys.stderr)
         return 2
     print(calibrator.fit_summary(data), file=sys.stderr)
+    print(_interval_summary(bank), file=sys.stderr)
     print(path)
     return 0
+
+
+def _interval_summary(bank) -> str:
+    """One paragraph on the bank's cross-fitted interval check (what sessions will apply)."""
+    import json
+
+    from calibration.interval_calibration import describe
+
+    text = bank.attrs.get("interval_calibration")
+    if not text:
+        return f"interval check: skipped ({bank.attrs.get('interval_calibration_skipped', 'not run')})"
+    return describe(json.loads(text))

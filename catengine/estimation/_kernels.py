@@ -132,3 +132,41 @@ def loglik_points(model, thetas, a, b, c, d, y, n):
             s += item_loglik(model, a[j] * thetas[g] + b[j], c[j], d[j], y[j])
         out[g] = s
     return out
+
+
+@njit(cache=True)
+def item_parameter_sensitivity(model, theta, a, b, c, d, y, va, vb, vab, n):
+    """sum_j G_j' Cov(a_j, b_j) G_j, G_j = (d s_j / d a_j, d s_j / d b_j), s_j = d l_j / d theta (MATH.md 6.3).
+
+    With g = dl/dz and g' = d2l/dz2 at z = a theta + b: s_j = a g, ds/da = g + a theta g', ds/db = a g'
+    (2PL: (y - p) - a theta p (1 - p) and -a p (1 - p)).
+    """
+    acc = 0.0
+    for j in range(n):
+        aj = a[j]
+        _, g, gp = item_terms(model, aj * theta + b[j], 1.0, c[j], d[j], y[j])
+        ga = g + aj * theta * gp
+        gb = aj * gp
+        acc += ga * ga * va[j] + 2.0 * ga * gb * vab[j] + gb * gb * vb[j]
+    return acc
+
+
+@njit(cache=True)
+def lz_terms(model, theta, a, b, c, d, y, n):
+    """(l0, E[l0], Var[l0]) of the answers at theta (Drasgow, Levine & Williams 1985):
+    l0 = sum y log P + (1 - y) log(1 - P), E = sum P log P + (1 - P) log(1 - P),
+    Var = sum P (1 - P) log(P / (1 - P))^2."""
+    l0 = 0.0
+    e = 0.0
+    v = 0.0
+    for j in range(n):
+        z = a[j] * theta + b[j]
+        lp = item_loglik(model, z, c[j], d[j], 1.0)
+        lq = item_loglik(model, z, c[j], d[j], 0.0)
+        p = math.exp(lp)
+        q = math.exp(lq)
+        l0 += lp if y[j] > 0.5 else lq
+        e += p * lp + q * lq
+        r = lp - lq
+        v += p * q * r * r
+    return l0, e, v

@@ -87,6 +87,12 @@ class TraitEstimate:
     ``theta_sd`` / ``tau_sd`` are posterior SDs (MAP: from the observed Hessian at the mode, docs/math.md
     §1.5; EAP: posterior moments). ``tau``, ``tau_sd`` and ``theta_tau_cov`` are ``None`` for
     logistic banks. ``n_iter`` / ``converged`` describe the optimiser (EAP: 0 / True).
+
+    How the reported SD was made (MATH.md 6.3-6.5): ``theta_sd_fixed_items`` is the model's SD with
+    the item parameters taken as known (``None`` when the bank carries no item uncertainty, then it
+    equals the SD before ``interval_factor``); ``interval_factor`` the factor the SDs were multiplied
+    by afterwards (the bank's cross-fitted c(L), or an explicit ``sd_scale``) and
+    ``interval_calibration`` a sentence saying which (empty: not calibrated).
     """
 
     theta: float
@@ -98,6 +104,9 @@ class TraitEstimate:
     method: str = "map"
     n_iter: int = 0
     converged: bool = True
+    theta_sd_fixed_items: float | None = None
+    interval_factor: float = 1.0
+    interval_calibration: str = ""
 
     def interval(self, level: float = 0.95) -> tuple[float, float]:
         """Normal-approximation credible interval of theta."""
@@ -170,16 +179,48 @@ class TraitEstimator(ABC):
     intervals and SD-based stopping rules are honest; selectors that use the posterior (pwi, kl,
     the LaRT criteria) then see the widened one. Implementations provide :meth:`_posterior` and
     call :meth:`_check_settings` in ``__post_init__``.
+
+    Two corrections are on by default and act only when the bank provides what they need:
+    ``item_uncertainty`` adds the item-parameter term of MATH.md 6.3 (Cheng & Yuan 2010) to the
+    variance when the state carries the bank's item covariance; ``interval_calibration`` multiplies
+    the SDs by the bank's cross-fitted factor c(L) at the current test length (MATH.md 6.5). An
+    explicit ``sd_scale`` != 1 overrides the stored calibration (it is used instead of c(L)).
     """
 
     name: ClassVar[str] = ""
     prior: TraitPrior | None
     use_cot: bool
     sd_scale: float
+    item_uncertainty: bool
+    interval_calibration: bool
 
     def estimate(self, params: ItemParams, state: ResponseState, start: TraitEstimate | None = None) -> TraitEstimate:
         """Posterior summary after the answers in ``state`` (``start``: previous estimate, a warm start)."""
-        return scale_sd(self._posterior(params, state, start), self.sd_scale)
+        est = self._posterior(params, state, start)
+        if self.item_uncertainty and state.covariance is not None and state.n:
+            est = self._with_item_uncertainty(params, state, est)
+        if self.sd_scale != 1.0:
+            return replace(scale_sd(est, self.sd_scale), interval_factor=float(self.sd_scale),
+                           interval_calibration=f"explicit sd_scale={self.sd_scale:g} (overrides any stored calibration)")
+        curve = state.interval_curve
+        if self.interval_calibration and curve is not None:
+            factor = curve.factor(state.n)
+            return replace(scale_sd(est, factor), interval_factor=factor, interval_calibration=curve.describe(state.n))
+        return est
+
+    def _with_item_uncertainty(self, params: ItemParams, state: ResponseState, est: TraitEstimate) -> TraitEstimate:
+        """Var(theta) ~ 1/H + (1/H^2) sum_j G_j' Cov(xi_j) G_j (MATH.md 6.3), 1/H the posterior variance
+        with the items fixed; for LaRT tau = alpha + beta theta carries the extra term along."""
+        v = est.theta_sd * est.theta_sd
+        acc = K.item_parameter_sensitivity(state.model, est.theta, state.a, state.b, state.c, state.d, state.y,
+                                           state.va, state.vb, state.vab, state.n)
+        extra = v * v * acc
+        if est.tau is None:
+            return replace(est, theta_sd=math.sqrt(v + extra), theta_sd_fixed_items=est.theta_sd)
+        beta = self.gaussian(params, state).tau_beta
+        return replace(est, theta_sd=math.sqrt(v + extra), theta_sd_fixed_items=est.theta_sd,
+                       tau_sd=math.sqrt(est.tau_sd * est.tau_sd + beta * beta * extra),
+                       theta_tau_cov=est.theta_tau_cov + beta * extra)
 
     @abstractmethod
     def _posterior(self, params: ItemParams, state: ResponseState, start: TraitEstimate | None) -> TraitEstimate:
@@ -189,6 +230,8 @@ class TraitEstimator(ABC):
         """Validate the settings every estimator shares."""
         _check_prior(self.prior)
         _check_bool(self.use_cot, "use_cot")
+        _check_bool(self.item_uncertainty, "item_uncertainty")
+        _check_bool(self.interval_calibration, "interval_calibration")
         positive_finite(self.sd_scale, "sd_scale")
 
     # shared model helpers ------------------------------------------------------------------------

@@ -72,7 +72,7 @@ class EAPEstimator(TraitEstimator):
     grid is extended, at the same spacing, whenever the posterior density at an end node exceeds
     ``EDGE_TOLERANCE`` (1e-9) of its peak (e.g. thousands of correct answers), up to |theta| <=
     ``MAX_ABS_THETA`` (then a :class:`GridEdgeWarning`); ``widen=False`` truncates the posterior at
-    ``bounds`` (catR's EAP). ``sd_scale``: see :class:`TraitEstimator`.
+    ``bounds`` (catR's EAP). ``sd_scale``, ``item_uncertainty``, ``interval_calibration``: see :class:`TraitEstimator`.
     """
 
     name: ClassVar[str] = "eap"
@@ -83,6 +83,8 @@ class EAPEstimator(TraitEstimator):
     rule: str = "trapezoid"
     sd_scale: float = 1.0
     widen: bool = True
+    item_uncertainty: bool = True
+    interval_calibration: bool = True
 
     def __post_init__(self):
         self._check_settings()

@@ -25,7 +25,7 @@ class MAPEstimator(TraitEstimator):
 
     ``tol`` bounds the last Newton step (relative to 1 + |theta|); ``max_iter`` the iterations.
     4PL banks (non-concave likelihood) also scan a coarse grid for the start (``grid_start``).
-    ``sd_scale``: see :class:`TraitEstimator`.
+    ``sd_scale``, ``item_uncertainty``, ``interval_calibration``: see :class:`TraitEstimator`.
     """
 
     name: ClassVar[str] = "map"
@@ -34,6 +34,8 @@ class MAPEstimator(TraitEstimator):
     tol: float = 1e-10
     max_iter: int = 100
     sd_scale: float = 1.0
+    item_uncertainty: bool = True
+    interval_calibration: bool = True
 
     def __post_init__(self):
         self._check_settings()

@@ -44,14 +44,22 @@ class ResponseState:
     ``log_cot`` (views of length ``n``); ``administered`` (bool mask over the bank); ``cot_info``
     (F_T) and ``cot_score`` (B) over the answers with an observed CoT length; per-answer parameter
     buffers ``a``, ``b``, ``c``, ``d``, ``y`` (first ``n`` entries valid).
+
+    ``covariance`` (optional :class:`~catengine.models.item_covariance.ItemCovariance` of the bank):
+    the answered items' Var(a), Var(b), Cov(a, b) are then kept in per-answer buffers ``va``, ``vb``,
+    ``vab`` too (estimators widen the trait SD by them, MATH.md 6.3). ``interval_curve`` (optional,
+    set by the session): the bank's cross-fitted SD factor c(L) by test length (MATH.md 6.5).
     """
 
     __slots__ = ("params", "model", "n", "_items", "_y", "_log_cot", "administered", "a", "b", "c", "d",
-                 "cot_info", "cot_score", "n_correct", "scratch")
+                 "cot_info", "cot_score", "n_correct", "scratch",
+                 "covariance", "va", "vb", "vab", "interval_curve")
 
-    def __init__(self, params: ItemParams):
+    def __init__(self, params: ItemParams, covariance=None, interval_curve=None):
         if not isinstance(params, ItemParams):
             raise TypeError(f"ResponseState needs an ItemParams, got {type(params).__name__}")
+        if covariance is not None and covariance.n_items != params.n_items:
+            raise ValueError(f"item covariance has {covariance.n_items} items, the bank {params.n_items}")
         J = params.n_items
         self.params = params
         self.model = model_code(params)
@@ -68,6 +76,12 @@ class ResponseState:
         self.cot_score = 0.0
         self.n_correct = 0
         self.scratch: dict = {}
+        self.covariance = covariance
+        self.interval_curve = interval_curve
+        if covariance is not None:
+            self.va, self.vb, self.vab = np.zeros(J), np.zeros(J), np.zeros(J)
+        else:
+            self.va = self.vb = self.vab = None
 
     # views -------------------------------------------------------------------------------------
     @property
@@ -98,6 +112,11 @@ class ResponseState:
         if p.response_model == "4pl":
             self.c[k] = p.c[item]
             self.d[k] = p.d[item]
+        if self.covariance is not None:
+            cv = self.covariance
+            self.va[k] = cv.a_var[item]
+            self.vb[k] = cv.b_var[item]
+            self.vab[k] = cv.ab_cov[item]
         self.administered[item] = True
         self.n_correct += int(correct)
         if p.response_model == "lart" and not math.isnan(log_cot):

@@ -6,7 +6,7 @@ Selectors (role :class:`ItemSelector`; registry ``SELECTORS`` name -> class):
 name                    class                                   banks
 ======================  ======================================  ==========================
 ``mfi``                 :class:`MaxFisherInformation`           all (LaRT: probit part)
-``pei``                 :class:`PosteriorExpectedInformation`   banks with ``b_sd``
+``pei``                 :class:`PosteriorExpectedInformation`   banks with item uncertainty
 ``pwi``                 :class:`PosteriorWeightedInformation`   all
 ``kl``                  :class:`KullbackLeiblerIndex`           all
 ``random``              :class:`RandomSelection`                all
@@ -57,9 +57,13 @@ SELECTORS = {
 EXPOSURE_CONTROLS = {cls.name: cls for cls in (Randomesque, SympsonHetter, ContentBalance)}
 
 
-def default_selector(response_model: str) -> ItemSelector:
-    """Theta-targeted precision for LaRT banks (uses CoT information), point information otherwise."""
-    return ThetaTargetedInformation() if response_model == "lart" else MaxFisherInformation()
+def default_selector(response_model: str, item_uncertainty: bool = False) -> ItemSelector:
+    """Theta-targeted precision for LaRT banks (uses CoT information; posterior-expected probit
+    information when the bank carries item uncertainty); for logistic banks posterior-expected
+    information when the bank carries item-parameter uncertainty (MATH.md 6.4), point information otherwise."""
+    if response_model == "lart":
+        return ThetaTargetedInformation()
+    return PosteriorExpectedInformation() if item_uncertainty else MaxFisherInformation()
 
 
 __all__ = [

@@ -11,6 +11,8 @@ import numpy as np
 from catengine.errors import BankExhaustedError
 from catengine.estimation.base import TraitEstimate
 from catengine.estimation.state import ResponseState, full_cd, model_code
+from catengine.estimation.interval_calibration import IntervalCalibration
+from catengine.models.item_covariance import ItemCovariance
 from catengine.models.params import ItemParams
 from catengine.selection import _kernels as SK
 from catengine.validation import is_integer
@@ -20,11 +22,14 @@ class ItemTable:
     """What selectors and exposure controls may know about a bank, as numpy arrays (no xarray).
 
     Built once per bank by the session: ``params``, ``item_ids``, optional ``b_sd`` (posterior SD of
-    the intercepts), and ``metadata(field)`` (a per-item array, e.g. the benchmark of each item).
+    the intercepts), optional ``covariance`` (per-item Var(a), Var(b), Cov(a, b); from ``b_sd`` alone
+    when only that is given), optional ``interval_calibration`` (the bank's stored c(L)), and
+    ``metadata(field)`` (a per-item array, e.g. the benchmark of each item).
     Derived arrays (c/d filled in, LaRT CoT information phi^2/lam^2) are computed once and cached.
     """
 
-    def __init__(self, params: ItemParams, item_ids=None, b_sd=None, metadata: Callable[[str], np.ndarray] | None = None):
+    def __init__(self, params: ItemParams, item_ids=None, b_sd=None, metadata: Callable[[str], np.ndarray] | None = None,
+                 covariance: ItemCovariance | None = None, interval_calibration: IntervalCalibration | None = None):
         if not isinstance(params, ItemParams):
             raise TypeError(f"ItemTable needs an ItemParams, got {type(params).__name__}")
         self.params = params
@@ -38,6 +43,14 @@ class ItemTable:
                 raise ValueError("b_sd must hold one finite, non-negative posterior SD per item")
             b_sd.flags.writeable = False
         self.b_sd = b_sd
+        if covariance is None and b_sd is not None:
+            covariance = ItemCovariance.from_sds(b_sd=b_sd, n_items=self.n_items, source="b_sd only (slopes at their MAP)")
+        if covariance is not None and covariance.n_items != self.n_items:
+            raise ValueError(f"item covariance has {covariance.n_items} items, the bank {self.n_items}")
+        #: per-item 2 x 2 covariance of (a, b) (None: the bank carries no item-parameter uncertainty)
+        self.covariance = covariance
+        #: the bank's cross-fitted interval calibration (None: not stored)
+        self.interval_calibration = interval_calibration
         self._metadata = metadata
         self.model = model_code(params)
         self.c, self.d = full_cd(params)
@@ -53,6 +66,19 @@ class ItemTable:
         self.info_bound = bound
         self.info_order = np.argsort(-bound, kind="stable").astype(np.int64)
         self.info_order.flags.writeable = False
+        # the same for the posterior-expected information over (a, b): E[a^2] = a^2 + Var(a)
+        if covariance is not None:
+            if params.response_model == "4pl":  # the asymptotes lower each item's peak below 1/4
+                from catengine.selection._kernels import peak_unit_info_4pl
+
+                peak = peak_unit_info_4pl(np.ascontiguousarray(self.c), np.ascontiguousarray(self.d))
+            ebound = np.where(a > 0, (a * a + covariance.a_var) * peak, 0.0) * (1.0 + 1e-12)
+            ebound.flags.writeable = False
+            self.expected_info_bound = ebound
+            self.expected_info_order = np.argsort(-ebound, kind="stable").astype(np.int64)
+            self.expected_info_order.flags.writeable = False
+        else:
+            self.expected_info_bound = self.expected_info_order = None
         self._groups: dict[str, tuple[np.ndarray, np.ndarray]] = {}
 
     def max_information(self, theta: float, available: np.ndarray) -> float:

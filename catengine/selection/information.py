@@ -51,13 +51,15 @@ class MaxFisherInformation(ItemSelector):
 
 @dataclass(frozen=True)
 class PosteriorExpectedInformation(ItemSelector):
-    """Fisher information averaged over the bank's Gaussian posterior of each intercept b (docs/math.md §5.1).
+    """Fisher information averaged over the bank's Gaussian posterior of each item's (a, b) (docs/math.md §5.1, §7.4).
 
-    Ibar_j(theta) = E_{b_j ~ Normal(b_j, b_sd_j^2)} I_j(theta), by ``n_nodes``-point Gauss-Hermite
-    quadrature at the current theta estimate (the rule and the scalar 4PL kernel of
-    ``catengine.models.expected_information``, fused here with the eligibility mask and top-k
-    pruning; LaRT banks average the probit information the same way). Needs a bank with ``b_sd``
-    (e.g. a PSN-IRT + Laplace calibration); items with b_sd = 0 reduce to point information.
+    Ibar_j(theta) = E_{(a_j, b_j)} I_j(theta) at the current theta estimate. With z = a theta + b
+    Gaussian and E[a^2 | z] linear-quadratic in z, this is one ``n_nodes``-point Gauss-Hermite sum
+    over z per item (``selection._kernels.expected_info_ab``; 5 nodes where sd(z) < 0.5), for 2PL, 4PL (c, d fixed) and the
+    probit part of LaRT banks alike, fused with the eligibility mask and top-k pruning. Needs a bank
+    with item-parameter uncertainty: ``b_sd`` (PSN-IRT + Laplace: slopes at their MAP) or per-item
+    (a, b) covariances / draws; items whose covariance is 0 reduce to point information. The default
+    selector of logistic banks that carry such uncertainty (``default_selector``).
     """
 
     name: ClassVar[str] = "pei"
@@ -68,20 +70,23 @@ class PosteriorExpectedInformation(ItemSelector):
 
     def check_bank(self, items: ItemTable) -> None:
         super().check_bank(items)
-        if items.b_sd is None:
+        if items.covariance is None:
             raise ValueError(
-                "PosteriorExpectedInformation needs a bank with posterior SDs of the intercepts "
-                "(variable b_sd in /items); this bank has none: use MaxFisherInformation instead"
+                "PosteriorExpectedInformation needs a bank with item-parameter uncertainty (/items b_sd, or "
+                "a_sd/b_sd/ab_cov, or /posterior a_draws/b_draws); this bank has none: use MaxFisherInformation instead"
             )
 
     def candidates(self, params, state: SelectionState, rng, k: int = 1):
         k = check_k(k)
         t = state.items
-        if t.b_sd is None:
+        cv = t.covariance
+        if cv is None:
             self.check_bank(t)
         x, w = gauss_hermite_normal(self.n_nodes)
-        return run_topk(K.topk_expected_info, k, t.model, float(state.estimate.theta), params.a, params.b,
-                        t.b_sd, t.c, t.d, x, w, state.eligible, t.info_order, t.info_bound)
+        xs, ws = gauss_hermite_normal(min(self.n_nodes, K.NARROW_NODES))
+        return run_topk(K.topk_expected_info_ab, k, t.model, float(state.estimate.theta), params.a, params.b,
+                        cv.a_var, cv.b_var, cv.ab_cov, t.c, t.d, x, w, xs, ws, state.eligible, t.expected_info_order,
+                        t.expected_info_bound)
 
 
 def _posterior_nodes(state: SelectionState, n_nodes: int) -> tuple[np.ndarray, np.ndarray]:

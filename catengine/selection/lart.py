@@ -8,6 +8,7 @@ from typing import ClassVar
 
 import numpy as np
 
+from catengine.models.expected_information import DEFAULT_NODES, gauss_hermite_normal
 from catengine.selection import _kernels as K
 from catengine.selection.base import ItemSelector, SelectionState, check_k, run_topk
 from catengine.selection.information import MaxFisherInformation
@@ -20,6 +21,13 @@ _CRITERIA = {"theta": 0, "d-optimal": 1, "a-optimal": 2}
 class _LaRTPrecisionSelector(ItemSelector):
     models: ClassVar[tuple[str, ...]] = ("lart",)
     criterion: ClassVar[str] = "theta"
+    #: use the posterior-expected probit information over each item's (a, b) when the bank carries
+    #: item-parameter uncertainty (MATH.md 6.4); point information otherwise
+    item_uncertainty: bool = True
+
+    def __post_init__(self):
+        if not isinstance(self.item_uncertainty, (bool, np.bool_)):
+            raise TypeError(f"item_uncertainty must be True or False, got {self.item_uncertainty!r}")
 
     def candidates(self, params, state: SelectionState, rng, k: int = 1):
         k = check_k(k)
@@ -27,6 +35,14 @@ class _LaRTPrecisionSelector(ItemSelector):
         if P.shape != (2, 2):
             raise ValueError(f"{type(self).__name__} needs a LaRT estimate of (theta, tau)")
         t = state.items
+        cv = t.covariance
+        if self.item_uncertainty and cv is not None:
+            x, w = gauss_hermite_normal(DEFAULT_NODES)
+            xs, ws = gauss_hermite_normal(K.NARROW_NODES)
+            return run_topk(K.topk_lart_expected, k, _CRITERIA[self.criterion], float(state.estimate.theta), params.a,
+                            params.b, cv.a_var, cv.b_var, cv.ab_cov, t.cot_info, float(P[0, 0]), float(P[0, 1]),
+                            float(P[1, 1]), x, w, xs, ws, state.eligible, t.expected_info_order, t.expected_info_bound,
+                            t.cot_info_max)
         return run_topk(K.topk_lart, k, _CRITERIA[self.criterion], float(state.estimate.theta), params.a, params.b,
                         t.cot_info, float(P[0, 0]), float(P[0, 1]), float(P[1, 1]), state.eligible,
                         t.info_order, t.info_bound, t.cot_info_max)
@@ -37,7 +53,8 @@ class ThetaTargetedInformation(_LaRTPrecisionSelector):
     """argmin over items of [(P + diag(u_j, v_j))^-1]_11: the posterior variance of theta after the item.
 
     P is the current posterior precision of (theta, tau), u_j = a_j^2 h(a_j theta^ + b_j) the probit
-    information at the estimate (0 for a_j <= 0) and v_j = phi_j^2 / lam_j^2 the CoT information.
+    information at the estimate (0 for a_j <= 0; its expectation over the item's (a, b) when the bank
+    carries item uncertainty and ``item_uncertainty``) and v_j = phi_j^2 / lam_j^2 the CoT information.
     Criterion value reported: minus that variance.
     """
 

@@ -5,12 +5,17 @@ sessions. Both import this module; neither imports the other's (``engine`` build
 
 from __future__ import annotations
 
+import hashlib
+import json
 from datetime import datetime, timezone
 from functools import lru_cache
 from pathlib import Path
 
+import numpy as np
+
 from catengine.errors import CatEngineError
-from catengine.models.params import params_fingerprint
+from catengine.estimation.interval_calibration import IntervalCalibration
+from catengine.models.item_covariance import ItemCovariance
 from catengine.selection import ItemTable
 from catengine.session.config import from_config
 from catengine.session.errors import SessionLogError
@@ -19,7 +24,22 @@ from catengine.session.log import LOG_FORMAT, LOG_VERSION, LogWriter, quarantine
 
 def bank_fingerprint(items: ItemTable) -> str:
     """sha256 over the item ids and every parameter array (identifies the bank a log was made with)."""
-    return params_fingerprint(items.params, item_ids=items.item_ids, b_sd=items.b_sd)
+    h = hashlib.sha256()
+    p = items.params
+    h.update(p.response_model.encode())
+    h.update(json.dumps(list(items.item_ids)).encode())
+    for name in p.parameter_names:
+        h.update(np.ascontiguousarray(getattr(p, name), dtype=np.float64).tobytes())
+    h.update(np.float64(p.rho).tobytes())
+    if items.b_sd is not None:
+        h.update(items.b_sd.tobytes())
+    cv = items.covariance
+    if cv is not None and (cv.has_slope_uncertainty or items.b_sd is None):  # banks with b_sd only: as before
+        for arr in (cv.a_var, cv.b_var, cv.ab_cov):
+            h.update(arr.tobytes())
+    if items.interval_calibration is not None:
+        h.update(json.dumps(items.interval_calibration.record, sort_keys=True).encode())
+    return h.hexdigest()
 
 
 @lru_cache(maxsize=16)
@@ -28,7 +48,41 @@ def item_table(bank) -> ItemTable:
     the bank's sort order for the selection kernels, built once per bank)."""
     fields_ = set(bank.items.data_vars)
     b_sd = bank.item_metadata("b_sd") if "b_sd" in fields_ else None
-    return ItemTable(bank.params, bank.item_ids, b_sd=b_sd, metadata=bank.item_metadata)
+    return ItemTable(bank.params, bank.item_ids, b_sd=b_sd, metadata=bank.item_metadata,
+                     covariance=bank_item_covariance(bank), interval_calibration=bank_interval_calibration(bank))
+
+
+def bank_item_covariance(bank) -> ItemCovariance | None:
+    """The bank's item-parameter uncertainty as per-item (a, b) covariances (None if it has none):
+    ``bank.item_uncertainty`` when the bank offers it, else ``/items`` a_sd / b_sd / ab_cov, else
+    ``/posterior`` a_draws / b_draws (their sample moments)."""
+    unc = getattr(bank, "item_uncertainty", None)
+    unc = unc() if callable(unc) else unc
+    n = bank.n_items
+    if unc is not None:
+        a_draws, b_draws = getattr(unc, "a_draws", None), getattr(unc, "b_draws", None)
+        a_sd, b_sd = getattr(unc, "a_sd", None), getattr(unc, "b_sd", None)
+        if a_sd is None and b_sd is None and a_draws is not None and b_draws is not None:
+            return ItemCovariance.from_draws(a_draws, b_draws)
+        if a_sd is not None or b_sd is not None:
+            return ItemCovariance.from_sds(a_sd, b_sd, getattr(unc, "ab_cov", None), n_items=n, source="bank item_uncertainty")
+    fields_ = set(bank.items.data_vars)
+    if {"a_sd", "b_sd"} & fields_:
+        get = lambda k: bank.item_metadata(k) if k in fields_ else None  # noqa: E731
+        return ItemCovariance.from_sds(get("a_sd"), get("b_sd"), get("ab_cov"), n_items=n, source="/items a_sd, b_sd, ab_cov")
+    post = bank.posterior
+    if post is not None and {"a_draws", "b_draws"} <= set(post.data_vars):
+        return ItemCovariance.from_draws(post["a_draws"].transpose("draw", "item").values,
+                                         post["b_draws"].transpose("draw", "item").values)
+    return None
+
+
+def bank_interval_calibration(bank) -> IntervalCalibration | None:
+    """The bank's stored cross-fitted interval calibration (root attribute ``interval_calibration``), or None."""
+    text = bank.attrs.get("interval_calibration")
+    if not text:
+        return None
+    return IntervalCalibration.from_json(text, source=f"bank {getattr(bank, 'bank_id', '?')!r}")
 
 
 def make_header(bank, items: ItemTable, config: dict, seed_entropy=None) -> dict:

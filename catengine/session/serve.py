@@ -101,6 +101,8 @@ def _estimate(est) -> dict:
         out["tau"], out["tau_sd"] = est.tau, est.tau_sd
     lo, hi = est.interval(0.95)
     out["theta_95"] = [lo, hi]
+    if est.interval_calibration:
+        out["interval_calibration"] = est.interval_calibration
     return out
 
 
@@ -177,7 +179,8 @@ def handle(engine: Engine, req) -> dict:
         session = engine.session(_field(req, "subject"))
         return {"estimate": _estimate(session.estimate), "finished": session.finished, "reason": session.stop_reason,
                 "administered": session.administered, "pending": session.pending_items,
-                "n_unproposed": session.n_unproposed, **_scores(session, record=False)}
+                "n_unproposed": session.n_unproposed, "person_fit": session.person_fit().to_dict(),
+                **_scores(session, record=False)}
     if op == "start":
         session = engine.start(_field(req, "subject"))
         return {"estimate": _estimate(session.estimate), "n_items": session.n_items}

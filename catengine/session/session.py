@@ -11,12 +11,17 @@ import numpy as np
 
 from catengine.errors import BankExhaustedError
 from catengine.estimation import MAPEstimator, ResponseState, TraitEstimate, TraitEstimator
+from catengine.estimation.interval_calibration import IntervalCalibration
+from catengine.estimation.person_fit import PersonFit, person_fit
+from catengine.models.item_covariance import ItemCovariance
 from catengine.models import lart
 from catengine.selection import ExposureControl, ItemSelector, ItemTable, SelectionState, default_selector
 from catengine.selection.exposure import ExposureContext
 from catengine.session.bank_log import (
     attach_writer,
     bank_fingerprint,
+    bank_interval_calibration,
+    bank_item_covariance,
     item_table,
     lock_for_resume,
     make_header,
@@ -145,7 +150,8 @@ class CATSession:
         self.items = _items if _items is not None else item_table(bank)
         self.params = self.items.params
         self.subject = str(subject)
-        self.selector = selector if selector is not None else default_selector(self.params.response_model)
+        self.selector = selector if selector is not None else default_selector(
+            self.params.response_model, self.items.covariance is not None)
         self.estimator = estimator if estimator is not None else MAPEstimator()
         self.stopping = stopping if stopping is not None else default_stopping(self.params.n_items)
         if isinstance(exposure, ExposureControl):
@@ -154,7 +160,9 @@ class CATSession:
         self._validate_strategies()
         self.cot_offset = bank.effective_cot_offset
         self._rng = np.random.default_rng(rng)
-        self._responses = ResponseState(self.params)
+        calib = self.items.interval_calibration
+        self._responses = ResponseState(self.params, self.items.covariance,
+                                        None if calib is None else calib.curve(self.selector.name))
         J = self.params.n_items
         self._available = np.ones(J, dtype=bool)
         self._n_available = J
@@ -206,6 +214,10 @@ class CATSession:
     def estimate(self) -> TraitEstimate:
         """Current posterior summary (theta, SD; tau, SD for LaRT banks; items used)."""
         return self._estimate
+
+    def person_fit(self) -> PersonFit:
+        """Person fit of the answers so far (lz at the current theta): does this LLM fit the bank?"""
+        return person_fit(self.params, self._responses, self._estimate.theta)
 
     @property
     def history(self) -> list[StepRecord]:
@@ -620,6 +632,10 @@ class CATSession:
         }
         if est.tau is not None:
             attrs["tau"], attrs["tau_sd"] = est.tau, est.tau_sd
+        attrs["interval_calibration"] = est.interval_calibration
+        fit = self.person_fit()
+        attrs["person_fit_lz"] = fit.lz
+        attrs["person_fit"] = fit.message
         return xr.Dataset(data, coords={"step": np.arange(1, n + 1)}, attrs=attrs)
 
     def state_summary(self) -> dict:
@@ -638,4 +654,5 @@ class CATSession:
         }
 
 
-__all__ = ["CATSession", "StepRecord", "bank_fingerprint", "item_table", "make_header", "strategies_from_config"]
+__all__ = ["CATSession", "StepRecord", "bank_fingerprint", "bank_interval_calibration", "bank_item_covariance", "item_table",
+           "make_header", "strategies_from_config"]

@@ -918,8 +918,11 @@ class CBMMCalibrator(BaseCalibrator):
             "non-discriminating item(s)"
         )
 
-    def to_item_bank(self, bank_id: str, *, include_subjects: bool = True):
-        """A ``2pl`` :class:`catengine.ItemBank` with the standardised parameters and full provenance."""
+    def to_item_bank(self, bank_id: str, *, include_subjects: bool = True, interval_check="auto"):
+        """A ``2pl`` :class:`catengine.ItemBank` with the standardised parameters and full provenance.
+
+        ``interval_check`` ("auto" | True | False): store the cross-fitted interval calibration
+        (``calibration.interval_calibration.with_interval_check``; costs 5 refits plus replays)."""
         self._check_fitted()
         if self.rank != 1:
             raise ValueError(f"item banks hold one ability dimension; this fit has rank={self.rank}")
@@ -983,7 +986,7 @@ class CBMMCalibrator(BaseCalibrator):
                 "diagnostics": json.dumps(self.diagnostics_.summary()),
             },
         )
-        return ItemBank.from_params(
+        bank = ItemBank.from_params(
             "2pl",
             self.item_ids_,
             bank_id=bank_id,
@@ -1003,3 +1006,6 @@ class CBMMCalibrator(BaseCalibrator):
             ab_cov=self.ab_cov_,
             uncertainty_method="observed information (2 x 2 per item, theta at its estimate, prior included)",
         )
+        from calibration.interval_calibration import with_interval_check
+
+        return with_interval_check(self, bank, interval_check, include_subjects=include_subjects)

@@ -665,8 +665,12 @@ class LaRTSAEMCalibrator(BaseCalibrator):
             out["s_step"] += " (censored cells: SAEM-MCMC data augmentation)"
         return self.bank_settings(out)
 
-    def to_item_bank(self, bank_id: str, *, item_metadata: dict | None = None, scale: dict | None = None):
-        """The fitted ``lart`` bank (``catengine.ItemBank``) with subjects and calibration traces."""
+    def to_item_bank(self, bank_id: str, *, item_metadata: dict | None = None, scale: dict | None = None,
+                     interval_check="auto"):
+        """The fitted ``lart`` bank (``catengine.ItemBank``) with subjects and calibration traces.
+
+        ``interval_check`` ("auto" | True | False): store the cross-fitted interval calibration
+        (``calibration.interval_calibration.with_interval_check``; costs 5 refits plus replays)."""
         self._check_fitted()
         if self.omega_ is None:
             raise ValueError(
@@ -715,7 +719,7 @@ class LaRTSAEMCalibrator(BaseCalibrator):
             "sign_fix": "sum(a) > 0 and sum(phi) > 0",
         }
         scale_info.update(scale or {})
-        return ItemBank.from_params(
+        bank = ItemBank.from_params(
             "lart",
             self.item_ids_,
             bank_id=bank_id,
@@ -745,3 +749,6 @@ class LaRTSAEMCalibrator(BaseCalibrator):
             item_vars={"runaway_slope": self.diagnostics_.runaway_slope.astype(np.int8),
                        "perfect": self.perfect_items_.astype(np.int8)},
         )
+        from calibration.interval_calibration import with_interval_check
+
+        return with_interval_check(self, bank, interval_check, item_metadata=item_metadata, scale=scale)

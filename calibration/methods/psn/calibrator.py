@@ -385,6 +385,7 @@ class PSNCalibrator(BaseCalibrator):
         standardize: bool = True,
         include_features: bool = True,
         item_metadata: dict | None = None,
+        interval_check="auto",
     ):
         """A ``4pl`` :class:`catengine.ItemBank` with the posterior (not yet written; see
         ``catengine.write_item_bank``).
@@ -394,7 +395,8 @@ class PSNCalibrator(BaseCalibrator):
         p_ahead[i, k] = P(theta_i > theta_k). ``/posterior``: the b readout's Gaussian
         (b = b_offset + b_features @ w, w ~ Normal(b_readout_mean, b_readout_cov); the features
         are omitted with ``include_features=False``) and the theta readout's. ``/calibration``:
-        training curves.
+        training curves. ``interval_check`` ("auto" | True | False): store the cross-fitted interval
+        calibration (``calibration.interval_calibration.with_interval_check``; 5 refits plus replays).
         """
         import xarray as xr
 
@@ -492,7 +494,7 @@ class PSNCalibrator(BaseCalibrator):
         }
         meta = dict(self.item_metadata_)
         meta.update(item_metadata or {})
-        return ItemBank.from_params(
+        bank = ItemBank.from_params(
             "4pl",
             self.item_ids_,
             bank_id=bank_id,
@@ -511,3 +513,7 @@ class PSNCalibrator(BaseCalibrator):
             d=d,
             b_sd=b_sd,
         )
+        from calibration.interval_calibration import with_interval_check
+
+        return with_interval_check(self, bank, interval_check, standardize=standardize,
+                                   include_features=include_features, item_metadata=item_metadata)

@@ -1,0 +1,308 @@
+"""Cross-fitted interval calibration at calibration time (MATH.md 6.5): how do the adaptive
+intervals of a bank behave on held-out *real* LLMs?
+
+The calibration LLMs are split into ``folds`` groups. For each fold a bank is fitted on the other
+folds by the same calibrator and settings (``make_bank``), and every held-out LLM is replayed
+through adaptive tests from its recorded answers (``calibration.audit.replay.replay_llms``), with
+the bank's default selector and with random selection. After L items, with theta_L / SD_L the
+adaptive estimate and theta_F / SD_F the estimate from all of the LLM's answers (same fold bank),
+
+    z_L = (theta_L - theta_F) / d_L,   d_L^2 = SD_L^2 - SD_F^2
+
+should have RMS 1 (the estimates are nested). What the model cannot see (multidimensionality,
+local dependence, selection capitalising on chance beyond the item-parameter correction) makes it
+larger. The factor c(L) by which the engine multiplies SD_L is fitted so that the calibrated SDs
+make the pooled RMS of z exactly 1 at every tabulated length, with the full-length SDs scaled by
+the longest length's factor (the engine holds c constant beyond the table):
+
+    c(L_max)^2 = mean(diff^2) / mean(SD_Lmax^2 - SD_F^2)
+    c(L)^2     = (mean(diff_L^2) + c(L_max)^2 mean(SD_F^2)) / mean(SD_L^2)
+
+then smoothed over neighbouring lengths (weights 1/4, 1/2, 1/4 in log c) and floored at 1 (the
+check never narrows the model's intervals). The table is not forced monotone: measured on MATH500
+the excess is U-shaped in L (the first maximum-information items are those whose slopes the
+calibration overestimated most; misfit accumulates later), and an isotonic fit pooled the early
+excess away. The result is stored in the bank's root
+attribute ``interval_calibration`` (JSON, read by ``catengine.estimation.interval_calibration``);
+a ``CATSession`` applies it by default. The stored figures are in-sample for c(L) (the same split
+fitted it); the honest evidence is the nested replay audit (``calibration audit --kind replay``
+with its default ``bank="default"``), whose fold banks run their own check on their training folds.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+import numpy as np
+
+from calibration.audit._common import Z95
+
+__all__ = ["DEFAULT_FOLDS", "DEFAULT_LENGTHS", "MIN_SUBJECTS", "cross_fit_intervals", "describe", "fit_factors",
+           "item_sd_factors", "scale_b_sd", "with_interval_check"]
+
+DEFAULT_FOLDS = 5
+DEFAULT_LENGTHS = (5, 10, 15, 20, 30, 40, 50, 75, 100)
+MIN_SUBJECTS = 8  # fewer calibration LLMs: no check (the bank says so)
+MIN_HELD_OUT = 4  # a length is tabulated only with at least this many held-out LLMs
+
+
+def _smooth(values: np.ndarray) -> np.ndarray:
+    """(1/4, 1/2, 1/4) moving average in log scale (end points: (2/3, 1/3))."""
+    x = np.log(np.asarray(values, dtype=float))
+    if x.size < 3:
+        return np.exp(x)
+    out = np.empty_like(x)
+    out[1:-1] = 0.25 * x[:-2] + 0.5 * x[1:-1] + 0.25 * x[2:]
+    out[0] = (2 * x[0] + x[1]) / 3
+    out[-1] = (2 * x[-1] + x[-2]) / 3
+    return np.exp(out)
+
+
+def fit_factors(diff: np.ndarray, sd: np.ndarray, full_sd: np.ndarray) -> dict:
+    """c(L) from pooled replays: ``diff`` and ``sd`` (llm, length), ``full_sd`` (llm,). See the module docstring."""
+    diff, sd, full_sd = (np.asarray(v, dtype=float) for v in (diff, sd, full_sd))
+    d2 = np.clip(sd * sd - full_sd[:, None] ** 2, 1e-300, None)
+    mse = np.mean(diff * diff, axis=0)
+    c_max2 = float(mse[-1] / np.mean(d2[:, -1]))
+    c2 = (mse + c_max2 * np.mean(full_sd**2)) / np.mean(sd * sd, axis=0)
+    c2[-1] = c_max2
+    raw = np.sqrt(c2)
+    c = np.maximum(_smooth(raw), 1.0)
+    rms_z = np.sqrt(mse / np.mean(d2, axis=0))
+    cover = np.mean(np.abs(diff) <= Z95 * sd, axis=0)
+    cal_sd = sd * c[None, :]
+    cal_d = np.sqrt(np.clip(cal_sd**2 - (c[-1] * full_sd[:, None]) ** 2, 1e-300, None))
+    return {
+        "c": [round(float(v), 4) for v in c],
+        "c_raw": [round(float(v), 4) for v in raw],
+        "rms_ratio_model": [round(float(v), 4) for v in rms_z],
+        "coverage_model": [round(float(v), 4) for v in cover],
+        "rms_ratio_calibrated_in_sample": [round(float(v), 4) for v in np.sqrt(mse / np.mean(cal_d**2, axis=0))],
+        "coverage_calibrated_in_sample": [round(float(v), 4) for v in np.mean(np.abs(diff) <= Z95 * cal_sd, axis=0)],
+        "n_llms": int(diff.shape[0]),
+    }
+
+
+def item_sd_factors(full_bank, fold_banks, folds: int) -> dict:
+    """Cross-fitted check of the bank's item SDs: RMS of z_j = (x_fold,j - x_j) / (sd_j / sqrt(K - 1))
+    over items and folds, for x = b (and a), each fold bank linked to the full bank's theta scale
+    through the LLMs both fitted (theta_full ~ A theta_fold + B: a' = a / A, b' = b - a B / A).
+    Nested estimates: a fold fit uses (K - 1)/K of the LLMs, so Var(x_fold - x_full) = sd^2 / (K - 1)
+    when the SDs are honest; the factor by which they are too narrow is the RMS z (None without SDs)."""
+    from catengine.session.session import bank_item_covariance
+
+    cov = bank_item_covariance(full_bank)
+    subj = full_bank.subjects
+    if cov is None or subj is None:
+        return {"a": None, "b": None}
+    full_theta = dict(zip((str(s) for s in subj["subject"].values), subj["theta"].values))
+    pa, zs = full_bank.params, {"a": [], "b": []}
+    for fb in fold_banks:
+        fs = fb.subjects
+        if fs is None:
+            continue
+        ids = [str(s) for s in fs["subject"].values]
+        x = fs["theta"].values
+        y = np.array([full_theta.get(i, np.nan) for i in ids])
+        ok = np.isfinite(x) & np.isfinite(y)
+        if ok.sum() < 3:
+            continue
+        A, B = np.polyfit(x[ok], y[ok], 1)
+        fp = fb.params
+        a_l, b_l = fp.a / A, fp.b - fp.a * B / A
+        for key, mine, full, var in (("a", a_l, pa.a, cov.a_var), ("b", b_l, pa.b, cov.b_var)):
+            use = var > 0
+            if use.any():
+                zs[key].append((mine[use] - full[use]) / np.sqrt(var[use] / (folds - 1)))
+    out = {}
+    for key, parts in zs.items():
+        z = np.concatenate(parts) if parts else np.empty(0)
+        z = z[np.isfinite(z)]
+        out[key] = round(float(np.sqrt(np.mean(z * z))), 4) if z.size else None
+    return out
+
+
+def scale_b_sd(bank, factor: float, note: str):
+    """``bank`` with ``/items/b_sd`` multiplied by ``factor`` (a PSN bank's cross-fitted posterior width),
+    and its ``/posterior`` Gaussian of the b readout widened to match (covariance x factor^2)."""
+    from catengine.itembank import ItemBank
+
+    f = float(factor)
+    tree = bank.to_datatree()
+    items = tree["items"].to_dataset()
+    items["b_sd"] = items["b_sd"] * f
+    if note:
+        items["b_sd"].attrs["description"] = note
+    tree["items"] = type(tree)(items)
+    if "posterior" in tree.children:  # keep the stored Gaussian (draws of b) consistent with b_sd
+        post = tree["posterior"].to_dataset()
+        if "b_readout_cov" in post:
+            post["b_readout_cov"] = post["b_readout_cov"] * (f * f)
+        if "beta_sd" in post:
+            post["beta_sd"] = post["beta_sd"] * f
+        post.attrs["b_width_factor_cross_fitted"] = f
+        tree["posterior"] = type(tree)(post)
+    return ItemBank(tree, source=bank.source)
+
+
+def cross_fit_intervals(data, make_bank, *, folds: int = DEFAULT_FOLDS, test_lengths=DEFAULT_LENGTHS,
+                        scoring: str | None = None, estimator: str = "map", rng=0,
+                        calibration_method: str = "", full_bank=None, widen_b_sd: bool = False) -> dict:
+    """The ``interval_calibration`` record (a dict) of a calibration on ``data``.
+
+    ``make_bank(train_data, rng, bank_id) -> (ItemBank, converged)`` refits the calibration on a
+    subset of the LLMs without its own check. ``scoring``: "lart" (with CoT) or "irt" for LaRT
+    banks (default: the session default, "lart"); ignored otherwise. With ``full_bank`` (the bank
+    fitted on all of ``data``) the item SDs are checked too (:func:`item_sd_factors`); with
+    ``widen_b_sd`` (PSN banks) the fold banks' b_sd are widened by the measured factor (>= 1)
+    before the replays, and the record's ``item_sd_factors["b_applied"]`` says by how much the full
+    bank's must be widened to match.
+    """
+    from calibration.audit.replay import replay_llms
+    from calibration.audit.runner import stream
+    from catengine.session import CATSession
+
+    t0 = time.perf_counter()
+    N = data.n_subjects
+    K = int(min(folds, N // 2))
+    seed = int(np.random.SeedSequence(rng).entropy) if not isinstance(rng, np.random.Generator) else int(rng.integers(2**63))
+    perm = np.random.default_rng(stream(seed, 0, "interval-folds")).permutation(N)
+    fold_rows = [np.sort(perm[k::K]) for k in range(K)]
+    n_obs = np.count_nonzero(data.correct >= 0, axis=1)
+    max_len = int(min(max(test_lengths), data.n_items // 2, np.sort(n_obs)[max(0, N - MIN_HELD_OUT * 2)]))
+    lengths = [int(L) for L in test_lengths if L <= max_len] or [max(1, max_len)]
+    L = lengths[-1]
+    pooled: dict[str, list] = {}
+    default_name, scoring_used, n_converged = "", "irt", 0
+    fold_banks = []
+    for k in range(K):
+        train = np.setdiff1d(np.arange(N), fold_rows[k])
+        bank, converged = make_bank(data.subset(subjects=train), np.random.default_rng(stream(seed, k, "fit")),
+                                    f"interval_check_fold{k}")
+        n_converged += int(converged)
+        fold_banks.append(bank)
+    factors = item_sd_factors(full_bank, fold_banks, K) if full_bank is not None else {"a": None, "b": None}
+    applied = 1.0
+    if widen_b_sd and factors.get("b"):
+        applied = max(1.0, float(factors["b"]))
+        if applied > 1.0:
+            fold_banks = [scale_b_sd(b, applied, "") for b in fold_banks]
+    factors["b_applied"] = round(applied, 4)
+    for k, bank in enumerate(fold_banks):
+        lart_bank = bank.response_model == "lart"
+        scoring_used = (scoring or "lart") if lart_bank else "irt"
+        if not default_name:
+            default_name = CATSession(bank).selector.name
+        selectors = [("default", None), ("random", _random())]
+        test = [i for i in fold_rows[k] if n_obs[i] >= L]
+        if not test:
+            continue
+        raw = replay_llms(bank, data, test, selectors, [scoring_used], estimator, L, seed, k)
+        for r, (name, _) in enumerate(selectors):
+            key = default_name if name == "default" else name
+            idx = np.asarray(lengths) - 1
+            pooled.setdefault(key, []).append((raw["est"][r, 0][:, idx] - raw["full"][0][:, None],
+                                               raw["sd"][r, 0][:, idx], raw["full_sd"][0]))
+    curves = {}
+    for key, parts in pooled.items():
+        diff = np.concatenate([p[0] for p in parts])
+        sd = np.concatenate([p[1] for p in parts])
+        full_sd = np.concatenate([p[2] for p in parts])
+        if diff.shape[0] < MIN_HELD_OUT:
+            continue
+        curves[key] = {"test_length": lengths, **fit_factors(diff, sd, full_sd)}
+    return {
+        "version": 1,
+        "method": "cross-fitted replay of held-out calibration LLMs (MATH.md 6.5)",
+        "form": "c(L) from the pooled RMS z per length, smoothed over neighbouring lengths, floor 1; linear "
+                "between lengths, constant beyond; the engine multiplies SD(theta) by c(L)",
+        "calibration_method": calibration_method,
+        "folds": K,
+        "n_subjects": int(N),
+        "estimator": estimator,
+        "scoring": scoring_used,
+        "selection": default_name,
+        "curves": curves,
+        "n_converged_folds": n_converged,
+        "item_sd_factors": factors,
+        "seconds": round(time.perf_counter() - t0, 2),
+        "seed": str(seed),
+    }
+
+
+def _random():
+    from catengine.selection import RandomSelection
+
+    return RandomSelection()
+
+
+class RefitBank:
+    """``make_bank`` for a fitted calibrator: the same class and settings refitted on a subset, its
+    bank made without its own check (``interval_check=False``)."""
+
+    def __init__(self, calibrator, to_bank: dict | None = None):
+        self.cls = type(calibrator)
+        self.params = {k: v for k, v in calibrator.get_params().items() if k not in ("progress", "rng")}
+        self.to_bank = dict(to_bank or {})
+
+    def __call__(self, data, rng, bank_id):
+        from calibration.audit.methods import _fitted
+
+        cal, converged = _fitted(self.cls, data, rng, self.params)
+        return cal.to_item_bank(bank_id, interval_check=False, **self.to_bank), converged
+
+
+def with_interval_check(calibrator, bank, interval_check="auto", **to_bank):
+    """The hook every ``to_item_bank`` calls last: ``bank`` with its ``interval_calibration`` attribute.
+
+    ``interval_check``: "auto" (default) runs the cross-fit when the calibrator kept its training
+    data and it has at least ``MIN_SUBJECTS`` LLMs (else the bank records why not); True requires
+    it; False skips it (the fold banks of the check itself). Costs ``folds`` refits plus replays.
+    """
+    if interval_check is False or interval_check is None:
+        return bank
+    if interval_check not in ("auto", True):
+        raise ValueError(f"interval_check must be 'auto', True or False, got {interval_check!r}")
+    data = getattr(calibrator, "training_data_", None)
+    reason = ""
+    if data is None:
+        reason = "the calibrator did not keep its training data"
+    elif data.n_subjects < MIN_SUBJECTS:
+        reason = f"{data.n_subjects} calibration LLMs (needs {MIN_SUBJECTS})"
+    if reason:
+        if interval_check is True:
+            raise ValueError(f"interval check impossible: {reason}")
+        return bank.replace_attrs(interval_calibration_skipped=reason)
+    method = bank.attrs.get("calibration_method", "")
+    psn = method == "psn-laplace" and "b_sd" in bank.items.data_vars
+    record = cross_fit_intervals(data, RefitBank(calibrator, to_bank), rng=_seed_of(calibrator),
+                                 calibration_method=method, full_bank=bank, widen_b_sd=psn)
+    if not record["curves"]:
+        return bank.replace_attrs(interval_calibration_skipped="too few held-out LLMs with enough answers")
+    factor = record["item_sd_factors"]["b_applied"]
+    if psn and factor > 1.0:
+        bank = scale_b_sd(bank, factor, f"posterior SD of b, widened x{factor:.3g} to the spread of refits on "
+                          f"{record['folds']} folds of the calibration LLMs (cross-fitted, interval_calibration)")
+    return bank.replace_attrs(interval_calibration=json.dumps(record, sort_keys=True))
+
+
+def _seed_of(calibrator):
+    rng = getattr(calibrator, "rng", None)
+    if isinstance(rng, (int, np.integer)) and not isinstance(rng, bool):
+        return int(rng)
+    return 0
+
+
+def describe(record: dict) -> str:
+    """One line per curve: c(L) and the measured RMS ratio before calibration."""
+    lines = [f"interval check: {record['folds']} folds over {record['n_subjects']} LLMs, {record['seconds']} s; "
+             "sessions multiply SD(theta) by c(L) after L items"]
+    for name, cur in record["curves"].items():
+        pairs = ", ".join(f"L={L}: c={c:.2f} (RMS z {r:.2f})" for L, c, r in
+                          zip(cur["test_length"], cur["c"], cur["rms_ratio_model"]))
+        lines.append(f"  {name}: {pairs}")
+    b = record.get("item_sd_factors", {}).get("b_applied", 1.0)
+    if b and b > 1.0:
+        lines.append(f"  b_sd widened x{b:.2f} to the cross-fitted refit spread")
+    return "\n".join(lines)

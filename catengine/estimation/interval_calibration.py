@@ -1,0 +1,103 @@
+"""The bank's stored interval calibration: an SD factor c(L) by test length, measured by replaying
+held-out real LLMs at calibration time (MATH.md 6.5; written by ``calibration.interval_calibration``).
+
+The bank's root attribute ``interval_calibration`` is a JSON object::
+
+    {"version": 1, "method": "cross-fitted replay", "folds": 5, "n_subjects": 118,
+     "calibration_method": "saem", "estimator": "map", "scoring": "lart", "selection": "pei",
+     "curves": {"pei":    {"test_length": [5, 10, ...], "c": [1.0, 1.12, ...], ...},
+                "random": {"test_length": [...], "c": [...], ...}},
+     "measured": {...}, "seconds": 12.5}
+
+``c`` is >= 1 (a table by test length, smoothed; see ``calibration.interval_calibration``). Between the tabulated lengths c(L) is linear in
+L; below the first and beyond the last it is held constant; with no answer (L = 0) it is 1 (the
+population prior needs no correction). A session uses the curve of its own selector's name, and,
+for a selector the check did not run, the pointwise largest of the stored curves (conservative).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+import numpy as np
+
+__all__ = ["IntervalCalibration", "IntervalCurve"]
+
+
+@dataclass(frozen=True)
+class IntervalCurve:
+    """c(L) on a grid of test lengths, and what it was measured on (for the estimate's note)."""
+
+    test_length: tuple[int, ...]
+    c: tuple[float, ...]
+    selection: str
+    measured_on: str
+
+    def __post_init__(self):
+        L = np.asarray(self.test_length, dtype=float)
+        c = np.asarray(self.c, dtype=float)
+        if L.ndim != 1 or L.size == 0 or L.shape != c.shape:
+            raise ValueError(f"an interval curve needs matching, non-empty test_length and c lists, got {self.test_length!r} / {self.c!r}")
+        if np.any(np.diff(L) <= 0) or L[0] < 1:
+            raise ValueError(f"test_length must be increasing positive integers, got {self.test_length!r}")
+        if not np.all(np.isfinite(c)) or np.any(c <= 0):
+            raise ValueError(f"c must be finite and > 0, got {self.c!r}")
+
+    def factor(self, n_items: int) -> float:
+        if n_items <= 0:
+            return 1.0
+        return float(np.interp(float(n_items), self.test_length, self.c))
+
+    def describe(self, n_items: int) -> str:
+        return (f"SD x c({n_items}) = {self.factor(n_items):.3f}, cross-fitted on {self.measured_on} "
+                f"with {self.selection} selection")
+
+
+@dataclass(frozen=True)
+class IntervalCalibration:
+    """The parsed ``interval_calibration`` attribute (see the module docstring)."""
+
+    curves: dict
+    selection: str
+    measured_on: str
+    record: dict
+
+    @classmethod
+    def from_json(cls, text: str, source: str = "bank") -> "IntervalCalibration":
+        try:
+            record = json.loads(text)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"{source}: attribute 'interval_calibration' is not valid JSON ({exc})") from None
+        if not isinstance(record, dict) or not isinstance(record.get("curves"), dict) or not record["curves"]:
+            raise ValueError(f"{source}: 'interval_calibration' needs a non-empty 'curves' object")
+        n = record.get("n_subjects", "?")
+        folds = record.get("folds", "?")
+        measured_on = f"{n} calibration LLMs ({folds} folds, {record.get('calibration_method', '?')} banks)"
+        curves = {}
+        for name, cur in record["curves"].items():
+            try:
+                curves[str(name)] = IntervalCurve(tuple(int(v) for v in cur["test_length"]), tuple(float(v) for v in cur["c"]),
+                                                  str(name), measured_on)
+            except (KeyError, TypeError, ValueError) as exc:
+                raise ValueError(f"{source}: interval_calibration curve {name!r} is malformed ({exc})") from None
+        selection = str(record.get("selection", next(iter(curves))))
+        return cls(curves, selection, measured_on, record)
+
+    def curve(self, selector_name: str) -> IntervalCurve:
+        """The curve for a selector: its own if measured, else the pointwise maximum of all curves."""
+        if selector_name in self.curves:
+            return self.curves[selector_name]
+        grid = sorted(set().union(*(c.test_length for c in self.curves.values())))
+        c = [max(cur.factor(L) for cur in self.curves.values()) for L in grid]
+        c = list(np.maximum.accumulate(c))
+        return IntervalCurve(tuple(grid), tuple(c), f"{selector_name} (not measured; largest of "
+                             f"{', '.join(sorted(self.curves))})", self.measured_on)
+
+    @property
+    def summary(self) -> str:
+        parts = []
+        for name, cur in self.curves.items():
+            parts.append(f"{name}: c = " + ", ".join(f"{c:.2f}@{L}" for L, c in zip(cur.test_length, cur.c)))
+        return f"cross-fitted on {self.measured_on}; " + "; ".join(parts)
+
