@@ -1,4 +1,4 @@
-"""Cross-fitted interval calibration at calibration time (MATH.md 6.5): how do the adaptive
+"""Cross-fitted interval calibration at calibration time (docs/math.md §7.5): how do the adaptive
 intervals of a bank behave on held-out *real* LLMs?
 
 The calibration LLMs are split into ``folds`` groups. For each fold a bank is fitted on the other
@@ -214,7 +214,7 @@ def cross_fit_intervals(data, make_bank, *, folds: int = DEFAULT_FOLDS, test_len
         curves[key] = {"test_length": lengths, **fit_factors(diff, sd, full_sd)}
     return {
         "version": 1,
-        "method": "cross-fitted replay of held-out calibration LLMs (MATH.md 6.5)",
+        "method": "cross-fitted replay of held-out calibration LLMs (docs/math.md §7.5)",
         "form": "c(L) from the pooled RMS z per length, smoothed over neighbouring lengths, floor 1; linear "
                 "between lengths, constant beyond; the engine multiplies SD(theta) by c(L)",
         "calibration_method": calibration_method,
@@ -275,7 +275,7 @@ def with_interval_check(calibrator, bank, interval_check="auto", **to_bank):
             raise ValueError(f"interval check impossible: {reason}")
         return bank.replace_attrs(interval_calibration_skipped=reason)
     method = bank.attrs.get("calibration_method", "")
-    psn = method == "psn-laplace" and "b_sd" in bank.items.data_vars
+    psn = method in ("psn", "psn-laplace") and "b_sd" in bank.items.data_vars
     record = cross_fit_intervals(data, RefitBank(calibrator, to_bank), rng=_seed_of(calibrator),
                                  calibration_method=method, full_bank=bank, widen_b_sd=psn)
     if not record["curves"]:

@@ -148,10 +148,20 @@ def _cmd_demo(args) -> int:
         nearest = int(np.argmin(np.abs(thetas - last.theta)))
         print(f"  ranks above {int(np.sum(thetas < last.theta))} of the {thetas.size} calibration LLMs; nearest: "
               f"{subjects['subject'].values[nearest]} (theta {thetas[nearest]:+.3f})")
+    score = session.predicted_score()
+    benchmark = card.get("benchmark") or bank.bank_id
+    text = (f"predicted {benchmark} accuracy over all {bank.n_items} items: {100 * score.accuracy:.1f}% "
+            f"(95% interval {100 * score.low:.1f}% .. {100 * score.high:.1f}%)")
+    if score.cot_total is not None:
+        text += (f"; running it in full would take about {score.cot_total / 1e6:.2f}M CoT tokens "
+                 f"({score.cot_total_low / 1e6:.2f}M .. {score.cot_total_high / 1e6:.2f}M)")
+    print(text)
     print(f"stopped: {session.stop_reason}")
     print(f"simulation truth: theta = {true_theta:+.3f}, tau = {true_tau:+.3f}")
+    if session.estimate.interval_calibration:
+        print(f"interval: {session.estimate.interval_calibration}")
     audit = card.get("replay_audit")
-    if isinstance(audit, dict):
+    if isinstance(audit, dict) and not card.get("interval_calibration"):
         figures = audit.get("selectors", {}).get(getattr(session.selector, "name", None))
         if figures:
             lengths = "/".join(str(v) for v in audit["test_length"])
@@ -325,6 +335,13 @@ def _card_lines(card: dict) -> list[str]:
             lines.append(f"  replay audit, {sel} after {lengths} items: 95% coverage "
                          f"{'/'.join(f'{v:.2f}' for v in f['coverage'])} (promised {'/'.join(f'{v:.2f}' for v in f['promised'])}), "
                          f"SD ratio {'/'.join(f'{v:.1f}' for v in f['sd_ratio'])}")
+    check = card.get("interval_calibration")
+    if isinstance(check, dict):
+        for sel, cur in check.get("curves", {}).items():
+            lengths = "/".join(str(v) for v in cur.get("test_length", []))
+            lines.append(f"  interval check ({check.get('folds', '?')} folds), {sel} after {lengths} items: model's 95% "
+                         f"coverage {'/'.join(f'{v:.2f}' for v in cur.get('coverage_model', []))}, "
+                         f"SD factor c(L) applied {'/'.join(f'{v:.2f}' for v in cur.get('c', []))}")
     return lines
 
 

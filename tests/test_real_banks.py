@@ -109,7 +109,8 @@ def test_catengine_banks_json_lists_the_four_with_their_cards():
         assert Path(c["path"]).is_file() and c["shipped"] is True
         assert c["replay_audit"] or c["interval_calibration"]
     text = _run("banks")
-    assert text.returncode == 0 and "math500_lart v1" in text.stdout and "replay audit, lart-theta" in text.stdout
+    assert text.returncode == 0 and "math500_lart v1" in text.stdout
+    assert "replay audit, lart-theta" in text.stdout or "interval check (5 folds), lart-theta" in text.stdout
 
 
 def test_banks_under_a_directory_and_from_the_environment_are_listed(tmp_path, banks, monkeypatch):
@@ -231,7 +232,10 @@ def test_full_rebuild_reproduces_chembench_2pl_with_its_replay_audit(banks):
     shipped = banks["chembench_2pl"]
     assert SCRIPT["compare"](shipped, rebuilt) == []
     key = "interval_calibration" if "interval_calibration" in shipped.attrs else "replay_audit"
-    assert json.loads(rebuilt.attrs[key]) == json.loads(shipped.attrs[key])
+    def reproducible(record):  # the check's wall time is recorded too, like created_at: not part of the rebuild
+        return {k: v for k, v in json.loads(record).items() if k != "seconds"}
+
+    assert reproducible(rebuilt.attrs[key]) == reproducible(shipped.attrs[key])
 
 
 def test_compare_reports_a_changed_parameter(banks):

@@ -136,7 +136,7 @@ def loglik_points(model, thetas, a, b, c, d, y, n):
 
 @njit(cache=True)
 def item_parameter_sensitivity(model, theta, a, b, c, d, y, va, vb, vab, n):
-    """sum_j G_j' Cov(a_j, b_j) G_j, G_j = (d s_j / d a_j, d s_j / d b_j), s_j = d l_j / d theta (MATH.md 6.3).
+    """sum_j G_j' Cov(a_j, b_j) G_j, G_j = (d s_j / d a_j, d s_j / d b_j), s_j = d l_j / d theta (docs/math.md §7.3).
 
     With g = dl/dz and g' = d2l/dz2 at z = a theta + b: s_j = a g, ds/da = g + a theta g', ds/db = a g'
     (2PL: (y - p) - a theta p (1 - p) and -a p (1 - p)).

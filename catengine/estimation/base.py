@@ -88,7 +88,7 @@ class TraitEstimate:
     §1.5; EAP: posterior moments). ``tau``, ``tau_sd`` and ``theta_tau_cov`` are ``None`` for
     logistic banks. ``n_iter`` / ``converged`` describe the optimiser (EAP: 0 / True).
 
-    How the reported SD was made (MATH.md 6.3-6.5): ``theta_sd_fixed_items`` is the model's SD with
+    How the reported SD was made (docs/math.md §7.3-6.5): ``theta_sd_fixed_items`` is the model's SD with
     the item parameters taken as known (``None`` when the bank carries no item uncertainty, then it
     equals the SD before ``interval_factor``); ``interval_factor`` the factor the SDs were multiplied
     by afterwards (the bank's cross-fitted c(L), or an explicit ``sd_scale``) and
@@ -181,9 +181,9 @@ class TraitEstimator(ABC):
     call :meth:`_check_settings` in ``__post_init__``.
 
     Two corrections are on by default and act only when the bank provides what they need:
-    ``item_uncertainty`` adds the item-parameter term of MATH.md 6.3 (Cheng & Yuan 2010) to the
+    ``item_uncertainty`` adds the item-parameter term of docs/math.md §7.3 (Cheng & Yuan 2010) to the
     variance when the state carries the bank's item covariance; ``interval_calibration`` multiplies
-    the SDs by the bank's cross-fitted factor c(L) at the current test length (MATH.md 6.5). An
+    the SDs by the bank's cross-fitted factor c(L) at the current test length (docs/math.md §7.5). An
     explicit ``sd_scale`` != 1 overrides the stored calibration (it is used instead of c(L)).
     """
 
@@ -209,7 +209,7 @@ class TraitEstimator(ABC):
         return est
 
     def _with_item_uncertainty(self, params: ItemParams, state: ResponseState, est: TraitEstimate) -> TraitEstimate:
-        """Var(theta) ~ 1/H + (1/H^2) sum_j G_j' Cov(xi_j) G_j (MATH.md 6.3), 1/H the posterior variance
+        """Var(theta) ~ 1/H + (1/H^2) sum_j G_j' Cov(xi_j) G_j (docs/math.md §7.3), 1/H the posterior variance
         with the items fixed; for LaRT tau = alpha + beta theta carries the extra term along."""
         v = est.theta_sd * est.theta_sd
         acc = K.item_parameter_sensitivity(state.model, est.theta, state.a, state.b, state.c, state.d, state.y,

@@ -1,5 +1,5 @@
 """The bank's stored interval calibration: an SD factor c(L) by test length, measured by replaying
-held-out real LLMs at calibration time (MATH.md 6.5; written by ``calibration.interval_calibration``).
+held-out real LLMs at calibration time (docs/math.md §7.5; written by ``calibration.interval_calibration``).
 
 The bank's root attribute ``interval_calibration`` is a JSON object::
 

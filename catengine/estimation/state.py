@@ -47,8 +47,8 @@ class ResponseState:
 
     ``covariance`` (optional :class:`~catengine.models.item_covariance.ItemCovariance` of the bank):
     the answered items' Var(a), Var(b), Cov(a, b) are then kept in per-answer buffers ``va``, ``vb``,
-    ``vab`` too (estimators widen the trait SD by them, MATH.md 6.3). ``interval_curve`` (optional,
-    set by the session): the bank's cross-fitted SD factor c(L) by test length (MATH.md 6.5).
+    ``vab`` too (estimators widen the trait SD by them, docs/math.md §7.3). ``interval_curve`` (optional,
+    set by the session): the bank's cross-fitted SD factor c(L) by test length (docs/math.md §7.5).
     """
 
     __slots__ = ("params", "model", "n", "_items", "_y", "_log_cot", "administered", "a", "b", "c", "d",

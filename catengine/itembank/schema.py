@@ -293,7 +293,7 @@ def _validate_responses(responses) -> list[str]:
 #   omega            |omega| <= 50  (mean of log(T + offset): e^50 tokens)
 #   phi              |phi| <= 50
 #   lam (an SD)      1e-3 <= lam <= 1e3
-#   b_sd and any other '*_sd' per-item variable: 0 <= sd <= 1e3
+#   b_sd and any other '*_sd' per-item variable: 0 <= sd <= 1e6 (an unidentified item's SD is large, honestly)
 #   rho              -1 < rho < 1
 #   cot_offset       0 <= cot_offset <= 1e6
 #
@@ -310,9 +310,9 @@ PLAUSIBLE_RANGES = {
     "omega": (-50.0, 50.0),
     "phi": (-50.0, 50.0),
     "lam": (1e-3, 1e3),
-    "b_sd": (0.0, 1e3),
+    "b_sd": (0.0, 1e6),
 }
-SD_RANGE = (0.0, 1e3)
+SD_RANGE = (0.0, 1e6)
 COT_OFFSET_RANGE = (0.0, 1e6)
 CHECKSUM_ATTR = "content_sha256"
 _CHECKSUM_FORMAT = "irt-llm-eval.itembank.items/1"

@@ -1,5 +1,5 @@
 """Per-item 2 x 2 covariance of the accuracy parameters (a_j, b_j): what the engine uses of a bank's
-item-parameter uncertainty (MATH.md 6.2-6.4).
+item-parameter uncertainty (docs/math.md §7.2-6.4).
 
 A bank may describe its uncertainty by per-item SDs and a covariance (``/items`` ``a_sd``,
 ``b_sd``, ``ab_cov``), by bank draws (``/posterior`` ``a_draws``, ``b_draws``, dims (draw, item)),

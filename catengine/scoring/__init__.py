@@ -1,5 +1,5 @@
-"""Full-benchmark scores from an adaptive test: the model-based prediction (MATH.md 6.6) and the
-design-based estimate that does not trust the model (MATH.md 6.7). Numerics only: arrays in,
+"""Full-benchmark scores from an adaptive test: the model-based prediction (docs/math.md §7.6) and the
+design-based estimate that does not trust the model (docs/math.md §7.7). Numerics only: arrays in,
 ``ScoreEstimate`` pieces out (the session glue is ``catengine.session.scoring``)."""
 
 from catengine.scoring.design import DesignEstimate, DesignNotRandomisedError, design_estimate, design_terms

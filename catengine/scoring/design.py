@@ -1,4 +1,4 @@
-"""The design-based full-benchmark estimate (MATH.md 6.7; active inference, Zrnic & Candes 2024).
+"""The design-based full-benchmark estimate (docs/math.md §7.7; active inference, Zrnic & Candes 2024).
 
 The engine answers each item at most once, so the randomised design draws *without* replacement:
 at design step t the next item is drawn from the R_t items not yet answered with a known
@@ -9,7 +9,7 @@ step t and f_t(j) any prediction of y_j computed from the data before step t,
 
 Given the past, sum_{R_t} pi_t(j) (y_j - f_t(j)) / pi_t(j) = sum_{R_t} (y_j - f_t(j)), so
 E[D_t | past] = (1/J) [ sum_{O_t} y_j + sum_{R_t} y_j ] = A exactly, whatever the model gets
-wrong. (With replacement, MATH.md 6.7, O_t is empty and R_t all items; this is the same argument
+wrong. (With replacement, docs/math.md §7.7, O_t is empty and R_t all items; this is the same argument
 on the items still unknown.) Hence the D_t - A are martingale differences and
 A^ = (1/n) sum_t D_t is unbiased. Their orthogonality gives Var(A^) = (1/n^2) sum_t E Var_t(D_t),
 and

@@ -1,4 +1,4 @@
-"""The model-based prediction of the full-benchmark accuracy and CoT cost (MATH.md 6.6).
+"""The model-based prediction of the full-benchmark accuracy and CoT cost (docs/math.md §7.6).
 
 With O the answered items (answers y_j), U the others, J = |O| + |U| and q the trait posterior as
 the session reports it (Normal(theta^, SD^2); LaRT: the 2-D Normal of (theta, tau), whose marginals
@@ -18,7 +18,7 @@ Given theta, y_j is Bernoulli with a random success probability P_j(theta; psi_j
 E_psi P(1 - P) + Var_psi P = pbar (1 - pbar): with independent item errors the item-parameter
 uncertainty of the *unanswered* items changes the prediction only through pbar (it flattens the
 response curves), not by an extra variance term. It widens the interval through the trait posterior
-(the answered items' parameter errors, MATH.md 6.3), i.e. through the SD the session reports.
+(the answered items' parameter errors, docs/math.md §7.3), i.e. through the SD the session reports.
 The expectations over q use Gauss-Hermite nodes
 theta_k = theta^ + SD x_k; the interval is the quantile range of the node mixture
 sum_k w_k Normal(E[A | theta_k], Var[A | theta_k]) (it keeps the skew of the trait part), clipped

@@ -60,7 +60,7 @@ EXPOSURE_CONTROLS = {cls.name: cls for cls in (Randomesque, SympsonHetter, Conte
 def default_selector(response_model: str, item_uncertainty: bool = False) -> ItemSelector:
     """Theta-targeted precision for LaRT banks (uses CoT information; posterior-expected probit
     information when the bank carries item uncertainty); for logistic banks posterior-expected
-    information when the bank carries item-parameter uncertainty (MATH.md 6.4), point information otherwise."""
+    information when the bank carries item-parameter uncertainty (docs/math.md §7.4), point information otherwise."""
     if response_model == "lart":
         return ThetaTargetedInformation()
     return PosteriorExpectedInformation() if item_uncertainty else MaxFisherInformation()

@@ -22,7 +22,7 @@ class _LaRTPrecisionSelector(ItemSelector):
     models: ClassVar[tuple[str, ...]] = ("lart",)
     criterion: ClassVar[str] = "theta"
     #: use the posterior-expected probit information over each item's (a, b) when the bank carries
-    #: item-parameter uncertainty (MATH.md 6.4); point information otherwise
+    #: item-parameter uncertainty (docs/math.md §7.4); point information otherwise
     item_uncertainty: bool = True
 
     def __post_init__(self):

@@ -2,7 +2,7 @@
 
 It keeps adaptivity (the probabilities follow the current trait posterior) but draws instead of
 maximising, so that the design-based full-benchmark estimate (``predicted_score(method="design")``,
-MATH.md 6.7, ``catengine.scoring.design``) is unbiased whatever the IRT model gets wrong.
+docs/math.md §7.7, ``catengine.scoring.design``) is unbiased whatever the IRT model gets wrong.
 """
 
 from __future__ import annotations

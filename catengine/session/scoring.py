@@ -126,7 +126,7 @@ def _assemble(method, level, sizes, acc, cot, field, labels) -> ScoreEstimate:
 
 def model_score(session, *, level=0.95, by=None, estimate: TraitEstimate | None = None, n_answered: int | None = None,
                 n_nodes: int = DEFAULT_SCORE_NODES) -> ScoreEstimate:
-    """The model-based prediction (MATH.md 6.6) from the session's reported posterior.
+    """The model-based prediction (docs/math.md §7.6) from the session's reported posterior.
 
     ``estimate`` / ``n_answered``: score an earlier state (the estimate after the first
     ``n_answered`` answers; used for trajectories)."""
@@ -179,7 +179,7 @@ def check_design(session) -> None:
 
 
 def design_score(session, *, level=0.95, by=None, n_nodes: int = 21) -> ScoreEstimate:
-    """The design-based estimate (MATH.md 6.7, without replacement: ``catengine.scoring.design``)."""
+    """The design-based estimate (docs/math.md §7.7, without replacement: ``catengine.scoring.design``)."""
     check_design(session)
     params = session.params
     h, order, correct = _records(session)

@@ -73,10 +73,12 @@ def _check_correct(correct) -> int:
     raise InvalidResponseError(f"correct must be 0 or 1 (or a bool), got {correct!r}")
 
 
-#: Plausible CoT lengths, in tokens: 0 <= T <= MAX_COT_TOKENS, and T + cot_offset >= 1 (the bank
-#: models log(T + cot_offset); below 1 the log goes negative without bound: a bank with offset 0
-#: needs T >= 1 token). Beyond it, :class:`CoTOutOfRangeError`. Per session: ``session.max_cot_length``.
+#: Plausible CoT lengths, in tokens: 0 <= T <= MAX_COT_TOKENS, and T + cot_offset >= MIN_LOG_ARGUMENT
+#: (the bank models log(T + cot_offset), which goes negative without bound as it nears 0: a bank
+#: with offset 0 needs T >= 0.001; lengths that are averages over runs or simulated continuous
+#: lengths may be fractional). Beyond it, :class:`CoTOutOfRangeError`. Per session: ``session.max_cot_length``.
 MAX_COT_TOKENS = 1e9
+MIN_LOG_ARGUMENT = 1e-3
 
 
 def _check_cot(cot_length, max_tokens: float = MAX_COT_TOKENS, cot_offset: float = 1.0) -> float | None:
@@ -92,10 +94,10 @@ def _check_cot(cot_length, max_tokens: float = MAX_COT_TOKENS, cot_offset: float
         ) from None
     if math.isnan(value) or math.isinf(value) or value < 0:
         raise InvalidResponseError(f"cot_length must be a finite number of tokens >= 0 (None if unknown), got {cot_length!r}")
-    if value > max_tokens or value + cot_offset < 1.0:
+    if value > max_tokens or value + cot_offset < MIN_LOG_ARGUMENT:
         raise CoTOutOfRangeError(
             f"cot_length {cot_length!r} tokens is outside the plausible range: 0 <= T <= {max_tokens:g} "
-            f"(session.max_cot_length) and T + cot_offset >= 1 (cot_offset {cot_offset:g})"
+            f"(session.max_cot_length) and T + cot_offset >= {MIN_LOG_ARGUMENT:g} (cot_offset {cot_offset:g})"
         )
     return value
 
@@ -478,9 +480,9 @@ class CATSession:
         """The full-benchmark accuracy (and, for LaRT banks, CoT tokens) with an interval at ``level``.
 
         ``method="model"``: the IRT prediction from the reported posterior (answered items count as
-        answered; MATH.md 6.6); ``"design"``: the design-based estimate, unbiased whatever the model
+        answered; docs/math.md §7.6); ``"design"``: the design-based estimate, unbiased whatever the model
         gets wrong, for sessions run with ``RandomisedSelection`` (raises ``DesignNotRandomisedError``
-        otherwise; MATH.md 6.7). ``by``: the item column of the per-category breakdown (default: the
+        otherwise; docs/math.md §7.7). ``by``: the item column of the per-category breakdown (default: the
         bank's declared or first categorical column; ``False`` for none). ``record=True`` also
         appends the estimate to the session log as a ``score`` event. See docs/score_prediction.md.
         """

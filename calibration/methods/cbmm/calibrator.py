@@ -65,7 +65,7 @@ _EB_MIN_VAR = 1e-4  # floor on the prior variances (keeps a 1PL-like bank from c
 
 @dataclass
 class CBMMPrior:
-    """Gaussian prior of the temperature-1 fit variables (MATH.md 6.1):
+    """Gaussian prior of the temperature-1 fit variables (docs/math.md §7.1):
     a_j ~ N(a_mean, 1 / a_precision) (then projected on a >= 0), b_j ~ N(b_mean, 1 / b_precision),
     theta_i ~ N(0, 1 / theta_precision). ``a`` and ``b`` here are a / sigma and b / sigma."""
 
@@ -190,7 +190,7 @@ class _Problem:
     def sweep(self, theta, a, b, want_loss=True, on_loss=None):
         """One MM sweep from (theta, a, b): returns (objective at the input or NaN, new theta, new a, new b).
 
-        With a prior each block is the ridge step of MATH.md 6.1 (the projection on a >= 0 of the
+        With a prior each block is the ridge step of docs/math.md §7.1 (the projection on a >= 0 of the
         minimiser of the majoriser plus the quadratic prior), so the penalised loss never increases.
         ``on_loss(objective)`` (optional) is called after the first pass, before the blocks; it may
         change ``self.prior`` (the empirical-Bayes update), which the blocks then use.
@@ -325,7 +325,7 @@ def joint_nll(correct, theta, a, b, sigma: float = 1.0, *, subjects=None, items=
 
 def penalised_nll(correct, theta, a, b, prior: CBMMPrior | None, sigma: float = 1.0, *, subjects=None, items=None,
                   gradient: bool = False):
-    """The penalised cBMM objective (MATH.md 6.1): ``joint_nll`` plus the negative log prior
+    """The penalised cBMM objective (docs/math.md §7.1): ``joint_nll`` plus the negative log prior
     a_prec/2 sum (a/sigma - a_mean)^2 + b_prec/2 sum (b/sigma - b_mean)^2 + theta_prec/2 sum theta^2
     over the ``items`` / ``subjects`` masks (rank 1). ``prior`` None gives ``joint_nll``.
     With ``gradient=True`` returns (objective, d_theta, d_a, d_b)."""
@@ -388,7 +388,7 @@ class CBMMCalibrator(BaseCalibrator):
     acceleration : {"squarem", "none"}, default "squarem"
         "none" runs the plain MM iteration of the paper.
     prior : "empirical-bayes" (default), "none" or a dict
-        Gaussian priors on the item parameters and theta (MATH.md 6.1, ``docs/calibration_priors.md``):
+        Gaussian priors on the item parameters and theta (docs/math.md §7.1, ``docs/calibration_priors.md``):
         a_j ~ N(mu_a, s_a^2) (a >= 0 kept by projection), b_j ~ N(mu_b, s_b^2), theta_i ~ N(0, 1),
         on the temperature-1 variables (a / sigma, b / sigma). Each MM block is then a ridge step
         and the penalised loss still never increases. "empirical-bayes" sets (mu_a, s_a, mu_b, s_b)
@@ -422,7 +422,7 @@ class CBMMCalibrator(BaseCalibrator):
         n_prior_updates_ : empirical-Bayes updates made.
     a_sd_, b_sd_, ab_cov_ (J,) : item-parameter SEs and covariance on the bank scale, from the
         inverse observed information (2 x 2 per item, theta at its estimate, prior precision
-        included; MATH.md 6.2). Perfect items: a_sd = 0 (a pinned at 0), b_sd from the counts.
+        included; docs/math.md §7.2). Perfect items: a_sd = 0 (a pinned at 0), b_sd from the counts.
     diagnostics_ : :class:`calibration.diagnostics.ItemDiagnostics` (perfect, runaway slopes,
         prior-dominated, non-discriminating items).
     perfect_items_ (J,) bool : all observed answers identical -> excluded, a = 0, b from counts.
@@ -826,7 +826,7 @@ class CBMMCalibrator(BaseCalibrator):
         3. The Gaussian hierarchical model x_j ~ N(mu, diag(s_a^2, s_b^2)) is solved by EM to its
            fixed point on these quadratic likelihoods (O(J) per iteration, no data pass):
            V_j = (H_j + S^-1)^-1, m_j = V_j (H_j x_j^ML + S^-1 mu), mu = mean m_j,
-           s^2 = mean((m_j - mu)^2 + diag V_j) (MATH.md 6.1's update, iterated).
+           s^2 = mean((m_j - mu)^2 + diag V_j) (docs/math.md §7.1's update, iterated).
         Returns (change, standardised w, new prior); change is the largest move of a hyper-parameter
         (means in prior SDs, variances in log ratio) on the standardised scale.
         """

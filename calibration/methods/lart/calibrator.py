@@ -194,7 +194,7 @@ _EB_MIN_VAR = 1e-4
 
 
 def _eb_prior_update(a, b, cache, prior):
-    """One EM update of the accuracy prior's hyper-parameters (MATH.md 6.1) at the M-step's point."""
+    """One EM update of the accuracy prior's hyper-parameters (docs/math.md §7.1) at the M-step's point."""
     va, _, vb = _item_covariance(cache, prior)
     ma, mb = float(a.mean()), float(b.mean())
     var_a = max(float(np.mean((a - ma) ** 2 + va)), _EB_MIN_VAR)
@@ -239,7 +239,7 @@ class LaRTSAEMCalibrator(BaseCalibrator):
         on the accuracy parameters (probit scale) in the M-step, the hyper-parameters updated
         after every M-step by the EM rule mu = mean(x), s^2 = mean((x - mu)^2 + V_jj) with V_j the
         inverse of the item's averaged complete-data information plus the prior precision
-        (MATH.md 6.1; docs/calibration_priors.md). PX keeps theta standardised, so the prior on
+        (docs/math.md §7.1; docs/calibration_priors.md). PX keeps theta standardised, so the prior on
         a cannot pull the theta scale. "none": the b_prior_sd rule above.
     max_slope : float
         Items whose slope exceeds this on the logistic scale (probit a x 1.702) are flagged as not
