@@ -22,7 +22,7 @@ from catengine.stopping import MaxItems
 
 # bounded and deterministic in CI; CATENGINE_FUZZ_EXAMPLES=N runs a longer, randomised search
 _N = int(os.environ.get("CATENGINE_FUZZ_EXAMPLES", "0"))
-FUZZ = settings(max_examples=_N or 60, deadline=None, derandomize=not _N, database=None,
+FUZZ = settings(max_examples=_N or 40, deadline=None, derandomize=not _N, database=None,
                 suppress_health_check=list(HealthCheck))
 
 _DIR = Path(tempfile.mkdtemp(prefix="fuzz_banks_"))

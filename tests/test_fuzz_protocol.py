@@ -17,7 +17,7 @@ from catengine.session.serve import serve
 
 # bounded and deterministic in CI; CATENGINE_FUZZ_EXAMPLES=N runs a longer, randomised search
 _N = int(os.environ.get("CATENGINE_FUZZ_EXAMPLES", "0"))
-FUZZ = settings(max_examples=_N or 150, deadline=None, derandomize=not _N, database=None,
+FUZZ = settings(max_examples=_N or 100, deadline=None, derandomize=not _N, database=None,
                 suppress_health_check=list(HealthCheck))
 BANK = naive.make_bank("lart", 25, seed=4)
 _DIR = Path(tempfile.mkdtemp(prefix="fuzz_protocol_"))

@@ -215,7 +215,8 @@ def test_the_data_of_each_bank_is_what_its_script_reads(banks, bank_id):
 
 @needs_data
 @pytest.mark.slow
-@pytest.mark.parametrize("bank_id", EXPECTED)
+# chembench_2pl is rebuilt whole (parameters included) by the next test
+@pytest.mark.parametrize("bank_id", [b for b in EXPECTED if b != "chembench_2pl"])
 def test_refitting_reproduces_the_shipped_parameters(banks, bank_id):
     recipe = RECIPES[bank_id]
     data = SCRIPT["load_data"](recipe, DATA)
