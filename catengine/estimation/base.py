@@ -88,7 +88,7 @@ class TraitEstimate:
     §1.5; EAP: posterior moments). ``tau``, ``tau_sd`` and ``theta_tau_cov`` are ``None`` for
     logistic banks. ``n_iter`` / ``converged`` describe the optimiser (EAP: 0 / True).
 
-    How the reported SD was made (docs/math.md §7.3-6.5): ``theta_sd_fixed_items`` is the model's SD with
+    How the reported SD was made (docs/math.md §7.3-7.5): ``theta_sd_fixed_items`` is the model's SD with
     the item parameters taken as known (``None`` when the bank carries no item uncertainty, then it
     equals the SD before ``interval_factor``); ``interval_factor`` the factor the SDs were multiplied
     by afterwards (the bank's cross-fitted c(L), or an explicit ``sd_scale``) and

@@ -1,5 +1,5 @@
 """Per-item 2 x 2 covariance of the accuracy parameters (a_j, b_j): what the engine uses of a bank's
-item-parameter uncertainty (docs/math.md §7.2-6.4).
+item-parameter uncertainty (docs/math.md §7.2-7.4).
 
 A bank may describe its uncertainty by per-item SDs and a covariance (``/items`` ``a_sd``,
 ``b_sd``, ``ab_cov``), by bank draws (``/posterior`` ``a_draws``, ``b_draws``, dims (draw, item)),
@@ -13,16 +13,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-
-def _vector(name: str, value, n: int | None) -> np.ndarray:
-    arr = np.ascontiguousarray(np.asarray(value, dtype=np.float64).reshape(-1))
-    if n is not None and arr.shape[0] != n:
-        raise ValueError(f"{name} has {arr.shape[0]} entries, expected {n} (one per item)")
-    bad = np.flatnonzero(~np.isfinite(arr))
-    if bad.size:
-        raise ValueError(f"{name} is not finite at item index {int(bad[0])} (value {arr[bad[0]]})")
-    arr.flags.writeable = False
-    return arr
+from catengine.models.params import _as_vector as _vector  # one validator of per-item vectors
 
 
 @dataclass(frozen=True)
