@@ -399,3 +399,13 @@ def test_map_eap_se_and_mfi_match_catpie():
         th_eap = catpie.eapEst(it, x)
         assert e.theta == pytest.approx(th_eap, abs=1e-6)
         assert e.theta_sd == pytest.approx(catpie.eapSem(th_eap, it, x), abs=1e-6)
+
+
+@pytest.mark.parametrize("st,su,c", [(0.7, 1.2, 0.3), (1.0, 1.0, -0.95), (0.2, 3.0, 0.0)])
+def test_estimate_precision_closed_form_inverts_the_covariance(st, su, c):
+    est = TraitEstimate(theta=0.1, theta_sd=st, n_items=3, tau=0.0, tau_sd=su, theta_tau_cov=c * st * su)
+    np.testing.assert_allclose(est.precision(), np.linalg.inv(est.covariance()), rtol=1e-12)
+    one = TraitEstimate(theta=0.1, theta_sd=st, n_items=3)
+    np.testing.assert_allclose(one.precision(), [[1.0 / st**2]], rtol=1e-14)
+    with pytest.raises(np.linalg.LinAlgError, match="not positive definite"):
+        TraitEstimate(theta=0.0, theta_sd=1.0, n_items=1, tau=0.0, tau_sd=1.0, theta_tau_cov=1.0).precision()

@@ -9,6 +9,7 @@
 """
 
 import os
+import threading
 import signal
 import subprocess
 import sys
@@ -84,8 +85,8 @@ def test_the_probe_runs_once_per_file_and_not_for_files_matching_their_stamp(tmp
     if os.getxattr(path, guard.XATTR) != guard.file_sha256(path).encode():  # pragma: no cover
         pytest.fail("write_item_bank did not stamp the file")
     calls = []
-    real = guard._probe_fork
-    monkeypatch.setattr(guard, "_probe_fork", lambda *a: calls.append(a) or real(*a))
+    real = guard._choose_probe
+    monkeypatch.setattr(guard, "_choose_probe", lambda: calls.append(1) or real())
     open_item_bank(path)
     assert calls == []  # intact: byte-identical to what the writer wrote
     copy = tmp_path / "received.nc"
@@ -93,6 +94,31 @@ def test_the_probe_runs_once_per_file_and_not_for_files_matching_their_stamp(tmp
     open_item_bank(copy)
     open_item_bank(copy)
     assert len(calls) == 1
+
+
+@pytest.mark.parametrize("probe", ["_probe_fork", "_probe_subprocess"])
+def test_both_probes_read_a_good_file_and_stop_a_hanging_one(tmp_path, probe):
+    good = write_item_bank(naive.make_bank("2pl", 12, seed=1), tmp_path / "b")
+    assert getattr(guard, probe)(str(good), 10.0) is None
+    problem = getattr(guard, probe)(str(REGRESSIONS / "bank_hangs_netcdf4_a.nc"), 2.0)
+    assert problem is not None and "did not finish within 2 s" in problem
+
+
+def test_the_fork_probe_is_used_only_in_a_single_threaded_process(monkeypatch):
+    """A fork while another thread holds a lock can deadlock the child: threads mean a fresh subprocess."""
+    monkeypatch.setattr(guard, "thread_count", lambda: 1)
+    assert guard._choose_probe() is guard._probe_fork
+    monkeypatch.setattr(guard, "thread_count", lambda: 3)
+    assert guard._choose_probe() is guard._probe_subprocess
+    monkeypatch.undo()
+    started = threading.Event()
+    worker = threading.Thread(target=started.wait)
+    worker.start()
+    try:
+        assert guard.thread_count() >= 2 and guard._choose_probe() is guard._probe_subprocess
+    finally:
+        started.set()
+        worker.join()
 
 
 def test_a_wrong_stamp_does_not_skip_the_probe(tmp_path, monkeypatch):

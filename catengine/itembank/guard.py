@@ -16,14 +16,18 @@ what the library wrote and is opened directly (hashing costs ~1 ms per MB); othe
 an older bank, a copied or received file, a file system without extended attributes; or a
 mismatch) the probe runs.
 
-Where ``os.fork`` is unavailable the probe runs ``python -c`` in a subprocess (slower, same
-guarantee). ``PROBE_TIMEOUT`` (seconds) bounds it; set ``CATENGINE_BANK_PROBE=0`` to skip the
+Forking is safe only in a single-threaded process: a child forked while another thread holds a
+lock (a Jupyter kernel's ZMQ threads, a Dask worker's pool, numba's thread pool, HDF5's own
+mutex) can deadlock or crash. So the fork is used only when the process has one thread; otherwise,
+and where ``os.fork`` is unavailable, the probe runs :func:`read_everything` in a fresh
+``python -c`` subprocess that imports netCDF4 only (about 0.3 s slower, same guarantee). ``PROBE_TIMEOUT`` (seconds) bounds it; set ``CATENGINE_BANK_PROBE=0`` to skip the
 probe for trusted files.
 """
 
 from __future__ import annotations
 
 import hashlib
+import inspect
 import os
 import select
 import subprocess
@@ -90,6 +94,21 @@ def read_everything(path: str) -> None:
             stack.extend(group.groups.values())
 
 
+def thread_count() -> int:
+    """Threads of this process, native ones included (Linux: /proc/self/task; elsewhere Python's count)."""
+    try:
+        return len(os.listdir("/proc/self/task"))
+    except OSError:
+        import threading
+
+        return threading.active_count()
+
+
+def _choose_probe():
+    """The fork probe in a single-threaded process with ``os.fork``; the subprocess probe otherwise."""
+    return _probe_fork if hasattr(os, "fork") and thread_count() == 1 else _probe_subprocess
+
+
 def _probe_fork(path: str, timeout: float, what: str = "netCDF4 file") -> str | None:
     read_fd, write_fd = os.pipe()
     pid = os.fork()
@@ -133,7 +152,8 @@ def _probe_fork(path: str, timeout: float, what: str = "netCDF4 file") -> str | 
 
 
 def _probe_subprocess(path: str, timeout: float, what: str = "netCDF4 file") -> str | None:
-    code = "import sys; from catengine.itembank.guard import read_everything; read_everything(sys.argv[1])"
+    # the reader's own source, run without importing this package (a fast start)
+    code = f"import sys\n{inspect.getsource(read_everything)}\nread_everything(sys.argv[1])"
     try:
         proc = subprocess.run([sys.executable, "-c", code, path], capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -190,8 +210,7 @@ def probe_bank_file(path, what: str = "netCDF4 item bank") -> None:
         return
     import netCDF4  # noqa: F401 - imported once here, not in every forked child (the caller needs it next)
 
-    probe = _probe_fork if hasattr(os, "fork") else _probe_subprocess
-    problem = probe(str(path), PROBE_TIMEOUT + key[2] / _SIZE_STEP, what)
+    problem = _choose_probe()(str(path), PROBE_TIMEOUT + key[2] / _SIZE_STEP, what)
     if problem is not None:
         raise ItemBankSchemaError(str(path), [problem])
     _remember(key)

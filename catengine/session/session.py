@@ -14,7 +14,6 @@ from catengine.estimation import MAPEstimator, ResponseState, TraitEstimate, Tra
 from catengine.estimation.interval_calibration import IntervalCalibration
 from catengine.estimation.person_fit import PersonFit, person_fit
 from catengine.models.item_covariance import ItemCovariance
-from catengine.models import lart
 from catengine.selection import ExposureControl, ItemSelector, ItemTable, SelectionState, default_selector
 from catengine.selection.exposure import ExposureContext
 from catengine.session.bank_log import (
@@ -411,12 +410,8 @@ class CATSession:
             cot = None
         else:
             cot = _check_cot(cot_length, self.max_cot_length, self.cot_offset)
-        log_t = math.nan
-        if cot is not None:
-            try:
-                log_t = float(lart.log_cot_length(cot, self.cot_offset))
-            except ValueError as exc:
-                raise InvalidResponseError(str(exc)) from None
+        # _check_cot guarantees a finite T with T + offset >= MIN_LOG_ARGUMENT: the scalar form of lart.log_cot_length
+        log_t = math.nan if cot is None else math.log(cot + self.cot_offset)
         return self._apply(j, y, cot, log_t)
 
     def _apply(self, j: int, y: int, cot: float | None, log_t: float, logged: dict | None = None) -> TraitEstimate:
@@ -559,7 +554,7 @@ class CATSession:
             log_t = math.nan
             if cot is not None and self.params.response_model == "lart":
                 cot = _check_cot(cot, self.max_cot_length, self.cot_offset)
-                log_t = float(lart.log_cot_length(cot, self.cot_offset))
+                log_t = math.log(cot + self.cot_offset)
             self._apply(j, _check_correct(event["correct"]), None if cot is None else float(cot), log_t, logged=event)
         elif kind == "exclude":
             self.exclude(event["item"])
