@@ -174,6 +174,7 @@ def cross_fit_intervals(data, make_bank, *, folds: int = DEFAULT_FOLDS, test_len
     lengths = [int(L) for L in test_lengths if L <= max_len] or [max(1, max_len)]
     L = lengths[-1]
     pooled: dict[str, list] = {}
+    replayed: dict[str, list] = {}  # selector -> [(sessions, held-out rows)] per fold, for the score check
     default_name, scoring_used, n_converged = "", "irt", 0
     fold_banks = []
     for k in range(K):
@@ -198,13 +199,14 @@ def cross_fit_intervals(data, make_bank, *, folds: int = DEFAULT_FOLDS, test_len
         test = [i for i in fold_rows[k] if n_obs[i] >= L]
         if not test:
             continue
-        raw = replay_llms(bank, data, test, selectors, [scoring_used], estimator, L, seed, k)
+        raw = replay_llms(bank, data, test, selectors, [scoring_used], estimator, L, seed, k, keep_sessions=True)
         for r, (name, _) in enumerate(selectors):
             key = default_name if name == "default" else name
             idx = np.asarray(lengths) - 1
             pooled.setdefault(key, []).append((raw["est"][r, 0][:, idx] - raw["full"][0][:, None],
                                                raw["sd"][r, 0][:, idx], raw["full_sd"][0]))
-    curves = {}
+            replayed.setdefault(key, []).append((raw["sessions"][r][0], test))
+    curves, score_curves = {}, {}
     for key, parts in pooled.items():
         diff = np.concatenate([p[0] for p in parts])
         sd = np.concatenate([p[1] for p in parts])
@@ -212,6 +214,9 @@ def cross_fit_intervals(data, make_bank, *, folds: int = DEFAULT_FOLDS, test_len
         if diff.shape[0] < MIN_HELD_OUT:
             continue
         curves[key] = {"test_length": lengths, **fit_factors(diff, sd, full_sd)}
+        score = _score_curve(replayed[key], data, lengths, curves[key]["c"])
+        if score is not None:
+            score_curves[key] = score
     return {
         "version": 1,
         "method": "cross-fitted replay of held-out calibration LLMs (docs/math.md §7.5)",
@@ -224,11 +229,24 @@ def cross_fit_intervals(data, make_bank, *, folds: int = DEFAULT_FOLDS, test_len
         "scoring": scoring_used,
         "selection": default_name,
         "curves": curves,
+        "score_curves": score_curves,
+        "score_form": "delta(L): residual SD per unanswered item (accuracy scale), s(L): log-SD of the unrecorded CoT "
+                      "total; the engine adds (delta n_U)^2 to the predicted number correct's variance and a mean-1 "
+                      "log-normal factor to the unrecorded CoT (docs/math.md §7.6)",
         "n_converged_folds": n_converged,
         "item_sd_factors": factors,
         "seconds": round(time.perf_counter() - t0, 2),
         "seed": str(seed),
     }
+
+
+def _score_curve(replayed, data, lengths, factors):
+    """The score check of one selector: pooled residuals of its replays with SDs x c(L), fitted."""
+    from calibration.score_calibration import fit_score_curve, score_residuals
+
+    parts = [score_residuals(sessions, data, rows, lengths, factors) for sessions, rows in replayed]
+    pooled = {name: np.concatenate([p[name] for p in parts]) for name in parts[0]}
+    return fit_score_curve(pooled, lengths, data.n_items)
 
 
 def _random():

@@ -156,6 +156,8 @@ def _cmd_demo(args) -> int:
         text += (f"; running it in full would take about {score.cot_total / 1e6:.2f}M CoT tokens "
                  f"({score.cot_total_low / 1e6:.2f}M .. {score.cot_total_high / 1e6:.2f}M)")
     print(text)
+    if score.calibration:
+        print(f"score interval: {score.calibration}")
     print(f"stopped: {session.stop_reason}")
     print(f"simulation truth: theta = {true_theta:+.3f}, tau = {true_tau:+.3f}")
     if session.estimate.interval_calibration:
@@ -263,6 +265,8 @@ def _cmd_evaluate(args) -> int:
         print(f"          person fit: {session.person_fit().message}")
         print(f"all {len(known)} answers: theta = {full.estimate.theta:+.3f} +/- {full.estimate.theta_sd:.3f}")
         print(f"\npredicted full-benchmark score: {score}")
+        if score.calibration:
+            print(f"          score interval: {score.calibration}")
         if design is not None:
             print(f"design-based (randomised selection): {design}")
         for label, c in score.by_category.items():

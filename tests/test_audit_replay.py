@@ -147,3 +147,27 @@ def test_cli_replay(tmp_path, capsys):
     assert rc == 2 and "--kind replay takes --responses" in capsys.readouterr().err
     rc = main(["audit", "--bank", str(path), "--responses", str(path), "--out", str(tmp_path / "y")])
     assert rc == 2 and "the other kinds take --bank" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("model", ["2pl", "4pl", "lart"])
+def test_the_one_shot_full_benchmark_estimate_equals_recording_every_answer(model):
+    """replay_llms scores all of an LLM's answers in one estimate; a session recording them one by
+    one (warm-started each time) must reach the same posterior."""
+    import naive_engine as naive
+    from calibration.audit.replay import full_benchmark_estimate
+    from catengine.estimation import MAPEstimator
+    from catengine.session import CATSession
+    from catengine.stopping import MaxItems
+
+    bank = naive.make_bank(model, 60, seed=3)
+    rng = np.random.default_rng(4)
+    items = rng.permutation(60)[:45]
+    correct = (rng.random(45) < 0.6).astype(int)
+    cot = [float(rng.lognormal(5, 0.5)) for _ in items] if model == "lart" else [None] * 45
+    s = CATSession(bank, estimator=MAPEstimator(), stopping=MaxItems(60))
+    for j, y, t in zip(items, correct, cot):
+        e = s.record(bank.item_ids[j], int(y), t)
+    once = full_benchmark_estimate(bank, MAPEstimator(), items, correct, cot)
+    assert once.theta == pytest.approx(e.theta, abs=1e-7) and once.theta_sd == pytest.approx(e.theta_sd, rel=1e-7)
+    if model == "lart":
+        assert once.tau == pytest.approx(e.tau, abs=1e-7) and once.tau_sd == pytest.approx(e.tau_sd, rel=1e-7)

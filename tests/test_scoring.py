@@ -11,7 +11,7 @@ from scipy.special import expit
 from scipy.stats import norm
 
 from catengine import CATSession, ItemBank
-from catengine.scoring import ScoreEstimate, predict_accuracy, predict_cot_total
+from catengine.scoring import MIN_SMEARING_ITEMS, ScoreEstimate, predict_accuracy, predict_cot_total, smearing_moments
 from catengine.session import read_log
 from catengine.stopping import MaxItems
 
@@ -274,3 +274,52 @@ def test_session_panel_shows_the_predicted_score():
     assert panel.score == now and acc == pytest.approx(now.accuracy, abs=1e-3) and low < acc < high
     assert len(panel.score_figure.axes) == 2  # trajectory + per-category bars (subject_area)
     assert "accuracy" in panel.score_text and "CoT tokens" in panel.score_text
+
+
+def _lart_bank_with(n_items, seed):
+    rng = np.random.default_rng(seed)
+    kw = {"a": rng.lognormal(0.0, 0.3, n_items), "b": rng.normal(0, 1, n_items), "omega": rng.normal(6.0, 0.4, n_items),
+          "phi": rng.uniform(0.8, 1.2, n_items), "lam": rng.uniform(0.9, 1.3, n_items), "rho": -0.3}
+    return ItemBank.from_params("lart", [f"q{j:03d}" for j in range(n_items)], bank_id="t_smear", **kw)
+
+
+def test_cot_smearing_uses_the_llms_own_residuals_and_its_spread_matches_monte_carlo():
+    """An LLM far more regular than the bank's lam (residual SD 0.3 against lam ~ 1.1): the log-normal
+    moments overpredict its total by about exp(lam^2 / 2); Duan smearing from its recorded lengths
+    recovers the expected total, and the predicted SD (item residuals + the shared smearing factor)
+    matches the spread of the true total minus the prediction over repeated LLMs."""
+    bank = _lart_bank_with(300, seed=11)
+    p = bank.params
+    tau, sigma, offset, n_obs = 0.2, 0.3, 1.0, 60
+    rng = np.random.default_rng(12)
+    observed_idx = np.arange(n_obs)
+    mu = p.omega - p.phi * tau
+    expected_total = np.sum(np.exp(mu + 0.5 * sigma**2) - offset)
+    errors, sds, lognormal = [], [], []
+    for _ in range(400):
+        tokens = np.exp(mu + sigma * rng.standard_normal(mu.size)) - offset
+        pred = predict_cot_total(p, tau, 0.0, observed_idx, tokens[observed_idx], cot_offset=offset)[0]
+        errors.append(tokens.sum() - pred.mean)
+        sds.append(pred.sd)
+        lognormal.append(predict_cot_total(p, tau, 0.0, observed_idx, tokens[observed_idx], cot_offset=offset,
+                                           residuals="lognormal")[0].mean)
+        m1, m2, n = smearing_moments(p, tau, observed_idx, tokens[observed_idx], offset)
+        unknown = np.arange(n_obs, mu.size)
+        by_hand = tokens[observed_idx].sum() + np.sum(np.exp(mu[unknown]) * m1 - offset)
+        assert pred.mean == pytest.approx(by_hand, rel=1e-12)
+    errors = np.array(errors)
+    assert abs(errors.mean()) < 0.01 * expected_total  # unbiased for the total
+    assert np.std(errors) == pytest.approx(np.mean(sds), rel=0.12)
+    assert np.mean(lognormal) > 1.4 * expected_total  # the bank's lam would overpredict this LLM
+
+
+def test_cot_smearing_falls_back_to_the_lognormal_moments_with_few_lengths():
+    bank = _lart_bank_with(40, seed=2)
+    p = bank.params
+    idx = np.arange(MIN_SMEARING_ITEMS - 1)
+    tokens = np.full(idx.size, 500.0)
+    a = predict_cot_total(p, 0.1, 0.3, idx, tokens, cot_offset=1.0)[0]
+    b = predict_cot_total(p, 0.1, 0.3, idx, tokens, cot_offset=1.0, residuals="lognormal")[0]
+    assert a == b
+    with pytest.raises(ValueError, match="residuals must be one of"):
+        predict_cot_total(p, 0.1, 0.3, idx, tokens, cot_offset=1.0, residuals="median")

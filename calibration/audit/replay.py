@@ -89,15 +89,41 @@ def replay_metrics(full, full_sd, est, sd) -> dict:
     }
 
 
+def full_benchmark_estimate(bank, estimator, items, correct, cot_lengths):
+    """The estimate a session reaches after recording every answer, computed once.
+
+    Recording J answers one by one re-estimates after each (O(J^2) work: minutes for a
+    2,854-item bank); this builds the session's response state directly and estimates once, with
+    the session's item covariance and the stored interval curve of its default selector. The mode
+    is the same (MAP is solved to convergence from either start); the tests compare the two.
+    """
+    from catengine.estimation import ResponseState
+    from catengine.selection import default_selector
+    from catengine.session.session import item_table
+
+    table = item_table(bank)
+    params = table.params
+    curve = None
+    if table.interval_calibration is not None:
+        curve = table.interval_calibration.curve(default_selector(params.response_model, table.covariance is not None).name)
+    state = ResponseState(params, table.covariance, curve)
+    offset = bank.effective_cot_offset
+    use_cot = params.response_model == "lart"
+    for j, y, t in zip(items, correct, cot_lengths):
+        state.add(int(j), int(y), math.log(t + offset) if use_cot and t is not None else math.nan)
+    return estimator.estimate(params, state)
+
+
 def replay_llms(bank, data: ResponseData, rows, selectors, scorings, estimator: str, L: int, entropy, replication,
-                sd_scale: float = 1.0) -> dict:
+                sd_scale: float = 1.0, keep_sessions: bool = False) -> dict:
     """Replay the LLMs ``rows`` of ``data`` against ``bank``: raw per-LLM figures.
 
     ``selectors``: [(name, ItemSelector or None)] (None: the session's default selector for the bank).
     Returns ``full`` / ``full_sd`` (scoring, llm): the estimate from every observed answer, and
     ``est`` / ``sd`` (selector, scoring, llm, step): the adaptive estimate after each of ``L`` items.
     Sessions run with the engine's defaults otherwise (the bank's item uncertainty and its stored
-    interval calibration, if any, are used).
+    interval calibration, if any, are used). ``keep_sessions``: also return ``sessions``
+    [selector][scoring] -> the list of adaptive sessions, one per LLM (for the score check).
     """
     from catengine.session import CATSession
     from catengine.stopping import MaxItems
@@ -108,6 +134,7 @@ def replay_llms(bank, data: ResponseData, rows, selectors, scorings, estimator: 
     n = len(rows)
     full, full_sd = np.empty((len(scorings), n)), np.empty((len(scorings), n))
     est, sd = np.empty((len(selectors), len(scorings), n, L)), np.empty((len(selectors), len(scorings), n, L))
+    sessions = [[[] for _ in scorings] for _ in selectors]
     for c, scoring in enumerate(scorings):
         estimator_obj = _estimator(estimator, scoring == "lart", sd_scale)
         give_cot = scoring == "lart" and data.cot_length is not None
@@ -117,14 +144,16 @@ def replay_llms(bank, data: ResponseData, rows, selectors, scorings, estimator: 
             return None if np.isnan(value) else float(value)
 
         for k, i in enumerate(rows):  # the full-benchmark estimate: every observed answer
-            whole = CATSession(bank, estimator=estimator_obj, stopping=MaxItems(data.n_items))
-            for j in np.flatnonzero(data.correct[i] >= 0):
-                e = whole.record(ids[j], int(data.correct[i, j]), cot(i, j))
+            seen = np.flatnonzero(data.correct[i] >= 0)
+            e = full_benchmark_estimate(bank, estimator_obj, seen, data.correct[i, seen],
+                                        [cot(i, j) for j in seen])
             full[c, k], full_sd[c, k] = e.theta, e.theta_sd
         for r, (sel_name, selector) in enumerate(selectors):
             engine_rng = np.random.default_rng(stream(entropy, replication, "engine", sel_name, scoring))
             for k, i in enumerate(rows):
                 s = CATSession(bank, selector=selector, estimator=estimator_obj, stopping=MaxItems(L), rng=engine_rng)
+                if keep_sessions:
+                    sessions[r][c].append(s)
                 for j in np.flatnonzero(data.correct[i] < 0):
                     s.exclude(ids[j])
                 for step in range(L):
@@ -132,7 +161,10 @@ def replay_llms(bank, data: ResponseData, rows, selectors, scorings, estimator: 
                     j = index[item]
                     e = s.record(item, int(data.correct[i, j]), cot(i, j))
                     est[r, c, k, step], sd[r, c, k, step] = e.theta, e.theta_sd
-    return {"full": full, "full_sd": full_sd, "est": est, "sd": sd}
+    out = {"full": full, "full_sd": full_sd, "est": est, "sd": sd}
+    if keep_sessions:
+        out["sessions"] = sessions
+    return out
 
 
 def _replay_task(task: dict):

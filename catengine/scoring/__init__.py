@@ -6,12 +6,14 @@ from catengine.scoring.design import DesignEstimate, DesignNotRandomisedError, d
 from catengine.scoring.estimate import ScoreEstimate
 from catengine.scoring.model_based import (
     DEFAULT_SCORE_NODES,
+    MIN_SMEARING_ITEMS,
     GroupPrediction,
     expected_cot_lengths,
     expected_probabilities,
     predict_accuracy,
     predict_cot_total,
     response_and_slope,
+    smearing_moments,
     z_quantile,
 )
 
@@ -20,6 +22,7 @@ __all__ = [
     "DesignEstimate",
     "DesignNotRandomisedError",
     "GroupPrediction",
+    "MIN_SMEARING_ITEMS",
     "ScoreEstimate",
     "design_estimate",
     "design_terms",
@@ -28,5 +31,6 @@ __all__ = [
     "predict_accuracy",
     "predict_cot_total",
     "response_and_slope",
+    "smearing_moments",
     "z_quantile",
 ]

@@ -27,7 +27,9 @@ class ScoreEstimate:
       ``cot_mean`` (= cot_total / n_items) with ``cot_mean_low`` / ``cot_mean_high``; ``None``
       otherwise;
     * ``by_category``: category label -> ScoreEstimate of that category's items (a read-only
-      mapping; empty when no category column is used), ``category_field`` the item column.
+      mapping; empty when no category column is used), ``category_field`` the item column;
+    * ``calibration``: how the model-based interval was widened by the bank's cross-fitted score
+      check (``catengine.scoring.calibration``; empty: not calibrated).
     """
 
     accuracy: float
@@ -44,6 +46,7 @@ class ScoreEstimate:
     cot_total_sd: float | None = None
     category_field: str | None = None
     by_category: Mapping[str, "ScoreEstimate"] = field(default_factory=dict)
+    calibration: str = ""
 
     def __post_init__(self):
         if self.method not in METHODS:

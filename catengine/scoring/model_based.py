@@ -28,7 +28,20 @@ T_j + offset ~ LogNormal(omega_j - phi_j tau, lam_j^2) given tau:
     E[T_j | tau] = exp(omega_j - phi_j tau + lam_j^2 / 2) - offset,
     Var[T_j | tau] = (exp(lam_j^2) - 1) exp(2 (omega_j - phi_j tau) + lam_j^2),
 
-over the items whose CoT length was not recorded. Pure numpy/scipy on arrays (no session, no I/O).
+over the items whose CoT length was not recorded. Those two moments assume the bank's log-normal
+residual of every LLM; real LLMs are far more regular than the pooled lam_j says (on MATH500 the
+SD of an LLM's own log-length residuals is about half of lam_j, and the log-normal mean
+overpredicted the total CoT tokens 1.6-fold). So, once at least ``MIN_SMEARING_ITEMS`` lengths are
+recorded, the default ``residuals="smearing"`` replaces the factor exp(lam_j^2 / 2) by Duan's (1983)
+smearing estimate from this LLM's own residuals e_k = log(T_k + offset) - (omega_k - phi_k tau^):
+
+    E[T_j + offset | tau] = exp(omega_j - phi_j tau) m1,   m1 = mean_k exp(e_k),
+    Var[T_j | tau]        = exp(2 (omega_j - phi_j tau)) (m2 - m1^2),   m2 = mean_k exp(2 e_k),
+
+plus the sampling error of m1, which every unrecorded item shares (one common factor): the total's
+variance gains (sum_U E[T_j + offset])^2 Var(exp(e)) / (n m1^2). The smearing factor is measured on
+the recorded items: it assumes their residuals represent the others'. ``residuals="lognormal"``
+keeps the model's own moments. Pure numpy/scipy on arrays (no session, no I/O).
 """
 
 from __future__ import annotations
@@ -43,6 +56,8 @@ from catengine.models.expected_information import gauss_hermite_normal
 from catengine.models.params import ItemParams
 
 DEFAULT_SCORE_NODES = 61
+MIN_SMEARING_ITEMS = 5  # recorded CoT lengths below which the log-normal moments are used
+RESIDUAL_MOMENTS = ("smearing", "lognormal")
 
 
 @dataclass(frozen=True)
@@ -85,7 +100,7 @@ def response_and_slope(params: ItemParams, theta: np.ndarray, items=None) -> tup
 
 
 def item_averaged_response(params: ItemParams, theta: np.ndarray, a_sd=None, b_sd=None, ab_cov=None,
-                           n_nodes: int = 15) -> np.ndarray:
+                           n_nodes: int = 9) -> np.ndarray:
     """E_psi P_j(theta; psi_j) over a Gaussian posterior of each item's (a_j, b_j), shape (K, J).
 
     At a fixed theta, z = a theta + b is Normal(a^ theta + b^, v) with v = theta^2 a_sd^2 +
@@ -164,15 +179,21 @@ def _groups(codes, n_groups, J):
     return codes, int(n_groups)
 
 
-def _predict_groups(weights, cond_mean, cond_var, known_sum, n_known, n_unknown, member, level, unit_bound):
+def _predict_groups(weights, cond_mean, cond_var, known_sum, n_known, n_unknown, member, level, unit_bound,
+                    common=None, common_rel_var=0.0):
     """Per group (columns of ``member``, (J, G) 0/1) the GroupPrediction of the total.
 
     ``cond_mean`` (K, J) and ``cond_var`` (K, J): each unknown item's conditional mean and variance
     at each node (0 for known items); ``known_sum`` (G,) the known part of each group's total;
-    ``unit_bound``: the largest value of one unknown item (1 for answers, inf for CoT lengths).
+    ``unit_bound``: the largest value of one unknown item (1 for answers, inf for CoT lengths);
+    ``common`` (K, J) and ``common_rel_var``: a factor shared by the unknown items, each item's part
+    ``common`` scaled by one factor of relative variance ``common_rel_var`` (adds
+    common_rel_var (sum over the group of common)^2 to each node's variance).
     """
     m = cond_mean @ member + known_sum[None, :]  # (K, G)
     v = cond_var @ member
+    if common is not None and common_rel_var > 0.0:
+        v = v + common_rel_var * (common @ member) ** 2
     mean = weights @ m
     var = weights @ v + weights @ (m - mean[None, :]) ** 2
     hi_bound = known_sum + np.where(n_unknown > 0, unit_bound * n_unknown, 0.0)
@@ -194,15 +215,18 @@ def _membership(codes, n_groups, J):
 
 
 def predict_accuracy(params: ItemParams, theta: float, theta_sd: float, observed, correct, *, level: float = 0.95,
-                     codes=None, n_groups: int = 0, a_sd=None, b_sd=None, ab_cov=None,
+                     codes=None, n_groups: int = 0, a_sd=None, b_sd=None, ab_cov=None, residual_sd: float = 0.0,
                      n_nodes: int = DEFAULT_SCORE_NODES) -> list[GroupPrediction]:
     """Predicted number correct over the bank (entry 0) and over each category (entries 1..G).
 
     ``observed``: indices of the answered items; ``correct``: their 0/1 answers; ``codes`` (J,) the
     category of each item (``n_groups`` categories; None: no categories); ``a_sd``, ``b_sd``,
-    ``ab_cov``: the bank's item-parameter uncertainty (None = absent). Divide by ``n_items`` for
-    accuracies.
+    ``ab_cov``: the bank's item-parameter uncertainty (None = absent); ``residual_sd``: the
+    cross-fitted misfit delta per unanswered item (``catengine.scoring.calibration``), which adds
+    (delta n_U)^2 to the variance of each group's total. Divide by ``n_items`` for accuracies.
     """
+    if not (math.isfinite(residual_sd) and residual_sd >= 0):
+        raise ValueError(f"residual_sd must be a finite number >= 0, got {residual_sd!r}")
     J = params.n_items
     observed = np.asarray(observed, dtype=np.int64).reshape(-1)
     correct = np.asarray(correct, dtype=np.float64).reshape(-1)
@@ -226,18 +250,36 @@ def predict_accuracy(params: ItemParams, theta: float, theta_sd: float, observed
     member = _membership(codes, n_groups, J)
     known_sum = np.zeros(J)
     known_sum[observed] = correct
+    common = np.broadcast_to(unknown * float(residual_sd), cond_mean.shape) if residual_sd > 0 else None
     return _predict_groups(w, cond_mean, cond_var, known_sum @ member, (~unknown).astype(float) @ member,
-                           unknown.astype(float) @ member, member, level, 1.0)
+                           unknown.astype(float) @ member, member, level, 1.0, common, 1.0)
+
+
+def smearing_moments(params: ItemParams, tau: float, observed, cot_tokens, cot_offset: float):
+    """(m1, m2, n) of exp(e_k), e_k = log(T_k + offset) - (omega_k - phi_k tau), over the recorded
+    items (see the module docstring)."""
+    observed = np.asarray(observed, dtype=np.int64).reshape(-1)
+    tokens = np.asarray(cot_tokens, dtype=np.float64).reshape(-1)
+    e = np.exp(np.log(tokens + cot_offset) - (params.omega[observed] - params.phi[observed] * float(tau)))
+    return float(e.mean()), float(np.mean(e * e)), int(e.size)
 
 
 def predict_cot_total(params: ItemParams, tau: float, tau_sd: float, observed, cot_tokens, *, cot_offset: float,
-                      level: float = 0.95, codes=None, n_groups: int = 0,
-                      n_nodes: int = DEFAULT_SCORE_NODES) -> list[GroupPrediction]:
+                      level: float = 0.95, codes=None, n_groups: int = 0, residuals: str = "smearing",
+                      log_extra_sd: float = 0.0, n_nodes: int = DEFAULT_SCORE_NODES) -> list[GroupPrediction]:
     """Predicted total CoT tokens over the bank (entry 0) and each category, LaRT banks only.
 
     ``observed``: indices of items whose CoT length was recorded, ``cot_tokens`` those lengths; the
-    other items are predicted from the log-normal part of the model under q = Normal(tau, tau_sd^2).
+    other items are predicted from the model under q = Normal(tau, tau_sd^2), with the LLM's own
+    smeared residuals (``residuals="smearing"``, the default, once ``MIN_SMEARING_ITEMS`` lengths
+    are recorded) or the bank's log-normal ones (``"lognormal"``); see the module docstring.
+    ``log_extra_sd``: the cross-fitted multiplicative misfit s (``catengine.scoring.calibration``):
+    the unrecorded part is scaled by a mean-1 log-normal factor of log-SD s.
     """
+    if residuals not in RESIDUAL_MOMENTS:
+        raise ValueError(f"residuals must be one of {RESIDUAL_MOMENTS}, got {residuals!r}")
+    if not (math.isfinite(log_extra_sd) and log_extra_sd >= 0):
+        raise ValueError(f"log_extra_sd must be a finite number >= 0, got {log_extra_sd!r}")
     if params.response_model != "lart":
         raise ValueError(f"CoT totals need a lart bank, not {params.response_model!r}")
     J = params.n_items
@@ -252,12 +294,25 @@ def predict_cot_total(params: ItemParams, tau: float, tau_sd: float, observed, c
     unknown[observed] = False
     x, w = gauss_hermite_normal(n_nodes)
     nodes = float(tau) + float(tau_sd) * x
-    lam2 = params.lam ** 2
     log_mu = params.omega[None, :] - params.phi[None, :] * nodes[:, None]
-    cond_mean = (np.exp(log_mu + 0.5 * lam2) - cot_offset) * unknown
-    cond_var = np.expm1(lam2) * np.exp(2.0 * log_mu + lam2) * unknown
+    common, rel_var = None, 0.0
+    if residuals == "smearing" and observed.size >= MIN_SMEARING_ITEMS:
+        m1, m2, n = smearing_moments(params, tau, observed, tokens, cot_offset)
+        base = np.exp(log_mu) * unknown
+        cond_mean = base * m1 - cot_offset * unknown
+        cond_var = base * base * max(m2 - m1 * m1, 0.0)
+        common = base * m1
+        rel_var = max(m2 - m1 * m1, 0.0) * n / max(n - 1, 1) / (n * m1 * m1)
+    else:
+        lam2 = params.lam ** 2
+        cond_mean = (np.exp(log_mu + 0.5 * lam2) - cot_offset) * unknown
+        cond_var = np.expm1(lam2) * np.exp(2.0 * log_mu + lam2) * unknown
+    if log_extra_sd > 0.0:  # an independent mean-1 factor on the same part: Var(XY) = (1 + a)(1 + b) - 1
+        if common is None:
+            common = (cond_mean + cot_offset) * unknown
+        rel_var = (1.0 + rel_var) * math.exp(log_extra_sd**2) - 1.0
     member = _membership(codes, n_groups, J)
     known_sum = np.zeros(J)
     known_sum[observed] = tokens
     return _predict_groups(w, cond_mean, cond_var, known_sum @ member, (~unknown).astype(float) @ member,
-                           unknown.astype(float) @ member, member, level, math.inf)
+                           unknown.astype(float) @ member, member, level, math.inf, common, rel_var)

@@ -20,6 +20,7 @@ from catengine.scoring import (
     predict_accuracy,
     predict_cot_total,
 )
+from catengine.scoring.calibration import ScoreCalibration, ScoreCurve
 from catengine.selection.randomised import RandomisedSelection
 
 CATEGORY_ATTR = "category_field"  # a bank may name its category column in this root attribute
@@ -104,7 +105,21 @@ def _records(session):
     return h, order, correct
 
 
-def _assemble(method, level, sizes, acc, cot, field, labels) -> ScoreEstimate:
+def score_curve(session) -> ScoreCurve | None:
+    """The bank's cross-fitted score calibration for this session's selector, or None (no stored
+    check, an older bank, or an estimator that opted out: ``interval_calibration=False`` or an
+    explicit ``sd_scale``, which overrides every stored calibration)."""
+    est = session.estimator
+    if not getattr(est, "interval_calibration", True) or float(getattr(est, "sd_scale", 1.0)) != 1.0:
+        return None
+    calib = session.items.interval_calibration
+    if calib is None:
+        return None
+    scores = ScoreCalibration.from_record(calib.record, calib.measured_on, f"bank {session.bank.bank_id!r}")
+    return None if scores is None else scores.curve(session.selector.name)
+
+
+def _assemble(method, level, sizes, acc, cot, field, labels, calibration: str = "") -> ScoreEstimate:
     """ScoreEstimates from per-group (mean total, sd, low, high, n_observed) tuples (group 0 = bank)."""
     def one(g):
         mean, sd, low, high, n_obs = acc[g]
@@ -114,13 +129,13 @@ def _assemble(method, level, sizes, acc, cot, field, labels) -> ScoreEstimate:
             c = cot[g]
             kwargs = {"cot_total": c[0], "cot_total_sd": c[1], "cot_total_low": c[2], "cot_total_high": c[3]}
         return ScoreEstimate(accuracy=mean / n, low=low / n, high=high / n, sd=sd / n, level=level,
-                             n_observed=int(n_obs), n_items=int(n), method=method, **kwargs)
+                             n_observed=int(n_obs), n_items=int(n), method=method, calibration=calibration, **kwargs)
 
     by_category = {str(label): one(g + 1) for g, label in enumerate(labels)} if labels is not None else {}
     top = one(0)
     return ScoreEstimate(**{**{f: getattr(top, f) for f in ("accuracy", "low", "high", "sd", "level", "n_observed",
                                                             "n_items", "method", "cot_total", "cot_total_low",
-                                                            "cot_total_high", "cot_total_sd")},
+                                                            "cot_total_high", "cot_total_sd", "calibration")},
                             "category_field": field, "by_category": by_category})
 
 
@@ -137,18 +152,23 @@ def model_score(session, *, level=0.95, by=None, estimate: TraitEstimate | None 
     est = session.estimate if estimate is None else estimate
     field, labels, codes, n_groups = _categories(session, by)
     unc = item_uncertainty(session.bank, session.items)
+    curve = score_curve(session)
+    n = order.size
+    residual_sd = 0.0 if curve is None else curve.residual(n)
     acc = predict_accuracy(params, est.theta, est.theta_sd, order, correct, level=level, codes=codes,
-                           n_groups=n_groups, n_nodes=n_nodes, **unc)
+                           n_groups=n_groups, n_nodes=n_nodes, residual_sd=residual_sd, **unc)
     cot = None
     if params.response_model == "lart" and est.tau is not None:
         has = np.array([r.cot_length is not None for r in h], dtype=bool)
         tokens = np.array([r.cot_length for r in h if r.cot_length is not None], dtype=float)
         cot_groups = predict_cot_total(params, est.tau, est.tau_sd, order[has], tokens, cot_offset=session.cot_offset,
-                                       level=level, codes=codes, n_groups=n_groups, n_nodes=n_nodes)
+                                       level=level, codes=codes, n_groups=n_groups, n_nodes=n_nodes,
+                                       log_extra_sd=0.0 if curve is None else curve.cot_log(n))
         cot = [(g.mean, g.sd, g.low, g.high) for g in cot_groups]
     sizes = [g.n_items for g in acc]
+    note = "" if curve is None else curve.describe(n)
     return _assemble("model", level, sizes, [(g.mean, g.sd, g.low, g.high, g.n_observed) for g in acc],
-                     cot, field, labels)
+                     cot, field, labels, note)
 
 
 def _initial_estimate(session) -> TraitEstimate:

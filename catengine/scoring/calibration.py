@@ -1,0 +1,104 @@
+"""The bank's stored score calibration: how far held-out real LLMs' full-benchmark scores fell from
+the model-based prediction, beyond what the model's own interval allows (docs/math.md §7.6;
+written at calibration time by ``calibration.score_calibration``).
+
+The model-based prediction treats the unanswered items as conditionally independent given the
+trait. Real LLMs are not: an LLM that is better than its theta at, say, geometry is better on every
+geometry item it was not asked. That part of the error does not shrink as the trait estimate
+sharpens, so the cross-fit measures it as a residual SD per unanswered item, ``delta(L)`` (the SD of
+the mean residual over the unanswered items, in proportion-correct units), and the engine adds
+(delta(L) n_U)^2 to the variance of the predicted number correct (n_U the unanswered items of the
+bank or category). For CoT tokens the discrepancy is multiplicative: the unrecorded part of the
+total is multiplied by exp(eta), eta ~ Normal(-s^2 / 2, s(L)^2) (mean 1), s(L) measured on the log
+scale. Both are tabulated by test length L: linear between lengths, constant beyond (the shrinking
+n_U makes the accuracy term vanish when every item is answered).
+
+Stored in the bank's ``interval_calibration`` record under ``score_curves``::
+
+    {"pei": {"test_length": [5, 10, ...], "residual_sd": [0.03, ...], "cot_log_sd": [0.2, ...] | null, ...}}
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+__all__ = ["ScoreCalibration", "ScoreCurve"]
+
+
+def _table(values, name, n):
+    arr = np.asarray(values, dtype=float)
+    if arr.shape != (n,) or not np.all(np.isfinite(arr)) or np.any(arr < 0):
+        raise ValueError(f"score curve {name!r} must hold {n} finite values >= 0, got {values!r}")
+    return tuple(float(v) for v in arr)
+
+
+@dataclass(frozen=True)
+class ScoreCurve:
+    """delta(L) and s(L) on a grid of test lengths (``cot_log_sd`` None: not measured)."""
+
+    test_length: tuple[int, ...]
+    residual_sd: tuple[float, ...]
+    cot_log_sd: tuple[float, ...] | None
+    selection: str
+    measured_on: str
+
+    def __post_init__(self):
+        L = np.asarray(self.test_length, dtype=float)
+        if L.ndim != 1 or L.size == 0 or np.any(np.diff(L) <= 0) or L[0] < 1:
+            raise ValueError(f"test_length must be increasing positive integers, got {self.test_length!r}")
+        object.__setattr__(self, "residual_sd", _table(self.residual_sd, "residual_sd", L.size))
+        if self.cot_log_sd is not None:
+            object.__setattr__(self, "cot_log_sd", _table(self.cot_log_sd, "cot_log_sd", L.size))
+
+    def residual(self, n_items: int) -> float:
+        """delta(L): 0 before any answer (the prior predictive needs no correction)."""
+        return 0.0 if n_items <= 0 else float(np.interp(float(n_items), self.test_length, self.residual_sd))
+
+    def cot_log(self, n_items: int) -> float:
+        if self.cot_log_sd is None or n_items <= 0:
+            return 0.0
+        return float(np.interp(float(n_items), self.test_length, self.cot_log_sd))
+
+    def describe(self, n_items: int) -> str:
+        text = f"widened by a residual SD {self.residual(n_items):.3f} per unanswered item"
+        if self.cot_log_sd is not None:
+            text += f" (CoT: log SD {self.cot_log(n_items):.3f})"
+        return f"{text}, cross-fitted on {self.measured_on} with {self.selection} selection"
+
+
+@dataclass(frozen=True)
+class ScoreCalibration:
+    """The parsed ``score_curves`` of a bank's interval-calibration record."""
+
+    curves: dict
+
+    @classmethod
+    def from_record(cls, record: dict, measured_on: str, source: str = "bank") -> "ScoreCalibration | None":
+        raw = record.get("score_curves")
+        if not raw:
+            return None
+        if not isinstance(raw, dict):
+            raise ValueError(f"{source}: interval_calibration 'score_curves' must be an object")
+        curves = {}
+        for name, cur in raw.items():
+            try:
+                cot = cur.get("cot_log_sd")
+                curves[str(name)] = ScoreCurve(tuple(int(v) for v in cur["test_length"]), tuple(cur["residual_sd"]),
+                                               None if cot is None else tuple(cot), str(name), measured_on)
+            except (AttributeError, KeyError, TypeError, ValueError) as exc:
+                raise ValueError(f"{source}: score curve {name!r} is malformed ({exc})") from None
+        return cls(curves)
+
+    def curve(self, selector_name: str) -> ScoreCurve:
+        """The curve of a selector: its own if measured, else the pointwise largest of all curves."""
+        if selector_name in self.curves:
+            return self.curves[selector_name]
+        grid = tuple(sorted(set().union(*(c.test_length for c in self.curves.values()))))
+        res = tuple(max(c.residual(L) for c in self.curves.values()) for L in grid)
+        with_cot = [c for c in self.curves.values() if c.cot_log_sd is not None]
+        cot = tuple(max(c.cot_log(L) for c in with_cot) for L in grid) if with_cot else None
+        first = next(iter(self.curves.values()))
+        return ScoreCurve(grid, res, cot, f"{selector_name} (not measured; largest of {', '.join(sorted(self.curves))})",
+                          first.measured_on)

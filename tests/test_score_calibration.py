@@ -1,0 +1,148 @@
+"""The cross-fitted score check (calibration.score_calibration) and its use by the engine
+(catengine.scoring.calibration): the fitted residual SD against known injected misfit, the widened
+variance against its closed form, and the default path on simulated banks with and without misfit."""
+
+import json
+import math
+
+import numpy as np
+import pytest
+from scipy.special import expit
+
+from calibration.score_calibration import MIN_COMPLETE_LLMS, coverage_matching_variance, fit_score_curve
+from catengine import CATSession, ItemBank
+from catengine.estimation import MAPEstimator
+from catengine.scoring import predict_accuracy
+from catengine.scoring.calibration import ScoreCalibration
+from catengine.stopping import MaxItems
+
+
+def test_fit_recovers_an_injected_residual_sd_and_floors_at_zero():
+    rng = np.random.default_rng(0)
+    n, lengths, J = 4000, [10, 20, 40], 200
+    model_sd = np.array([0.08, 0.06, 0.04])  # per-unanswered-item SDs the model claims
+    delta = 0.05
+    e = rng.standard_normal((n, 3)) * np.sqrt(model_sd**2 + delta**2)
+    pooled = {"acc_resid": e, "acc_model_var": np.tile(model_sd**2, (n, 1)),
+              "acc_err": e * (J - np.array(lengths)) / J, "acc_sd": np.tile(model_sd, (n, 1)) * (J - np.array(lengths)) / J,
+              "cot_log_ratio": np.empty((0, 3)), "cot_model_var": np.empty((0, 3))}
+    curve = fit_score_curve(pooled, lengths, J)
+    assert curve["residual_sd"] == pytest.approx([delta] * 3, abs=0.004)
+    assert curve["cot_log_sd"] is None
+    honest = dict(pooled, acc_resid=rng.standard_normal((n, 3)) * model_sd * 0.8)  # narrower than claimed
+    assert fit_score_curve(honest, lengths, J)["residual_sd"] == [0.0, 0.0, 0.0]
+    few = {k: v[: MIN_COMPLETE_LLMS - 1] for k, v in pooled.items()}
+    assert fit_score_curve(few, lengths, J) is None
+
+
+def test_coverage_matching_is_exact_for_normal_residuals_and_ignores_a_few_far_outliers():
+    rng = np.random.default_rng(3)
+    n = 20000
+    x = coverage_matching_variance(rng.standard_normal((n, 1)) * np.sqrt(1.0 + 0.5), np.ones((n, 1)))
+    assert x[0] == pytest.approx(0.5, abs=0.06)
+    core = rng.standard_normal(960)
+    resid = np.concatenate([core, np.full(40, 50.0)])[:, None]
+    x = coverage_matching_variance(resid, np.ones_like(resid))
+    # 95% of all = 98.96% of the normal core: 1.96 sqrt(1 + x) at its 98.96% point
+    expected = (np.quantile(np.abs(core), 0.95 / 0.96) / 1.96) ** 2 - 1.0
+    assert x[0] == pytest.approx(expected, abs=0.05) and x[0] < 1.5
+    assert np.mean(resid**2) - 1.0 > 50  # what a mean-square fit would have added
+    assert coverage_matching_variance(0.5 * rng.standard_normal((500, 1)), np.ones((500, 1)))[0] == 0.0
+
+
+def test_residual_sd_adds_the_closed_form_variance_per_group():
+    rng = np.random.default_rng(1)
+    J = 40
+    bank = ItemBank.from_params("2pl", [f"q{j}" for j in range(J)], bank_id="t", a=rng.uniform(0.5, 2, J),
+                                b=rng.normal(0, 1, J))
+    p = bank.params
+    obs = np.arange(6)
+    y = np.array([1, 0, 1, 1, 0, 1], dtype=float)
+    codes = np.arange(J) % 2
+    delta, theta = 0.07, 0.3
+    plain = predict_accuracy(p, theta, 0.0, obs, y, codes=codes, n_groups=2)
+    wide = predict_accuracy(p, theta, 0.0, obs, y, codes=codes, n_groups=2, residual_sd=delta)
+    pj = expit(theta * p.a + p.b)
+    unknown = np.ones(J, bool)
+    unknown[obs] = False
+    for g, members in enumerate([np.ones(J, bool), codes == 0, codes == 1]):
+        u = unknown & members
+        assert plain[g].sd ** 2 == pytest.approx(np.sum(pj[u] * (1 - pj[u])), rel=1e-9)
+        assert wide[g].sd ** 2 == pytest.approx(np.sum(pj[u] * (1 - pj[u])) + (delta * u.sum()) ** 2, rel=1e-9)
+        assert wide[g].mean == pytest.approx(plain[g].mean, rel=1e-12)
+    with pytest.raises(ValueError, match="residual_sd"):
+        predict_accuracy(p, theta, 0.0, obs, y, residual_sd=-1.0)
+
+
+def _record(name, residual_sd):
+    return json.dumps({"version": 1, "folds": 4, "n_subjects": 40, "calibration_method": "cbmm", "selection": name,
+                       "curves": {name: {"test_length": [5, 20], "c": [1.0, 1.0]}},
+                       "score_curves": {name: {"test_length": [5, 20], "residual_sd": list(residual_sd),
+                                               "cot_log_sd": None}}})
+
+
+def test_sessions_widen_the_score_by_the_stored_curve_unless_the_estimator_opts_out():
+    rng = np.random.default_rng(2)
+    J = 60
+    plain = ItemBank.from_params("2pl", [f"q{j}" for j in range(J)], bank_id="t", a=rng.uniform(0.5, 2, J),
+                                 b=rng.normal(0, 1, J))
+    name = CATSession(plain).selector.name
+    bank = plain.replace_attrs(interval_calibration=_record(name, [0.02, 0.06]))
+
+    def run(b, **kw):
+        s = CATSession(b, stopping=MaxItems(10), rng=0, **kw)
+        answers = np.random.default_rng(3)
+        while not s.finished:
+            s.record(s.next_item(), int(answers.random() < 0.5))
+        return s
+
+    s = run(bank)
+    score = s.predicted_score(by=False)
+    curve = ScoreCalibration.from_record(json.loads(bank.attrs["interval_calibration"]), "40 LLMs").curve(name)
+    delta = curve.residual(10)
+    assert delta == pytest.approx(0.02 + (0.06 - 0.02) * 5 / 15)
+    est = s.estimate
+    idx = np.array([bank.index_of(r.item) for r in s.history])
+    y = np.array([r.correct for r in s.history], dtype=float)
+    direct = predict_accuracy(bank.params, est.theta, est.theta_sd, idx, y, residual_sd=delta)[0]
+    assert score.sd == pytest.approx(direct.sd / J, rel=1e-9)
+    assert score.sd > predict_accuracy(bank.params, est.theta, est.theta_sd, idx, y)[0].sd / J
+    assert "residual SD" in score.calibration and "cross-fitted" in score.calibration
+    assert run(plain).predicted_score(by=False).calibration == ""
+    opted_out = run(bank, estimator=MAPEstimator(interval_calibration=False)).predicted_score(by=False)
+    assert opted_out.calibration == "" and opted_out.sd == pytest.approx(
+        run(plain, estimator=MAPEstimator(interval_calibration=False)).predicted_score(by=False).sd)
+    other = ScoreCalibration.from_record(json.loads(bank.attrs["interval_calibration"]), "x").curve("kl")
+    assert other.residual(20) == pytest.approx(0.06)
+    with pytest.raises(ValueError, match="malformed"):
+        ScoreCalibration.from_record({"score_curves": {"x": {"test_length": [5], "residual_sd": [-1]}}}, "x")
+
+
+def test_the_default_path_stores_a_score_check_that_restores_unit_rms_in_sample():
+    """A cBMM bank (1-D) of 2-D data: the stored score check has a curve per selector on the c(L)
+    grid, and its residual SDs bring the held-out RMS z of the accuracy to about 1 where the
+    model's own was above 1 (no more than the smoothing moves it)."""
+    from calibration import ResponseData
+    from calibration.methods.cbmm.calibrator import CBMMCalibrator
+
+    rng = np.random.default_rng(5)
+    N, J = 60, 160
+    theta = rng.standard_normal((N, 2))
+    slopes = rng.uniform(0.8, 1.6, J)
+    logit = np.where(np.arange(J) < J // 2, theta[:, :1] * slopes, theta[:, 1:] * slopes) + rng.normal(0, 1, J)
+    data = ResponseData.from_arrays((rng.random((N, J)) < expit(logit)).astype(np.int8))
+    bank = CBMMCalibrator(rng=0, progress=False).fit(data).to_item_bank("two_d")
+    record = json.loads(bank.attrs["interval_calibration"])
+    assert set(record["score_curves"]) == set(record["curves"])
+    for name, curve in record["score_curves"].items():
+        assert curve["test_length"] == record["curves"][name]["test_length"] and curve["n_llms"] == N
+        assert all(d >= 0 for d in curve["residual_sd"]) and curve["cot_log_sd"] is None
+        for model, calibrated, d in zip(curve["accuracy_rms_z_model"], curve["accuracy_rms_z_calibrated_in_sample"],
+                                        curve["residual_sd"]):
+            assert calibrated <= model + 1e-9
+            assert (d == 0 and calibrated == model) or calibrated < max(model, 1.15)
+            assert calibrated < 1.2
+    s = CATSession(bank, stopping=MaxItems(20), rng=0)
+    while not s.finished:
+        s.record(s.next_item(), int(rng.random() < 0.5))
+    assert "cross-fitted" in s.predicted_score(by=False).calibration
