@@ -167,9 +167,10 @@ def calibrator(recipe: Recipe):
     return CBMMCalibrator(rng=SEED, progress=False)
 
 
-def fit_bank(recipe: Recipe, data):
-    """The calibrated bank (parameters and provenance, no card yet) with its calibration responses."""
-    bank = calibrator(recipe).fit(data).to_item_bank(recipe.bank_id)
+def fit_bank(recipe: Recipe, data, interval_check="auto"):
+    """The calibrated bank (parameters and provenance, no card yet) with its calibration responses.
+    ``interval_check=False`` skips the cross-fitted check (a parameter comparison does not need it)."""
+    bank = calibrator(recipe).fit(data).to_item_bank(recipe.bank_id, interval_check=interval_check)
     return bank.with_group("responses", data.to_dataset())
 
 
@@ -229,7 +230,7 @@ def build_bank(bank_id: str, data_root: Path = DEFAULT_DATA, *, replay: bool = T
     timings = {}
     t0 = time.perf_counter()
     data = load_data(recipe, data_root)
-    bank = fit_bank(recipe, data)
+    bank = fit_bank(recipe, data, interval_check="auto" if replay else False)
     timings["fit_s"] = time.perf_counter() - t0
     summary = None
     if replay and "interval_calibration" not in bank.attrs:  # the default fit may store its own cross-fit

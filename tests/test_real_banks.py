@@ -220,7 +220,7 @@ def test_the_data_of_each_bank_is_what_its_script_reads(banks, bank_id):
 def test_refitting_reproduces_the_shipped_parameters(banks, bank_id):
     recipe = RECIPES[bank_id]
     data = SCRIPT["load_data"](recipe, DATA)
-    bank = SCRIPT["fit_bank"](recipe, data)
+    bank = SCRIPT["fit_bank"](recipe, data, interval_check=False)  # the check is reproduced by the full rebuild below
     rebuilt = bank.replace_attrs(**SCRIPT["bank_card"](recipe, data, DATA, None))
     assert SCRIPT["compare"](banks[bank_id], rebuilt) == []
     assert np.max(np.abs(rebuilt.params.a - banks[bank_id].params.a)) <= SCRIPT["PARAMETER_ATOL"][recipe.method]
