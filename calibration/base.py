@@ -263,6 +263,24 @@ class BaseCalibrator(ABC):
         out.update(notes or {})
         return out
 
+    def _bank_from_params(self, response_model: str, bank_id: str, settings: dict, scale: dict, **content):
+        """``catengine.ItemBank.from_params`` with the fit's provenance: item ids, method name,
+        ``settings`` (the ``calibration_settings``), SHA-256 of the responses and number of
+        subjects; ``content``: the parameters, groups and metadata of the bank."""
+        from catengine.itembank import ItemBank
+
+        return ItemBank.from_params(
+            response_model,
+            self.item_ids_,
+            bank_id=bank_id,
+            calibration_method=self.method_name,
+            calibration_settings=settings,
+            responses_sha256=self.responses_sha256_,
+            n_subjects=int(self.n_subjects_),
+            scale=scale,
+            **content,
+        )
+
     @classmethod
     def export_options(cls, settings: dict) -> dict:
         """The export options recorded in a bank's ``calibration_settings`` (for recalibration)."""

@@ -928,7 +928,6 @@ class CBMMCalibrator(BaseCalibrator):
             raise ValueError(f"item banks hold one ability dimension; this fit has rank={self.rank}")
         import xarray as xr
 
-        from catengine.itembank import ItemBank
 
         settings = self.bank_settings(
             {
@@ -986,15 +985,11 @@ class CBMMCalibrator(BaseCalibrator):
                 "diagnostics": json.dumps(self.diagnostics_.summary()),
             },
         )
-        bank = ItemBank.from_params(
+        bank = self._bank_from_params(
             "2pl",
-            self.item_ids_,
-            bank_id=bank_id,
-            calibration_method=self.method_name,
-            calibration_settings=settings,
-            responses_sha256=self.responses_sha256_,
-            n_subjects=int(self.n_subjects_),
-            scale=scale,
+            bank_id,
+            settings,
+            scale,
             item_metadata=self.item_metadata_ or None,
             item_vars=item_vars,
             subjects=subjects,

@@ -679,7 +679,6 @@ class LaRTSAEMCalibrator(BaseCalibrator):
             )
         import xarray as xr
 
-        from catengine.itembank import ItemBank
 
         subjects = xr.Dataset(
             {
@@ -719,15 +718,11 @@ class LaRTSAEMCalibrator(BaseCalibrator):
             "sign_fix": "sum(a) > 0 and sum(phi) > 0",
         }
         scale_info.update(scale or {})
-        bank = ItemBank.from_params(
+        bank = self._bank_from_params(
             "lart",
-            self.item_ids_,
-            bank_id=bank_id,
-            calibration_method=self.method_name,
-            calibration_settings=self.calibration_settings(),
-            responses_sha256=self.responses_sha256_,
-            n_subjects=int(self.n_subjects_),
-            scale=scale_info,
+            bank_id,
+            self.calibration_settings(),
+            scale_info,
             item_metadata=meta or None,
             subjects=subjects,
             calibration=calib,

@@ -400,7 +400,6 @@ class PSNCalibrator(BaseCalibrator):
         """
         import xarray as xr
 
-        from catengine.itembank import ItemBank
 
         self._check_fitted()
         mu, sigma = self._scale(standardize)
@@ -494,15 +493,11 @@ class PSNCalibrator(BaseCalibrator):
         }
         meta = dict(self.item_metadata_)
         meta.update(item_metadata or {})
-        bank = ItemBank.from_params(
+        bank = self._bank_from_params(
             "4pl",
-            self.item_ids_,
-            bank_id=bank_id,
-            calibration_method=self.method_name,
-            calibration_settings=settings,
-            responses_sha256=self.responses_sha256_,
-            n_subjects=int(self.n_subjects_),
-            scale=scale,
+            bank_id,
+            settings,
+            scale,
             item_metadata=meta or None,
             subjects=subjects,
             calibration=calibration,
