@@ -191,6 +191,12 @@ class BaseCalibrator(ABC):
         sig = inspect.signature(cls.__init__)
         return {name: sig.parameters[name].default for name in cls._param_names()}
 
+    def _store_settings(self, arguments: dict) -> None:
+        """Keep every constructor argument unchanged as the attribute of its name (a method's
+        ``__init__`` is ``self._store_settings(locals())``)."""
+        for name in self._param_names():
+            setattr(self, name, arguments[name])
+
     def get_params(self) -> dict:
         """The constructor settings, as given."""
         return {name: getattr(self, name) for name in self._param_names()}

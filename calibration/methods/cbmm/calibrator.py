@@ -462,16 +462,7 @@ class CBMMCalibrator(BaseCalibrator):
         rng=None,
         progress: bool = True,
     ):
-        self.prior = prior
-        self.max_slope = max_slope
-        self.sigma = sigma
-        self.rank = rank
-        self.init = init
-        self.tol = tol
-        self.max_iter = max_iter
-        self.acceleration = acceleration
-        self.rng = rng
-        self.progress = progress
+        self._store_settings(locals())
 
     # ------------------------------------------------------------------ fit
     def _fit(self, data) -> None:

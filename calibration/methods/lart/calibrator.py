@@ -306,21 +306,7 @@ class LaRTSAEMCalibrator(BaseCalibrator):
         rng=None,
         progress: bool = False,
     ):
-        self.max_iter = max_iter
-        self.n_burnin = n_burnin
-        self.tol = tol
-        self.use_cot = use_cot
-        self.sampler = sampler
-        self.px = px
-        self.rho_update = rho_update
-        self.b_prior_sd = b_prior_sd
-        self.prior = prior
-        self.max_slope = max_slope
-        self.cot_offset = cot_offset
-        self.censor_at = censor_at
-        self.newton_tol = newton_tol
-        self.rng = rng
-        self.progress = progress
+        self._store_settings(locals())
 
     def _check_settings(self, values: dict) -> None:
         if values["n_burnin"] >= values["max_iter"]:

@@ -171,23 +171,7 @@ class PSNCalibrator(BaseCalibrator):
         rng=None,
         progress: bool = False,
     ):
-        self.hidden_dim = hidden_dim
-        self.embedding_dim = embedding_dim
-        self.learning_rate = learning_rate
-        self.weight_decay = weight_decay
-        self.batch_size = batch_size
-        self.max_epochs = max_epochs
-        self.ordered_asymptotes = ordered_asymptotes
-        self.validation_fraction = validation_fraction
-        self.patience = patience
-        self.min_delta = min_delta
-        self.prior_precision = prior_precision
-        self.tune_prior_precision = tune_prior_precision
-        self.curvature = curvature
-        self.temperature = temperature
-        self.dtype = dtype
-        self.rng = rng
-        self.progress = progress
+        self._store_settings(locals())
 
     # ------------------------------------------------------------------ fit
     def _fit(self, responses: ResponseData) -> None:
