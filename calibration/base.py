@@ -191,6 +191,12 @@ class BaseCalibrator(ABC):
         sig = inspect.signature(cls.__init__)
         return {name: sig.parameters[name].default for name in cls._param_names()}
 
+    def _store_settings(self, arguments: dict) -> None:
+        """Keep every constructor argument unchanged as the attribute of its name (a method's
+        ``__init__`` is ``self._store_settings(locals())``)."""
+        for name in self._param_names():
+            setattr(self, name, arguments[name])
+
     def get_params(self) -> dict:
         """The constructor settings, as given."""
         return {name: getattr(self, name) for name in self._param_names()}
@@ -262,6 +268,24 @@ class BaseCalibrator(ABC):
             out[name] = _json_value(value)
         out.update(notes or {})
         return out
+
+    def _bank_from_params(self, response_model: str, bank_id: str, settings: dict, scale: dict, **content):
+        """``catengine.ItemBank.from_params`` with the fit's provenance: item ids, method name,
+        ``settings`` (the ``calibration_settings``), SHA-256 of the responses and number of
+        subjects; ``content``: the parameters, groups and metadata of the bank."""
+        from catengine.itembank import ItemBank
+
+        return ItemBank.from_params(
+            response_model,
+            self.item_ids_,
+            bank_id=bank_id,
+            calibration_method=self.method_name,
+            calibration_settings=settings,
+            responses_sha256=self.responses_sha256_,
+            n_subjects=int(self.n_subjects_),
+            scale=scale,
+            **content,
+        )
 
     @classmethod
     def export_options(cls, settings: dict) -> dict:

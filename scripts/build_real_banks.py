@@ -86,24 +86,28 @@ CHEMBENCH_SOURCE = {
     "commit": "a914cea87f9577dafdc9381b1cbfa685007ccbeb",
 }
 
+
+def lart_paper_recipe(benchmark: str, n_items: int, n_runs: int, replay_lengths: tuple[int, ...], *, cot: bool) -> Recipe:
+    """The bank of one benchmark of the LaRT paper's data (folder ``lart``, files
+    ``accuracy_<name>.csv`` and ``cot_length_<name>.csv``): LaRT by SAEM on the answers and their
+    CoT lengths (``cot``), else a 2PL by cBMM on the answers alone."""
+    name = benchmark.lower()
+    files = (f"accuracy_{name}.csv", f"cot_length_{name}.csv") if cot else (f"accuracy_{name}.csv",)
+    fitted_by = (f"LaRT (accuracy + chain-of-thought length) on {n_runs} LLM runs" if cot
+                 else f"a 2PL (cBMM) on the correctness of {n_runs} LLM runs")
+    return Recipe(f"{name}_{'lart' if cot else '2pl'}", benchmark, "saem" if cot else "cbmm", "lart", files, name,
+                  {**LART_SOURCE, "paths": [f"data/{f}" for f in files]}, "MIT",
+                  f"{name}/<k>: k = the item's column header (0..{n_items - 1}) in data/{files[0]} of the source "
+                  "repository",
+                  replay_lengths, f"{benchmark} calibrated by {fitted_by}")
+
+
 RECIPES = {
     r.bank_id: r
     for r in (
-        Recipe("math500_lart", "MATH500", "saem", "lart", ("accuracy_math500.csv", "cot_length_math500.csv"), "math500",
-               {**LART_SOURCE, "paths": ["data/accuracy_math500.csv", "data/cot_length_math500.csv"]}, "MIT",
-               "math500/<k>: k = the item's column header (0..499) in data/accuracy_math500.csv of the source repository",
-               (10, 25, 50),
-               "MATH500 calibrated by LaRT (accuracy + chain-of-thought length) on 158 LLM runs"),
-        Recipe("math500_2pl", "MATH500", "cbmm", "lart", ("accuracy_math500.csv",), "math500",
-               {**LART_SOURCE, "paths": ["data/accuracy_math500.csv"]}, "MIT",
-               "math500/<k>: k = the item's column header (0..499) in data/accuracy_math500.csv of the source repository",
-               (10, 25, 50),
-               "MATH500 calibrated by a 2PL (cBMM) on the correctness of 158 LLM runs"),
-        Recipe("amc23_lart", "AMC23", "saem", "lart", ("accuracy_amc23.csv", "cot_length_amc23.csv"), "amc23",
-               {**LART_SOURCE, "paths": ["data/accuracy_amc23.csv", "data/cot_length_amc23.csv"]}, "MIT",
-               "amc23/<k>: k = the item's column header (0..39) in data/accuracy_amc23.csv of the source repository",
-               (5, 10, 20),
-               "AMC23 calibrated by LaRT (accuracy + chain-of-thought length) on 156 LLM runs"),
+        lart_paper_recipe("MATH500", 500, 158, (10, 25, 50), cot=True),
+        lart_paper_recipe("MATH500", 500, 158, (10, 25, 50), cot=False),
+        lart_paper_recipe("AMC23", 40, 156, (5, 10, 20), cot=True),
         Recipe("chembench_2pl", "ChemBench", "cbmm", "chembench", ("responses_models_x_items.csv.gz",), "chembench",
                {**CHEMBENCH_SOURCE, "paths": ["results/binary_matrix.csv", "data/difficulty_dict.json"]}, "MIT",
                "chembench/<k>: k = the item's row index (0..2853) in results/binary_matrix.csv of the source "

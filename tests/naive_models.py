@@ -76,32 +76,25 @@ def probit_info_h(z):
 # ----------------------------------------------------------------------------- array kernels
 
 
-def _grid(theta, n):
-    return np.zeros((len(theta), n))
+def _cells(theta, a, b, value):
+    """(G, n) array of value(z, j) at z = a_j theta_g + b_j, one cell at a time."""
+    out = np.zeros((len(theta), len(a)))
+    for g, t in enumerate(theta):
+        for j in range(len(a)):
+            out[g, j] = value(a[j] * t + b[j], j)
+    return out
 
 
 def prob_2pl(theta, a, b):
-    out = _grid(theta, len(a))
-    for g, t in enumerate(theta):
-        for j in range(len(a)):
-            out[g, j] = sigmoid(a[j] * t + b[j])
-    return out
+    return _cells(theta, a, b, lambda z, j: sigmoid(z))
 
 
 def prob_4pl(theta, a, b, c, d):
-    out = _grid(theta, len(a))
-    for g, t in enumerate(theta):
-        for j in range(len(a)):
-            out[g, j] = c[j] + (d[j] - c[j]) * sigmoid(a[j] * t + b[j])
-    return out
+    return _cells(theta, a, b, lambda z, j: c[j] + (d[j] - c[j]) * sigmoid(z))
 
 
 def prob_probit(theta, a, b):
-    out = _grid(theta, len(a))
-    for g, t in enumerate(theta):
-        for j in range(len(a)):
-            out[g, j] = phi_cdf(a[j] * t + b[j])
-    return out
+    return _cells(theta, a, b, lambda z, j: phi_cdf(z))
 
 
 def _p_q_4pl(z, c, d):
@@ -110,30 +103,25 @@ def _p_q_4pl(z, c, d):
 
 
 def info_2pl(theta, a, b):
-    out = _grid(theta, len(a))
-    for g, t in enumerate(theta):
-        for j in range(len(a)):
-            p, q = _p_q_4pl(a[j] * t + b[j], 0.0, 1.0)
-            out[g, j] = a[j] ** 2 * p * q
-    return out
+    def info(z, j):
+        p, q = _p_q_4pl(z, 0.0, 1.0)
+        return a[j] ** 2 * p * q
+
+    return _cells(theta, a, b, info)
 
 
 def info_4pl(theta, a, b, c, d):
     """Textbook form a^2 (P - c)^2 (d - P)^2 / ((d - c)^2 P (1 - P))."""
-    out = _grid(theta, len(a))
-    for g, t in enumerate(theta):
-        for j in range(len(a)):
-            p, q = _p_q_4pl(a[j] * t + b[j], c[j], d[j])
-            out[g, j] = a[j] ** 2 * (p - c[j]) ** 2 * (d[j] - p) ** 2 / ((d[j] - c[j]) ** 2 * p * q)
-    return out
+
+    def info(z, j):
+        p, q = _p_q_4pl(z, c[j], d[j])
+        return a[j] ** 2 * (p - c[j]) ** 2 * (d[j] - p) ** 2 / ((d[j] - c[j]) ** 2 * p * q)
+
+    return _cells(theta, a, b, info)
 
 
 def info_probit(theta, a, b):
-    out = _grid(theta, len(a))
-    for g, t in enumerate(theta):
-        for j in range(len(a)):
-            out[g, j] = a[j] ** 2 * probit_info_h(a[j] * t + b[j])
-    return out
+    return _cells(theta, a, b, lambda z, j: a[j] ** 2 * probit_info_h(z))
 
 
 def derivs_2pl(theta, a, b, y):

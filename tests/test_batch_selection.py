@@ -11,18 +11,7 @@ import naive_engine as naive
 from catengine.errors import BankExhaustedError
 from catengine.estimation import EAPEstimator, MAPEstimator
 from catengine.models import fisher_information, lart
-from catengine.selection import (
-    ContentBalance,
-    KullbackLeiblerIndex,
-    LaRTReplicationSelection,
-    MaxFisherInformation,
-    PosteriorExpectedInformation,
-    PosteriorWeightedInformation,
-    RandomSelection,
-    Randomesque,
-    SympsonHetter,
-    ThetaTargetedInformation,
-)
+from catengine.selection import SELECTORS, ContentBalance, KullbackLeiblerIndex, Randomesque, SympsonHetter
 from catengine.selection.batch import fantasise
 from catengine.session import CATSession, Engine
 from catengine.stopping import MaxItems
@@ -32,11 +21,7 @@ def _setup(case):
     """(bank, CATSession keyword arguments) for one selector / bank type / control combination."""
     model, selector, extra = case
     bank = naive.make_bank(model, 60, seed=hash(case[0]) % 97 + 3, b_sd=(selector == "pei"))
-    sel = {
-        "mfi": MaxFisherInformation(), "pei": PosteriorExpectedInformation(), "pwi": PosteriorWeightedInformation(),
-        "kl": KullbackLeiblerIndex(), "random": RandomSelection(), "lart-theta": ThetaTargetedInformation(),
-        "replication": LaRTReplicationSelection(n_fixed=4),
-    }[selector]
+    sel = SELECTORS[selector](n_fixed=4) if selector == "lart-replication" else SELECTORS[selector]()
     kw = dict(selector=sel, stopping=MaxItems(18))
     if extra == "controls":
         kw["exposure"] = (SympsonHetter(control=tuple(np.linspace(0.3, 1.0, 60))),
@@ -49,7 +34,7 @@ def _setup(case):
 
 
 CASES = [("2pl", "mfi", None), ("4pl", "pwi", None), ("2pl", "kl", "controls"), ("2pl", "pei", "eap"),
-         ("lart", "lart-theta", None), ("lart", "kl", "controls"), ("lart", "replication", "sd_scale"),
+         ("lart", "lart-theta", None), ("lart", "kl", "controls"), ("lart", "lart-replication", "sd_scale"),
          ("4pl", "random", "controls")]
 
 

@@ -70,6 +70,14 @@ def test_wide_csv_round_trip_preserves_sha(tmp_path, small):
     assert back.sha256() == plain.sha256()
 
 
+def _assert_names_the_problem(fragments, read, *args):
+    """``read(*args)`` raises a ValueError whose message holds every one of ``fragments``."""
+    with pytest.raises(ValueError) as err:
+        read(*args)
+    for fragment in fragments:
+        assert fragment in str(err.value), (fragment, str(err.value))
+
+
 @pytest.mark.parametrize(
     "acc_text, expected",
     [
@@ -87,10 +95,7 @@ def test_wide_csv_round_trip_preserves_sha(tmp_path, small):
 )
 def test_from_wide_csv_bad_accuracy_names_the_problem(tmp_path, acc_text, expected):
     acc = _write(tmp_path / "acc.csv", acc_text)
-    with pytest.raises(ValueError) as err:
-        ResponseData.from_wide_csv(acc)
-    for fragment in expected:
-        assert fragment in str(err.value), (fragment, str(err.value))
+    _assert_names_the_problem(expected, ResponseData.from_wide_csv, acc)
 
 
 @pytest.mark.parametrize(
@@ -109,10 +114,7 @@ def test_from_wide_csv_bad_accuracy_names_the_problem(tmp_path, acc_text, expect
 def test_from_wide_csv_bad_cot_names_the_problem(tmp_path, cot_text, expected):
     acc = _write(tmp_path / "acc.csv", ",q0,q1\nm1,1,0\nm2,0,1\n")
     cot = _write(tmp_path / "cot.csv", cot_text)
-    with pytest.raises(ValueError) as err:
-        ResponseData.from_wide_csv(acc, cot)
-    for fragment in expected:
-        assert fragment in str(err.value), (fragment, str(err.value))
+    _assert_names_the_problem(expected, ResponseData.from_wide_csv, acc, cot)
 
 
 def test_row_is_observed_if_only_cot_present(tmp_path):
@@ -200,10 +202,8 @@ def test_from_long_metadata_columns_filter():
         {"subject": "m1", "item": "q0", "correct": 1, "benchmark": "a", "open_weights": "yes"},
         {"subject": "m2", "item": "q0", "correct": 0, "benchmark": "a", "open_weights": "no"},
     ]
-    with pytest.raises(ValueError) as err:
-        ResponseData.from_long(rows)
-    for fragment in ("'open_weights'", "item 'q0'", "'yes'", "'no'", "row 0", "row 1", "metadata_columns"):
-        assert fragment in str(err.value)
+    expected = ("'open_weights'", "item 'q0'", "'yes'", "'no'", "row 0", "row 1", "metadata_columns")
+    _assert_names_the_problem(expected, ResponseData.from_long, rows)
     d = ResponseData.from_long(rows, metadata_columns=["benchmark"])
     assert list(d.item_metadata) == ["benchmark"]
 
@@ -230,10 +230,7 @@ def test_from_long_metadata_columns_filter():
 )
 def test_from_long_bad_csv_names_the_problem(tmp_path, text, expected):
     path = _write(tmp_path / "t.csv", text)
-    with pytest.raises(ValueError) as err:
-        ResponseData.from_long(path)
-    for fragment in expected:
-        assert fragment in str(err.value), (fragment, str(err.value))
+    _assert_names_the_problem(expected, ResponseData.from_long, path)
 
 
 def test_from_long_bad_jsonl_names_line(tmp_path):
@@ -357,7 +354,4 @@ def test_subset(small):
     ],
 )
 def test_from_arrays_bad_input(correct, cot, expected):
-    with pytest.raises(ValueError) as err:
-        ResponseData.from_arrays(correct, cot)
-    for fragment in expected:
-        assert fragment in str(err.value), (fragment, str(err.value))
+    _assert_names_the_problem(expected, ResponseData.from_arrays, correct, cot)

@@ -254,8 +254,13 @@ def test_eap_does_not_underflow_for_long_rows():
     assert abs(m.theta - est.theta) < 0.01
 
 
-@pytest.mark.parametrize("estimator", [MAPEstimator(), EAPEstimator()])
-@pytest.mark.parametrize("model", ["2pl", "4pl", "lart"])
+def _every_estimator_and_model(test):
+    """Parametrize ``test`` over the MAP and EAP estimators and the 2PL, 4PL and LaRT banks."""
+    test = pytest.mark.parametrize("model", ["2pl", "4pl", "lart"])(test)
+    return pytest.mark.parametrize("estimator", [MAPEstimator(), EAPEstimator()])(test)
+
+
+@_every_estimator_and_model
 def test_sd_does_not_collapse_after_one_item(estimator, model):
     p = _params(model, 5, 19)
     for y in (0, 1):
@@ -272,8 +277,7 @@ def test_sd_does_not_collapse_after_one_item(estimator, model):
         assert abs(est.theta_sd - 1 / math.sqrt(1 + info)) < 0.3, (y, est, info)
 
 
-@pytest.mark.parametrize("estimator", [MAPEstimator(), EAPEstimator()])
-@pytest.mark.parametrize("model", ["2pl", "4pl", "lart"])
+@_every_estimator_and_model
 def test_all_correct_and_all_wrong_prefixes_are_finite(estimator, model):
     p = _params(model, 40, 20)
     for y in (0, 1):

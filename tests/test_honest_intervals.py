@@ -281,16 +281,22 @@ def test_fit_factors_recovers_a_known_inflation():
     assert np.allclose(honest["c"], 1.0, atol=0.05)  # floored at 1, never narrower
 
 
-def test_default_calibration_path_stores_the_interval_check_and_sessions_use_it():
+def _simulated_2pl(seed, n_subjects, n_items, a_range):
+    """ResponseData drawn from a 2PL: theta ~ N(0, 1), a ~ U(a_range), b ~ N(0, 1)."""
     from calibration import ResponseData
+
+    rng = np.random.default_rng(seed)
+    theta = rng.standard_normal(n_subjects)
+    a, b = rng.uniform(*a_range, n_items), rng.normal(0, 1, n_items)
+    correct = (rng.random((n_subjects, n_items)) < 1 / (1 + np.exp(-(np.outer(theta, a) + b)))).astype(np.int8)
+    return ResponseData.from_arrays(correct)
+
+
+def test_default_calibration_path_stores_the_interval_check_and_sessions_use_it():
     from calibration.methods.cbmm.calibrator import CBMMCalibrator
 
-    rng = np.random.default_rng(4)
-    N, J = 40, 120
-    theta = rng.standard_normal(N)
-    a, b = rng.uniform(0.5, 1.5, J), rng.normal(0, 1, J)
-    correct = (rng.random((N, J)) < 1 / (1 + np.exp(-(np.outer(theta, a) + b)))).astype(np.int8)
-    data = ResponseData.from_arrays(correct)
+    N = 40
+    data = _simulated_2pl(4, N, 120, (0.5, 1.5))
     bank = CBMMCalibrator(rng=0, progress=False).fit(data).to_item_bank("sim")
     record = json.loads(bank.attrs["interval_calibration"])
     assert record["folds"] == 5 and record["n_subjects"] == N
@@ -311,15 +317,9 @@ def test_psn_bank_b_sd_is_widened_by_the_cross_fitted_refit_spread():
     """PSN posterior width chosen by the cross-fit: the stored bank's b_sd equals the unchecked
     bank's times the factor recorded in interval_calibration (item_sd_factors.b_applied >= 1), and
     that factor is max(1, RMS z of the fold banks' linked b against the full bank's)."""
-    from calibration import ResponseData
     from calibration.methods.psn import PSNCalibrator
 
-    rng = np.random.default_rng(6)
-    N, J = 16, 50
-    theta = rng.standard_normal(N)
-    a, b = rng.uniform(0.8, 2.0, J), rng.normal(0, 1, J)
-    correct = (rng.random((N, J)) < 1 / (1 + np.exp(-(np.outer(theta, a) + b)))).astype(np.int8)
-    data = ResponseData.from_arrays(correct)
+    data = _simulated_2pl(6, 16, 50, (0.8, 2.0))
     settings = dict(max_epochs=2, batch_size=128, rng=0, hidden_dim=8, embedding_dim=8, progress=False)
     cal = PSNCalibrator(**settings).fit(data)
     plain = cal.to_item_bank("psn_plain", interval_check=False)

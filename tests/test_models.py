@@ -110,13 +110,18 @@ def _theta_and_items_with_extreme_z(n, seed):
     return theta, a, b
 
 
-def test_probability_and_information_kernels_match_naive():
-    theta, a, b = _theta_and_items_with_extreme_z(15, 3)
-    r = _rng(4)
-    c = r.uniform(0, 0.3, 15)
-    d = r.uniform(0.7, 1, 15)
+def _asymptotes(r, n):
+    """4PL asymptotes c in [0, 0.3) and d in [0.7, 1), with c = 0 on every 3rd item and d = 1 on every 4th."""
+    c = r.uniform(0, 0.3, n)
+    d = r.uniform(0.7, 1, n)
     c[::3] = 0.0
     d[::4] = 1.0
+    return c, d
+
+
+def test_probability_and_information_kernels_match_naive():
+    theta, a, b = _theta_and_items_with_extreme_z(15, 3)
+    c, d = _asymptotes(_rng(4), 15)
     pairs = [
         (K.prob_2pl(theta, a, b), N.prob_2pl(theta, a, b)),
         (K.prob_4pl(theta, a, b, c, d), N.prob_4pl(theta, a, b, c, d)),
@@ -135,10 +140,7 @@ def test_probability_and_information_kernels_match_naive():
 def test_derivative_kernels_match_naive():
     theta, a, b = _theta_and_items_with_extreme_z(15, 5)
     r = _rng(6)
-    c = r.uniform(0, 0.3, 15)
-    d = r.uniform(0.7, 1, 15)
-    c[::3] = 0.0
-    d[::4] = 1.0
+    c, d = _asymptotes(r, 15)
     omega, phi, lam = r.normal(0, 1, 15), r.uniform(0.3, 1.5, 15), r.uniform(0.5, 1.8, 15)
     log_t = r.normal(0, 1, 15)
     log_t[::5] = np.nan

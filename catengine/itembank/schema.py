@@ -123,6 +123,25 @@ def _nonfinite_items(values, item_ids, limit=5):
     return bad.size, shown + more
 
 
+def _float_variable_problem(var, path: str, dims: tuple[str, ...]) -> str | None:
+    """Why the variable at ``path`` is not a float array with dims ``dims``, or None."""
+    if var.dims != dims:
+        return f"variable '{path}' has dims {var.dims}, expected {dims}"
+    if var.dtype.kind != "f":
+        return f"variable '{path}' has dtype {var.dtype}, expected float"
+    return None
+
+
+def _item_vector_problem(var, name: str, item_ids) -> str | None:
+    """Why ``/items/<name>`` is not a finite float vector over the items, or None."""
+    problem = _float_variable_problem(var, f"/items/{name}", ("item",))
+    if problem is None:
+        n_bad, shown = _nonfinite_items(var.values, item_ids)
+        if n_bad:
+            problem = f"variable '/items/{name}' is NaN or infinite for {n_bad} item(s): {shown}"
+    return problem
+
+
 def validate_tree(tree) -> list[str]:
     """Return every schema-v1 problem of ``tree`` (an ``xarray.DataTree``); empty list = valid."""
     problems: list[str] = []
@@ -207,15 +226,9 @@ def _validate_items(items, model) -> list[str]:
         var = items[name]
         if name in ALL_ITEM_PARAMETERS and name not in required and model is not None:
             problems.append(f"variable '/items/{name}' does not belong to response_model {model!r}")
-        if var.dims != ("item",):
-            problems.append(f"variable '/items/{name}' has dims {var.dims}, expected ('item',)")
-            continue
-        if var.dtype.kind != "f":
-            problems.append(f"variable '/items/{name}' has dtype {var.dtype}, expected float")
-            continue
-        n_bad, shown = _nonfinite_items(var.values, item_ids)
-        if n_bad:
-            problems.append(f"variable '/items/{name}' is NaN or infinite for {n_bad} item(s): {shown}")
+        problem = _item_vector_problem(var, name, item_ids)
+        if problem:
+            problems.append(problem)
     if "rho" in items.data_vars:
         rho = items["rho"]
         if rho.dims != ():
@@ -488,17 +501,11 @@ def _validate_uncertainty(items, posterior, model) -> list[str]:
         var = items[name]
         if name in LART_ONLY_UNCERTAINTY and model not in (None, "lart"):
             problems.append(f"variable '/items/{name}' belongs to lart banks only, not to response_model {model!r}")
-        if var.dims != ("item",):
-            problems.append(f"variable '/items/{name}' has dims {var.dims}, expected ('item',)")
-            continue
-        if var.dtype.kind != "f":
-            problems.append(f"variable '/items/{name}' has dtype {var.dtype}, expected float")
+        problem = _item_vector_problem(var, name, item_ids)
+        if problem:
+            problems.append(problem)
             continue
         values = var.values
-        n_bad, shown = _nonfinite_items(values, item_ids)
-        if n_bad:
-            problems.append(f"variable '/items/{name}' is NaN or infinite for {n_bad} item(s): {shown}")
-            continue
         if name in UNCERTAINTY_SD_VARIABLES and (values < 0).any():
             j = int(np.flatnonzero(values < 0)[0])
             problems.append(f"variable '/items/{name}' (an SD) must be >= 0; item {str(item_ids[j])!r} has {values[j]}")
@@ -525,11 +532,9 @@ def _validate_uncertainty(items, posterior, model) -> list[str]:
         if name not in posterior.data_vars:
             continue
         var = posterior[name]
-        if var.dims != ("draw", "item"):
-            problems.append(f"variable '/posterior/{name}' has dims {var.dims}, expected ('draw', 'item')")
-            continue
-        if var.dtype.kind != "f":
-            problems.append(f"variable '/posterior/{name}' has dtype {var.dtype}, expected float")
+        problem = _float_variable_problem(var, f"/posterior/{name}", ("draw", "item"))
+        if problem:
+            problems.append(problem)
             continue
         ids = posterior["item"].values if "item" in posterior.coords else None
         if ids is None or ids.shape != item_ids.shape or (ids.astype(str) != item_ids.astype(str)).any():

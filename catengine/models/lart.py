@@ -20,18 +20,13 @@ from __future__ import annotations
 import numpy as np
 
 from . import _kernels as K
-from .logistic import _as_items, _as_responses, _as_theta, _check_model, _per_item, _summed, _vec
+from .logistic import _MODEL_FUNCTIONS, _as_items, _as_responses, _as_theta, _check_model, _per_item, _summed, _vec
 from .params import ItemParams
 
 __all__ = [
     "cot_tokens",
     "log_cot_length",
-    "prob_correct",
-    "log_likelihood",
-    "trait_gradient",
-    "trait_hessian",
-    "trait_derivatives",
-    "item_information",
+    *_MODEL_FUNCTIONS,
     "cot_statistics",
     "cot_informed_prior",
     "tau_conditional",

@@ -19,14 +19,16 @@ import numpy as np
 from . import _kernels as K
 from .params import ItemParams
 
-__all__ = [
+#: the functions every response-model module provides (lart.py adds its CoT functions to these)
+_MODEL_FUNCTIONS = (
     "prob_correct",
     "log_likelihood",
     "trait_gradient",
     "trait_hessian",
     "trait_derivatives",
     "item_information",
-]
+)
+__all__ = list(_MODEL_FUNCTIONS)
 
 
 # ----------------------------------------------------------------------------- shared input checks
@@ -104,19 +106,26 @@ def _summed(col: np.ndarray, shape: tuple[int, ...]):
 _LOGISTIC = ("2pl", "4pl")
 
 
+def _logistic_kernel(where: str, kernel_2pl, kernel_4pl, params: ItemParams, theta, items, responses=None):
+    """Validate the inputs of ``logistic.<where>`` and run the bank's kernel on the selected items:
+    ``kernel_2pl(theta, a, b[, y])`` or ``kernel_4pl(theta, a, b, c, d[, y])`` (``y``: the
+    ``responses``, when given). Returns (kernel output, the shape S of ``theta``)."""
+    _check_model(params, _LOGISTIC, f"logistic.{where}")
+    th, shape = _as_theta(theta)
+    idx = _as_items(params, items)
+    y = () if responses is None else (_as_responses(responses, idx.shape[0]),)
+    a, b = _vec(params.a, idx), _vec(params.b, idx)
+    if params.response_model == "2pl":
+        return kernel_2pl(th, a, b, *y), shape
+    return kernel_4pl(th, a, b, _vec(params.c, idx), _vec(params.d, idx), *y), shape
+
+
 def prob_correct(params: ItemParams, theta, items=None) -> np.ndarray:
     """P(correct) of each selected item: shape S + (n,).
 
     2PL: sigmoid(a theta + b); 4PL: c + (d - c) sigmoid(a theta + b).
     """
-    _check_model(params, _LOGISTIC, "logistic.prob_correct")
-    th, shape = _as_theta(theta)
-    idx = _as_items(params, items)
-    a, b = _vec(params.a, idx), _vec(params.b, idx)
-    if params.response_model == "2pl":
-        out = K.prob_2pl(th, a, b)
-    else:
-        out = K.prob_4pl(th, a, b, _vec(params.c, idx), _vec(params.d, idx))
+    out, shape = _logistic_kernel("prob_correct", K.prob_2pl, K.prob_4pl, params, theta, items)
     return _per_item(out, shape)
 
 
@@ -126,15 +135,7 @@ def trait_derivatives(params: ItemParams, theta, responses, items=None):
     l(theta) = sum_j y_j log P_j + (1 - y_j) log(1 - P_j), computed from log-sigmoids (finite for
     any z). 2PL: dl = sum a (y - P), d2l = -sum a^2 P (1 - P). 4PL: see ``_kernels.derivs_4pl``.
     """
-    _check_model(params, _LOGISTIC, "logistic.trait_derivatives")
-    th, shape = _as_theta(theta)
-    idx = _as_items(params, items)
-    y = _as_responses(responses, idx.shape[0])
-    a, b = _vec(params.a, idx), _vec(params.b, idx)
-    if params.response_model == "2pl":
-        out = K.derivs_2pl(th, a, b, y)
-    else:
-        out = K.derivs_4pl(th, a, b, _vec(params.c, idx), _vec(params.d, idx), y)
+    out, shape = _logistic_kernel("trait_derivatives", K.derivs_2pl, K.derivs_4pl, params, theta, items, responses)
     return _summed(out[:, 0], shape), _summed(out[:, 1], shape), _summed(out[:, 2], shape)
 
 
@@ -159,12 +160,5 @@ def item_information(params: ItemParams, theta, items=None) -> np.ndarray:
     2PL: a^2 P (1 - P). 4PL: a^2 (P - c)^2 (d - P)^2 / ((d - c)^2 P (1 - P)), evaluated as
     a^2 s (1 - s) [(P - c)/P] [(d - P)/(1 - P)] with s = sigmoid(z) (no 0/0 in the tails).
     """
-    _check_model(params, _LOGISTIC, "logistic.item_information")
-    th, shape = _as_theta(theta)
-    idx = _as_items(params, items)
-    a, b = _vec(params.a, idx), _vec(params.b, idx)
-    if params.response_model == "2pl":
-        out = K.info_2pl(th, a, b)
-    else:
-        out = K.info_4pl(th, a, b, _vec(params.c, idx), _vec(params.d, idx))
+    out, shape = _logistic_kernel("item_information", K.info_2pl, K.info_4pl, params, theta, items)
     return _per_item(out, shape)

@@ -208,6 +208,12 @@ def read_text(path: Path) -> str:
         ) from None
 
 
+def _bad_wide_cell(path: Path, line: int, subject: str, item: str, text: str, problem: str) -> ResponseFileError:
+    """The error for the cell ``text`` of a wide file (row ``subject`` at ``line``, column ``item``)."""
+    return ResponseFileError(f"{path.name} line {line}: subject {subject!r}, item {item!r}: {problem}",
+                             file=str(path), line=line, column=item, value=text)
+
+
 def open_text(path: Path):
     """The text of a file as a file-like object for the csv/json readers (see :func:`read_text`)."""
     return io.StringIO(read_text(path), newline="")
@@ -292,6 +298,26 @@ def _first_difference(a: Sequence[str], b: Sequence[str]):
         if x != y:
             return k, x, y
     return None
+
+
+#: how ``_check_same_labels`` names the labels of a wide file: kind -> (labels, position, unit, what must agree)
+_WIDE_LABELS = {
+    "item": ("item columns", "item column {} (counted after the row-label column)", "item columns", "the same header"),
+    "subject": ("row labels", "data row {}", "rows", "the same subjects"),
+}
+
+
+def _check_same_labels(kind: str, first: Sequence[str], second: Sequence[str], first_path: Path, second_path: Path):
+    """Raise ValueError at the first position where two wide files' item (or subject) labels differ."""
+    diff = _first_difference(first, second)
+    if diff is None:
+        return
+    k, x, y = diff
+    labels, position, unit, agree = _WIDE_LABELS[kind]
+    raise ValueError(
+        f"{labels} differ between {first_path.name} and {second_path.name} at {position.format(k + 1)}: "
+        f"{x!r} vs {y!r} ({len(first)} vs {len(second)} {unit}); both files need {agree} in the same order"
+    )
 
 
 def _index_of(keys, ids: tuple[str, ...], kind: str) -> np.ndarray:
@@ -575,44 +601,24 @@ class ResponseData:
                     try:
                         value = _parse_correct(text)
                     except _CellError:
-                        raise ResponseFileError(
-                            f"{acc_path.name} line {lines[r]}: subject {subject_ids[r]!r}, item {item_ids[c]!r}: "
-                            f"correctness value {text!r} is not binary ({_CORRECT_ALLOWED})",
-                            file=str(acc_path), line=lines[r], column=item_ids[c], value=text,
-                        ) from None
+                        raise _bad_wide_cell(acc_path, lines[r], subject_ids[r], item_ids[c], text,
+                                             f"correctness value {text!r} is not binary ({_CORRECT_ALLOWED})") from None
                     cache[text] = value
                 correct[r, c] = value
         cot = None
         if cot_csv is not None:
             cot_path = Path(cot_csv)
             cot_items, cot_subjects, cot_rows, cot_lines = _read_wide(cot_path)
-            diff = _first_difference(item_ids, cot_items)
-            if diff is not None:
-                k, x, y = diff
-                raise ValueError(
-                    f"item columns differ between {acc_path.name} and {cot_path.name} at item column {k + 1} "
-                    f"(counted after the row-label column): {x!r} vs {y!r} ({j} vs {len(cot_items)} item columns); "
-                    "both files need the same header in the same order"
-                )
-            diff = _first_difference(subject_ids, cot_subjects)
-            if diff is not None:
-                k, x, y = diff
-                raise ValueError(
-                    f"row labels differ between {acc_path.name} and {cot_path.name} at data row {k + 1}: "
-                    f"{x!r} vs {y!r} ({n} vs {len(cot_subjects)} rows); both files need the same subjects "
-                    "in the same order"
-                )
+            _check_same_labels("item", item_ids, cot_items, acc_path, cot_path)
+            _check_same_labels("subject", subject_ids, cot_subjects, acc_path, cot_path)
             cot = np.empty((n, j), dtype=np.float64)
             for r, row in enumerate(cot_rows):
                 for c, text in enumerate(row):
                     try:
                         cot[r, c] = _parse_cot(text)
                     except _CellError:
-                        raise ResponseFileError(
-                            f"{cot_path.name} line {cot_lines[r]}: subject {subject_ids[r]!r}, item {item_ids[c]!r}: "
-                            f"CoT length {text!r} is invalid ({_COT_ALLOWED})",
-                            file=str(cot_path), line=cot_lines[r], column=item_ids[c], value=text,
-                        ) from None
+                        raise _bad_wide_cell(cot_path, cot_lines[r], subject_ids[r], item_ids[c], text,
+                                             f"CoT length {text!r} is invalid ({_COT_ALLOWED})") from None
         return cls.from_arrays(correct, cot, subject_ids=subject_ids, item_ids=item_ids)
 
     @classmethod

@@ -14,7 +14,13 @@ from catengine.selection.base import ItemSelector, SelectionState, check_k, run_
 from catengine.selection.information import MaxFisherInformation
 from catengine.validation import is_integer
 
-_CRITERIA = {"theta": 0, "d-optimal": 1, "a-optimal": 2}
+#: criterion -> (its code in ``_kernels.topk_lart``, how a criterion value reads); the theta and
+#: A-optimal kernels rank by minus a variance, shown as the SD / variance it leads to
+_CRITERIA = {
+    "theta": (0, lambda value: f"SD(θ) after this item ≈ {float(np.sqrt(max(-value, 0.0))):.4f}"),
+    "d-optimal": (1, lambda value: f"det of the (θ, τ) precision after this item = {value:.4g}"),
+    "a-optimal": (2, lambda value: f"Var(θ) + Var(τ) after this item ≈ {max(-value, 0.0):.4f}"),
+}
 
 
 @dataclass(frozen=True)
@@ -29,6 +35,9 @@ class _LaRTPrecisionSelector(ItemSelector):
         if not isinstance(self.item_uncertainty, (bool, np.bool_)):
             raise TypeError(f"item_uncertainty must be True or False, got {self.item_uncertainty!r}")
 
+    def explain_criterion(self, value: float) -> str:
+        return _CRITERIA[self.criterion][1](value)
+
     def candidates(self, params, state: SelectionState, rng, k: int = 1):
         k = check_k(k)
         P = state.estimate.precision()
@@ -39,11 +48,11 @@ class _LaRTPrecisionSelector(ItemSelector):
         if self.item_uncertainty and cv is not None:
             x, w = gauss_hermite_normal(DEFAULT_NODES)
             xs, ws = gauss_hermite_normal(K.NARROW_NODES)
-            return run_topk(K.topk_lart_expected, k, _CRITERIA[self.criterion], float(state.estimate.theta), params.a,
+            return run_topk(K.topk_lart_expected, k, _CRITERIA[self.criterion][0], float(state.estimate.theta), params.a,
                             params.b, cv.a_var, cv.b_var, cv.ab_cov, t.cot_info, float(P[0, 0]), float(P[0, 1]),
                             float(P[1, 1]), x, w, xs, ws, state.eligible, t.expected_info_order, t.expected_info_bound,
                             t.cot_info_max)
-        return run_topk(K.topk_lart, k, _CRITERIA[self.criterion], float(state.estimate.theta), params.a, params.b,
+        return run_topk(K.topk_lart, k, _CRITERIA[self.criterion][0], float(state.estimate.theta), params.a, params.b,
                         t.cot_info, float(P[0, 0]), float(P[0, 1]), float(P[1, 1]), state.eligible,
                         t.info_order, t.info_bound, t.cot_info_max)
 
@@ -61,10 +70,6 @@ class ThetaTargetedInformation(_LaRTPrecisionSelector):
     name: ClassVar[str] = "lart-theta"
     criterion: ClassVar[str] = "theta"
 
-    def explain_criterion(self, value: float) -> str:
-        # the kernel ranks by minus the posterior variance; show the SD it leads to
-        return f"SD(θ) after this item ≈ {float(np.sqrt(max(-value, 0.0))):.4f}"
-
 
 @dataclass(frozen=True)
 class DOptimalInformation(_LaRTPrecisionSelector):
@@ -73,9 +78,6 @@ class DOptimalInformation(_LaRTPrecisionSelector):
     name: ClassVar[str] = "lart-d"
     criterion: ClassVar[str] = "d-optimal"
 
-    def explain_criterion(self, value: float) -> str:
-        return f"det of the (θ, τ) precision after this item = {value:.4g}"
-
 
 @dataclass(frozen=True)
 class AOptimalInformation(_LaRTPrecisionSelector):
@@ -83,9 +85,6 @@ class AOptimalInformation(_LaRTPrecisionSelector):
 
     name: ClassVar[str] = "lart-a"
     criterion: ClassVar[str] = "a-optimal"
-
-    def explain_criterion(self, value: float) -> str:
-        return f"Var(θ) + Var(τ) after this item ≈ {max(-value, 0.0):.4f}"
 
 
 @dataclass(frozen=True)

@@ -10,18 +10,8 @@
 
 from catengine.session.config import from_config, to_config
 from catengine.session.engine import Engine
-from catengine.session.errors import (
-    CorruptLogWarning,
-    CoTIgnoredWarning,
-    CoTOutOfRangeError,
-    InvalidResponseError,
-    ItemAlreadyAnsweredError,
-    ResumeMismatchWarning,
-    SessionLogError,
-    SessionLogLockedError,
-    UnknownItemError,
-    UnknownSubjectError,
-)
+from catengine.session import errors
+from catengine.session.errors import *  # noqa: F403 -- every exception and warning named in errors.__all__
 from catengine.session.log import read_log
 from catengine.session.serve import serve
 from catengine.session.session import CATSession, StepRecord
@@ -35,18 +25,8 @@ def resume(log, bank=None, *, fsync: bool = False) -> Engine:
 
 __all__ = [
     "CATSession",
-    "CoTIgnoredWarning",
-    "CoTOutOfRangeError",
-    "CorruptLogWarning",
     "Engine",
-    "InvalidResponseError",
-    "ItemAlreadyAnsweredError",
-    "ResumeMismatchWarning",
-    "SessionLogError",
-    "SessionLogLockedError",
     "StepRecord",
-    "UnknownItemError",
-    "UnknownSubjectError",
     "calibrate_sympson_hetter",
     "draw_traits",
     "from_config",
@@ -55,4 +35,5 @@ __all__ = [
     "serve",
     "simulate_answer",
     "to_config",
+    *errors.__all__,
 ]

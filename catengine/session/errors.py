@@ -4,6 +4,19 @@ from __future__ import annotations
 
 from catengine.errors import CatEngineError
 
+__all__ = [
+    "CoTIgnoredWarning",
+    "CoTOutOfRangeError",
+    "CorruptLogWarning",
+    "InvalidResponseError",
+    "ItemAlreadyAnsweredError",
+    "ResumeMismatchWarning",
+    "SessionLogError",
+    "SessionLogLockedError",
+    "UnknownItemError",
+    "UnknownSubjectError",
+]
+
 
 class _MessageKeyError(KeyError):
     """KeyError whose str() is the plain message (KeyError quotes its argument)."""

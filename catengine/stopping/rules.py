@@ -57,32 +57,39 @@ class StoppingRule(ABC):
         return self.reason(state) is not None
 
 
+class _ItemCountRule(StoppingRule):
+    """Met once ``n`` items were answered. A subclass names the smallest allowed ``n`` and the wording
+    of its reason (``{n}`` stands for n) as class keywords: ``class R(_ItemCountRule, smallest_n=1,
+    wording="reached {n} items")``; it declares the field ``n`` with its default."""
+
+    smallest_n: ClassVar[int] = 0
+    wording: ClassVar[str] = ""
+
+    def __init_subclass__(cls, *, smallest_n: int, wording: str, **kwargs):
+        super().__init_subclass__(**kwargs)
+        cls.smallest_n, cls.wording = smallest_n, wording
+
+    def __post_init__(self):
+        object.__setattr__(self, "n", integer_at_least(self.n, "n", self.smallest_n))
+
+    def reason(self, state):
+        return self.wording.format(n=self.n) if state.n_items >= self.n else None
+
+
 @dataclass(frozen=True)
-class MaxItems(StoppingRule):
+class MaxItems(_ItemCountRule, smallest_n=1, wording="reached {n} items"):
     """Stop after ``n`` answers."""
 
     name: ClassVar[str] = "max-items"
     n: int = 50
 
-    def __post_init__(self):
-        object.__setattr__(self, "n", integer_at_least(self.n, "n", 1))
-
-    def reason(self, state):
-        return f"reached {self.n} items" if state.n_items >= self.n else None
-
 
 @dataclass(frozen=True)
-class MinItems(StoppingRule):
+class MinItems(_ItemCountRule, smallest_n=0, wording="at least {n} items"):
     """Met once ``n`` items were answered (use inside AllOf to forbid stopping earlier)."""
 
     name: ClassVar[str] = "min-items"
     n: int = 5
-
-    def __post_init__(self):
-        object.__setattr__(self, "n", integer_at_least(self.n, "n", 0))
-
-    def reason(self, state):
-        return f"at least {self.n} items" if state.n_items >= self.n else None
 
 
 @dataclass(frozen=True)
@@ -202,16 +209,22 @@ def _check_rules(rules) -> tuple[StoppingRule, ...]:
 
 
 @dataclass(frozen=True, init=False)
-class AnyOf(StoppingRule):
-    """Met when any of ``rules`` is met."""
+class _CompositeRule(StoppingRule):
+    """A rule over ``rules``, given as arguments or as one iterable."""
 
-    name: ClassVar[str] = "any-of"
     rules: tuple[StoppingRule, ...]
 
     def __init__(self, *rules):
         if len(rules) == 1 and not isinstance(rules[0], StoppingRule):
             rules = tuple(rules[0])
         object.__setattr__(self, "rules", _check_rules(rules))
+
+
+@dataclass(frozen=True, init=False)
+class AnyOf(_CompositeRule):
+    """Met when any of ``rules`` is met."""
+
+    name: ClassVar[str] = "any-of"
 
     def reason(self, state):
         for r in self.rules:
@@ -222,16 +235,10 @@ class AnyOf(StoppingRule):
 
 
 @dataclass(frozen=True, init=False)
-class AllOf(StoppingRule):
+class AllOf(_CompositeRule):
     """Met when all of ``rules`` are met."""
 
     name: ClassVar[str] = "all-of"
-    rules: tuple[StoppingRule, ...]
-
-    def __init__(self, *rules):
-        if len(rules) == 1 and not isinstance(rules[0], StoppingRule):
-            rules = tuple(rules[0])
-        object.__setattr__(self, "rules", _check_rules(rules))
 
     def reason(self, state):
         reasons = []

@@ -462,16 +462,7 @@ class CBMMCalibrator(BaseCalibrator):
         rng=None,
         progress: bool = True,
     ):
-        self.prior = prior
-        self.max_slope = max_slope
-        self.sigma = sigma
-        self.rank = rank
-        self.init = init
-        self.tol = tol
-        self.max_iter = max_iter
-        self.acceleration = acceleration
-        self.rng = rng
-        self.progress = progress
+        self._store_settings(locals())
 
     # ------------------------------------------------------------------ fit
     def _fit(self, data) -> None:
@@ -928,7 +919,6 @@ class CBMMCalibrator(BaseCalibrator):
             raise ValueError(f"item banks hold one ability dimension; this fit has rank={self.rank}")
         import xarray as xr
 
-        from catengine.itembank import ItemBank
 
         settings = self.bank_settings(
             {
@@ -986,15 +976,11 @@ class CBMMCalibrator(BaseCalibrator):
                 "diagnostics": json.dumps(self.diagnostics_.summary()),
             },
         )
-        bank = ItemBank.from_params(
+        bank = self._bank_from_params(
             "2pl",
-            self.item_ids_,
-            bank_id=bank_id,
-            calibration_method=self.method_name,
-            calibration_settings=settings,
-            responses_sha256=self.responses_sha256_,
-            n_subjects=int(self.n_subjects_),
-            scale=scale,
+            bank_id,
+            settings,
+            scale,
             item_metadata=self.item_metadata_ or None,
             item_vars=item_vars,
             subjects=subjects,

@@ -306,21 +306,7 @@ class LaRTSAEMCalibrator(BaseCalibrator):
         rng=None,
         progress: bool = False,
     ):
-        self.max_iter = max_iter
-        self.n_burnin = n_burnin
-        self.tol = tol
-        self.use_cot = use_cot
-        self.sampler = sampler
-        self.px = px
-        self.rho_update = rho_update
-        self.b_prior_sd = b_prior_sd
-        self.prior = prior
-        self.max_slope = max_slope
-        self.cot_offset = cot_offset
-        self.censor_at = censor_at
-        self.newton_tol = newton_tol
-        self.rng = rng
-        self.progress = progress
+        self._store_settings(locals())
 
     def _check_settings(self, values: dict) -> None:
         if values["n_burnin"] >= values["max_iter"]:
@@ -679,7 +665,6 @@ class LaRTSAEMCalibrator(BaseCalibrator):
             )
         import xarray as xr
 
-        from catengine.itembank import ItemBank
 
         subjects = xr.Dataset(
             {
@@ -719,15 +704,11 @@ class LaRTSAEMCalibrator(BaseCalibrator):
             "sign_fix": "sum(a) > 0 and sum(phi) > 0",
         }
         scale_info.update(scale or {})
-        bank = ItemBank.from_params(
+        bank = self._bank_from_params(
             "lart",
-            self.item_ids_,
-            bank_id=bank_id,
-            calibration_method=self.method_name,
-            calibration_settings=self.calibration_settings(),
-            responses_sha256=self.responses_sha256_,
-            n_subjects=int(self.n_subjects_),
-            scale=scale_info,
+            bank_id,
+            self.calibration_settings(),
+            scale_info,
             item_metadata=meta or None,
             subjects=subjects,
             calibration=calib,

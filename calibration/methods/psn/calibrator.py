@@ -171,23 +171,7 @@ class PSNCalibrator(BaseCalibrator):
         rng=None,
         progress: bool = False,
     ):
-        self.hidden_dim = hidden_dim
-        self.embedding_dim = embedding_dim
-        self.learning_rate = learning_rate
-        self.weight_decay = weight_decay
-        self.batch_size = batch_size
-        self.max_epochs = max_epochs
-        self.ordered_asymptotes = ordered_asymptotes
-        self.validation_fraction = validation_fraction
-        self.patience = patience
-        self.min_delta = min_delta
-        self.prior_precision = prior_precision
-        self.tune_prior_precision = tune_prior_precision
-        self.curvature = curvature
-        self.temperature = temperature
-        self.dtype = dtype
-        self.rng = rng
-        self.progress = progress
+        self._store_settings(locals())
 
     # ------------------------------------------------------------------ fit
     def _fit(self, responses: ResponseData) -> None:
@@ -400,7 +384,6 @@ class PSNCalibrator(BaseCalibrator):
         """
         import xarray as xr
 
-        from catengine.itembank import ItemBank
 
         self._check_fitted()
         mu, sigma = self._scale(standardize)
@@ -494,15 +477,11 @@ class PSNCalibrator(BaseCalibrator):
         }
         meta = dict(self.item_metadata_)
         meta.update(item_metadata or {})
-        bank = ItemBank.from_params(
+        bank = self._bank_from_params(
             "4pl",
-            self.item_ids_,
-            bank_id=bank_id,
-            calibration_method=self.method_name,
-            calibration_settings=settings,
-            responses_sha256=self.responses_sha256_,
-            n_subjects=int(self.n_subjects_),
-            scale=scale,
+            bank_id,
+            settings,
+            scale,
             item_metadata=meta or None,
             subjects=subjects,
             calibration=calibration,
