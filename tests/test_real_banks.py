@@ -97,7 +97,7 @@ def _run(*args, env=None, stdin=None):
                           capture_output=True, text=True, timeout=300)
 
 
-def test_catengine_banks_json_lists_the_four_with_their_cards():
+def test_catengine_banks_json_lists_the_four_with_their_cards(banks):
     done = _run("banks", "--json")
     assert done.returncode == 0, done.stderr
     cards = {c["bank_id"]: c for c in json.loads(done.stdout)}
@@ -109,7 +109,7 @@ def test_catengine_banks_json_lists_the_four_with_their_cards():
         assert Path(c["path"]).is_file() and c["shipped"] is True
         assert c["replay_audit"] or c["interval_calibration"]
     text = _run("banks")
-    assert text.returncode == 0 and "math500_lart v1" in text.stdout
+    assert text.returncode == 0 and f"math500_lart v{banks['math500_lart'].version}" in text.stdout
     assert "replay audit, lart-theta" in text.stdout or "interval check (5 folds), lart-theta" in text.stdout
 
 
