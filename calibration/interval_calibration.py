@@ -320,6 +320,12 @@ def describe(record: dict) -> str:
         pairs = ", ".join(f"L={L}: c={c:.2f} (RMS z {r:.2f})" for L, c, r in
                           zip(cur["test_length"], cur["c"], cur["rms_ratio_model"]))
         lines.append(f"  {name}: {pairs}")
+    for name, cur in (record.get("score_curves") or {}).items():
+        pairs = ", ".join(f"L={L}: {d:.3f}" for L, d in zip(cur["test_length"], cur["residual_sd"]))
+        lines.append(f"  score check, {name}: residual SD per unanswered item {pairs}")
+        if cur.get("cot_log_sd"):
+            pairs = ", ".join(f"L={L}: {d:.2f}" for L, d in zip(cur["test_length"], cur["cot_log_sd"]))
+            lines.append(f"  score check, {name}: CoT-total log-SD {pairs}")
     b = record.get("item_sd_factors", {}).get("b_applied", 1.0)
     if b and b > 1.0:
         lines.append(f"  b_sd widened x{b:.2f} to the cross-fitted refit spread")

@@ -76,7 +76,7 @@ def test_residual_sd_adds_the_closed_form_variance_per_group():
 
 def _record(name, residual_sd):
     return json.dumps({"version": 1, "folds": 4, "n_subjects": 40, "calibration_method": "cbmm", "selection": name,
-                       "curves": {name: {"test_length": [5, 20], "c": [1.0, 1.0]}},
+                       "curves": {name: {"test_length": [5, 20], "c": [1.0, 1.0], "rms_ratio_model": [1.0, 1.0]}},
                        "score_curves": {name: {"test_length": [5, 20], "residual_sd": list(residual_sd),
                                                "cot_log_sd": None}}})
 
@@ -146,3 +146,13 @@ def test_the_default_path_stores_a_score_check_that_restores_unit_rms_in_sample(
     while not s.finished:
         s.record(s.next_item(), int(rng.random() < 0.5))
     assert "cross-fitted" in s.predicted_score(by=False).calibration
+
+
+def test_the_fit_summary_names_the_score_check():
+    from calibration.interval_calibration import describe
+
+    record = dict(json.loads(_record("pei", [0.01, 0.03])), seconds=1.5)
+    record["score_curves"]["pei"]["cot_log_sd"] = [0.2, 0.4]
+    text = describe(record)
+    assert "score check, pei: residual SD per unanswered item L=5: 0.010, L=20: 0.030" in text
+    assert "CoT-total log-SD L=5: 0.20, L=20: 0.40" in text
