@@ -377,6 +377,10 @@ class RecalibrationConfig:
     ``wide = true``; ``cot`` lists matching wide CoT files). ``mode``: "merge" (stored + new) or
     "replace" (new only). ``method``: default the bank's own; ``settings`` override its recorded
     calibration settings. ``linking``: "stocking-lord" (default) or "mean-sigma".
+    ``interval_check`` (default true): the new version runs the cross-fitted interval and score
+    check like every default fit; ``false`` skips it (faster; the bank records that it was skipped,
+    and sessions then use the model's own intervals). A later run with the check on over the same
+    inputs writes the checked version.
     """
 
     bank: Path
@@ -395,6 +399,7 @@ class RecalibrationConfig:
     drift_correction: str = "holm"
     drift_variance: str = "independent"  # or "nested" (Hausman: C_old - C_new, merge mode only)
     seed: int = 0
+    interval_check: bool = True  # False: skip the cross-fitted interval and score check (the bank says so)
 
     def __post_init__(self):
         object.__setattr__(self, "bank", Path(self.bank))
@@ -418,6 +423,8 @@ class RecalibrationConfig:
             raise ValueError(f"drift_variance must be 'independent' or 'nested', got {self.drift_variance!r}")
         if self.on_conflict not in ("error", "new"):
             raise ValueError(f"on_conflict must be 'error' or 'new', got {self.on_conflict!r}")
+        if not isinstance(self.interval_check, bool):
+            raise ValueError(f"interval_check must be true or false, got {self.interval_check!r}")
 
     @classmethod
     def from_toml(cls, path, **overrides) -> "RecalibrationConfig":
@@ -468,6 +475,9 @@ def _read_new_responses(config: RecalibrationConfig) -> ResponseData:
     for part in parts[1:]:
         data = merge_responses(data, part, on_conflict=config.on_conflict)
     return data
+
+
+SKIPPED_ON_REQUEST = "skipped on request"
 
 
 def recalibration_key(responses: ResponseData, method: str, settings: dict, config: RecalibrationConfig, parent: int) -> str:
@@ -532,9 +542,10 @@ def _recalibrate(config: RecalibrationConfig, progress: bool, bar) -> Recalibrat
     settings = dict(old.calibration_settings) if same_method else {}
     settings.update(config.settings)
     key = recalibration_key(data, method, config.settings, config, old.version)
-    if old.attrs.get("recalibration_key") == key or (
+    check_pending = config.interval_check and str(old.attrs.get("interval_calibration_skipped", "")).startswith(SKIPPED_ON_REQUEST)
+    if not check_pending and (old.attrs.get("recalibration_key") == key or (
         old.attrs.get("responses_sha256") == data.sha256() and not config.settings and same_method
-    ):
+    )):
         return RecalibrationResult(
             "unchanged",
             f"no new version: {old.source} (v{old.version}) was already calibrated from these inputs",
@@ -542,7 +553,11 @@ def _recalibrate(config: RecalibrationConfig, progress: bool, bar) -> Recalibrat
             version=old.version,
         )
     calibrator = make_calibrator(method, settings, rng=config.seed, progress=progress).fit(data)
-    fitted = calibrator.to_item_bank(old.bank_id, **calibrator.export_options(settings))
+    fitted = calibrator.to_item_bank(old.bank_id, interval_check="auto" if config.interval_check else False,
+                                     **calibrator.export_options(settings))
+    if not config.interval_check:
+        fitted = fitted.replace_attrs(interval_calibration_skipped=f"{SKIPPED_ON_REQUEST} (recalibration with "
+                                      "interval_check = false): sessions use the model's own intervals")
     _stage(bar, "fit")
     linking = link(old, fitted, method=config.linking, min_common=config.min_common)
     linked = link_bank(fitted, linking, reference_version=old.version)

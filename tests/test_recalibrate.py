@@ -27,12 +27,15 @@ def _sample(params, theta, prefix, rng):
                               item_ids=[f"item{j}" for j in range(params.n_items)])
 
 
-def _version_one(tmp_path, truth, n=400):
+def _version_one(tmp_path, truth, n=400, interval_check=False):
+    """Version 1 of a simulated bank. The tests of linking, merging, writes and the CLI do not test
+    the cross-fitted check, so they skip it (``interval_check=False`` here and in their
+    recalibrations); test_recalibration_runs_the_check_by_default covers the default path."""
     theta = np.random.default_rng(1).standard_normal(n)
     theta = (theta - theta.mean()) / theta.std()
     data = _sample(truth, theta, "old", 2)
     fit = CBMMCalibrator(progress=False).fit(data)
-    bank = fit.to_item_bank("sim").with_group("responses", data.to_dataset())
+    bank = fit.to_item_bank("sim", interval_check=interval_check).with_group("responses", data.to_dataset())
     write_item_bank(bank, tmp_path / "sim")
     return theta, data
 
@@ -51,7 +54,8 @@ def test_linking_recovers_a_known_change_of_scale(tmp_path, truth):
     z = np.random.default_rng(3).standard_normal(400)
     theta_new = 1.3 * (z - z.mean()) / z.std() + 0.4
     new = _sample(truth, theta_new, "new", 4)
-    config = RecalibrationConfig(bank=tmp_path / "sim", responses=[_write_new(tmp_path, new)], mode="replace")
+    config = RecalibrationConfig(bank=tmp_path / "sim", responses=[_write_new(tmp_path, new)], mode="replace",
+                                 interval_check=False)
     result = recalibrate(config)
     assert result.status == "written" and result.version == 2
     assert abs(result.linking.A - 1.3) < 0.08
@@ -78,7 +82,7 @@ def test_linking_recovers_a_known_change_of_scale(tmp_path, truth):
 def test_identical_inputs_write_nothing(tmp_path, truth):
     _version_one(tmp_path, truth)
     new = _sample(truth, np.random.default_rng(5).standard_normal(60), "extra", 6)
-    config = RecalibrationConfig(bank=tmp_path / "sim", responses=[_write_new(tmp_path, new)])
+    config = RecalibrationConfig(bank=tmp_path / "sim", responses=[_write_new(tmp_path, new)], interval_check=False)
     first = recalibrate(config)
     assert first.status == "written" and first.version == 2
     merged = ResponseData.from_dataset(open_item_bank(tmp_path / "sim").responses)
@@ -90,7 +94,8 @@ def test_identical_inputs_write_nothing(tmp_path, truth):
 
 def test_merging_only_stored_responses_is_a_no_op(tmp_path, truth):
     _, data = _version_one(tmp_path, truth)
-    config = RecalibrationConfig(bank=tmp_path / "sim", responses=[_write_new(tmp_path, data.subset(subjects=range(10)))])
+    config = RecalibrationConfig(bank=tmp_path / "sim", responses=[_write_new(tmp_path, data.subset(subjects=range(10)))],
+                                 interval_check=False)
     assert recalibrate(config).status == "unchanged"
     assert sorted(list_versions(tmp_path / "sim")) == [1]
 
@@ -111,12 +116,31 @@ def test_interrupted_write_keeps_the_previous_version(tmp_path, truth, monkeypat
 
     monkeypatch.setattr(xr.DataTree, "to_netcdf", dies_mid_write)
     with pytest.raises(KeyboardInterrupt):
-        recalibrate(RecalibrationConfig(bank=tmp_path / "sim", responses=[path]))
+        recalibrate(RecalibrationConfig(bank=tmp_path / "sim", responses=[path], interval_check=False))
     monkeypatch.undo()
     assert sorted(p.name for p in (tmp_path / "sim").iterdir()) == ["sim_v1.nc"]
     assert (tmp_path / "sim" / "sim_v1.nc").read_bytes() == before
     assert open_item_bank(tmp_path / "sim").version == 1
-    assert recalibrate(RecalibrationConfig(bank=tmp_path / "sim", responses=[path])).version == 2
+    assert recalibrate(RecalibrationConfig(bank=tmp_path / "sim", responses=[path], interval_check=False)).version == 2
+
+
+def test_recalibration_runs_the_check_by_default_and_a_skipped_one_is_said_and_made_up(tmp_path, truth):
+    _version_one(tmp_path, truth, n=200, interval_check=True)
+    assert "interval_calibration" in open_item_bank(tmp_path / "sim").attrs
+    new = _sample(truth, np.random.default_rng(5).standard_normal(40), "extra", 6)
+    path = _write_new(tmp_path, new)
+    skipped = recalibrate(RecalibrationConfig(bank=tmp_path / "sim", responses=[path], interval_check=False))
+    v2 = open_item_bank(tmp_path / "sim")
+    assert skipped.version == 2 and "interval_calibration" not in v2.attrs
+    assert v2.attrs["interval_calibration_skipped"].startswith("skipped on request")
+    checked = recalibrate(RecalibrationConfig(bank=tmp_path / "sim", responses=[path]))  # default: the check runs
+    v3 = open_item_bank(tmp_path / "sim")
+    assert checked.status == "written" and v3.version == 3
+    record = json.loads(v3.attrs["interval_calibration"])
+    assert record["n_subjects"] == 240 and record["score_curves"]
+    assert recalibrate(RecalibrationConfig(bank=tmp_path / "sim", responses=[path])).status == "unchanged"
+    with pytest.raises(ValueError, match="interval_check must be true or false"):
+        RecalibrationConfig(bank=tmp_path / "sim", responses=[path], interval_check="no")
 
 
 def test_merge_reports_conflicts_and_unions():
@@ -159,6 +183,7 @@ def test_cli_recalibrate_from_toml_then_diff_and_log(tmp_path, truth, capsys):
     _write_new(tmp_path, new, "batch2.nc")
     (tmp_path / "recal.toml").write_text(
         '[recalibration]\nbank = "sim"\nresponses = ["batch2.nc"]\nlinking = "mean-sigma"\ndrift_threshold = 0.4\n'
+        'interval_check = false\n'
     )
     assert calibration_main(["recalibrate", "--config", str(tmp_path / "recal.toml")]) == 0
     out = capsys.readouterr().out
@@ -193,11 +218,13 @@ def test_recalibrate_shows_progress_only_when_asked_or_on_a_terminal(tmp_path, t
     new = _sample(truth, np.random.default_rng(5).standard_normal(60), "extra", 6)
     batch = _write_new(tmp_path, new, "batch.nc")
     # piped (pytest captures stderr): no bar by default
-    assert calibration_main(["recalibrate", "--bank", str(tmp_path / "sim"), "--responses", str(batch)]) == 0
+    assert calibration_main(["recalibrate", "--bank", str(tmp_path / "sim"), "--responses", str(batch),
+                             "--no-interval-check"]) == 0
     assert "recalibrate" not in capsys.readouterr().err
     # --progress: the stage bar (and the refit's own bar) on stderr
     new2 = _sample(truth, np.random.default_rng(7).standard_normal(60), "more", 8)
     batch2 = _write_new(tmp_path, new2, "batch2.nc")
-    assert calibration_main(["recalibrate", "--bank", str(tmp_path / "sim"), "--responses", str(batch2), "--progress"]) == 0
+    assert calibration_main(["recalibrate", "--bank", str(tmp_path / "sim"), "--responses", str(batch2), "--progress",
+                             "--no-interval-check"]) == 0
     err = capsys.readouterr().err
     assert "recalibrate" in err and "stage" in err

@@ -31,6 +31,9 @@ def add_recalibrate_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--drift-alpha", type=float, help="banks with item SEs: level of the drift test (default 0.05)")
     parser.add_argument("--drift-correction", choices=("holm", "bh"), help="multiple-testing correction of the drift test (default holm)")
     parser.add_argument("--seed", type=int, help="random seed of the refit (default 0)")
+    parser.add_argument("--no-interval-check", dest="interval_check", action="store_false", default=None,
+                        help="skip the cross-fitted interval and score check of the new version (faster; the bank "
+                             "records that it was skipped and sessions use the model's own intervals)")
     add_progress_argument(parser)
 
 
@@ -50,6 +53,7 @@ def run_recalibrate(args) -> int:
         "drift_alpha": args.drift_alpha,
         "drift_correction": args.drift_correction,
         "seed": args.seed,
+        "interval_check": args.interval_check,
     }
     try:
         if args.config:
