@@ -36,7 +36,7 @@ from calibration.audit._common import Z95
 __all__ = ["MIN_COMPLETE_LLMS", "coverage_matching_variance", "fit_score_curve", "score_residuals"]
 
 MIN_COMPLETE_LLMS = 4  # held-out LLMs with complete answers needed to tabulate the check
-SCORE_CHECK_NODES = 21
+SCORE_CHECK_NODES = 11  # Gauss-Hermite nodes over theta: the mean and SD of a smooth function
 
 
 def _smooth_variance(values: np.ndarray) -> np.ndarray:
@@ -75,7 +75,7 @@ def score_residuals(sessions, data, rows, lengths, factors) -> dict:
         for L, c in zip(lengths, factors):
             h = s.history[L - 1]
             est = scale_sd(TraitEstimate(theta=h.theta, theta_sd=h.theta_sd, n_items=L, tau=h.tau, tau_sd=h.tau_sd), c)
-            sc = model_score(s, estimate=est, n_answered=L, by=False, n_nodes=SCORE_CHECK_NODES)
+            sc = model_score(s, estimate=est, n_answered=L, by=False, n_nodes=SCORE_CHECK_NODES, intervals=False)
             n_u = J - L
             row[0].append((sc.accuracy - truth) * J / n_u)
             row[1].append((sc.sd * J / n_u) ** 2)

@@ -323,3 +323,20 @@ def test_cot_smearing_falls_back_to_the_lognormal_moments_with_few_lengths():
     assert a == b
     with pytest.raises(ValueError, match="residuals must be one of"):
         predict_cot_total(p, 0.1, 0.3, idx, tokens, cot_offset=1.0, residuals="median")
+
+
+@pytest.mark.parametrize("model", ["2pl", "lart"])
+def test_mean_and_sd_alone_equal_those_of_the_full_prediction(model):
+    """intervals=False (the calibration-time score check) skips only the mixture quantiles."""
+    bank = make_bank(model, seed=6)
+    p = bank.params
+    idx, y = np.array([0, 3, 7]), np.array([1.0, 0.0, 1.0])
+    full = predict_accuracy(p, 0.2, 0.5, idx, y, residual_sd=0.03)[0]
+    fast = predict_accuracy(p, 0.2, 0.5, idx, y, residual_sd=0.03, intervals=False)[0]
+    assert (fast.mean, fast.sd) == (full.mean, full.sd) and math.isnan(fast.low) and math.isnan(fast.high)
+    assert full.low < full.mean < full.high
+    if model == "lart":
+        tokens = np.array([300.0, 500.0, 800.0])
+        a = predict_cot_total(p, 0.1, 0.3, idx, tokens, cot_offset=1.0, log_extra_sd=0.2)[0]
+        b = predict_cot_total(p, 0.1, 0.3, idx, tokens, cot_offset=1.0, log_extra_sd=0.2, intervals=False)[0]
+        assert (b.mean, b.sd) == (a.mean, a.sd) and math.isnan(b.low)

@@ -180,7 +180,7 @@ def _groups(codes, n_groups, J):
 
 
 def _predict_groups(weights, cond_mean, cond_var, known_sum, n_known, n_unknown, member, level, unit_bound,
-                    common=None, common_rel_var=0.0):
+                    common=None, common_rel_var=0.0, intervals=True):
     """Per group (columns of ``member``, (J, G) 0/1) the GroupPrediction of the total.
 
     ``cond_mean`` (K, J) and ``cond_var`` (K, J): each unknown item's conditional mean and variance
@@ -188,7 +188,8 @@ def _predict_groups(weights, cond_mean, cond_var, known_sum, n_known, n_unknown,
     ``unit_bound``: the largest value of one unknown item (1 for answers, inf for CoT lengths);
     ``common`` (K, J) and ``common_rel_var``: a factor shared by the unknown items, each item's part
     ``common`` scaled by one factor of relative variance ``common_rel_var`` (adds
-    common_rel_var (sum over the group of common)^2 to each node's variance).
+    common_rel_var (sum over the group of common)^2 to each node's variance). ``intervals=False``
+    skips the mixture quantiles (``low``/``high`` NaN): the mean and SD alone, for bulk checks.
     """
     m = cond_mean @ member + known_sum[None, :]  # (K, G)
     v = cond_var @ member
@@ -197,7 +198,10 @@ def _predict_groups(weights, cond_mean, cond_var, known_sum, n_known, n_unknown,
     mean = weights @ m
     var = weights @ v + weights @ (m - mean[None, :]) ** 2
     hi_bound = known_sum + np.where(n_unknown > 0, unit_bound * n_unknown, 0.0)
-    low, high = _mixture_intervals(weights, m, v, level, known_sum, hi_bound)
+    if intervals:
+        low, high = _mixture_intervals(weights, m, v, level, known_sum, hi_bound)
+    else:
+        low = high = np.full(m.shape[1], math.nan)
     out = []
     for g in range(member.shape[1]):
         out.append(GroupPrediction(float(mean[g]), math.sqrt(max(float(var[g]), 0.0)), float(low[g]), float(high[g]),
@@ -216,7 +220,7 @@ def _membership(codes, n_groups, J):
 
 def predict_accuracy(params: ItemParams, theta: float, theta_sd: float, observed, correct, *, level: float = 0.95,
                      codes=None, n_groups: int = 0, a_sd=None, b_sd=None, ab_cov=None, residual_sd: float = 0.0,
-                     n_nodes: int = DEFAULT_SCORE_NODES) -> list[GroupPrediction]:
+                     n_nodes: int = DEFAULT_SCORE_NODES, intervals: bool = True) -> list[GroupPrediction]:
     """Predicted number correct over the bank (entry 0) and over each category (entries 1..G).
 
     ``observed``: indices of the answered items; ``correct``: their 0/1 answers; ``codes`` (J,) the
@@ -252,7 +256,7 @@ def predict_accuracy(params: ItemParams, theta: float, theta_sd: float, observed
     known_sum[observed] = correct
     common = np.broadcast_to(unknown * float(residual_sd), cond_mean.shape) if residual_sd > 0 else None
     return _predict_groups(w, cond_mean, cond_var, known_sum @ member, (~unknown).astype(float) @ member,
-                           unknown.astype(float) @ member, member, level, 1.0, common, 1.0)
+                           unknown.astype(float) @ member, member, level, 1.0, common, 1.0, intervals)
 
 
 def smearing_moments(params: ItemParams, tau: float, observed, cot_tokens, cot_offset: float):
@@ -266,7 +270,8 @@ def smearing_moments(params: ItemParams, tau: float, observed, cot_tokens, cot_o
 
 def predict_cot_total(params: ItemParams, tau: float, tau_sd: float, observed, cot_tokens, *, cot_offset: float,
                       level: float = 0.95, codes=None, n_groups: int = 0, residuals: str = "smearing",
-                      log_extra_sd: float = 0.0, n_nodes: int = DEFAULT_SCORE_NODES) -> list[GroupPrediction]:
+                      log_extra_sd: float = 0.0, n_nodes: int = DEFAULT_SCORE_NODES,
+                      intervals: bool = True) -> list[GroupPrediction]:
     """Predicted total CoT tokens over the bank (entry 0) and each category, LaRT banks only.
 
     ``observed``: indices of items whose CoT length was recorded, ``cot_tokens`` those lengths; the
@@ -315,4 +320,4 @@ def predict_cot_total(params: ItemParams, tau: float, tau_sd: float, observed, c
     known_sum = np.zeros(J)
     known_sum[observed] = tokens
     return _predict_groups(w, cond_mean, cond_var, known_sum @ member, (~unknown).astype(float) @ member,
-                           unknown.astype(float) @ member, member, level, math.inf, common, rel_var)
+                           unknown.astype(float) @ member, member, level, math.inf, common, rel_var, intervals)

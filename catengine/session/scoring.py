@@ -140,11 +140,12 @@ def _assemble(method, level, sizes, acc, cot, field, labels, calibration: str = 
 
 
 def model_score(session, *, level=0.95, by=None, estimate: TraitEstimate | None = None, n_answered: int | None = None,
-                n_nodes: int = DEFAULT_SCORE_NODES) -> ScoreEstimate:
+                n_nodes: int = DEFAULT_SCORE_NODES, intervals: bool = True) -> ScoreEstimate:
     """The model-based prediction (docs/math.md §7.6) from the session's reported posterior.
 
     ``estimate`` / ``n_answered``: score an earlier state (the estimate after the first
-    ``n_answered`` answers; used for trajectories)."""
+    ``n_answered`` answers; used for trajectories). ``intervals=False``: mean and SD only (the
+    interval ends are NaN; the calibration-time score check needs no more)."""
     params = session.params
     h, order, correct = _records(session)
     if n_answered is not None:
@@ -156,14 +157,14 @@ def model_score(session, *, level=0.95, by=None, estimate: TraitEstimate | None 
     n = order.size
     residual_sd = 0.0 if curve is None else curve.residual(n)
     acc = predict_accuracy(params, est.theta, est.theta_sd, order, correct, level=level, codes=codes,
-                           n_groups=n_groups, n_nodes=n_nodes, residual_sd=residual_sd, **unc)
+                           n_groups=n_groups, n_nodes=n_nodes, residual_sd=residual_sd, intervals=intervals, **unc)
     cot = None
     if params.response_model == "lart" and est.tau is not None:
         has = np.array([r.cot_length is not None for r in h], dtype=bool)
         tokens = np.array([r.cot_length for r in h if r.cot_length is not None], dtype=float)
         cot_groups = predict_cot_total(params, est.tau, est.tau_sd, order[has], tokens, cot_offset=session.cot_offset,
                                        level=level, codes=codes, n_groups=n_groups, n_nodes=n_nodes,
-                                       log_extra_sd=0.0 if curve is None else curve.cot_log(n))
+                                       log_extra_sd=0.0 if curve is None else curve.cot_log(n), intervals=intervals)
         cot = [(g.mean, g.sd, g.low, g.high) for g in cot_groups]
     sizes = [g.n_items for g in acc]
     note = "" if curve is None else curve.describe(n)
