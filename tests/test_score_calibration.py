@@ -108,6 +108,8 @@ def test_sessions_widen_the_score_by_the_stored_curve_unless_the_estimator_opts_
     assert score.sd == pytest.approx(direct.sd / J, rel=1e-9)
     assert score.sd > predict_accuracy(bank.params, est.theta, est.theta_sd, idx, y)[0].sd / J
     assert "residual SD" in score.calibration and "cross-fitted" in score.calibration
+    quiet = ScoreCalibration.from_record(json.loads(_record(name, [0.0, 0.0])), "40 LLMs").curve(name)
+    assert quiet.describe(10).startswith("not widened: the score check found the model's intervals wide enough after 10")
     assert run(plain).predicted_score(by=False).calibration == ""
     opted_out = run(bank, estimator=MAPEstimator(interval_calibration=False)).predicted_score(by=False)
     assert opted_out.calibration == "" and opted_out.sd == pytest.approx(

@@ -62,10 +62,14 @@ class ScoreCurve:
         return float(np.interp(float(n_items), self.test_length, self.cot_log_sd))
 
     def describe(self, n_items: int) -> str:
-        text = f"widened by a residual SD {self.residual(n_items):.3f} per unanswered item"
+        where = f"cross-fitted on {self.measured_on} with {self.selection} selection"
+        res, cot = self.residual(n_items), self.cot_log(n_items)
+        if res == 0.0 and cot == 0.0:
+            return f"not widened: the score check found the model's intervals wide enough after {n_items} items, {where}"
+        text = f"widened by a residual SD {res:.3f} per unanswered item"
         if self.cot_log_sd is not None:
-            text += f" (CoT: log SD {self.cot_log(n_items):.3f})"
-        return f"{text}, cross-fitted on {self.measured_on} with {self.selection} selection"
+            text += f" (CoT: log SD {cot:.3f})"
+        return f"{text}, {where}"
 
 
 @dataclass(frozen=True)
