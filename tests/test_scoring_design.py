@@ -247,3 +247,53 @@ def test_design_categories_and_cot_total_add_back_on_a_lart_bank():
     # the category D_t partition the bank's D_t, so the estimates add back exactly
     assert sum(c.accuracy * c.n_items for c in cats.values()) / 500 == pytest.approx(d.accuracy, abs=1e-12)
     assert sum(c.cot_total for c in cats.values()) == pytest.approx(d.cot_total, rel=1e-12)
+
+
+def test_model_variance_floor_recomputes_the_logged_probabilities_and_matches_its_formula():
+    """The floor recomputes the design's probabilities from the logged posteriors: at each draw the
+    drawn item's recomputed pi equals the criterion the session logged; the floor equals its formula;
+    under a true model it matches the Monte Carlo variance of the estimate (one LLM, many sessions)."""
+    from catengine.scoring import model_variance_terms
+    from catengine.session.scoring import design_model_variances, _initial_estimate
+
+    rng = np.random.default_rng(11)
+    J, n = 80, 20
+    a, b = rng.lognormal(0.0, 0.3, J), rng.normal(0, 1, J)
+    bank = bank_2pl(J, a=a, b=b)
+    p_true = expit(a * 0.3 + b)
+    s = CATSession(bank, selector=RandomisedSelection(), stopping=MaxItems(n), rng=1)
+    y = (rng.random(J) < p_true).astype(int)
+    while not s.finished:
+        item = s.next_item()
+        s.record(item, int(y[bank.index_of(item)]))
+    h = s.history
+    order = np.array([bank.index_of(r.item) for r in h])
+    before = [_initial_estimate(s)] + list(h[:-1])
+    steps = np.arange(n)
+    from catengine.scoring import expected_probabilities
+
+    f = np.array([expected_probabilities(bank.params, before[t].theta, before[t].theta_sd, 21) for t in steps])
+    v = design_model_variances(s, steps, before, order, f, np.ones((J, 1)))[:, 0]
+    for t in steps:
+        remaining = np.ones(J, bool)
+        remaining[order[:t]] = False
+        pi = s.selector.probabilities(bank.params, SelectionState(before[t], remaining, None, s.items))
+        assert pi[order[t]] == pytest.approx(h[t].criterion, rel=1e-12)
+        by_hand = np.sum(f[t][remaining] * (1 - f[t][remaining]) / pi[remaining]) / J**2
+        assert v[t] == pytest.approx(by_hand, rel=1e-12)
+    # under the model the floor is the estimator's variance: compare with repeated sessions
+    estimates, floors = [], []
+    for rep in range(300):
+        yr = (rng.random(J) < p_true).astype(int)
+        sr = CATSession(bank, selector=RandomisedSelection(), stopping=MaxItems(n), rng=rep)
+        while not sr.finished:
+            item = sr.next_item()
+            sr.record(item, int(yr[bank.index_of(item)]))
+        d = sr.predicted_score(method="design", by=False)
+        estimates.append(d.accuracy - yr.mean())
+        floors.append(d.sd**2)
+    assert np.mean(floors) == pytest.approx(np.var(estimates), rel=0.25)
+    with pytest.raises(ValueError, match="model_variances"):
+        design_estimate(np.array([0.1, 0.2, 0.3]), n_items=10, model_variances=[0.1, -1.0, 0.0])
+    assert model_variance_terms(np.full((1, 3), 0.5), np.full((1, 3), 1 / 3), np.ones((1, 3), bool))[0, 0] == pytest.approx(
+        3 * 0.25 * 3 / 9)

@@ -2,7 +2,13 @@
 design-based estimate that does not trust the model (docs/math.md §7.7). Numerics only: arrays in,
 ``ScoreEstimate`` pieces out (the session glue is ``catengine.session.scoring``)."""
 
-from catengine.scoring.design import DesignEstimate, DesignNotRandomisedError, design_estimate, design_terms
+from catengine.scoring.design import (
+    DesignEstimate,
+    DesignNotRandomisedError,
+    design_estimate,
+    design_terms,
+    model_variance_terms,
+)
 from catengine.scoring.estimate import ScoreEstimate
 from catengine.scoring.model_based import (
     DEFAULT_SCORE_NODES,
@@ -28,6 +34,7 @@ __all__ = [
     "design_terms",
     "expected_cot_lengths",
     "expected_probabilities",
+    "model_variance_terms",
     "predict_accuracy",
     "predict_cot_total",
     "response_and_slope",

@@ -16,6 +16,7 @@ from catengine.scoring import (
     design_estimate,
     design_terms,
     expected_cot_lengths,
+    model_variance_terms,
     expected_probabilities,
     predict_accuracy,
     predict_cot_total,
@@ -199,6 +200,23 @@ def check_design(session) -> None:
         )
 
 
+def design_model_variances(session, steps, before, order, predictions, member) -> np.ndarray:
+    """The model's Var_t(D_t) of each design step (the variance floor of ``design_estimate``): the
+    design's probabilities of every item not yet answered, recomputed from the posterior the draw
+    was made from (the selector is a pure function of it)."""
+    from catengine.selection import SelectionState
+
+    J = session.params.n_items
+    answered_before = np.zeros((len(steps), J), dtype=bool)
+    pi = np.zeros((len(steps), J))
+    for t, s in enumerate(steps):
+        answered_before[t, order[:s]] = True
+        remaining = ~answered_before[t]
+        state = SelectionState(before[s], remaining, None, session.items)
+        pi[t] = session.selector.probabilities(session.params, state)
+    return model_variance_terms(predictions, pi, ~answered_before, member=member)
+
+
 def design_score(session, *, level=0.95, by=None, n_nodes: int = 21) -> ScoreEstimate:
     """The design-based estimate (docs/math.md §7.7, without replacement: ``catengine.scoring.design``)."""
     check_design(session)
@@ -220,13 +238,15 @@ def design_score(session, *, level=0.95, by=None, n_nodes: int = 21) -> ScoreEst
         member[np.arange(params.n_items), 1 + codes] = 1.0
     sizes = member.sum(axis=0)
     terms = design_terms(order, correct, is_draw, prob, f, member=member)
+    model_var = design_model_variances(session, steps, before, order, f, member)
     observed_count = np.zeros(params.n_items)
     observed_count[order] = 1.0
     n_obs = observed_count @ member
     acc = []
     for g in range(member.shape[1]):
         e = design_estimate(terms[:, g] * sizes[g], level=level, n_items=int(sizes[g]),
-                            bounds=(float(correct @ member[order, g]), float(correct @ member[order, g] + sizes[g] - n_obs[g])))
+                            bounds=(float(correct @ member[order, g]), float(correct @ member[order, g] + sizes[g] - n_obs[g])),
+                            model_variances=model_var[:, g] * sizes[g] ** 2)
         acc.append((e.mean, e.se, e.low, e.high, n_obs[g]))
     cot = None
     if params.response_model == "lart" and all(h[s].cot_length is not None for s in steps):
