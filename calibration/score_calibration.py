@@ -28,15 +28,36 @@ approximation of the calibrated interval; the honest evidence is ``benchmarks/sc
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
 from calibration.audit._common import Z95
 
-__all__ = ["MIN_COMPLETE_LLMS", "coverage_matching_variance", "fit_score_curve", "score_residuals"]
+__all__ = ["MIN_COMPLETE_LLMS", "ReplayedSession", "coverage_matching_variance", "fit_score_curve", "score_residuals"]
 
 MIN_COMPLETE_LLMS = 4  # held-out LLMs with complete answers needed to tabulate the check
 SCORE_CHECK_NODES = 11  # Gauss-Hermite nodes over theta: the mean and SD of a smooth function
+
+
+@dataclass(frozen=True)
+class ReplayedSession:
+    """What the score check reads of a replayed adaptive session: its history and the bank objects
+    every session of a fold shares, without the session's per-item state (a few MB per session on
+    a 30,000-item bank, for every held-out LLM and selector of the check)."""
+
+    bank: object
+    items: object
+    params: object
+    estimator: object
+    selector: object
+    cot_offset: float
+    history: tuple
+
+    @classmethod
+    def of(cls, session) -> "ReplayedSession":
+        return cls(session.bank, session.items, session.params, session.estimator, session.selector,
+                   session.cot_offset, tuple(session.history))
 
 
 def _smooth_variance(values: np.ndarray) -> np.ndarray:

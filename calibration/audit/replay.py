@@ -123,8 +123,11 @@ def replay_llms(bank, data: ResponseData, rows, selectors, scorings, estimator: 
     ``est`` / ``sd`` (selector, scoring, llm, step): the adaptive estimate after each of ``L`` items.
     Sessions run with the engine's defaults otherwise (the bank's item uncertainty and its stored
     interval calibration, if any, are used). ``keep_sessions``: also return ``sessions``
-    [selector][scoring] -> the list of adaptive sessions, one per LLM (for the score check).
+    [selector][scoring] -> one ``ReplayedSession`` (history and bank objects) per LLM, for the
+    score check.
     """
+    from calibration.score_calibration import ReplayedSession
+
     from catengine.session import CATSession
     from catengine.stopping import MaxItems
 
@@ -152,8 +155,6 @@ def replay_llms(bank, data: ResponseData, rows, selectors, scorings, estimator: 
             engine_rng = np.random.default_rng(stream(entropy, replication, "engine", sel_name, scoring))
             for k, i in enumerate(rows):
                 s = CATSession(bank, selector=selector, estimator=estimator_obj, stopping=MaxItems(L), rng=engine_rng)
-                if keep_sessions:
-                    sessions[r][c].append(s)
                 for j in np.flatnonzero(data.correct[i] < 0):
                     s.exclude(ids[j])
                 for step in range(L):
@@ -161,6 +162,8 @@ def replay_llms(bank, data: ResponseData, rows, selectors, scorings, estimator: 
                     j = index[item]
                     e = s.record(item, int(data.correct[i, j]), cot(i, j))
                     est[r, c, k, step], sd[r, c, k, step] = e.theta, e.theta_sd
+                if keep_sessions:
+                    sessions[r][c].append(ReplayedSession.of(s))
     out = {"full": full, "full_sd": full_sd, "est": est, "sd": sd}
     if keep_sessions:
         out["sessions"] = sessions
