@@ -37,6 +37,7 @@ import time
 import numpy as np
 
 from calibration.audit._common import Z95
+from calibration.score_calibration import fit_score_curve, score_residuals, smooth_table
 
 __all__ = ["DEFAULT_FOLDS", "DEFAULT_LENGTHS", "MIN_SUBJECTS", "cross_fit_intervals", "describe", "fit_factors",
            "item_sd_factors", "scale_b_sd", "with_interval_check"]
@@ -45,18 +46,6 @@ DEFAULT_FOLDS = 5
 DEFAULT_LENGTHS = (5, 10, 15, 20, 30, 40, 50, 75, 100)
 MIN_SUBJECTS = 8  # fewer calibration LLMs: no check (the bank says so)
 MIN_HELD_OUT = 4  # a length is tabulated only with at least this many held-out LLMs
-
-
-def _smooth(values: np.ndarray) -> np.ndarray:
-    """(1/4, 1/2, 1/4) moving average in log scale (end points: (2/3, 1/3))."""
-    x = np.log(np.asarray(values, dtype=float))
-    if x.size < 3:
-        return np.exp(x)
-    out = np.empty_like(x)
-    out[1:-1] = 0.25 * x[:-2] + 0.5 * x[1:-1] + 0.25 * x[2:]
-    out[0] = (2 * x[0] + x[1]) / 3
-    out[-1] = (2 * x[-1] + x[-2]) / 3
-    return np.exp(out)
 
 
 def fit_factors(diff: np.ndarray, sd: np.ndarray, full_sd: np.ndarray) -> dict:
@@ -68,7 +57,7 @@ def fit_factors(diff: np.ndarray, sd: np.ndarray, full_sd: np.ndarray) -> dict:
     c2 = (mse + c_max2 * np.mean(full_sd**2)) / np.mean(sd * sd, axis=0)
     c2[-1] = c_max2
     raw = np.sqrt(c2)
-    c = np.maximum(_smooth(raw), 1.0)
+    c = np.maximum(smooth_table(raw, log_scale=True), 1.0)
     rms_z = np.sqrt(mse / np.mean(d2, axis=0))
     cover = np.mean(np.abs(diff) <= Z95 * sd, axis=0)
     cal_sd = sd * c[None, :]
@@ -242,8 +231,6 @@ def cross_fit_intervals(data, make_bank, *, folds: int = DEFAULT_FOLDS, test_len
 
 def _score_curve(replayed, data, lengths, factors):
     """The score check of one selector: pooled residuals of its replays with SDs x c(L), fitted."""
-    from calibration.score_calibration import fit_score_curve, score_residuals
-
     parts = [score_residuals(sessions, data, rows, lengths, factors) for sessions, rows in replayed]
     pooled = {name: np.concatenate([p[name] for p in parts]) for name in parts[0]}
     return fit_score_curve(pooled, lengths, data.n_items)

@@ -34,7 +34,8 @@ import numpy as np
 
 from calibration.audit._common import Z95
 
-__all__ = ["MIN_COMPLETE_LLMS", "ReplayedSession", "coverage_matching_variance", "fit_score_curve", "score_residuals"]
+__all__ = ["MIN_COMPLETE_LLMS", "ReplayedSession", "coverage_matching_variance", "fit_score_curve", "score_residuals",
+           "smooth_table"]
 
 MIN_COMPLETE_LLMS = 4  # held-out LLMs with complete answers needed to tabulate the check
 SCORE_CHECK_NODES = 11  # Gauss-Hermite nodes over theta: the mean and SD of a smooth function
@@ -43,8 +44,8 @@ SCORE_CHECK_NODES = 11  # Gauss-Hermite nodes over theta: the mean and SD of a s
 @dataclass(frozen=True)
 class ReplayedSession:
     """What the score check reads of a replayed adaptive session: its history and the bank objects
-    every session of a fold shares, without the session's per-item state (a few MB per session on
-    a 30,000-item bank, for every held-out LLM and selector of the check)."""
+    every session of a fold shares, without the session's per-item state (eleven arrays of the
+    bank's length per session, for every held-out LLM and selector of the check)."""
 
     bank: object
     items: object
@@ -60,15 +61,18 @@ class ReplayedSession:
                    session.cot_offset, tuple(session.history))
 
 
-def _smooth_variance(values: np.ndarray) -> np.ndarray:
-    v = np.asarray(values, dtype=float)
-    if v.size < 3:
-        return v
-    out = np.empty_like(v)
-    out[1:-1] = 0.25 * v[:-2] + 0.5 * v[1:-1] + 0.25 * v[2:]
-    out[0] = (2 * v[0] + v[1]) / 3
-    out[-1] = (2 * v[-1] + v[-2]) / 3
-    return out
+def smooth_table(values, log_scale: bool = False) -> np.ndarray:
+    """(1/4, 1/2, 1/4) moving average over neighbouring test lengths (end points: (2/3, 1/3)), in
+    log scale for factors, linear for variances (which may be 0)."""
+    x = np.asarray(values, dtype=float)
+    x = np.log(x) if log_scale else x
+    if x.size >= 3:
+        out = np.empty_like(x)
+        out[1:-1] = 0.25 * x[:-2] + 0.5 * x[1:-1] + 0.25 * x[2:]
+        out[0] = (2 * x[0] + x[1]) / 3
+        out[-1] = (2 * x[-1] + x[-2]) / 3
+        x = out
+    return np.exp(x) if log_scale else x
 
 
 def score_residuals(sessions, data, rows, lengths, factors) -> dict:
@@ -147,7 +151,7 @@ def fit_score_curve(pooled: dict, lengths, n_items: int) -> dict | None:
     e, v = pooled["acc_resid"], pooled["acc_model_var"]
     if e.shape[0] < MIN_COMPLETE_LLMS:
         return None
-    delta2 = _smooth_variance(coverage_matching_variance(e, v))
+    delta2 = smooth_table(coverage_matching_variance(e, v))
     err, sd = pooled["acc_err"], pooled["acc_sd"]
     n_u = n_items - np.asarray(lengths, dtype=float)
     cal_sd = np.sqrt(sd * sd + (np.sqrt(delta2) * n_u / n_items)[None, :] ** 2)
@@ -166,7 +170,7 @@ def fit_score_curve(pooled: dict, lengths, n_items: int) -> dict | None:
     }
     r, cv = pooled["cot_log_ratio"], pooled["cot_model_var"]
     if r.shape[0] >= MIN_COMPLETE_LLMS and r.shape[1] == len(lengths):
-        s2 = _smooth_variance(coverage_matching_variance(r, cv))
+        s2 = smooth_table(coverage_matching_variance(r, cv))
         curve["cot_log_sd"] = [round(float(math.sqrt(x)), 5) for x in s2]
         curve["cot_n_llms"] = int(r.shape[0])
         curve["cot_log_rms_model"] = [round(float(m), 4) for m in np.sqrt(np.mean(r * r, axis=0))]

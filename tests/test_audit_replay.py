@@ -150,24 +150,25 @@ def test_cli_replay(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("model", ["2pl", "4pl", "lart"])
-def test_the_one_shot_full_benchmark_estimate_equals_recording_every_answer(model):
-    """replay_llms scores all of an LLM's answers in one estimate; a session recording them one by
-    one (warm-started each time) must reach the same posterior."""
+def test_estimate_from_equals_recording_every_answer(model):
+    """replay_llms scores all of an LLM's answers with CATSession.estimate_from (one estimate); a
+    session recording them one by one (warm-started each time) must reach the same posterior."""
     import naive_engine as naive
-    from calibration.audit.replay import full_benchmark_estimate
-    from catengine.estimation import MAPEstimator
     from catengine.session import CATSession
+    from catengine.session.errors import ItemAlreadyAnsweredError
     from catengine.stopping import MaxItems
 
     bank = naive.make_bank(model, 60, seed=3)
     rng = np.random.default_rng(4)
-    items = rng.permutation(60)[:45]
+    items = [bank.item_ids[j] for j in rng.permutation(60)[:45]]
     correct = (rng.random(45) < 0.6).astype(int)
-    cot = [float(rng.lognormal(5, 0.5)) for _ in items] if model == "lart" else [None] * 45
-    s = CATSession(bank, estimator=MAPEstimator(), stopping=MaxItems(60))
-    for j, y, t in zip(items, correct, cot):
-        e = s.record(bank.item_ids[j], int(y), t)
-    once = full_benchmark_estimate(bank, MAPEstimator(), items, correct, cot)
+    cot = [float(rng.lognormal(5, 0.5)) for _ in items] if model == "lart" else None
+    s = CATSession(bank, stopping=MaxItems(60))
+    for k, item in enumerate(items):
+        e = s.record(item, int(correct[k]), None if cot is None else cot[k])
+    once = CATSession(bank).estimate_from(items, correct, cot)
     assert once.theta == pytest.approx(e.theta, abs=1e-7) and once.theta_sd == pytest.approx(e.theta_sd, rel=1e-7)
     if model == "lart":
         assert once.tau == pytest.approx(e.tau, abs=1e-7) and once.tau_sd == pytest.approx(e.tau_sd, rel=1e-7)
+    with pytest.raises(ItemAlreadyAnsweredError, match="appears twice"):
+        CATSession(bank).estimate_from(items[:2] + items[:1], [1, 0, 1])

@@ -89,31 +89,6 @@ def replay_metrics(full, full_sd, est, sd) -> dict:
     }
 
 
-def full_benchmark_estimate(bank, estimator, items, correct, cot_lengths):
-    """The estimate a session reaches after recording every answer, computed once.
-
-    Recording J answers one by one re-estimates after each (O(J^2) work: minutes for a
-    2,854-item bank); this builds the session's response state directly and estimates once, with
-    the session's item covariance and the stored interval curve of its default selector. The mode
-    is the same (MAP is solved to convergence from either start); the tests compare the two.
-    """
-    from catengine.estimation import ResponseState
-    from catengine.selection import default_selector
-    from catengine.session.session import item_table
-
-    table = item_table(bank)
-    params = table.params
-    curve = None
-    if table.interval_calibration is not None:
-        curve = table.interval_calibration.curve(default_selector(params.response_model, table.covariance is not None).name)
-    state = ResponseState(params, table.covariance, curve)
-    offset = bank.effective_cot_offset
-    use_cot = params.response_model == "lart"
-    for j, y, t in zip(items, correct, cot_lengths):
-        state.add(int(j), int(y), math.log(t + offset) if use_cot and t is not None else math.nan)
-    return estimator.estimate(params, state)
-
-
 def replay_llms(bank, data: ResponseData, rows, selectors, scorings, estimator: str, L: int, entropy, replication,
                 sd_scale: float = 1.0, keep_sessions: bool = False) -> dict:
     """Replay the LLMs ``rows`` of ``data`` against ``bank``: raw per-LLM figures.
@@ -148,8 +123,8 @@ def replay_llms(bank, data: ResponseData, rows, selectors, scorings, estimator: 
 
         for k, i in enumerate(rows):  # the full-benchmark estimate: every observed answer
             seen = np.flatnonzero(data.correct[i] >= 0)
-            e = full_benchmark_estimate(bank, estimator_obj, seen, data.correct[i, seen],
-                                        [cot(i, j) for j in seen])
+            e = CATSession(bank, estimator=estimator_obj).estimate_from(
+                [ids[j] for j in seen], data.correct[i, seen], [cot(i, j) for j in seen])
             full[c, k], full_sd[c, k] = e.theta, e.theta_sd
         for r, (sel_name, selector) in enumerate(selectors):
             engine_rng = np.random.default_rng(stream(entropy, replication, "engine", sel_name, scoring))

@@ -209,6 +209,39 @@ def _predict_groups(weights, cond_mean, cond_var, known_sum, n_known, n_unknown,
     return out
 
 
+def _non_negative(name, value):
+    if not (math.isfinite(value) and value >= 0):
+        raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
+
+
+def _known_and_nodes(params, observed, values, centre, sd, *, what, trait, codes, n_groups, n_nodes):
+    """The shared start of both predictions: checked inputs, the unknown-item mask and the
+    Gauss-Hermite nodes of the trait posterior Normal(centre, sd^2)."""
+    J = params.n_items
+    observed = np.asarray(observed, dtype=np.int64).reshape(-1)
+    values = np.asarray(values, dtype=np.float64).reshape(-1)
+    if observed.shape != values.shape:
+        raise ValueError(f"{observed.size} {what} but {values.size} values")
+    if not (math.isfinite(centre) and math.isfinite(sd) and sd >= 0):
+        raise ValueError(f"the {trait} posterior must have a finite mean and SD >= 0, got {centre}, SD={sd}")
+    codes, n_groups = _groups(codes, n_groups, J)
+    unknown = np.ones(J, dtype=bool)
+    unknown[observed] = False
+    x, w = gauss_hermite_normal(n_nodes)
+    return observed, values, codes, n_groups, unknown, float(centre) + float(sd) * x, w
+
+
+def _group_totals(w, cond_mean, cond_var, observed, values, unknown, codes, n_groups, level, unit_bound,
+                  common, rel_var, intervals):
+    """The shared end of both predictions: known sums and item counts per group, then the mixture."""
+    J = unknown.size
+    member = _membership(codes, n_groups, J)
+    known_sum = np.zeros(J)
+    known_sum[observed] = values
+    return _predict_groups(w, cond_mean, cond_var, known_sum @ member, (~unknown).astype(float) @ member,
+                           unknown.astype(float) @ member, member, level, unit_bound, common, rel_var, intervals)
+
+
 def _membership(codes, n_groups, J):
     """(J, 1 + G) 0/1 matrix: column 0 the whole bank, column 1 + g category g."""
     member = np.zeros((J, 1 + n_groups))
@@ -229,21 +262,12 @@ def predict_accuracy(params: ItemParams, theta: float, theta_sd: float, observed
     cross-fitted misfit delta per unanswered item (``catengine.scoring.calibration``), which adds
     (delta n_U)^2 to the variance of each group's total. Divide by ``n_items`` for accuracies.
     """
-    if not (math.isfinite(residual_sd) and residual_sd >= 0):
-        raise ValueError(f"residual_sd must be a finite number >= 0, got {residual_sd!r}")
+    _non_negative("residual_sd", residual_sd)
     J = params.n_items
-    observed = np.asarray(observed, dtype=np.int64).reshape(-1)
-    correct = np.asarray(correct, dtype=np.float64).reshape(-1)
-    if observed.shape != correct.shape:
-        raise ValueError(f"{observed.size} observed items but {correct.size} answers")
-    if not (math.isfinite(theta) and math.isfinite(theta_sd) and theta_sd >= 0):
-        raise ValueError(f"the trait posterior must have a finite mean and SD >= 0, got theta={theta}, SD={theta_sd}")
+    observed, correct, codes, n_groups, unknown, nodes, w = _known_and_nodes(
+        params, observed, correct, theta, theta_sd, what="observed items", trait="trait (theta)", codes=codes,
+        n_groups=n_groups, n_nodes=n_nodes)
     a_sd, b_sd, ab_cov = (_check_sd_array(n, v, J) for n, v in (("a_sd", a_sd), ("b_sd", b_sd), ("ab_cov", ab_cov)))
-    codes, n_groups = _groups(codes, n_groups, J)
-    unknown = np.ones(J, dtype=bool)
-    unknown[observed] = False
-    x, w = gauss_hermite_normal(n_nodes)
-    nodes = float(theta) + float(theta_sd) * x
     if a_sd is None and b_sd is None and ab_cov is None:
         p, _ = response_and_slope(params, nodes)
     else:
@@ -251,12 +275,9 @@ def predict_accuracy(params: ItemParams, theta: float, theta_sd: float, observed
     cond_var = p * (1.0 - p)
     cond_mean = p * unknown
     cond_var = np.maximum(cond_var, 0.0) * unknown
-    member = _membership(codes, n_groups, J)
-    known_sum = np.zeros(J)
-    known_sum[observed] = correct
     common = np.broadcast_to(unknown * float(residual_sd), cond_mean.shape) if residual_sd > 0 else None
-    return _predict_groups(w, cond_mean, cond_var, known_sum @ member, (~unknown).astype(float) @ member,
-                           unknown.astype(float) @ member, member, level, 1.0, common, 1.0, intervals)
+    return _group_totals(w, cond_mean, cond_var, observed, correct, unknown, codes, n_groups, level, 1.0,
+                         common, 1.0, intervals)
 
 
 def smearing_moments(params: ItemParams, tau: float, observed, cot_tokens, cot_offset: float):
@@ -283,22 +304,12 @@ def predict_cot_total(params: ItemParams, tau: float, tau_sd: float, observed, c
     """
     if residuals not in RESIDUAL_MOMENTS:
         raise ValueError(f"residuals must be one of {RESIDUAL_MOMENTS}, got {residuals!r}")
-    if not (math.isfinite(log_extra_sd) and log_extra_sd >= 0):
-        raise ValueError(f"log_extra_sd must be a finite number >= 0, got {log_extra_sd!r}")
+    _non_negative("log_extra_sd", log_extra_sd)
     if params.response_model != "lart":
         raise ValueError(f"CoT totals need a lart bank, not {params.response_model!r}")
-    J = params.n_items
-    observed = np.asarray(observed, dtype=np.int64).reshape(-1)
-    tokens = np.asarray(cot_tokens, dtype=np.float64).reshape(-1)
-    if observed.shape != tokens.shape:
-        raise ValueError(f"{observed.size} items with CoT lengths but {tokens.size} lengths")
-    if not (math.isfinite(tau) and math.isfinite(tau_sd) and tau_sd >= 0):
-        raise ValueError(f"the speed posterior must have a finite mean and SD >= 0, got tau={tau}, SD={tau_sd}")
-    codes, n_groups = _groups(codes, n_groups, J)
-    unknown = np.ones(J, dtype=bool)
-    unknown[observed] = False
-    x, w = gauss_hermite_normal(n_nodes)
-    nodes = float(tau) + float(tau_sd) * x
+    observed, tokens, codes, n_groups, unknown, nodes, w = _known_and_nodes(
+        params, observed, cot_tokens, tau, tau_sd, what="items with CoT lengths", trait="speed (tau)", codes=codes,
+        n_groups=n_groups, n_nodes=n_nodes)
     log_mu = params.omega[None, :] - params.phi[None, :] * nodes[:, None]
     common, rel_var = None, 0.0
     if residuals == "smearing" and observed.size >= MIN_SMEARING_ITEMS:
@@ -316,8 +327,5 @@ def predict_cot_total(params: ItemParams, tau: float, tau_sd: float, observed, c
         if common is None:
             common = (cond_mean + cot_offset) * unknown
         rel_var = (1.0 + rel_var) * math.exp(log_extra_sd**2) - 1.0
-    member = _membership(codes, n_groups, J)
-    known_sum = np.zeros(J)
-    known_sum[observed] = tokens
-    return _predict_groups(w, cond_mean, cond_var, known_sum @ member, (~unknown).astype(float) @ member,
-                           unknown.astype(float) @ member, member, level, math.inf, common, rel_var, intervals)
+    return _group_totals(w, cond_mean, cond_var, observed, tokens, unknown, codes, n_groups, level, math.inf,
+                         common, rel_var, intervals)

@@ -264,6 +264,22 @@ def expected_info_ab_bound(model, theta, ma, mb, va, vb, cab, c, d, x_max):
 
 
 @njit(cache=True)
+def _max_abs(nodes):
+    x_max = 0.0
+    for q in range(nodes.shape[0]):
+        x_max = max(x_max, abs(nodes[q]))
+    return x_max
+
+
+@njit(cache=True)
+def _expected_info_rule(model, theta, a, b, va, vb, cab, c, d, nodes, weights, nodes_s, weights_s):
+    """``expected_info_ab`` with the shorter rule when sd(z) < ``NARROW_SZ`` (see ``topk_expected_info_ab``)."""
+    if theta * theta * va + 2.0 * theta * cab + vb < NARROW_SZ * NARROW_SZ:
+        return expected_info_ab(model, theta, a, b, va, vb, cab, c, d, nodes_s, weights_s)
+    return expected_info_ab(model, theta, a, b, va, vb, cab, c, d, nodes, weights)
+
+
+@njit(cache=True)
 def topk_expected_info_ab(model, theta, a, b, va, vb, cab, c, d, nodes, weights, nodes_s, weights_s, eligible, order,
                           bound, k, best_idx, best_val):
     """Score_j = E_{(a_j, b_j)} I_j(theta) over each item's Gaussian (a, b) (see ``expected_info_ab``).
@@ -274,9 +290,7 @@ def topk_expected_info_ab(model, theta, a, b, va, vb, cab, c, d, nodes, weights,
     4e-5 of the item's peak information there, tests/test_honest_intervals.py)."""
     n = order.shape[0]
     cnt = 0
-    x_max = 0.0
-    for q in range(nodes.shape[0]):
-        x_max = max(x_max, abs(nodes[q]))
+    x_max = _max_abs(nodes)
     for r in range(n):
         j = order[r]
         if cnt == k and bound[j] < best_val[k - 1]:
@@ -285,10 +299,8 @@ def topk_expected_info_ab(model, theta, a, b, va, vb, cab, c, d, nodes, weights,
             continue
         if cnt == k and expected_info_ab_bound(model, theta, a[j], b[j], va[j], vb[j], cab[j], c[j], d[j], x_max) < best_val[k - 1]:
             continue
-        if theta * theta * va[j] + 2.0 * theta * cab[j] + vb[j] < NARROW_SZ * NARROW_SZ:
-            v = expected_info_ab(model, theta, a[j], b[j], va[j], vb[j], cab[j], c[j], d[j], nodes_s, weights_s)
-        else:
-            v = expected_info_ab(model, theta, a[j], b[j], va[j], vb[j], cab[j], c[j], d[j], nodes, weights)
+        v = _expected_info_rule(model, theta, a[j], b[j], va[j], vb[j], cab[j], c[j], d[j], nodes, weights, nodes_s,
+                                weights_s)
         if cnt < k or _better(v, j, best_val[k - 1], best_idx[k - 1]):
             cnt = _insert(v, j, k, cnt, best_val, best_idx)
     return cnt
@@ -301,9 +313,7 @@ def topk_lart_expected(criterion, theta, a, b, va, vb, cab, v, p11, p12, p22, no
     bounded u_j cannot win are skipped unevaluated, as in ``topk_expected_info_ab``)."""
     n = order.shape[0]
     cnt = 0
-    x_max = 0.0
-    for q in range(nodes.shape[0]):
-        x_max = max(x_max, abs(nodes[q]))
+    x_max = _max_abs(nodes)
     for r in range(n):
         j = order[r]
         if cnt == k and _lart_score(criterion, bound[j], v_max, p11, p12, p22) < best_val[k - 1]:
@@ -316,10 +326,7 @@ def topk_lart_expected(criterion, theta, a, b, va, vb, cab, v, p11, p12, p22, no
             ub = expected_info_ab_bound(2, theta, a[j], b[j], va[j], vb[j], cab[j], 0.0, 1.0, x_max)
             if ub < math.inf and _lart_score(criterion, ub, v[j], p11, p12, p22) < best_val[k - 1]:
                 continue
-        if theta * theta * va[j] + 2.0 * theta * cab[j] + vb[j] < NARROW_SZ * NARROW_SZ:
-            u = expected_info_ab(2, theta, a[j], b[j], va[j], vb[j], cab[j], 0.0, 1.0, nodes_s, weights_s)
-        else:
-            u = expected_info_ab(2, theta, a[j], b[j], va[j], vb[j], cab[j], 0.0, 1.0, nodes, weights)
+        u = _expected_info_rule(2, theta, a[j], b[j], va[j], vb[j], cab[j], 0.0, 1.0, nodes, weights, nodes_s, weights_s)
         s = _lart_score(criterion, u, v[j], p11, p12, p22)
         if cnt < k or _better(s, j, best_val[k - 1], best_idx[k - 1]):
             cnt = _insert(s, j, k, cnt, best_val, best_idx)

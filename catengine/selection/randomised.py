@@ -63,8 +63,11 @@ class RandomisedSelection(ItemSelector):
         if isinstance(self.n_nodes, bool) or not isinstance(self.n_nodes, (int, np.integer)) or not 1 <= self.n_nodes <= 200:
             raise ValueError(f"n_nodes must be an integer in 1..200, got {self.n_nodes!r}")
 
-    def probabilities(self, params, state: SelectionState) -> np.ndarray:
-        """Selection probability of every item of the bank at this step (0 outside the eligible set; sums to 1)."""
+    def probabilities(self, params, state: SelectionState, expected=None) -> np.ndarray:
+        """Selection probability of every item of the bank at this step (0 outside the eligible set; sums to 1).
+
+        ``expected``: E_q P_j(theta) of every item under the state's posterior, when the caller has
+        it already (computed with this selector's ``n_nodes``); the "sqrt-variance" weight uses it."""
         eligible = np.asarray(state.eligible, dtype=bool)
         n_eligible = int(eligible.sum())
         if n_eligible == 0:
@@ -73,7 +76,7 @@ class RandomisedSelection(ItemSelector):
         if self.weight == "uniform":
             w = np.ones(params.n_items)
         elif self.weight == "sqrt-variance":
-            f = expected_probabilities(params, est.theta, est.theta_sd, self.n_nodes)
+            f = expected_probabilities(params, est.theta, est.theta_sd, self.n_nodes) if expected is None else expected
             w = np.sqrt(np.clip(f * (1.0 - f), 0.0, None))
         else:
             p, slope = response_and_slope(params, np.array([est.theta]))

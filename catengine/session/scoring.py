@@ -113,11 +113,17 @@ def score_curve(session) -> ScoreCurve | None:
     est = session.estimator
     if not getattr(est, "interval_calibration", True) or float(getattr(est, "sd_scale", 1.0)) != 1.0:
         return None
-    calib = session.items.interval_calibration
+    scores = _score_calibration(session.bank, session.items)
+    return None if scores is None else scores.curve(session.selector.name)
+
+
+@lru_cache(maxsize=16)
+def _score_calibration(bank, items) -> ScoreCalibration | None:
+    """The bank's parsed score check (once per bank: serve replies score after every answer)."""
+    calib = items.interval_calibration
     if calib is None:
         return None
-    scores = ScoreCalibration.from_record(calib.record, calib.measured_on, f"bank {session.bank.bank_id!r}")
-    return None if scores is None else scores.curve(session.selector.name)
+    return ScoreCalibration.from_record(calib.record, calib.measured_on, f"bank {bank.bank_id!r}")
 
 
 def _assemble(method, level, sizes, acc, cot, field, labels, calibration: str = "") -> ScoreEstimate:
@@ -203,7 +209,8 @@ def check_design(session) -> None:
 def design_model_variances(session, steps, before, order, predictions, member) -> np.ndarray:
     """The model's Var_t(D_t) of each design step (the variance floor of ``design_estimate``): the
     design's probabilities of every item not yet answered, recomputed from the posterior the draw
-    was made from (the selector is a pure function of it)."""
+    was made from (the selector is a pure function of it, and of ``predictions``, the same
+    E_q P_j(theta) it weighs by)."""
     from catengine.selection import SelectionState
 
     J = session.params.n_items
@@ -213,11 +220,11 @@ def design_model_variances(session, steps, before, order, predictions, member) -
         answered_before[t, order[:s]] = True
         remaining = ~answered_before[t]
         state = SelectionState(before[s], remaining, None, session.items)
-        pi[t] = session.selector.probabilities(session.params, state)
+        pi[t] = session.selector.probabilities(session.params, state, expected=predictions[t])
     return model_variance_terms(predictions, pi, ~answered_before, member=member)
 
 
-def design_score(session, *, level=0.95, by=None, n_nodes: int = 21) -> ScoreEstimate:
+def design_score(session, *, level=0.95, by=None) -> ScoreEstimate:
     """The design-based estimate (docs/math.md §7.7, without replacement: ``catengine.scoring.design``)."""
     check_design(session)
     params = session.params
@@ -230,6 +237,9 @@ def design_score(session, *, level=0.95, by=None, n_nodes: int = 21) -> ScoreEst
         )
     before = [_initial_estimate(session)] + [r for r in h[:-1]]  # the posterior each step's draw was made from
     steps = np.flatnonzero(is_draw)
+    # f_t: the model's prediction before each draw, with the selector's own quadrature (so that the
+    # variance floor can reuse it for the design's probabilities)
+    n_nodes = session.selector.n_nodes
     f = np.array([expected_probabilities(params, before[s].theta, before[s].theta_sd, n_nodes) for s in steps])
     field, labels, codes, n_groups = _categories(session, by)
     member = np.zeros((params.n_items, 1 + n_groups))

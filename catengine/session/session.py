@@ -454,6 +454,25 @@ class CATSession:
         self._batch.pop(j, None)
         return est
 
+    def estimate_from(self, item_ids, correct, cot_lengths=None) -> TraitEstimate:
+        """The posterior these answers alone give, estimated once; nothing is recorded or logged.
+
+        The same estimate as recording them one by one (the item covariance and interval curve of
+        this session apply), without re-estimating after each: scoring a whole benchmark's answers
+        is one MAP solve instead of J. Inputs are checked as :meth:`record` checks them."""
+        cot_lengths = [None] * len(item_ids) if cot_lengths is None else list(cot_lengths)
+        if not len(item_ids) == len(correct) == len(cot_lengths):
+            raise ValueError(f"{len(item_ids)} items, {len(correct)} answers and {len(cot_lengths)} CoT lengths")
+        state = ResponseState(self.params, self.items.covariance, self._responses.interval_curve)
+        lart_bank = self.params.response_model == "lart"
+        for item, y, t in zip(item_ids, correct, cot_lengths):
+            j = self._index(item)
+            if state.administered[j]:
+                raise ItemAlreadyAnsweredError(f"item {self.items.item_ids[j]!r} appears twice")
+            cot = _check_cot(t, self.max_cot_length, self.cot_offset) if lart_bank else None
+            state.add(j, _check_correct(y), math.nan if cot is None else math.log(cot + self.cot_offset))
+        return self.estimator.estimate(self.params, state)
+
     def exclude(self, item_id) -> None:
         """Make an unanswered item unavailable to this subject (e.g. no answer exists for it)."""
         j = self._index(item_id)
