@@ -40,12 +40,15 @@ from calibration.audit._common import Z95
 from calibration.score_calibration import fit_score_curve, score_residuals, smooth_table
 
 __all__ = ["DEFAULT_FOLDS", "DEFAULT_LENGTHS", "MIN_SUBJECTS", "cross_fit_intervals", "describe", "fit_factors",
-           "item_sd_factors", "scale_b_sd", "with_interval_check"]
+           "interval_multipliers", "item_sd_factors", "quantile_bound_order", "robust_scale", "scale_b_sd", "with_interval_check"]
 
 DEFAULT_FOLDS = 5
 DEFAULT_LENGTHS = (5, 10, 15, 20, 30, 40, 50, 75, 100)
 MIN_SUBJECTS = 8  # fewer calibration LLMs: no check (the bank says so)
 MIN_HELD_OUT = 4  # a length is tabulated only with at least this many held-out LLMs
+Z95_CONFIDENCE = 0.7  # z95(L) is an upper bound of the held-out 95% quantile of |z| at this confidence
+Z95_BOUNDS = (1.5, 3.0)  # z95(L) is kept in this range
+MAD_TO_SD = 1.0 / 0.6744897501960817  # median |z| of Normal(0, 1) is 0.6745
 
 
 def fit_factors(diff: np.ndarray, sd: np.ndarray, full_sd: np.ndarray) -> dict:
@@ -62,8 +65,11 @@ def fit_factors(diff: np.ndarray, sd: np.ndarray, full_sd: np.ndarray) -> dict:
     cover = np.mean(np.abs(diff) <= Z95 * sd, axis=0)
     cal_sd = sd * c[None, :]
     cal_d = np.sqrt(np.clip(cal_sd**2 - (c[-1] * full_sd[:, None]) ** 2, 1e-300, None))
+    z95 = interval_multipliers(np.abs(diff) / cal_sd)
     return {
         "c": [round(float(v), 4) for v in c],
+        "z95": [round(float(v), 4) for v in z95],
+        "coverage_z95_in_sample": [round(float(v), 4) for v in np.mean(np.abs(diff) <= z95[None, :] * cal_sd, axis=0)],
         "c_raw": [round(float(v), 4) for v in raw],
         "rms_ratio_model": [round(float(v), 4) for v in rms_z],
         "coverage_model": [round(float(v), 4) for v in cover],
@@ -78,7 +84,12 @@ def item_sd_factors(full_bank, fold_banks, folds: int) -> dict:
     over items and folds, for x = b (and a), each fold bank linked to the full bank's theta scale
     through the LLMs both fitted (theta_full ~ A theta_fold + B: a' = a / A, b' = b - a B / A).
     Nested estimates: a fold fit uses (K - 1)/K of the LLMs, so Var(x_fold - x_full) = sd^2 / (K - 1)
-    when the SDs are honest; the factor by which they are too narrow is the RMS z (None without SDs)."""
+    when the SDs are honest; the factor by which they are too narrow is the normal-consistent scale
+    of z, median |z| / 0.6745 (None without SDs), and ``a_rms`` / ``b_rms`` record the RMS. The
+    RMS is not used: it is dominated by items with slopes near zero, whose PSN b_sd (|a| times
+    beta's SD) is near zero while their intercepts move between refits -- items that carry no
+    information. On ChemBench (22 LLMs) the RMS was 3,000-8,000 and widened every b_sd to 35-1,000
+    logits, so every interval was 10-25 times too wide."""
     from catengine.session.session import bank_item_covariance
 
     cov = bank_item_covariance(full_bank)
@@ -108,7 +119,8 @@ def item_sd_factors(full_bank, fold_banks, folds: int) -> dict:
     for key, parts in zs.items():
         z = np.concatenate(parts) if parts else np.empty(0)
         z = z[np.isfinite(z)]
-        out[key] = round(float(np.sqrt(np.mean(z * z))), 4) if z.size else None
+        out[key] = round(robust_scale(z), 4) if z.size else None
+        out[f"{key}_rms"] = round(float(np.sqrt(np.mean(z * z))), 4) if z.size else None
     return out
 
 
@@ -133,6 +145,44 @@ def scale_b_sd(bank, factor: float, note: str):
         post.attrs["b_width_factor_cross_fitted"] = f
         tree["posterior"] = type(tree)(post)
     return ItemBank(tree, source=bank.source)
+
+
+def robust_scale(z) -> float:
+    """The normal-consistent scale of ``z``: median |z| / 0.6745 (1 for standard normal draws)."""
+    return float(np.median(np.abs(np.asarray(z, dtype=float)))) * MAD_TO_SD
+
+
+def quantile_bound_order(n: int, level: float = 0.95, confidence: float | None = None) -> int:
+    """The smallest k with P(Binomial(n, level) <= k - 1) >= ``confidence``: the k-th smallest of n
+    draws lies above the ``level`` quantile with at least that probability (n + 1: no such order)."""
+    from scipy.stats import binom
+
+    confidence = Z95_CONFIDENCE if confidence is None else confidence
+    k = int(binom.ppf(confidence, n, level)) + 1
+    while k > 1 and binom.cdf(k - 2, n, level) >= confidence:
+        k -= 1
+    return k
+
+
+def interval_multipliers(abs_z: np.ndarray) -> np.ndarray:
+    """z95(L): the multiplier of the calibrated SD that makes the 95% interval, per test length.
+
+    ``abs_z`` (llm, length): |theta_L - theta_F| / (c(L) SD_L) of the held-out LLMs. c(L) makes the
+    RMS of z honest, but the held-out z are not normal: on MATH500 after c(L) a few LLMs sit far
+    out and the rest well inside, so +-1.96 SD covered 99% of them. z95(L) is an upper confidence
+    bound for the 95% quantile of |z|: the k-th smallest of the n held-out values, k the smallest
+    order with P(Binomial(n, 0.95) < k) >= ``Z95_CONFIDENCE`` (so the quantile lies below it with
+    that confidence). With too few LLMs for such a bound (n <= 23 at 0.7) it is the normal 1.96:
+    no narrowing without evidence. Then smoothed over neighbouring lengths like c(L) and kept in
+    [1.5, 3]. The engine's 95% interval is theta +- z95(L) SD; the SD stays the RMS-honest one.
+    """
+    abs_z = np.asarray(abs_z, dtype=float)
+    n = abs_z.shape[0]
+    k = quantile_bound_order(n)
+    if k > n:
+        return np.full(abs_z.shape[1], Z95)
+    q = np.clip(np.sort(abs_z, axis=0)[k - 1], *Z95_BOUNDS)
+    return np.clip(smooth_table(q, log_scale=True), *Z95_BOUNDS)
 
 
 def cross_fit_intervals(data, make_bank, *, folds: int = DEFAULT_FOLDS, test_lengths=DEFAULT_LENGTHS,
@@ -210,7 +260,9 @@ def cross_fit_intervals(data, make_bank, *, folds: int = DEFAULT_FOLDS, test_len
         "version": 1,
         "method": "cross-fitted replay of held-out calibration LLMs (docs/math.md §7.5)",
         "form": "c(L) from the pooled RMS z per length, smoothed over neighbouring lengths, floor 1; linear "
-                "between lengths, constant beyond; the engine multiplies SD(theta) by c(L)",
+                "between lengths, constant beyond; the engine multiplies SD(theta) by c(L). z95(L): the held-out "
+                "95% quantile of |z| after c(L), shrunk to 1.96 with a weight of 40 LLMs; the engine's 95% "
+                "interval is theta +- z95(L) SD",
         "calibration_method": calibration_method,
         "folds": K,
         "n_subjects": int(N),

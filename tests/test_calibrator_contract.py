@@ -21,7 +21,7 @@ from calibration.methods import METHODS, all_method_names, get_method
 SMALL = {
     "cbmm": {},
     "saem": {"max_iter": 40, "n_burnin": 10},
-    "psn": {"max_epochs": 15, "batch_size": 32, "hidden_dim": 8, "embedding_dim": 8},
+    "psn": {"max_epochs": 30, "batch_size": 32, "hidden_dim": 8, "embedding_dim": 8},  # the default budget: the prior joins late here
 }
 N_SUBJECTS, N_ITEMS = 40, 12
 

@@ -281,6 +281,84 @@ def test_fit_factors_recovers_a_known_inflation():
     assert np.allclose(honest["c"], 1.0, atol=0.05)  # floored at 1, never narrower
 
 
+def test_interval_multipliers_are_an_upper_bound_of_the_held_out_95_quantile():
+    """z95(L) is the k-th order statistic of |z| (smoothed over lengths, in [1.5, 3]), k the smallest
+    order above the 95% quantile with probability >= 0.7; 1.96 when n is too small for that; close
+    to 1.96 for many normal z; below it for a heavy-tailed z whose RMS is 1 but most LLMs sit inside."""
+    from scipy.stats import binom
+
+    from calibration.interval_calibration import Z95_CONFIDENCE, interval_multipliers, quantile_bound_order
+
+    for n in (24, 60, 118, 158, 1000):
+        k = quantile_bound_order(n)
+        assert binom.cdf(k - 1, n, 0.95) >= Z95_CONFIDENCE > binom.cdf(k - 2, n, 0.95)
+    assert quantile_bound_order(23) == 24 and quantile_bound_order(24) == 24
+    rng = np.random.default_rng(3)
+    assert np.all(interval_multipliers(np.abs(rng.standard_normal((23, 3)))) == 1.959963984540054)
+    np.testing.assert_allclose(interval_multipliers(np.abs(rng.standard_normal((20000, 3)))), 1.96, atol=0.03)
+    # brute force: how often does the (unsmoothed: one length) bound lie above the true 95% quantile?
+    above = [np.sort(np.abs(rng.standard_normal(118)))[quantile_bound_order(118) - 1] >= 1.959964 for _ in range(4000)]
+    assert np.mean(above) == pytest.approx(binom.cdf(quantile_bound_order(118) - 1, 118, 0.95), abs=0.03)
+    n = 160
+    heavy = np.abs(rng.standard_normal((n, 3))) * 0.6
+    heavy[:3] = 6.0  # 2% far out: RMS about 1, but 97% of |z| below 1.6
+    q = np.clip(np.sort(heavy, axis=0)[quantile_bound_order(n) - 1], 1.5, 3.0)
+    log = np.log(q)
+    smooth = np.exp([(2 * log[0] + log[1]) / 3, 0.25 * log[0] + 0.5 * log[1] + 0.25 * log[2], (2 * log[2] + log[1]) / 3])
+    np.testing.assert_allclose(interval_multipliers(heavy), np.clip(smooth, 1.5, 3.0), rtol=1e-12)
+    assert np.all(interval_multipliers(heavy) < 1.9)
+    assert np.all(interval_multipliers(np.full((30, 2), 100.0)) == 3.0)
+    assert np.all(interval_multipliers(np.zeros((1000, 2))) == 1.5)
+
+
+def test_robust_scale_ignores_the_items_that_dominate_the_rms():
+    from calibration.interval_calibration import robust_scale
+
+    rng = np.random.default_rng(5)
+    z = 3.0 * rng.standard_normal(20000)
+    assert robust_scale(z) == pytest.approx(3.0, rel=0.03)
+    z[:400] = 1e4  # 2% of items with b_sd near 0 (slopes near 0): the RMS is 1,400
+    assert robust_scale(z) == pytest.approx(3.0, rel=0.06) and np.sqrt(np.mean(z * z)) > 1000
+
+
+def test_trait_interval_uses_the_banks_multiplier_at_95_only():
+    from catengine.estimation.base import TraitEstimate
+
+    plain = TraitEstimate(0.5, 0.2, 10)
+    assert plain.interval(0.95) == pytest.approx((0.5 - 1.959964 * 0.2, 0.5 + 1.959964 * 0.2))
+    cal = TraitEstimate(0.5, 0.2, 10, interval_z95=1.7)
+    assert cal.interval(0.95) == pytest.approx((0.5 - 1.7 * 0.2, 0.5 + 1.7 * 0.2))
+    assert cal.interval(0.9) == plain.interval(0.9)
+
+
+def test_stored_multiplier_reaches_the_session_and_old_records_keep_196():
+    rng = np.random.default_rng(2)
+    J = 60
+    bank = ItemBank.from_params("2pl", [f"i{k}" for k in range(J)], bank_id="z", a=rng.uniform(0.5, 2, J),
+                                b=rng.normal(0, 1, J))
+    record = json.loads(_calibration_json())
+    for cur in record["curves"].values():
+        cur["z95"] = [1.6 + 0.01 * k for k in range(len(cur["c"]))]
+    cal = IntervalCalibration.from_json(json.dumps(record))
+    cur = cal.curve("mfi")
+    L = cur.test_length
+    assert cur.multiplier(0) is None and cur.multiplier(L[0]) == pytest.approx(1.6)
+    assert cur.multiplier(L[-1] + 50) == pytest.approx(1.6 + 0.01 * (len(L) - 1))
+    assert cal.curve("not-measured").multiplier(L[0]) == pytest.approx(max(c.multiplier(L[0]) for c in cal.curves.values()))
+    assert IntervalCalibration.from_json(_calibration_json()).curve("mfi").multiplier(10) is None
+    s = CATSession(bank.replace_attrs(interval_calibration=json.dumps(record)), stopping=MaxItems(8), rng=0)
+    while not s.finished:
+        s.record(s.next_item(), 1)
+    z = IntervalCalibration.from_json(json.dumps(record)).curve(s.selector.name).multiplier(8)
+    e = s.estimate
+    assert e.interval_z95 == pytest.approx(z) and e.interval()[1] - e.theta == pytest.approx(z * e.theta_sd)
+    assert s.history[-1].interval_z95 == e.interval_z95  # the widgets' interval band reads it
+    assert "95% interval" in e.interval_calibration
+    with pytest.raises(ValueError, match="z95"):
+        record["curves"]["mfi"]["z95"] = [1.6]
+        IntervalCalibration.from_json(json.dumps(record))
+
+
 def _simulated_2pl(seed, n_subjects, n_items, a_range):
     """ResponseData drawn from a 2PL: theta ~ N(0, 1), a ~ U(a_range), b ~ N(0, 1)."""
     from calibration import ResponseData
@@ -316,7 +394,7 @@ def test_default_calibration_path_stores_the_interval_check_and_sessions_use_it(
 def test_psn_bank_b_sd_is_widened_by_the_cross_fitted_refit_spread():
     """PSN posterior width chosen by the cross-fit: the stored bank's b_sd equals the unchecked
     bank's times the factor recorded in interval_calibration (item_sd_factors.b_applied >= 1), and
-    that factor is max(1, RMS z of the fold banks' linked b against the full bank's)."""
+    that factor is max(1, robust scale of z of the fold banks' linked b against the full bank's)."""
     from calibration.methods.psn import PSNCalibrator
 
     data = _simulated_2pl(6, 16, 50, (0.8, 2.0))

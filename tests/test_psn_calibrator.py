@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 from scipy import stats
 
-from calibration.base import NotFittedError
+from calibration.base import ConvergenceWarning, NotFittedError
 from calibration.data import ResponseData
 from calibration.methods.psn import (
     PSNCalibrator,
@@ -268,3 +270,46 @@ def test_collapsed_training_is_reported():
     noise = (np.random.default_rng(0).random((22, 150)) < 0.5).astype(int)
     with pytest.warns(ConvergenceWarning, match="PSN training collapsed"):
         PSNCalibrator(max_epochs=15, ordered_asymptotes=False, progress=False, rng=0).fit(ResponseData.from_arrays(noise))
+
+
+
+def test_item_diagnostics_and_runaway_slopes_held_in_the_plausible_range(fitted):
+    """diagnostics_ flags slopes above 10 on the standardised scale; bank slopes / intercepts beyond
+    the schema's plausible range are held at its edge instead of making an invalid bank (ChemBench
+    folds of 14-18 LLMs reached a = 53 and b = -117 without it)."""
+    import copy
+
+    from catengine.itembank.schema import PLAUSIBLE_RANGES
+
+    cal, data, _ = fitted
+    a_std = np.where(cal.c_ > cal.d_, -cal.a_, cal.a_) * cal._scale(True)[1]
+    np.testing.assert_array_equal(cal.diagnostics_.runaway_slope, np.abs(a_std) > 10)
+    assert cal.diagnostics_.fit_identified and cal.converged_
+    summary = json.loads(cal.to_item_bank("ok", interval_check=False).calibration.attrs["diagnostics"])
+    assert summary["n_runaway_slope"] == 0
+    runaway = copy.deepcopy(cal)
+    runaway.a_ = cal.a_ * 400.0  # as a separated item's slope runs away
+    bank = runaway.to_item_bank("runaway", interval_check=False)
+    lo, hi = PLAUSIBLE_RANGES["a"]
+    assert lo <= bank.params.a.min() and bank.params.a.max() <= hi and np.isclose(np.abs(bank.params.a).max(), hi)
+    assert np.abs(bank.params.b).max() <= PLAUSIBLE_RANGES["b"][1]
+    inside = np.abs(runaway.a_ * cal._scale(True)[1]) < hi
+    np.testing.assert_allclose(np.abs(bank.params.a[inside]), np.abs(runaway.a_[inside] * cal._scale(True)[1]))
+
+
+def test_item_prior_holds_separated_items_of_a_small_sample():
+    """12 LLMs, strongly discriminating items: without the prior the slopes run away (some above 10
+    on the standardised scale, flagged, converged_ False); with the default prior they stay below
+    10 and the fit is identified. The abilities' order is kept."""
+    import warnings
+
+    data, theta = _sim(N=12, J=400, seed=21)
+    settings = dict(max_epochs=30, batch_size=128, hidden_dim=16, embedding_dim=16, learning_rate=0.01, rng=2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        plain = PSNCalibrator(item_prior="none", **settings).fit(data)
+    prior = PSNCalibrator(**settings).fit(data)
+    a_plain, a_prior = (np.abs(c._bank_arrays(True)[0]) for c in (plain, prior))
+    assert a_plain.max() > 10 and not plain.converged_ and plain.diagnostics_.runaway_slope.any()
+    assert a_prior.max() < 10 and prior.converged_ and np.median(a_prior) < np.median(a_plain)
+    assert stats.kendalltau(prior.theta_, theta).statistic > 0.6

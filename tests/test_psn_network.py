@@ -43,12 +43,17 @@ def test_cell_kernel_floors_log_like_torch():
     assert np.all(g_o == 0) and np.all(np.isfinite(g_t))
 
 
-@pytest.mark.parametrize("ordered", [False, True])
-def test_network_gradient_matches_finite_differences(ordered):
-    """Every parameter of every layer (tables, hidden, embedding, both readouts) vs central differences."""
+@pytest.mark.parametrize("ordered,with_prior", [(False, False), (True, False), (True, True)])
+def test_network_gradient_matches_finite_differences(ordered, with_prior):
+    """Every parameter of every layer (tables, hidden, embedding, both readouts) vs central differences,
+    with and without the slope / ability prior (PSNNetwork.set_prior) in the loss."""
     net = _random_net(ordered)
+    if with_prior:
+        rng = np.random.default_rng(9)
+        net.set_prior(rng.uniform(0.1, 2.0, net.n_items), rng.uniform(0.1, 2.0, net.n_subjects))
     s, i, y = _cells(net.n_subjects, net.n_items, 40)
-    _, grads = net.loss_and_grad(s, i, y)
+    loss, grads = net.loss_and_grad(s, i, y)
+    assert loss == pytest.approx(net.loss(s, i, y, include_prior=True), rel=1e-12)
     h = 1e-6
     for name in PARAM_NAMES:
         arr = getattr(net, name)
@@ -56,13 +61,31 @@ def test_network_gradient_matches_finite_differences(ordered):
         for k in np.ndindex(arr.shape):
             old = arr[k]
             arr[k] = old + h
-            up = net.loss(s, i, y)
+            up = net.loss(s, i, y, include_prior=True)
             arr[k] = old - h
-            dn = net.loss(s, i, y)
+            dn = net.loss(s, i, y, include_prior=True)
             arr[k] = old
             fd[k] = (up - dn) / (2 * h)
         # loss is O(1), h = 1e-6: truncation + rounding error ~1e-9 per entry
         np.testing.assert_allclose(grads[name], fd, atol=2e-8, err_msg=f"gradient of {name}")
+
+
+def test_prior_term_is_the_per_cell_share_of_the_gaussian_log_densities():
+    """Over cells covering each item and subject the prior term sums to sum_j a_j^2 / (2 s^2) +
+    sum_i theta_i^2 / 2 when the weights are 1 / (s^2 cells_j) and 1 / cells_i (the calibrator's)."""
+    net = _random_net(True)
+    s, i, y = _cells(net.n_subjects, net.n_items, 300)
+    s_prior = 0.7
+    per_item, per_subject = np.bincount(i, minlength=net.n_items), np.bincount(s, minlength=net.n_subjects)
+    net.set_prior(1.0 / (s_prior**2 * per_item), 1.0 / per_subject)
+    _, a, _, _ = net.item_parameters()
+    expected = np.sum(a**2) / (2 * s_prior**2) + np.sum(net.theta() ** 2) / 2
+    prior_share = (net.loss(s, i, y, include_prior=True) - net.loss(s, i, y)) * s.size
+    assert prior_share == pytest.approx(expected, rel=1e-10)
+    with pytest.raises(ValueError, match="slope_penalty"):
+        net.set_prior(-np.ones(net.n_items), np.ones(net.n_subjects))
+    net.clear_prior()
+    assert net.loss(s, i, y, include_prior=True) == net.loss(s, i, y)
 
 
 def test_forward_matches_dense_onehot_reference():

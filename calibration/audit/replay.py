@@ -16,7 +16,8 @@ full-benchmark estimate should fall inside the adaptive 95% interval at least 95
 Variables (dims ``replication`` (= fold), ``selector, scoring, test_length``):
 
 =================  ================================================================
-coverage           share of the fold's LLMs with |theta_L - theta_full| <= 1.96 SD_L
+coverage           share of the fold's LLMs whose 95% interval after L items (the session's own:
+                   theta_L +- z95(L) SD_L with a bank's cross-fitted multiplier, else 1.96) holds theta_full
 nominal_coverage   what the model promises for that: mean of 2 Phi(1.96 SD_L / d) - 1,
                    d = sqrt(SD_L^2 - SD_full^2) (>= 0.95)
 sd_ratio           RMS(theta_L - theta_full) / RMS(d): 1 when the SDs are honest
@@ -70,8 +71,9 @@ def bank_from_fit(fit, item_ids, bank_id: str, method: str = ""):
                                 calibration_method=_bank_method(method), **extra, **arrays)
 
 
-def replay_metrics(full, full_sd, est, sd) -> dict:
-    """The metrics above for one fold and test length (arrays over the fold's LLMs)."""
+def replay_metrics(full, full_sd, est, sd, half=None) -> dict:
+    """The metrics above for one fold and test length (arrays over the fold's LLMs). ``half``: the
+    sessions' 95% interval half-widths (default 1.96 SD)."""
     from scipy.stats import norm
 
     diff = est - full
@@ -80,7 +82,7 @@ def replay_metrics(full, full_sd, est, sd) -> dict:
         nominal = np.where(d > 0, 2.0 * norm.cdf(Z95 * sd / np.where(d > 0, d, 1.0)) - 1.0, 1.0)
     rms_d = float(np.sqrt(np.mean(d * d)))
     return {
-        "coverage": float(np.mean(np.abs(diff) <= Z95 * sd)),
+        "coverage": float(np.mean(np.abs(diff) <= (Z95 * sd if half is None else half))),
         "nominal_coverage": float(np.mean(nominal)),
         "sd_ratio": float(np.sqrt(np.mean(diff * diff))) / rms_d if rms_d > 0 else math.nan,
         "kendall_tau": M.kendall_tau_b(full, est) if full.size > 1 else math.nan,
@@ -95,7 +97,8 @@ def replay_llms(bank, data: ResponseData, rows, selectors, scorings, estimator: 
 
     ``selectors``: [(name, ItemSelector or None)] (None: the session's default selector for the bank).
     Returns ``full`` / ``full_sd`` (scoring, llm): the estimate from every observed answer, and
-    ``est`` / ``sd`` (selector, scoring, llm, step): the adaptive estimate after each of ``L`` items.
+    ``est`` / ``sd`` / ``half`` (selector, scoring, llm, step): the adaptive estimate after each of
+    ``L`` items and the half-width of its 95% interval.
     Sessions run with the engine's defaults otherwise (the bank's item uncertainty and its stored
     interval calibration, if any, are used). ``keep_sessions``: also return ``sessions``
     [selector][scoring] -> one ``ReplayedSession`` (history and bank objects) per LLM, for the
@@ -111,7 +114,7 @@ def replay_llms(bank, data: ResponseData, rows, selectors, scorings, estimator: 
     rows = list(rows)
     n = len(rows)
     full, full_sd = np.empty((len(scorings), n)), np.empty((len(scorings), n))
-    est, sd = np.empty((len(selectors), len(scorings), n, L)), np.empty((len(selectors), len(scorings), n, L))
+    est, sd, half = (np.empty((len(selectors), len(scorings), n, L)) for _ in range(3))
     sessions = [[[] for _ in scorings] for _ in selectors]
     for c, scoring in enumerate(scorings):
         estimator_obj = _estimator(estimator, scoring == "lart", sd_scale)
@@ -137,9 +140,10 @@ def replay_llms(bank, data: ResponseData, rows, selectors, scorings, estimator: 
                     j = index[item]
                     e = s.record(item, int(data.correct[i, j]), cot(i, j))
                     est[r, c, k, step], sd[r, c, k, step] = e.theta, e.theta_sd
+                    half[r, c, k, step] = e.interval(0.95)[1] - e.theta
                 if keep_sessions:
                     sessions[r][c].append(ReplayedSession.of(s))
-    out = {"full": full, "full_sd": full_sd, "est": est, "sd": sd}
+    out = {"full": full, "full_sd": full_sd, "est": est, "sd": sd, "half": half}
     if keep_sessions:
         out["sessions"] = sessions
     return out
@@ -170,7 +174,7 @@ def _replay_task(task: dict):
                 for c in range(len(scorings)):
                     for t, length in enumerate(lengths):
                         metrics = replay_metrics(raw["full"][c], raw["full_sd"][c], raw["est"][r, c, :, length - 1],
-                                                 raw["sd"][r, c, :, length - 1])
+                                                 raw["sd"][r, c, :, length - 1], raw["half"][r, c, :, length - 1])
                         for name, value in metrics.items():
                             out[name][r, c, t] = value
     except Exception as exc:  # recorded, never raised

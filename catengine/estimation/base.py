@@ -91,8 +91,9 @@ class TraitEstimate:
     How the reported SD was made (docs/math.md §7.3-7.5): ``theta_sd_fixed_items`` is the model's SD with
     the item parameters taken as known (``None`` when the bank carries no item uncertainty, then it
     equals the SD before ``interval_factor``); ``interval_factor`` the factor the SDs were multiplied
-    by afterwards (the bank's cross-fitted c(L), or an explicit ``sd_scale``) and
-    ``interval_calibration`` a sentence saying which (empty: not calibrated).
+    by afterwards (the bank's cross-fitted c(L), or an explicit ``sd_scale``),
+    ``interval_calibration`` a sentence saying which (empty: not calibrated) and ``interval_z95`` the
+    bank's cross-fitted multiplier of the 95% interval (None: 1.96).
     """
 
     theta: float
@@ -107,14 +108,19 @@ class TraitEstimate:
     theta_sd_fixed_items: float | None = None
     interval_factor: float = 1.0
     interval_calibration: str = ""
+    interval_z95: float | None = None
 
     def interval(self, level: float = 0.95) -> tuple[float, float]:
-        """Normal-approximation credible interval of theta."""
+        """Credible interval of theta: theta +- z SD, z the normal quantile of ``level``, except at
+        level 0.95 when the bank's cross-fitted check measured its own multiplier
+        (``interval_z95``, docs/math.md §7.5)."""
         if not 0.0 < level < 1.0:
             raise ValueError(f"level must lie in (0, 1), got {level}")
         from statistics import NormalDist
 
         zq = NormalDist().inv_cdf(0.5 + level / 2.0)
+        if self.interval_z95 is not None and abs(level - 0.95) < 1e-12:
+            zq = self.interval_z95
         return self.theta - zq * self.theta_sd, self.theta + zq * self.theta_sd
 
     def covariance(self) -> np.ndarray:
@@ -211,7 +217,8 @@ class TraitEstimator(ABC):
         curve = state.interval_curve
         if self.interval_calibration and curve is not None:
             factor = curve.factor(state.n)
-            return replace(scale_sd(est, factor), interval_factor=factor, interval_calibration=curve.describe(state.n))
+            return replace(scale_sd(est, factor), interval_factor=factor, interval_calibration=curve.describe(state.n),
+                           interval_z95=curve.multiplier(state.n))
         return est
 
     def _with_item_uncertainty(self, params: ItemParams, state: ResponseState, est: TraitEstimate) -> TraitEstimate:

@@ -9,7 +9,9 @@ The bank's root attribute ``interval_calibration`` is a JSON object::
                 "random": {"test_length": [...], "c": [...], ...}},
      "measured": {...}, "seconds": 12.5}
 
-``c`` is >= 1 (a table by test length, smoothed; see ``calibration.interval_calibration``). Between the tabulated lengths c(L) is linear in
+``c`` is >= 1 (a table by test length, smoothed; see ``calibration.interval_calibration``). An
+optional ``z95`` list (same lengths) is the calibrated multiplier of the 95% interval: theta +-
+z95(L) SD instead of +- 1.96 SD (interpolated like c; banks without it use 1.96). Between the tabulated lengths c(L) is linear in
 L; below the first and beyond the last it is held constant; with no answer (L = 0) it is 1 (the
 population prior needs no correction). A session uses the curve of its own selector's name, and,
 for a selector the check did not run, the pointwise largest of the stored curves (conservative).
@@ -33,6 +35,7 @@ class IntervalCurve:
     c: tuple[float, ...]
     selection: str
     measured_on: str
+    z95: tuple[float, ...] | None = None
 
     def __post_init__(self):
         L = np.asarray(self.test_length, dtype=float)
@@ -43,14 +46,26 @@ class IntervalCurve:
             raise ValueError(f"test_length must be increasing positive integers, got {self.test_length!r}")
         if not np.all(np.isfinite(c)) or np.any(c <= 0):
             raise ValueError(f"c must be finite and > 0, got {self.c!r}")
+        if self.z95 is not None:
+            z = np.asarray(self.z95, dtype=float)
+            if z.shape != c.shape or not np.all(np.isfinite(z)) or np.any(z <= 0):
+                raise ValueError(f"z95 must be finite, > 0 and match test_length, got {self.z95!r}")
 
     def factor(self, n_items: int) -> float:
         if n_items <= 0:
             return 1.0
         return float(np.interp(float(n_items), self.test_length, self.c))
 
+    def multiplier(self, n_items: int) -> float | None:
+        """z95(L), the calibrated 95% multiplier of the SD (None: the curve has none, use 1.96)."""
+        if self.z95 is None or n_items <= 0:
+            return None
+        return float(np.interp(float(n_items), self.test_length, self.z95))
+
     def describe(self, n_items: int) -> str:
-        return (f"SD x c({n_items}) = {self.factor(n_items):.3f}, cross-fitted on {self.measured_on} "
+        z = self.multiplier(n_items)
+        interval = "" if z is None else f", 95% interval +-{z:.2f} SD"
+        return (f"SD x c({n_items}) = {self.factor(n_items):.3f}{interval}, cross-fitted on {self.measured_on} "
                 f"with {self.selection} selection")
 
 
@@ -77,8 +92,10 @@ class IntervalCalibration:
         curves = {}
         for name, cur in record["curves"].items():
             try:
+                z95 = cur.get("z95")
                 curves[str(name)] = IntervalCurve(tuple(int(v) for v in cur["test_length"]), tuple(float(v) for v in cur["c"]),
-                                                  str(name), measured_on)
+                                                  str(name), measured_on,
+                                                  None if z95 is None else tuple(float(v) for v in z95))
             except (KeyError, TypeError, ValueError) as exc:
                 raise ValueError(f"{source}: interval_calibration curve {name!r} is malformed ({exc})") from None
         selection = str(record.get("selection", next(iter(curves))))
@@ -91,8 +108,11 @@ class IntervalCalibration:
         grid = sorted(set().union(*(c.test_length for c in self.curves.values())))
         c = [max(cur.factor(L) for cur in self.curves.values()) for L in grid]
         c = list(np.maximum.accumulate(c))
+        z95 = None
+        if all(cur.z95 is not None for cur in self.curves.values()):
+            z95 = tuple(max(cur.multiplier(L) for cur in self.curves.values()) for L in grid)
         return IntervalCurve(tuple(grid), tuple(c), f"{selector_name} (not measured; largest of "
-                             f"{', '.join(sorted(self.curves))})", self.measured_on)
+                             f"{', '.join(sorted(self.curves))})", self.measured_on, z95)
 
     @property
     def summary(self) -> str:

@@ -60,6 +60,7 @@ class StepRecord:
     tau_sd: float | None
     criterion: float
     proposed: bool
+    interval_z95: float | None = None  # the 95% interval's multiplier at this step (None: 1.96)
 
 
 def _check_correct(correct) -> int:
@@ -429,7 +430,7 @@ class CATSession:
             proposed, crit = True, self._batch[j]
         rec = StepRecord(step=state.n, item=self.items.item_ids[j], correct=y, cot_length=cot,
                          theta=est.theta, theta_sd=est.theta_sd, tau=est.tau, tau_sd=est.tau_sd,
-                         criterion=crit, proposed=proposed)
+                         criterion=crit, proposed=proposed, interval_z95=est.interval_z95)
         try:
             self._emit({"event": "record", "subject": self.subject, "step": state.n, "item": rec.item, "correct": y,
                         "cot_length": cot, "proposed": proposed, "estimate": _estimate_json(est)})

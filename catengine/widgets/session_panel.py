@@ -437,7 +437,8 @@ class SessionPanel(widgets.VBox):
         if history:
             steps = np.array([r.step for r in history])
             theta = np.array([r.theta for r in history])
-            band = np.array([TraitEstimate(r.theta, r.theta_sd, r.step).interval(self.level) for r in history])
+            band = np.array([TraitEstimate(r.theta, r.theta_sd, r.step, interval_z95=r.interval_z95).interval(self.level)
+                             for r in history])
             ax.fill_between(steps, band[:, 0], band[:, 1], color="C0", alpha=0.2, lw=0, label=f"{pct}% interval")
             ax.plot(steps, theta, color="C0", lw=1.5, label="estimate of θ")
             correct = np.array([r.correct for r in history], dtype=bool)

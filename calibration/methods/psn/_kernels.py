@@ -129,13 +129,37 @@ def _fold_rows(T, idx, b1, M, c, hid, out):
 
 
 @njit(cache=True, error_model="numpy")
-def batch_forward_backward(S, I, subj, item, y, s_b1, m_s, c_s, i_b1, M_i, c_i, ordered, g_hs, g_hi, a_s, A, sums):
+def prior_loss_grad(theta, out, subj, item, prior, weight, g_theta, g_out):
+    """Add the prior's per-cell share to g_theta (B,) and g_out (B, 4); returns its weighted sum.
+
+    ``prior`` = (slope_pen (J,), subject_pen (N,)): cell n of subject i and item j carries
+    weight * (slope_pen[j] a^2 + subject_pen[i] theta^2) / 2. The calibrator divides each item's
+    (subject's) prior precision by its number of observed cells, so a pass over every cell adds
+    each prior term once (``PSNCalibrator``, docs/math.md §3.4).
+    """
+    slope_pen, subject_pen = prior
+    total = 0.0
+    for n in range(out.shape[0]):
+        pa = slope_pen[item[n]]
+        ps = subject_pen[subj[n]]
+        a = out[n, 1]
+        t = theta[n]
+        total += 0.5 * weight * (pa * a * a + ps * t * t)
+        g_out[n, 1] += weight * pa * a
+        g_theta[n] += weight * ps * t
+    return total
+
+
+@njit(cache=True, error_model="numpy")
+def batch_forward_backward(S, I, subj, item, y, s_b1, m_s, c_s, i_b1, M_i, c_i, ordered, prior, g_hs, g_hi, a_s, A,
+                           sums):
     """Fused mini-batch pass of the folded network (see ``PSNNetwork.forward_backward``).
 
     theta_n = relu(S[subj_n] + s_b1) . m_s + c_s, out_n = relu(I[item_n] + i_b1) @ M_i + c_i,
     with m_s (H, 1), c_s (1,), M_i (H, 4), c_i (4,). Fills g_hs, g_hi (B, H): gradients wrt the
     hidden pre-activations (masked by the ReLU); a_s (H,) = sum_n g_theta_n h_s,n; A (H, 4) =
-    sum_n h_i,n g_out_n'; sums (5,) = (sum g_theta, sum g_out[:, 0..3]). Returns the mean BCE.
+    sum_n h_i,n g_out_n'; sums (5,) = (sum g_theta, sum g_out[:, 0..3]). ``prior``: see
+    ``prior_loss_grad`` (zeros for none). Returns the mean BCE plus the prior's share.
     """
     B = subj.shape[0]
     H = S.shape[1]
@@ -148,6 +172,7 @@ def batch_forward_backward(S, I, subj, item, y, s_b1, m_s, c_s, i_b1, M_i, c_i, 
     gt = np.empty(B)
     go = np.empty((B, 4))
     total = cell_loss_grad(th[:, 0], out, y, ordered, 1.0 / B, gt, go)
+    total += prior_loss_grad(th[:, 0], out, subj, item, prior, 1.0 / B, gt, go)
     a_s[:] = 0.0
     A[:, :] = 0.0
     sums[:] = 0.0

@@ -21,13 +21,16 @@ slope-intercept form z = a theta + b (docs/math.md §0). The export
 from __future__ import annotations
 
 import argparse
+import json
 import warnings
 
 import numpy as np
 
 from calibration.base import BaseCalibrator, ConvergenceWarning, Setting, choice, integer, non_negative, positive, seed, switch
+from catengine.itembank.schema import PLAUSIBLE_RANGES
 from catengine.validation import in_unit_interval, positive_finite
 from calibration.data import ResponseData
+from calibration.diagnostics import item_diagnostics
 from calibration.methods.psn.laplace import CURVATURES, fit_item_posterior, laplace_from_network, n_separated_pairs, p_ahead
 from calibration.methods.psn.network import A, BETA, PSNNetwork, fit_network
 from calibration.methods.psn.replication import split_half_check
@@ -36,6 +39,15 @@ Z95 = 1.959963984540054
 MEAN_LOSS = "mean-loss"  # temperature = number of observed cells
 SPLIT_HALF = "split-half"  # temperature = max(1, mean z^2) of a split-half refit (calibration.methods.psn.replication)
 TEMPERATURE_WORDS = (MEAN_LOSS, SPLIT_HALF)
+ITEM_PRIORS = ("normal", "none")
+# The priors join after two plain epochs, and only once the abilities have spread (native SD >=
+# 0.5): the initial network (no ability spread, slopes near 0) is a saddle that a prior on a and
+# theta can make attracting, holding every slope and ability at 0 (seen on a ChemBench subset).
+PRIOR_START_EPOCH = 3
+PRIOR_MIN_SPREAD = 0.5
+# theta_i ~ Normal(0, 3^2): the ability prior is there to pin the scale; under Normal(0, 1) the
+# abilities of a 12-item test fit were shrunk so far that the likelihood preferred 3 theta
+ABILITY_PRIOR_SD = 3.0
 
 
 def check_temperature(value, name: str = "temperature"):
@@ -60,6 +72,12 @@ def parse_temperature(text: str):
     return value
 
 
+def _per_cell(counts) -> np.ndarray:
+    """1 / (observed cells) per row (0 where none): a unit prior precision spread over the cells."""
+    counts = np.asarray(counts, dtype=np.float64)
+    return np.where(counts > 0, 1.0 / np.maximum(counts, 1.0), 0.0)
+
+
 class PSNCalibrator(BaseCalibrator):
     """PSN-IRT (Zhou et al.) in numpy/numba with the last-layer Laplace posterior of seed 002.
 
@@ -75,6 +93,14 @@ class PSNCalibrator(BaseCalibrator):
     validation_fraction : share of observed cells held out for early stopping (0 = none; then
         every epoch runs, as the reference). ``patience`` epochs without a validation-loss
         improvement larger than ``min_delta`` stop training; the best epoch's weights are kept.
+    item_prior : "normal" (default): a_j ~ Normal(0, slope_prior_sd^2) on every item's slope and
+        theta_i ~ Normal(0, 3^2) on every ability, on the network's native scale, added to the
+        training loss (docs/math.md §3.4). The ability prior pins the scale that the PSN-IRT
+        likelihood leaves free, so the slope prior cannot be dodged by stretching theta; together
+        they keep items that a small calibration sample separates perfectly from running away
+        (ChemBench folds of 12-18 LLMs reached standardised slopes of 50 without them). "none":
+        the plain PSN-IRT loss of the reference (seed 002).
+    slope_prior_sd : the prior SD of the native slopes (default 1).
     prior_precision : delta of the Laplace prior Normal(0, I / delta) on the readout weights.
     tune_prior_precision : maximise the Laplace evidence over delta (per branch) instead.
     curvature : "fisher" (default), "logistic" or "exact" (see ``calibration.methods.psn.laplace``).
@@ -110,7 +136,11 @@ class PSNCalibrator(BaseCalibrator):
     (posterior SDs of ``theta_``), ``item_params_`` (bank-form 4PL on the scale of ``theta_``,
     i.e. ``item_params(standardize=False)``), ``temperature_`` (the Laplace
     temperature used, a number), ``split_half_`` (the :class:`RefitComparison` behind
-    ``temperature="split-half"``, else None).
+    ``temperature="split-half"``, else None), ``diagnostics_``
+    (:class:`calibration.diagnostics.ItemDiagnostics` on the standardised slopes: perfect items
+    and runaway slopes, above 10; a runaway slope sets ``converged_`` to False. PSN has no item
+    prior: with 12-18 LLMs many slopes run away, and bank slopes / intercepts beyond the bank's
+    plausible range (|a| <= 50, |b| <= 100) are held at its edge).
     """
 
     method_name = "psn"
@@ -127,6 +157,9 @@ class PSNCalibrator(BaseCalibrator):
                                        "--validation-fraction", type=float),
         "patience": integer(1, "early-stopping patience in epochs (default 4)", "--patience"),
         "min_delta": non_negative(),
+        "item_prior": choice(ITEM_PRIORS, "priors a ~ Normal(0, s^2), theta ~ Normal(0, 9) in training: normal "
+                             "(default) or none (the reference loss)", "--item-prior"),
+        "slope_prior_sd": positive("prior SD s of the native slopes (default 1)", "--slope-prior-sd"),
         "prior_precision": positive("Laplace prior precision delta (default 1.0)", "--prior-precision"),
         "tune_prior_precision": switch("maximise the Laplace evidence over delta", "--tune-prior-precision"),
         "curvature": choice(CURVATURES, "Laplace curvature (default fisher)", "--curvature"),
@@ -163,6 +196,8 @@ class PSNCalibrator(BaseCalibrator):
         validation_fraction: float = 0.0,
         patience: int = 4,
         min_delta: float = 0.0,
+        item_prior: str = "normal",
+        slope_prior_sd: float = 1.0,
         prior_precision: float = 1.0,
         tune_prior_precision: bool = False,
         curvature: str = "fisher",
@@ -202,6 +237,12 @@ class PSNCalibrator(BaseCalibrator):
             rng=gen,
             dtype=str(self.dtype),
         )
+        prior = None
+        if self.item_prior == "normal":
+            # each prior term spread over the item's / subject's training cells (docs/math.md §3.4)
+            per_item = np.bincount(item[tr], minlength=responses.n_items)
+            per_subject = np.bincount(subj[tr], minlength=responses.n_subjects)
+            prior = (_per_cell(per_item) / float(self.slope_prior_sd) ** 2, _per_cell(per_subject) / ABILITY_PRIOR_SD**2)
         hist = fit_network(
             net,
             subj[tr],
@@ -216,6 +257,9 @@ class PSNCalibrator(BaseCalibrator):
             min_delta=float(self.min_delta),
             rng=gen,
             progress=bool(self.progress),
+            prior=prior,
+            prior_start=PRIOR_START_EPOCH,
+            prior_min_spread=PRIOR_MIN_SPREAD,
         )
         self.network_ = net
         self.history_ = hist
@@ -274,6 +318,15 @@ class PSNCalibrator(BaseCalibrator):
         self.theta_sd_ = self.ability_posterior_.marginal_sd()  # on the network's scale, as theta_
         self._fitted = True  # item_params needs it; fit sets it again after recording the provenance
         self.item_params_ = self.item_params(standardize=False)  # on the scale of theta_
+        n_right = np.sum(responses.correct == 1, axis=0)
+        n_seen = np.sum(responses.correct >= 0, axis=0)
+        mu, sigma = self._scale(True)
+        a_std = np.where(self.c_ > self.d_, -self.a_, self.a_) * sigma  # before the plausible-range clip
+        self.diagnostics_ = item_diagnostics(responses.item_ids, a_std, perfect=(n_right == 0) | (n_right == n_seen))
+        if self.converged_ and not self.diagnostics_.fit_identified:
+            warnings.warn(f"{type(self).__name__}: {self.diagnostics_.message()}; converged_ is False",
+                          ConvergenceWarning, stacklevel=3)
+            self.converged_ = False
 
     def fit_summary(self, data) -> str:
         text = (
@@ -359,6 +412,10 @@ class PSNCalibrator(BaseCalibrator):
             c = np.where(same & (d <= c), c - 1e-12, c)
         a = a_n * sigma
         b = -a_n * (self.beta_ - mu)
+        # separated items of small samples: slopes beyond any bank's plausible range are held at
+        # its edge (they are flagged in diagnostics_ as runaway slopes and make converged_ False)
+        a = np.clip(a, *PLAUSIBLE_RANGES["a"])
+        b = np.clip(b, *PLAUSIBLE_RANGES["b"])
         return a, b, c, d, sign
 
     # ------------------------------------------------------------------ export
@@ -464,6 +521,10 @@ class PSNCalibrator(BaseCalibrator):
                 "best_epoch": int(hist.best_epoch),
                 "stopped_early": int(bool(hist.stopped_early)),
                 "n_flipped_items": int(np.sum(sign < 0)),
+                "item_prior": str(self.item_prior),
+                "slope_prior_sd": float(self.slope_prior_sd),
+                "prior_epoch": int(hist.prior_epoch),
+                "diagnostics": json.dumps(self.diagnostics_.summary()),
                 "fit_seconds": float(self.elapsed_),
             },
         )

@@ -102,6 +102,26 @@ class PSNNetwork:
         self.i_b2[:] = gen.uniform(-k_h, k_h, E)
         self.i_W[:] = gen.uniform(-k_e, k_e, (E, 4))
         self.i_b[:] = gen.uniform(-k_e, k_e, 4)
+        self.clear_prior()
+
+    # ------------------------------------------------------------------ prior
+    def set_prior(self, slope_penalty, subject_penalty) -> None:
+        """Zero-mean quadratic penalties on the slopes a_j and the abilities theta_i, added to the
+        training loss (``_kernels.prior_loss_grad``; ``PSNCalibrator(item_prior="normal")`` sets them).
+
+        ``slope_penalty`` (J,) and ``subject_penalty`` (N,): per-cell weights (a prior precision
+        divided by the item's / subject's number of observed cells). Zeros (``clear_prior``) give
+        the plain PSN-IRT loss.
+        """
+        sp = np.ascontiguousarray(slope_penalty, dtype=np.float64)
+        tp = np.ascontiguousarray(subject_penalty, dtype=np.float64)
+        for name, arr, n in (("slope_penalty", sp, self.n_items), ("subject_penalty", tp, self.n_subjects)):
+            if arr.shape != (n,) or not np.all(np.isfinite(arr)) or np.any(arr < 0):
+                raise ValueError(f"{name} must hold {n} finite non-negative weights, got shape {arr.shape}")
+        self.prior = (sp, tp)
+
+    def clear_prior(self) -> None:
+        self.prior = (np.zeros(self.n_items), np.zeros(self.n_subjects))
 
     def _bind_views(self) -> None:
         H, E = self.hidden_dim, self.embedding_dim
@@ -133,6 +153,7 @@ class PSNNetwork:
         new._bind_views()
         new.S = self.S.copy()
         new.I = self.I.copy()
+        new.prior = (self.prior[0].copy(), self.prior[1].copy())
         return new
 
     def reflect(self) -> None:
@@ -197,8 +218,10 @@ class PSNNetwork:
         beta, a, c, d = self.item_parameters()
         return K.cell_probabilities(self.theta(), beta, a, c, d, subj, item)
 
-    def loss(self, subj, item, y) -> float:
-        """Mean binary cross-entropy over the listed cells (evaluated in chunks)."""
+    def loss(self, subj, item, y, *, include_prior: bool = False) -> float:
+        """Mean binary cross-entropy over the listed cells (evaluated in chunks); with
+        ``include_prior=True`` plus the prior's per-cell share (``set_prior``), the objective whose
+        gradient ``forward_backward`` returns."""
         subj, item = _as_index(subj, self.n_subjects, "subject"), _as_index(item, self.n_items, "item")
         y = np.ascontiguousarray(y, dtype=np.float64)
         n = subj.shape[0]
@@ -222,11 +245,14 @@ class PSNNetwork:
                 g_t[:m],
                 g_o[:m],
             )
+            if include_prior:
+                total += K.prior_loss_grad(np.ascontiguousarray(theta[subj[sl]]), np.ascontiguousarray(out[item[sl]]),
+                                           subj[sl], item[sl], self.prior, 1.0, g_t[:m], g_o[:m])
         return total / n
 
     # ------------------------------------------------------------------ backward
     def forward_backward(self, subj, item, y):
-        """Mean BCE of one mini-batch and its gradient.
+        """Mean BCE of one mini-batch (plus the prior's share, ``set_prior``) and its gradient.
 
         Returns ``(loss, g_dense, g_S_rows, g_I_rows)``: ``g_dense`` is the gradient of the flat
         dense vector; the table gradients are per cell (row ``subj[n]`` of S receives
@@ -250,7 +276,7 @@ class PSNNetwork:
         sums = np.empty(5)
         loss = K.batch_forward_backward(
             self.S, self.I, subj, item, y, self.s_b1, m_s[:, None], c_s, self.i_b1, M_i, c_i,
-            self.ordered_asymptotes, g_hs, g_hi, a_s, A, sums,
+            self.ordered_asymptotes, self.prior, g_hs, g_hi, a_s, A, sums,
         )
         sg, so = sums[0], sums[1:].astype(dt)
         a_s, A = a_s.astype(dt), A.astype(dt)
@@ -387,6 +413,7 @@ class TrainingHistory:
     best_epoch: int = 0  # 1-based epoch whose parameters were kept
     stopped_early: bool = False
     n_steps: int = 0
+    prior_epoch: int = 0  # first epoch trained with the prior (0: none)
 
 
 def fit_network(
@@ -405,6 +432,9 @@ def fit_network(
     rng=None,
     progress: bool = False,
     callback=None,
+    prior=None,
+    prior_start: int = 1,
+    prior_min_spread: float = 0.0,
 ) -> TrainingHistory:
     """Train ``net`` in place on observed cells (subj, item, y) with shuffled mini-batches.
 
@@ -412,7 +442,10 @@ def fit_network(
     may be smaller (as torch's DataLoader). With ``validation = (subj, item, y)`` the validation
     loss is computed after every epoch; training stops when it has not improved by ``min_delta``
     for ``patience`` epochs, and the parameters of the best epoch are restored.
-    ``callback(epoch, history)`` is called after every epoch.
+    ``callback(epoch, history)`` is called after every epoch. ``prior = (slope_penalty,
+    subject_penalty)`` (``PSNNetwork.set_prior``) is added to the loss from the first epoch at or
+    after ``prior_start`` that begins with the abilities' SD at least ``prior_min_spread``; earlier
+    epochs train the plain loss (``history.prior_epoch`` records when it started; 0: never).
     """
     gen = np.random.default_rng(rng)
     subj = np.ascontiguousarray(subj, dtype=np.int64)
@@ -422,6 +455,7 @@ def fit_network(
     if n == 0:
         raise ValueError("no observed cells to train on")
     opt = Adam(net, lr=learning_rate, weight_decay=weight_decay)
+    net.clear_prior()
     hist = TrainingHistory()
     best_state, best_val, since_best = None, np.inf, 0
     n_batches = -(-n // batch_size)
@@ -434,6 +468,10 @@ def fit_network(
         for epoch in range(1, max_epochs + 1):
             t0 = time.perf_counter()
             c0 = time.process_time()
+            if prior is not None and not hist.prior_epoch and epoch >= prior_start \
+                    and float(np.std(net.theta())) >= prior_min_spread:
+                net.set_prior(*prior)
+                hist.prior_epoch = epoch
             order = gen.permutation(n)
             s_ep, i_ep, y_ep = subj[order], item[order], y[order]
             total = 0.0
