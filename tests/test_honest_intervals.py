@@ -278,7 +278,28 @@ def test_fit_factors_recovers_a_known_inflation():
     assert np.allclose(out["c_raw"], k, rtol=0.06)
     assert np.allclose(out["rms_ratio_calibrated_in_sample"], 1.0, rtol=0.06)
     honest = fit_factors(d * rng.standard_normal(d.shape), sd, full_sd)
-    assert np.allclose(honest["c"], 1.0, atol=0.05)  # floored at 1, never narrower
+    assert np.allclose(honest["c"], 1.0, atol=0.05)
+    wide = fit_factors(0.8 * d * rng.standard_normal(d.shape), sd, full_sd)  # intervals 25% too wide
+    assert np.allclose(wide["c"], 0.8, rtol=0.05) and np.all(np.array(wide["c"]) > np.array(wide["c_raw"]) - 0.02)
+
+
+def test_narrowing_floor_narrows_only_by_the_upper_confidence_bound():
+    """c >= 1 is kept; c < 1 becomes min(1, c sqrt(n / chi2_{n, 0.3})) with 24 or more LLMs, else 1;
+    the bound holds the true factor 70% of the time (brute force over normal replicates)."""
+    from scipy.stats import chi2
+
+    from calibration.interval_calibration import narrowing_floor
+
+    c = np.array([1.4, 1.0, 0.9, 0.5])
+    for n in (24, 158):
+        expected = np.where(c >= 1, c, np.minimum(1.0, c * np.sqrt(n / chi2.ppf(0.3, n))))
+        np.testing.assert_allclose(narrowing_floor(c, n), expected, rtol=1e-12)
+    np.testing.assert_array_equal(narrowing_floor(c, 23), [1.4, 1.0, 1.0, 1.0])  # too few LLMs to narrow
+    rng = np.random.default_rng(11)
+    n, k = 60, 0.7
+    c_hat = k * np.sqrt(np.mean(rng.standard_normal((5000, n)) ** 2, axis=1))
+    bound = c_hat * np.sqrt(n / chi2.ppf(0.3, n))
+    assert np.mean(bound >= k) == pytest.approx(0.7, abs=0.03)
 
 
 def test_interval_multipliers_are_an_upper_bound_of_the_held_out_95_quantile():
@@ -379,7 +400,11 @@ def test_default_calibration_path_stores_the_interval_check_and_sessions_use_it(
     record = json.loads(bank.attrs["interval_calibration"])
     assert record["folds"] == 5 and record["n_subjects"] == N
     assert set(record["curves"]) == {record["selection"], "random"}
-    assert all(c >= 1.0 for cur in record["curves"].values() for c in cur["c"])
+    from calibration.interval_calibration import narrowing_floor, smooth_table
+
+    for cur in record["curves"].values():  # c(L): the smoothed raw factors, below 1 only by their bound
+        expected = narrowing_floor(smooth_table(cur["c_raw"], log_scale=True), cur["n_llms"])
+        np.testing.assert_allclose(cur["c"], expected, atol=2e-4)
     s = CATSession(bank, stopping=MaxItems(10), rng=0)
     while not s.finished:
         s.record(s.next_item(), 1)

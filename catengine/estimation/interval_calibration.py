@@ -9,7 +9,8 @@ The bank's root attribute ``interval_calibration`` is a JSON object::
                 "random": {"test_length": [...], "c": [...], ...}},
      "measured": {...}, "seconds": 12.5}
 
-``c`` is >= 1 (a table by test length, smoothed; see ``calibration.interval_calibration``). An
+``c`` is a table by test length, smoothed, and below 1 only where the check had evidence for it
+(see ``calibration.interval_calibration``). An
 optional ``z95`` list (same lengths) is the calibrated multiplier of the 95% interval: theta +-
 z95(L) SD instead of +- 1.96 SD (interpolated like c; banks without it use 1.96). Between the tabulated lengths c(L) is linear in
 L; below the first and beyond the last it is held constant; with no answer (L = 0) it is 1 (the
