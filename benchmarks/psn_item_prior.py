@@ -2,7 +2,8 @@
 
 ``python benchmarks/psn_item_prior.py``: fits ``PSNCalibrator(item_prior=...)`` with its defaults
 on ChemBench (22 LLMs x 2,854 items) and on random subsets of 17, 14, 14 and 12 of its LLMs
-(rows drawn with seed 1), and prints per fit the standardised bank slopes (median, 99th
+(rows drawn with seed 1); ``python benchmarks/psn_item_prior.py psn-irt`` on the PSN-IRT matrix
+(``percent_0.7``: 12 LLMs x 29,309 items) and 11 of its LLMs. Prints per fit the standardised bank slopes (median, 99th
 percentile, largest), the largest |intercept|, how many slopes are above 10 (flagged as runaway),
 ``converged_``, the last epoch's training loss and the epoch the prior joined (0: never).
 """
@@ -26,10 +27,16 @@ def main() -> int:
     from calibration.methods.psn import PSNCalibrator
 
     warnings.simplefilter("ignore")
-    data = load_responses(DATA / "chembench" / "responses_models_x_items.csv.gz", wide=True)
+    if len(sys.argv) > 1 and sys.argv[1] == "psn-irt":
+        from calibration import ResponseData
+
+        Y = np.loadtxt(DATA / "psn_irt" / "percent_0.7.csv.gz", delimiter=",").astype(np.int8)
+        data, sizes = ResponseData.from_arrays(Y), (12, 11)
+    else:
+        data, sizes = load_responses(DATA / "chembench" / "responses_models_x_items.csv.gz", wide=True), (22, 17, 14, 14, 12)
     g = np.random.default_rng(1)
     print("LLMs  prior   seconds converged  |a| median / q99 / max  max|b|  n(|a|>10)  train loss  prior from epoch")
-    for n in (22, 17, 14, 14, 12):
+    for n in sizes:
         rows = np.sort(g.permutation(data.n_subjects)[:n])
         for prior in ("none", "normal"):
             t0 = time.perf_counter()

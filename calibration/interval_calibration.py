@@ -4,7 +4,8 @@ intervals of a bank behave on held-out *real* LLMs?
 The calibration LLMs are split into ``folds`` groups. For each fold a bank is fitted on the other
 folds by the same calibrator and settings (``make_bank``), and every held-out LLM is replayed
 through adaptive tests from its recorded answers (``calibration.audit.replay.replay_llms``), with
-the bank's default selector and with random selection. After L items, with theta_L / SD_L the
+the bank's default selector, with plain maximum information (when that is not the default) and
+with random selection. After L items, with theta_L / SD_L the
 adaptive estimate and theta_F / SD_F the estimate from all of the LLM's answers (same fold bank),
 
     z_L = (theta_L - theta_F) / d_L,   d_L^2 = SD_L^2 - SD_F^2
@@ -252,7 +253,7 @@ def cross_fit_intervals(data, make_bank, *, folds: int = DEFAULT_FOLDS, test_len
         scoring_used = (scoring or "lart") if lart_bank else "irt"
         if not default_name:
             default_name = CATSession(bank).selector.name
-        selectors = [("default", None), ("random", _random())]
+        selectors = [("default", None), ("random", _random())] + ([] if default_name == "mfi" else [("mfi", _mfi())])
         test = [i for i in fold_rows[k] if n_obs[i] >= L]
         if not test:
             continue
@@ -310,6 +311,12 @@ def _random():
     from catengine.selection import RandomSelection
 
     return RandomSelection()
+
+
+def _mfi():
+    from catengine.selection import SELECTORS
+
+    return SELECTORS["mfi"]()
 
 
 class RefitBank:

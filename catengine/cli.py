@@ -135,7 +135,7 @@ def _cmd_demo(args) -> int:
         bank, target_sd=args.target_sd, max_items=args.max_items, rng=args.seed, on_step=show, log=args.log,
     )
     last = steps[-1]
-    lo, hi = last.theta - 1.96 * last.theta_sd, last.theta + 1.96 * last.theta_sd
+    lo, hi = session.estimate.interval(0.95)  # the bank's cross-fitted multiplier when it has one
     print(
         f"\nability theta = {last.theta:+.3f} +/- {last.theta_sd:.3f} (95% interval {lo:+.3f} .. {hi:+.3f}), "
         f"from {last.step} of {bank.n_items} items ({100 * last.step / bank.n_items:.0f}%)"

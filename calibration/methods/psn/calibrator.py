@@ -138,9 +138,9 @@ class PSNCalibrator(BaseCalibrator):
     temperature used, a number), ``split_half_`` (the :class:`RefitComparison` behind
     ``temperature="split-half"``, else None), ``diagnostics_``
     (:class:`calibration.diagnostics.ItemDiagnostics` on the standardised slopes: perfect items
-    and runaway slopes, above 10; a runaway slope sets ``converged_`` to False. PSN has no item
-    prior: with 12-18 LLMs many slopes run away, and bank slopes / intercepts beyond the bank's
-    plausible range (|a| <= 50, |b| <= 100) are held at its edge).
+    and runaway slopes, above 10; a runaway slope sets ``converged_`` to False. With
+    ``item_prior="none"`` many slopes run away on 12-18 LLMs; bank slopes / intercepts beyond the
+    bank's plausible range (|a| <= 50, |b| <= 100) are held at its edge).
     """
 
     method_name = "psn"
@@ -320,7 +320,7 @@ class PSNCalibrator(BaseCalibrator):
         self.item_params_ = self.item_params(standardize=False)  # on the scale of theta_
         n_right = np.sum(responses.correct == 1, axis=0)
         n_seen = np.sum(responses.correct >= 0, axis=0)
-        mu, sigma = self._scale(True)
+        sigma = self._scale(True)[1]
         a_std = np.where(self.c_ > self.d_, -self.a_, self.a_) * sigma  # before the plausible-range clip
         self.diagnostics_ = item_diagnostics(responses.item_ids, a_std, perfect=(n_right == 0) | (n_right == n_seen))
         if self.converged_ and not self.diagnostics_.fit_identified:
