@@ -47,21 +47,25 @@ class IntervalCurve:
             raise ValueError(f"test_length must be increasing positive integers, got {self.test_length!r}")
         if not np.all(np.isfinite(c)) or np.any(c <= 0):
             raise ValueError(f"c must be finite and > 0, got {self.c!r}")
+        z = None
         if self.z95 is not None:
             z = np.asarray(self.z95, dtype=float)
             if z.shape != c.shape or not np.all(np.isfinite(z)) or np.any(z <= 0):
                 raise ValueError(f"z95 must be finite, > 0 and match test_length, got {self.z95!r}")
+        object.__setattr__(self, "_tables", (L, c, z))  # as arrays once: sessions read them every step
 
     def factor(self, n_items: int) -> float:
         if n_items <= 0:
             return 1.0
-        return float(np.interp(float(n_items), self.test_length, self.c))
+        L, c, _ = self._tables
+        return float(np.interp(float(n_items), L, c))
 
     def multiplier(self, n_items: int) -> float | None:
         """z95(L), the calibrated 95% multiplier of the SD (None: the curve has none, use 1.96)."""
-        if self.z95 is None or n_items <= 0:
+        L, _, z = self._tables
+        if z is None or n_items <= 0:
             return None
-        return float(np.interp(float(n_items), self.test_length, self.z95))
+        return float(np.interp(float(n_items), L, z))
 
     def describe(self, n_items: int) -> str:
         z = self.multiplier(n_items)

@@ -320,8 +320,7 @@ class PSNCalibrator(BaseCalibrator):
         self.item_params_ = self.item_params(standardize=False)  # on the scale of theta_
         n_right = np.sum(responses.correct == 1, axis=0)
         n_seen = np.sum(responses.correct >= 0, axis=0)
-        sigma = self._scale(True)[1]
-        a_std = np.where(self.c_ > self.d_, -self.a_, self.a_) * sigma  # before the plausible-range clip
+        a_std = self._bank_arrays(True, clip=False)[0]
         self.diagnostics_ = item_diagnostics(responses.item_ids, a_std, perfect=(n_right == 0) | (n_right == n_seen))
         if self.converged_ and not self.diagnostics_.fit_identified:
             warnings.warn(f"{type(self).__name__}: {self.diagnostics_.message()}; converged_ is False",
@@ -397,8 +396,9 @@ class PSNCalibrator(BaseCalibrator):
         a, b, c, d, _ = self._bank_arrays(standardize)
         return ItemParams("4pl", a=a, b=b, c=c, d=d)
 
-    def _bank_arrays(self, standardize: bool):
-        """(a, b, c, d, sign): slope-intercept arrays and the per-item flip sign (+1 or -1)."""
+    def _bank_arrays(self, standardize: bool, clip: bool = True):
+        """(a, b, c, d, sign): slope-intercept arrays and the per-item flip sign (+1 or -1); with
+        ``clip`` slopes and intercepts are held inside the bank's plausible range."""
         self._check_fitted()
         mu, sigma = self._scale(standardize)
         flip = self.c_ > self.d_
@@ -412,10 +412,11 @@ class PSNCalibrator(BaseCalibrator):
             c = np.where(same & (d <= c), c - 1e-12, c)
         a = a_n * sigma
         b = -a_n * (self.beta_ - mu)
-        # separated items of small samples: slopes beyond any bank's plausible range are held at
-        # its edge (they are flagged in diagnostics_ as runaway slopes and make converged_ False)
-        a = np.clip(a, *PLAUSIBLE_RANGES["a"])
-        b = np.clip(b, *PLAUSIBLE_RANGES["b"])
+        if clip:
+            # separated items of small samples: slopes beyond any bank's plausible range are held at
+            # its edge (they are flagged in diagnostics_ as runaway slopes and make converged_ False)
+            a = np.clip(a, *PLAUSIBLE_RANGES["a"])
+            b = np.clip(b, *PLAUSIBLE_RANGES["b"])
         return a, b, c, d, sign
 
     # ------------------------------------------------------------------ export
