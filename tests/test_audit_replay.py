@@ -172,3 +172,32 @@ def test_estimate_from_equals_recording_every_answer(model):
         assert once.tau == pytest.approx(e.tau, abs=1e-7) and once.tau_sd == pytest.approx(e.tau_sd, rel=1e-7)
     with pytest.raises(ItemAlreadyAnsweredError, match="appears twice"):
         CATSession(bank).estimate_from(items[:2] + items[:1], [1, 0, 1])
+
+
+def test_full_length_sd_comes_from_a_session_with_the_same_selector():
+    """Each selector's full-benchmark SD is scaled by that selector's own interval curve (the RMS
+    ratio compares SD_L and SD_F of one curve); the full-benchmark estimate itself is shared."""
+    import json
+
+    from calibration.audit.replay import replay_llms
+    from catengine import ItemBank
+    from catengine.estimation.interval_calibration import IntervalCalibration
+    from catengine.selection import RandomSelection
+
+    rng = np.random.default_rng(5)
+    J, N = 40, 3
+    ids = [f"i{k}" for k in range(J)]
+    record = {"version": 1, "folds": 4, "n_subjects": 40, "calibration_method": "cbmm", "selection": "pei",
+              "curves": {"pei": {"test_length": [5, 20], "c": [1.5, 2.0]},
+                         "random": {"test_length": [5, 20], "c": [1.1, 1.3]}}}
+    bank = ItemBank.from_params("2pl", ids, bank_id="curves", a=rng.uniform(0.5, 2, J), b=rng.normal(0, 1, J)
+                                ).replace_attrs(interval_calibration=json.dumps(record))
+    plain = ItemBank.from_params("2pl", ids, bank_id="curves", a=bank.params.a, b=bank.params.b)
+    data = ResponseData.from_arrays((rng.random((N, J)) < 0.5).astype(np.int8), item_ids=ids)
+    raw = replay_llms(bank, data, range(N), [("default", None), ("random", RandomSelection())], ["irt"], "map", 5, 1, 0)
+    ref = replay_llms(plain, data, range(N), [("default", None)], ["irt"], "map", 5, 1, 0)
+    cal = IntervalCalibration.from_json(json.dumps(record))
+    for r, name in enumerate(["pei", "random"]):
+        factor = cal.curve(name).factor(J)
+        assert np.allclose(raw["full_sd"][r, 0], ref["full_sd"][0, 0] * factor, rtol=1e-9)
+    assert np.array_equal(raw["full"], ref["full"])

@@ -297,3 +297,19 @@ def test_model_variance_floor_recomputes_the_logged_probabilities_and_matches_it
         design_estimate(np.array([0.1, 0.2, 0.3]), n_items=10, model_variances=[0.1, -1.0, 0.0])
     assert model_variance_terms(np.full((1, 3), 0.5), np.full((1, 3), 1 / 3), np.ones((1, 3), bool))[0, 0] == pytest.approx(
         3 * 0.25 * 3 / 9)
+
+
+def test_design_quantile_is_normal_when_the_model_floor_sets_the_variance_else_student_t():
+    from scipy.stats import norm, t as student_t
+
+    d = np.array([0.50, 0.52, 0.48, 0.51, 0.49])
+    se2 = np.sum((d - d.mean()) ** 2) / (5 * 4)
+    plain = design_estimate(d, n_items=100)
+    assert plain.se == pytest.approx(math.sqrt(se2)) and (plain.high - plain.mean) == pytest.approx(
+        student_t.ppf(0.975, 4) * plain.se)
+    below = design_estimate(d, n_items=100, model_variances=np.full(5, se2 * 5 / 2))  # floor se2 / 2: unused
+    assert below.se == pytest.approx(plain.se) and below.high == pytest.approx(plain.high)
+    above = design_estimate(d, n_items=100, model_variances=np.full(5, se2 * 5 * 3))  # floor 3 se2: binds
+    assert above.se == pytest.approx(math.sqrt(3 * se2)) and (above.high - above.mean) == pytest.approx(
+        norm.ppf(0.975) * above.se)
+

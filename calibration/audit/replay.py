@@ -96,9 +96,13 @@ def replay_llms(bank, data: ResponseData, rows, selectors, scorings, estimator: 
     """Replay the LLMs ``rows`` of ``data`` against ``bank``: raw per-LLM figures.
 
     ``selectors``: [(name, ItemSelector or None)] (None: the session's default selector for the bank).
-    Returns ``full`` / ``full_sd`` (scoring, llm): the estimate from every observed answer, and
-    ``est`` / ``sd`` / ``half`` (selector, scoring, llm, step): the adaptive estimate after each of
-    ``L`` items and the half-width of its 95% interval.
+    Returns ``full`` (scoring, llm): the estimate from every observed answer; ``full_sd``
+    (selector, scoring, llm): its SD as a session with that selector reports it (a bank's interval
+    calibration has one curve per selector, and the nested-variance identity behind the RMS ratio
+    compares SD_L and SD_F of the same curve: with the default selector's SD_F, random LaRT
+    sessions on MATH500, whose curve is half as wide, read an RMS ratio of 1.2-1.5 that was this
+    mismatch); and ``est`` / ``sd`` / ``half`` (selector, scoring, llm, step): the adaptive
+    estimate after each of ``L`` items and the half-width of its 95% interval.
     Sessions run with the engine's defaults otherwise (the bank's item uncertainty and its stored
     interval calibration, if any, are used). ``keep_sessions``: also return ``sessions``
     [selector][scoring] -> one ``ReplayedSession`` (history and bank objects) per LLM, for the
@@ -113,7 +117,7 @@ def replay_llms(bank, data: ResponseData, rows, selectors, scorings, estimator: 
     index = {item: k for k, item in enumerate(ids)}
     rows = list(rows)
     n = len(rows)
-    full, full_sd = np.empty((len(scorings), n)), np.empty((len(scorings), n))
+    full, full_sd = np.empty((len(scorings), n)), np.empty((len(selectors), len(scorings), n))
     est, sd, half = (np.empty((len(selectors), len(scorings), n, L)) for _ in range(3))
     sessions = [[[] for _ in scorings] for _ in selectors]
     for c, scoring in enumerate(scorings):
@@ -124,11 +128,13 @@ def replay_llms(bank, data: ResponseData, rows, selectors, scorings, estimator: 
             value = data.cot_length[i, j] if give_cot else math.nan
             return None if np.isnan(value) else float(value)
 
+        scorers = [CATSession(bank, selector=selector, estimator=estimator_obj) for _, selector in selectors]
         for k, i in enumerate(rows):  # the full-benchmark estimate: every observed answer
             seen = np.flatnonzero(data.correct[i] >= 0)
-            e = CATSession(bank, estimator=estimator_obj).estimate_from(
-                [ids[j] for j in seen], data.correct[i, seen], [cot(i, j) for j in seen])
-            full[c, k], full_sd[c, k] = e.theta, e.theta_sd
+            answers = ([ids[j] for j in seen], data.correct[i, seen], [cot(i, j) for j in seen])
+            for r, scorer in enumerate(scorers):
+                e = scorer.estimate_from(*answers)
+                full[c, k], full_sd[r, c, k] = e.theta, e.theta_sd
         for r, (sel_name, selector) in enumerate(selectors):
             engine_rng = np.random.default_rng(stream(entropy, replication, "engine", sel_name, scoring))
             for k, i in enumerate(rows):
@@ -173,7 +179,7 @@ def _replay_task(task: dict):
             for r in range(len(selectors)):
                 for c in range(len(scorings)):
                     for t, length in enumerate(lengths):
-                        metrics = replay_metrics(raw["full"][c], raw["full_sd"][c], raw["est"][r, c, :, length - 1],
+                        metrics = replay_metrics(raw["full"][c], raw["full_sd"][r, c], raw["est"][r, c, :, length - 1],
                                                  raw["sd"][r, c, :, length - 1], raw["half"][r, c, :, length - 1])
                         for name, value in metrics.items():
                             out[name][r, c, t] = value

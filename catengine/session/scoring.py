@@ -206,11 +206,10 @@ def check_design(session) -> None:
         )
 
 
-def design_model_variances(session, steps, before, order, predictions, member) -> np.ndarray:
-    """The model's Var_t(D_t) of each design step (the variance floor of ``design_estimate``): the
-    design's probabilities of every item not yet answered, recomputed from the posterior the draw
-    was made from (the selector is a pure function of it, and of ``predictions``, the same
-    E_q P_j(theta) it weighs by)."""
+def design_probabilities(session, steps, before, order, predictions) -> tuple[np.ndarray, np.ndarray]:
+    """(pi, remaining), each (n_draws, J): the design's probabilities of every item at each draw,
+    recomputed from the posterior the draw was made from (the selector is a pure function of it,
+    and of ``predictions``, the same E_q P_j(theta) it weighs by), and the items not yet answered."""
     from catengine.selection import SelectionState
 
     J = session.params.n_items
@@ -218,10 +217,16 @@ def design_model_variances(session, steps, before, order, predictions, member) -
     pi = np.zeros((len(steps), J))
     for t, s in enumerate(steps):
         answered_before[t, order[:s]] = True
-        remaining = ~answered_before[t]
-        state = SelectionState(before[s], remaining, None, session.items)
+        state = SelectionState(before[s], ~answered_before[t], None, session.items)
         pi[t] = session.selector.probabilities(session.params, state, expected=predictions[t])
-    return model_variance_terms(predictions, pi, ~answered_before, member=member)
+    return pi, ~answered_before
+
+
+def design_model_variances(session, steps, before, order, predictions, member) -> np.ndarray:
+    """The model's Var_t(D_t) of each design step for the accuracy (the variance floor of
+    ``design_estimate``), from :func:`design_probabilities`."""
+    pi, remaining = design_probabilities(session, steps, before, order, predictions)
+    return model_variance_terms(predictions, pi, remaining, member=member)
 
 
 def design_score(session, *, level=0.95, by=None) -> ScoreEstimate:
@@ -248,7 +253,8 @@ def design_score(session, *, level=0.95, by=None) -> ScoreEstimate:
         member[np.arange(params.n_items), 1 + codes] = 1.0
     sizes = member.sum(axis=0)
     terms = design_terms(order, correct, is_draw, prob, f, member=member)
-    model_var = design_model_variances(session, steps, before, order, f, member)
+    pi, remaining = design_probabilities(session, steps, before, order, f)
+    model_var = model_variance_terms(f, pi, remaining, member=member)
     observed_count = np.zeros(params.n_items)
     observed_count[order] = 1.0
     n_obs = observed_count @ member

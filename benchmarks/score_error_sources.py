@@ -1,0 +1,129 @@
+"""Where the error of the predicted full-benchmark accuracy comes from (issue 14, docs/score_prediction.md §4).
+
+``python benchmarks/score_error_sources.py [--k 25] [--folds 5] [--seed 14]``
+
+MATH500 (158 LLMs x 500 items), cross-fitted over LLM folds: each fold's 2PL bank is fitted by
+``CBMMCalibrator`` on the other folds (no interval check: only the point prediction is studied).
+Every held-out LLM is replayed through the engine's default selection for k items and its
+full-benchmark accuracy A (the mean of all its answers) is predicted in several ways. Printed: the
+MAE of each, its mean signed error, and its ratio to the MAE of the mean of k random items (that
+MAE averaged over 200 draws per LLM; its "bias" column is not meaningful).
+
+* ``default``           the answered items plus sum_U P_j(theta_k) for the rest (theta_k: the session's MAP);
+* ``theta known``       the same answered items, the rest at theta_full (the MAP from all 500 answers):
+                        what is left when the trait is known -- the model's own misfit;
+* ``model at theta_full`` every item at theta_full, no answer used;
+* ``posterior mean``    E_q[A(theta)] over a grid posterior from the k answers, N(0, 1) prior;
+* ``empirical prior``   the same with the calibration LLMs' theta_full as a kernel prior (bandwidth 0.25);
+* ``score-targeted``    items chosen one by one to minimise the expected posterior variance of A
+                        (grid posterior, N(0, 1) prior; the trait term and the unanswered items'
+                        Bernoulli term), scored by the posterior mean.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+DATA = ROOT.parent / "shared" / "data"
+GRID = np.linspace(-5.0, 5.0, 201)
+
+
+def posterior_weights(log_post):
+    w = np.exp(log_post - log_post.max())
+    return w / w.sum()
+
+
+def score_targeted_items(P, y, k):
+    """Greedy: the item whose answer minimises E[Var(A | answers, y_j)] (grid posterior, N(0, 1) prior)."""
+    J = P.shape[1]
+    log_post = -0.5 * GRID**2
+    answered = np.zeros(J, dtype=bool)
+    for _ in range(k):
+        w = posterior_weights(log_post)
+        cand = np.flatnonzero(~answered)
+        rest = P[:, ~answered]
+        unanswered_sum = rest.sum(axis=1)[:, None] - P[:, cand]  # (G, C): sum over U \ {j}
+        bern = (rest * (1 - rest)).sum(axis=1)[:, None] - P[:, cand] * (1 - P[:, cand])
+        expected = np.zeros(cand.size)
+        for weight in (w[:, None] * P[:, cand], w[:, None] * (1 - P[:, cand])):  # y_j = 1, y_j = 0
+            z = weight.sum(axis=0)
+            m = (weight * unanswered_sum).sum(axis=0) / z
+            v = (weight * unanswered_sum**2).sum(axis=0) / z - m**2
+            expected += z * (v + (weight * bern).sum(axis=0) / z)
+        j = int(cand[np.argmin(expected)])
+        answered[j] = True
+        log_post = log_post + (np.log(P[:, j]) if y[j] else np.log1p(-P[:, j]))
+    return answered, log_post
+
+
+def main(argv=None) -> int:
+    from calibration import CBMMCalibrator, load_responses
+    from catengine import CATSession
+    from catengine.models.information import prob_correct
+    from catengine.stopping import MaxItems
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--k", type=int, default=25)
+    ap.add_argument("--folds", type=int, default=5)
+    ap.add_argument("--seed", type=int, default=14)
+    args = ap.parse_args(argv)
+    warnings.simplefilter("ignore")
+    t0 = time.perf_counter()
+    data = load_responses(DATA / "lart" / "accuracy_math500.csv", cot=DATA / "lart" / "cot_length_math500.csv")
+    N, J, k = data.n_subjects, data.n_items, args.k
+    perm = np.random.default_rng(args.seed).permutation(N)
+    names = ("random mean", "default", "theta known", "model at theta_full", "posterior mean", "empirical prior",
+             "score-targeted")
+    err = {name: [] for name in names}
+    for f in range(args.folds):
+        test, train = perm[f :: args.folds], np.setdiff1d(np.arange(N), perm[f :: args.folds])
+        bank = CBMMCalibrator(rng=1, progress=False).fit(data.subset(subjects=train)).to_item_bank("f", interval_check=False)
+        params, ids = bank.params, list(bank.item_ids)
+        P = np.array([prob_correct(params, t) for t in GRID])  # (G, J)
+        full = lambda i: CATSession(bank).estimate_from(ids, data.correct[i].astype(int)).theta  # noqa: E731
+        d = (GRID[:, None] - np.array([full(i) for i in train])[None, :]) / 0.25
+        log_emp = np.log(np.mean(np.exp(-0.5 * d * d), axis=1) + 1e-300)
+        for i in test:
+            y = data.correct[i].astype(float)
+            truth = y.mean()
+            s = CATSession(bank, stopping=MaxItems(k), rng=0)
+            for _ in range(k):
+                item = s.next_item()
+                s.record(item, int(y[bank.index_of(item)]))
+            answered = np.zeros(J, dtype=bool)
+            answered[[bank.index_of(r.item) for r in s.history]] = True
+            obs = y[answered].sum()
+            p_k, p_full = prob_correct(params, s.estimate.theta), prob_correct(params, full(i))
+            err["default"].append((obs + p_k[~answered].sum()) / J - truth)
+            err["theta known"].append((obs + p_full[~answered].sum()) / J - truth)
+            err["model at theta_full"].append(p_full.mean() - truth)
+            loglik = (np.log(P[:, answered]) * y[answered] + np.log1p(-P[:, answered]) * (1 - y[answered])).sum(axis=1)
+            A = (obs + P[:, ~answered].sum(axis=1)) / J
+            err["posterior mean"].append(float(posterior_weights(loglik - 0.5 * GRID**2) @ A) - truth)
+            err["empirical prior"].append(float(posterior_weights(loglik + log_emp) @ A) - truth)
+            chosen, log_post = score_targeted_items(P, y, k)
+            A_t = (y[chosen].sum() + P[:, ~chosen].sum(axis=1)) / J
+            err["score-targeted"].append(float(posterior_weights(log_post) @ A_t) - truth)
+            g = np.random.default_rng([args.seed, int(i)])  # the random mean's MAE over 200 draws (it is noisy)
+            draws = np.array([y[g.choice(J, k, replace=False)].mean() - truth for _ in range(200)])
+            err["random mean"].append(float(np.mean(np.abs(draws))) * np.sign(draws.mean() or 1.0))
+        print(f"fold {f + 1}/{args.folds}: bank from {train.size} LLMs, {test.size} replayed", flush=True)
+    base = np.mean(np.abs(err["random mean"]))
+    print(f"\nMATH500, {N} held-out LLMs (cross-fitted, cBMM banks), k = {k} items, {time.perf_counter() - t0:.0f} s")
+    print(f"{'prediction':22s} {'MAE':>7s} {'bias':>8s} {'xrand':>6s}")
+    for name in names:
+        e = np.asarray(err[name])
+        print(f"{name:22s} {np.mean(np.abs(e)):7.4f} {np.mean(e):+8.4f} {np.mean(np.abs(e)) / base:6.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
