@@ -313,3 +313,38 @@ def test_design_quantile_is_normal_when_the_model_floor_sets_the_variance_else_s
     assert above.se == pytest.approx(math.sqrt(3 * se2)) and (above.high - above.mean) == pytest.approx(
         norm.ppf(0.975) * above.se)
 
+
+
+def test_design_cot_floor_is_the_smeared_variance_of_the_unanswered_tokens():
+    """The CoT total's variance floor: each unanswered item's tokens get exp(2 (omega - phi tau_t))
+    Var(exp(e)), e the LLM's own log-residuals (smearing), weighted by 1 / pi as the accuracy's
+    floor; the design SD is at least that floor (equal when it binds)."""
+    from pathlib import Path
+
+    from catengine import open_item_bank
+    from catengine.scoring import expected_cot_lengths, expected_probabilities
+    from catengine.session.scoring import _initial_estimate, design_cot_variances, design_probabilities
+
+    bank = open_item_bank(Path(__file__).resolve().parents[1] / "item_banks" / "demo_math500_lart")
+    rng = np.random.default_rng(7)
+    s = CATSession(bank, selector=RandomisedSelection(), stopping=MaxItems(12), rng=2)
+    while not s.finished:
+        s.record(s.next_item(), int(rng.random() < 0.6), float(rng.lognormal(6, 0.8)))
+    h = s.history
+    order = np.array([bank.index_of(r.item) for r in h])
+    tokens = np.array([r.cot_length for r in h])
+    before = [_initial_estimate(s)] + list(h[:-1])
+    steps = np.arange(len(h))
+    p = bank.params
+    f = np.array([expected_probabilities(p, before[t].theta, before[t].theta_sd, s.selector.n_nodes) for t in steps])
+    pi, remaining = design_probabilities(s, steps, before, order, f)
+    g = np.array([expected_cot_lengths(p, before[t].tau, 0.0, s.cot_offset) for t in steps])
+    floor = design_cot_variances(s, p, before, steps, order, tokens, pi, remaining, g, np.ones((p.n_items, 1)))[:, 0]
+    e = np.exp(np.log(tokens + s.cot_offset) - (p.omega[order] - p.phi[order] * s.estimate.tau))
+    spread = np.mean(e * e) - np.mean(e) ** 2
+    for t in (0, 5, 11):
+        rem = remaining[t]
+        var = np.exp(2 * (p.omega[rem] - p.phi[rem] * before[t].tau)) * spread
+        assert floor[t] == pytest.approx(np.sum(var / pi[t][rem]) / p.n_items**2, rel=1e-10)
+    d = s.predicted_score(method="design", by=False)
+    assert d.cot_total_sd >= math.sqrt(floor.sum()) / len(h) * p.n_items * (1 - 1e-12)

@@ -101,20 +101,24 @@ def design_terms(order, outcomes, design_step, probabilities, predictions, *, me
     return out
 
 
-def model_variance_terms(predictions, probabilities, remaining, *, member=None) -> np.ndarray:
+def model_variance_terms(predictions, probabilities, remaining, *, member=None, variances=None) -> np.ndarray:
     """Per design step and group, the variance of D_t the model expects: shape (n_draws, G).
 
     Given the past, D_t varies only through its correction term; if y_j ~ Bernoulli(f_j),
     Var_t(D_t) = sum_{R_t in G} pi_t(j) f_j (1 - f_j) / (pi_t(j) |G|)^2 = sum_{R_t in G} f_j (1 - f_j) / (pi_t(j) |G|^2)
     (up to the squared mean correction, which is 0 under the model). ``predictions`` (n_draws, J)
     the f_t, ``probabilities`` (n_draws, J) the design's pi_t over every item, ``remaining``
-    (n_draws, J) bool, the items not yet answered at step t."""
+    (n_draws, J) bool, the items not yet answered at step t. ``variances`` (n_draws, J): each
+    outcome's variance in place of f (1 - f), for outcomes that are not 0/1 (CoT tokens)."""
     f = np.asarray(predictions, dtype=np.float64)
     pi = np.asarray(probabilities, dtype=np.float64)
     rem = np.asarray(remaining, dtype=bool)
     J = f.shape[1]
     member = np.ones((J, 1)) if member is None else np.asarray(member, dtype=np.float64)
-    ratio = np.where(rem & (pi > 0), f * (1.0 - f) / np.where(pi > 0, pi, 1.0), 0.0)
+    var = f * (1.0 - f) if variances is None else np.asarray(variances, dtype=np.float64)
+    if var.shape != f.shape:
+        raise ValueError(f"variances must have the predictions' shape {f.shape}, got {var.shape}")
+    ratio = np.where(rem & (pi > 0), var / np.where(pi > 0, pi, 1.0), 0.0)
     return (ratio @ member) / member.sum(axis=0) ** 2
 
 
