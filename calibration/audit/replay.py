@@ -128,13 +128,16 @@ def replay_llms(bank, data: ResponseData, rows, selectors, scorings, estimator: 
             value = data.cot_length[i, j] if give_cot else math.nan
             return None if np.isnan(value) else float(value)
 
-        scorers = [CATSession(bank, selector=selector, estimator=estimator_obj) for _, selector in selectors]
+        # one scoring session per selector when the bank's stored curves differ by selector; else one
+        scorers = ([CATSession(bank, selector=selector, estimator=estimator_obj) for _, selector in selectors]
+                   if "interval_calibration" in bank.attrs else [CATSession(bank, estimator=estimator_obj)])
         for k, i in enumerate(rows):  # the full-benchmark estimate: every observed answer
             seen = np.flatnonzero(data.correct[i] >= 0)
             answers = ([ids[j] for j in seen], data.correct[i, seen], [cot(i, j) for j in seen])
             for r, scorer in enumerate(scorers):
                 e = scorer.estimate_from(*answers)
-                full[c, k], full_sd[r, c, k] = e.theta, e.theta_sd
+                full[c, k] = e.theta
+                full_sd[r if len(scorers) > 1 else slice(None), c, k] = e.theta_sd
         for r, (sel_name, selector) in enumerate(selectors):
             engine_rng = np.random.default_rng(stream(entropy, replication, "engine", sel_name, scoring))
             for k, i in enumerate(rows):
