@@ -254,7 +254,7 @@ def test_model_variance_floor_recomputes_the_logged_probabilities_and_matches_it
     drawn item's recomputed pi equals the criterion the session logged; the floor equals its formula;
     under a true model it matches the Monte Carlo variance of the estimate (one LLM, many sessions)."""
     from catengine.scoring import model_variance_terms
-    from catengine.session.scoring import design_model_variances, _initial_estimate
+    from catengine.session.scoring import _initial_estimate, design_probabilities
 
     rng = np.random.default_rng(11)
     J, n = 80, 20
@@ -273,7 +273,8 @@ def test_model_variance_floor_recomputes_the_logged_probabilities_and_matches_it
     from catengine.scoring import expected_probabilities
 
     f = np.array([expected_probabilities(bank.params, before[t].theta, before[t].theta_sd, 21) for t in steps])
-    v = design_model_variances(s, steps, before, order, f, np.ones((J, 1)))[:, 0]
+    pi_all, remaining_all = design_probabilities(s, steps, before, order, f)
+    v = model_variance_terms(f, pi_all, remaining_all)[:, 0]  # the accuracy's floor, as design_score builds it
     for t in steps:
         remaining = np.ones(J, bool)
         remaining[order[:t]] = False

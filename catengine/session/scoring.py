@@ -224,13 +224,6 @@ def design_probabilities(session, steps, before, order, predictions) -> tuple[np
     return pi, ~answered_before
 
 
-def design_model_variances(session, steps, before, order, predictions, member) -> np.ndarray:
-    """The model's Var_t(D_t) of each design step for the accuracy (the variance floor of
-    ``design_estimate``), from :func:`design_probabilities`."""
-    pi, remaining = design_probabilities(session, steps, before, order, predictions)
-    return model_variance_terms(predictions, pi, remaining, member=member)
-
-
 def design_cot_variances(session, params, before, steps, order, tokens, pi, remaining, predictions, member):
     """The variance floor of the design-based CoT total, per draw and group (None with fewer than
     ``MIN_SMEARING_ITEMS`` lengths): Var_t(D_t) with each unanswered item's tokens given the
