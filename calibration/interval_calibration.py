@@ -189,20 +189,13 @@ def interval_multipliers(abs_z: np.ndarray) -> np.ndarray:
     ``abs_z`` (llm, length): |theta_L - theta_F| / (c(L) SD_L) of the held-out LLMs. c(L) makes the
     RMS of z honest, but the held-out z are not normal: on MATH500 after c(L) a few LLMs sit far
     out and the rest well inside, so +-1.96 SD covered 99% of them. z95(L) estimates the 95%
-    quantile of |z|: the k-th smallest of the n held-out values, k the smallest order with
-    P(Binomial(n, 0.95) < k) >= ``Z95_CONFIDENCE`` (0.5: the order statistic that lies above the
-    quantile at least half the time, a median-unbiased estimate; a 70% bound made MATH500's
-    intervals after 10 items cover 0.99 of held-out LLMs). With fewer than ``MIN_LLMS_TO_NARROW``
-    (24) LLMs it is the normal 1.96: no narrowing without evidence. It is kept in [1, 3] (a floor
-    of 1.5 bound on MATH500 from 10 to 40 items, and random selection's intervals after 50 items
-    covered 0.99; a floor of 1.96 wherever c(L) <= 1, i.e. never narrower than the model's own
-    interval, let the simulated 2PL's intervals after 50 items, whose SDs the chi-square bound
-    could not narrow enough, cover 0.99-1.00).
-    Unlike c(L) it is not smoothed over lengths: the order statistics of nested tests at
-    neighbouring lengths share their LLMs, so smoothing removed little noise, and where z95 dips
-    (MATH500, maximum information, 10-15 items) it raised the in-sample coverage to 0.975 there and
-    lowered it to 0.91 at 5 items. The engine's 95% interval is theta +- z95(L) SD; the SD stays
-    the RMS-honest one.
+    quantile of |z| at each length: the k-th smallest of the n held-out values, k the smallest order
+    with P(Binomial(n, 0.95) < k) >= ``Z95_CONFIDENCE`` (0.5: a median-unbiased estimate), kept in
+    ``Z95_BOUNDS`` and not smoothed over lengths. With fewer than ``MIN_LLMS_TO_NARROW`` (24) LLMs
+    it is the normal 1.96: no narrowing without evidence. The engine's 95% interval is
+    theta +- z95(L) SD; the SD stays the RMS-honest one. The forms tried before (a 70% bound,
+    smoothing, floors of 1.5 and of 1.96 where c <= 1) and what each did on the nested audit are in
+    docs/honest_intervals.md.
     """
     abs_z = np.asarray(abs_z, dtype=float)
     n = abs_z.shape[0]

@@ -134,10 +134,9 @@ def replay_llms(bank, data: ResponseData, rows, selectors, scorings, estimator: 
         for k, i in enumerate(rows):  # the full-benchmark estimate: every observed answer
             seen = np.flatnonzero(data.correct[i] >= 0)
             answers = ([ids[j] for j in seen], data.correct[i, seen], [cot(i, j) for j in seen])
-            for r, scorer in enumerate(scorers):
-                e = scorer.estimate_from(*answers)
-                full[c, k] = e.theta
-                full_sd[r if len(scorers) > 1 else slice(None), c, k] = e.theta_sd
+            estimates = [scorer.estimate_from(*answers) for scorer in scorers]  # the same theta, SDs by curve
+            full[c, k] = estimates[0].theta
+            full_sd[:, c, k] = [e.theta_sd for e in estimates] if len(estimates) > 1 else estimates[0].theta_sd
         for r, (sel_name, selector) in enumerate(selectors):
             engine_rng = np.random.default_rng(stream(entropy, replication, "engine", sel_name, scoring))
             for k, i in enumerate(rows):

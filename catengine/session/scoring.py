@@ -224,7 +224,7 @@ def design_probabilities(session, steps, before, order, predictions) -> tuple[np
     return pi, ~answered_before
 
 
-def design_cot_variances(session, params, before, steps, order, tokens, pi, remaining, predictions, member):
+def design_cot_variances(session, before, steps, order, tokens, pi, remaining, predictions, member):
     """The variance floor of the design-based CoT total, per draw and group (None with fewer than
     ``MIN_SMEARING_ITEMS`` lengths): Var_t(D_t) with each unanswered item's tokens given the
     variance exp(2 (omega_j - phi_j tau_t)) Var(exp(e)), e the LLM's own log-residuals at its final
@@ -232,6 +232,7 @@ def design_cot_variances(session, params, before, steps, order, tokens, pi, rema
     (lam_j is the residual SD across LLMs) made the intervals 2-4 times too wide."""
     if order.size < MIN_SMEARING_ITEMS:
         return None
+    params = session.params
     m1, m2, _ = smearing_moments(params, session.estimate.tau, order, tokens, session.cot_offset)
     taus = np.array([before[s].tau for s in steps], dtype=float)
     scale = np.exp(2.0 * (params.omega[None, :] - params.phi[None, :] * taus[:, None]))
@@ -283,7 +284,7 @@ def design_score(session, *, level=0.95, by=None) -> ScoreEstimate:
             # inflates the predictions by exp(phi^2 sd^2 / 2) and the estimator's variance with them
             g_t = np.array([expected_cot_lengths(params, before[s].tau, 0.0, session.cot_offset) for s in steps])
             cterms = design_terms(order, tokens, is_draw, prob, g_t, member=member)
-            cot_var = design_cot_variances(session, params, before, steps, order, tokens, pi, remaining, g_t, member)
+            cot_var = design_cot_variances(session, before, steps, order, tokens, pi, remaining, g_t, member)
             cot = []
             for g in range(member.shape[1]):
                 e = design_estimate(cterms[:, g] * sizes[g], level=level, n_items=int(sizes[g]),
