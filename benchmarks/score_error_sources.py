@@ -1,15 +1,22 @@
-"""Where the error of the predicted full-benchmark accuracy comes from (issue 14, docs/score_prediction.md §4).
+"""Where the error of the predicted full-benchmark accuracy comes from (issue 14, docs/score_prediction.md §5).
 
 ``python benchmarks/score_error_sources.py [--k 25] [--folds 5] [--seed 14]``
 
 MATH500 (158 LLMs x 500 items), cross-fitted over LLM folds: each fold's 2PL bank is fitted by
 ``CBMMCalibrator`` on the other folds (no interval check: only the point prediction is studied).
-Every held-out LLM is replayed through the engine's default selection for k items and its
-full-benchmark accuracy A (the mean of all its answers) is predicted in several ways. Printed: the
+Every held-out LLM is replayed for k items and its full-benchmark accuracy A (the mean of all its
+answers) is predicted in several ways. Printed: the
 MAE of each, its mean signed error, and its ratio to the MAE of the mean of k random items (the
 random mean's MAE and bias averaged over 200 draws per LLM).
 
-* ``default``           the answered items plus sum_U P_j(theta_k) for the rest (theta_k: the session's MAP);
+* ``score factors``     the library default: the fold bank with its score factors (``attach_score_factors``,
+                        d chosen by cross-validation on the training folds), D-optimal selection in them,
+                        ``predicted_score()`` (posterior mean over the factor posterior);
+* ``score factors, mode`` the same sessions, the factor model at the posterior mode (plug-in);
+* ``one trait``         the one-trait path (the default before score factors): maximum information, the
+                        answered items plus sum_U P_j(theta_k) for the rest (theta_k: the session's MAP);
+  The rows below all use the one-trait path's sessions or bank:
+
 * ``theta known``       the same answered items, the rest at theta_full (the MAP from all 500 answers):
                         what is left when the trait is known -- the model's own misfit;
 * ``model at theta_full`` every item at theta_full, no answer used;
@@ -66,6 +73,7 @@ def score_targeted_items(P, y, k):
 
 def main(argv=None) -> int:
     from calibration import CBMMCalibrator, load_responses
+    from calibration.score_factors import attach_score_factors
     from catengine import CATSession
     from catengine.models.information import prob_correct
     from catengine.stopping import MaxItems
@@ -80,12 +88,14 @@ def main(argv=None) -> int:
     data = load_responses(DATA / "lart" / "accuracy_math500.csv", cot=DATA / "lart" / "cot_length_math500.csv")
     N, J, k = data.n_subjects, data.n_items, args.k
     perm = np.random.default_rng(args.seed).permutation(N)
-    names = ("random mean", "default", "theta known", "model at theta_full", "posterior mean", "empirical prior",
-             "score-targeted")
+    names = ("random mean", "score factors", "score factors, mode", "one trait", "theta known", "model at theta_full",
+             "posterior mean", "empirical prior", "score-targeted")
     err = {name: [] for name in names}  # signed errors, one per LLM (random mean: a (200,) row of draws)
     for f in range(args.folds):
         test, train = perm[f :: args.folds], np.setdiff1d(np.arange(N), perm[f :: args.folds])
-        bank = CBMMCalibrator(rng=1, progress=False).fit(data.subset(subjects=train)).to_item_bank("f", interval_check=False)
+        train_data = data.subset(subjects=train)
+        bank = CBMMCalibrator(rng=1, progress=False).fit(train_data).to_item_bank("f", interval_check=False)
+        factor_bank = attach_score_factors(bank, train_data, rng=1)
         params, ids = bank.params, list(bank.item_ids)
         P = np.array([prob_correct(params, t) for t in GRID])  # (G, J)
         full = lambda i: CATSession(bank).estimate_from(ids, data.correct[i].astype(int)).theta  # noqa: E731
@@ -102,7 +112,18 @@ def main(argv=None) -> int:
             answered[[bank.index_of(r.item) for r in s.history]] = True
             obs = y[answered].sum()
             p_k, p_full = prob_correct(params, s.estimate.theta), prob_correct(params, full(i))
-            err["default"].append((obs + p_k[~answered].sum()) / J - truth)
+            err["one trait"].append((obs + p_k[~answered].sum()) / J - truth)
+            sf = CATSession(factor_bank, stopping=MaxItems(k), rng=0)
+            for _ in range(k):
+                item = sf.next_item()
+                sf.record(item, int(y[factor_bank.index_of(item)]))
+            err["score factors"].append(sf.predicted_score(by=False).accuracy - truth)
+            seen = np.array([factor_bank.index_of(r.item) for r in sf.history])
+            mode, _ = factor_bank.score_factors.posterior(seen, y[seen])
+            rest = np.ones(J, dtype=bool)
+            rest[seen] = False
+            err["score factors, mode"].append((y[seen].sum() + factor_bank.score_factors.probabilities(mode)[0][rest].sum()) / J
+                                              - truth)
             err["theta known"].append((obs + p_full[~answered].sum()) / J - truth)
             err["model at theta_full"].append(p_full.mean() - truth)
             loglik = (np.log(P[:, answered]) * y[answered] + np.log1p(-P[:, answered]) * (1 - y[answered])).sum(axis=1)
@@ -114,7 +135,8 @@ def main(argv=None) -> int:
             err["score-targeted"].append(float(posterior_weights(log_post) @ A_t) - truth)
             g = np.random.default_rng([args.seed, int(i)])  # 200 draws: one draw's error is noisy
             err["random mean"].append([y[g.choice(J, k, replace=False)].mean() - truth for _ in range(200)])
-        print(f"fold {f + 1}/{args.folds}: bank from {train.size} LLMs, {test.size} replayed", flush=True)
+        print(f"fold {f + 1}/{args.folds}: bank from {train.size} LLMs ({factor_bank.score_factors.dims} score factors), "
+              f"{test.size} replayed", flush=True)
     base = np.mean(np.abs(err["random mean"]))
     print(f"\nMATH500, {N} held-out LLMs (cross-fitted, cBMM banks), k = {k} items, {time.perf_counter() - t0:.0f} s")
     print(f"{'prediction':22s} {'MAE':>7s} {'bias':>8s} {'xrand':>6s}")

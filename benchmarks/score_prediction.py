@@ -13,8 +13,9 @@ estimated by
 * ``gp-IRT``       tinyBenchmarks' combination lam * random-mean + (1 - lam) * p-IRT with
                    lam = b^2 / (b^2 + v_k): b^2 the p-IRT mean squared error and v_k the mean variance of
                    the random mean, both measured on the *other* folds' held-out LLMs (no interval);
-* ``max-info``     the default adaptive selection (LaRT: theta-targeted precision; 2PL: maximum
-                   information) + the model-based prediction -- the library's default;
+* ``default``      the library's default: the session's default selection (D-optimal in the bank's
+                   score factors when it carries them, i.e. calibrated on >= 40 LLMs; otherwise LaRT:
+                   theta-targeted precision, 2PL: maximum information) + the model-based prediction;
 * ``design``       ``RandomisedSelection`` + the design-based estimate (``method="design"``);
 * ``rand+model``   the same randomised sessions scored by the model.
 
@@ -88,7 +89,7 @@ def replay(bank, selector, estimator, y, cot, rng):
 
 def run_fold(name, data, test_rows, bank, reps, sd_scale, seed, use_cot=True):
     from catengine.estimation import MAPEstimator
-    from catengine.selection import RandomSelection, RandomisedSelection, default_selector
+    from catengine.selection import RandomSelection, RandomisedSelection
 
     estimator = MAPEstimator(sd_scale=sd_scale, use_cot=use_cot)
     J = data.n_items
@@ -99,7 +100,7 @@ def run_fold(name, data, test_rows, bank, reps, sd_scale, seed, use_cot=True):
         truth = float(y.mean())
         truth_cot = None if cot is None else float(np.sum(cot))
         base = {"llm": data.subject_ids[i], "truth": truth, "truth_cot": truth_cot}
-        plans = [("max-info", default_selector(bank.response_model), 1)]
+        plans = [("default", None, 1)]
         plans += [("random", RandomSelection(), reps), ("randomised", RandomisedSelection(), reps)]
         for p_index, (plan, selector, n_rep) in enumerate(plans):
             for r in range(n_rep):
@@ -121,8 +122,8 @@ def run_fold(name, data, test_rows, bank, reps, sd_scale, seed, use_cot=True):
                             tse = J * math.sqrt(t.var(ddof=1) / k * fpc)
                             rows[-2].update(cot=tot, cot_low=tot - Z * tse, cot_high=tot + Z * tse)
                             rows[-1].update(cot=model.cot_total, cot_low=model.cot_total_low, cot_high=model.cot_total_high)
-                    elif plan == "max-info":
-                        row = {**rec, "method": "max-info", "est": model.accuracy, "low": model.low, "high": model.high}
+                    elif plan == "default":
+                        row = {**rec, "method": "default", "est": model.accuracy, "low": model.low, "high": model.high}
                         if model.cot_total is not None:
                             row.update(cot=model.cot_total, cot_low=model.cot_total_low, cot_high=model.cot_total_high)
                         rows.append(row)
@@ -164,7 +165,7 @@ def add_gp_irt(rows, fold_of):
     return rows + out
 
 
-METHOD_ORDER = ("random-mean", "p-IRT", "gp-IRT", "max-info", "design", "rand+model")
+METHOD_ORDER = ("random-mean", "p-IRT", "gp-IRT", "default", "design", "rand+model")
 
 
 def summarise(name, rows, seconds):

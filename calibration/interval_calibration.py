@@ -38,6 +38,8 @@ import time
 
 import numpy as np
 
+from calibration.score_factors import attach_score_factors
+
 from calibration.audit._common import Z95
 from calibration.score_calibration import fit_score_curve, score_residuals, smooth_table
 
@@ -325,16 +327,21 @@ class RefitBank:
     """``make_bank`` for a fitted calibrator: the same class and settings refitted on a subset, its
     bank made without its own check (``interval_check=False``)."""
 
-    def __init__(self, calibrator, to_bank: dict | None = None):
+    def __init__(self, calibrator, to_bank: dict | None = None, score_dims: int | None = None):
         self.cls = type(calibrator)
         self.params = {k: v for k, v in calibrator.get_params().items() if k not in ("progress", "rng")}
         self.to_bank = dict(to_bank or {})
+        #: the full bank's number of score factors (None: it has none); each fold bank fits its own
+        self.score_dims = score_dims
 
     def __call__(self, data, rng, bank_id):
         from calibration.audit.methods import _fitted
 
         cal, converged = _fitted(self.cls, data, rng, self.params)
-        return cal.to_item_bank(bank_id, interval_check=False, **self.to_bank), converged
+        bank = cal.to_item_bank(bank_id, interval_check=False, **self.to_bank)
+        if self.score_dims is not None:
+            bank = attach_score_factors(bank, data, dims=self.score_dims)
+        return bank, converged
 
 
 def with_interval_check(calibrator, bank, interval_check="auto", **to_bank):
@@ -360,10 +367,14 @@ def with_interval_check(calibrator, bank, interval_check="auto", **to_bank):
         return bank.replace_attrs(interval_calibration_skipped=reason)
     method = bank.attrs.get("calibration_method", "")
     psn = method in ("psn", "psn-laplace") and "b_sd" in bank.items.data_vars
-    record = cross_fit_intervals(data, RefitBank(calibrator, to_bank), rng=_seed_of(calibrator),
+    # score factors come with the check, never without: the check's score curves make their intervals honest
+    without_factors = bank
+    bank = attach_score_factors(bank, data, rng=_seed_of(calibrator))
+    dims = bank.score_factors.dims if bank.score_factors is not None else None
+    record = cross_fit_intervals(data, RefitBank(calibrator, to_bank, score_dims=dims), rng=_seed_of(calibrator),
                                  calibration_method=method, full_bank=bank, widen_b_sd=psn)
     if not record["curves"]:
-        return bank.replace_attrs(interval_calibration_skipped="too few held-out LLMs with enough answers")
+        return without_factors.replace_attrs(interval_calibration_skipped="too few held-out LLMs with enough answers")
     factor = record["item_sd_factors"]["b_applied"]
     if psn and factor > 1.0:
         bank = scale_b_sd(bank, factor, f"posterior SD of b, widened x{factor:.3g} to the spread of refits on "

@@ -53,8 +53,11 @@ def _strategies(args, bank) -> dict:
     from catengine.selection import SELECTORS, ContentBalance, Randomesque, SympsonHetter, default_selector
     from catengine.stopping import AllOf, AnyOf, InformationBelow, MaxItems, MinItems, RivalOrderDecided, StandardErrorBelow
 
-    if args.selector is None:
-        selector = default_selector(bank.response_model)
+    if args.selector is None:  # the session's own default for this bank
+        from catengine.session.bank_log import item_table
+
+        items = item_table(bank)
+        selector = default_selector(bank.response_model, items.covariance is not None, items.score_factors is not None)
     elif args.selector not in SELECTORS:
         raise ValueError(f"unknown selector {args.selector!r}; choose from {', '.join(SELECTORS)}")
     else:

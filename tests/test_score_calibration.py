@@ -123,12 +123,15 @@ def test_sessions_widen_the_score_by_the_stored_curve_unless_the_estimator_opts_
 def test_the_default_path_stores_a_score_check_that_restores_unit_rms_in_sample():
     """A cBMM bank (1-D) of 2-D data: the stored score check has a curve per selector on the c(L)
     grid, and its residual SDs bring the held-out RMS z of the accuracy to about 1 where the
-    model's own was above 1 (no more than the smoothing moves it)."""
+    model's own was above 1 (no more than the smoothing moves it). Fewer LLMs than a bank needs
+    for score factors, so the one-trait prediction is what is checked (the factor path's check:
+    test_the_score_factor_path_stores_a_check_that_restores_coverage)."""
     from calibration import ResponseData
     from calibration.methods.cbmm.calibrator import CBMMCalibrator
+    from calibration.score_factors import MIN_SCORE_FACTOR_LLMS
 
     rng = np.random.default_rng(5)
-    N, J = 60, 160
+    N, J = MIN_SCORE_FACTOR_LLMS - 1, 160
     theta = rng.standard_normal((N, 2))
     slopes = rng.uniform(0.8, 1.6, J)
     logit = np.where(np.arange(J) < J // 2, theta[:, :1] * slopes, theta[:, 1:] * slopes) + rng.normal(0, 1, J)
@@ -158,3 +161,28 @@ def test_the_fit_summary_names_the_score_check():
     text = describe(record)
     assert "score check, pei: residual SD per unanswered item L=5: 0.010, L=20: 0.030" in text
     assert "CoT-total log-SD L=5: 0.20, L=20: 0.40" in text
+
+
+def test_the_score_factor_path_stores_a_check_that_restores_coverage():
+    """A cBMM bank of 2-D data from enough LLMs for score factors: the check runs the factor
+    prediction (the default selector is score-factor-d) and its residual SDs raise the in-sample
+    95% coverage of the held-out accuracies from 0.76-0.88 to at least 0.93 at every length: the
+    matched coverage is 0.95 per length, and the smoothing over neighbouring lengths can move two
+    of the 90 LLMs across the bound."""
+    from calibration import ResponseData
+    from calibration.methods.cbmm.calibrator import CBMMCalibrator
+
+    rng = np.random.default_rng(6)
+    N, J = 90, 160
+    theta = rng.standard_normal((N, 2))
+    slopes = rng.uniform(0.8, 1.6, J)
+    logit = np.where(np.arange(J) < J // 2, theta[:, :1] * slopes, theta[:, 1:] * slopes) + rng.normal(0, 1, J)
+    data = ResponseData.from_arrays((rng.random((N, J)) < expit(logit)).astype(np.int8))
+    bank = CBMMCalibrator(rng=0, progress=False).fit(data).to_item_bank("two_d_factors")
+    assert bank.score_factors is not None
+    record = json.loads(bank.attrs["interval_calibration"])
+    curve = record["score_curves"]["score-factor-d"]
+    for model, calibrated in zip(curve["accuracy_coverage_model_normal"], curve["accuracy_coverage_calibrated_in_sample_normal"]):
+        assert calibrated >= model - 1e-9
+        assert calibrated >= 0.93 - 1e-9
+    assert min(curve["accuracy_coverage_model_normal"]) < 0.9  # the factor model alone is overconfident here

@@ -23,11 +23,13 @@ from catengine.selection import (
     RandomSelection,
     RandomisedSelection,
     Randomesque,
+    ScoreFactorDOptimal,
     SelectionState,
     SympsonHetter,
     ThetaTargetedInformation,
 )
 from catengine.selection import _kernels as K
+from catengine.models.score_factors import ScoreFactors
 from catengine.session import CATSession, calibrate_sympson_hetter
 from catengine.stopping import MaxItems
 
@@ -35,8 +37,12 @@ MODELS = {"2pl": 0, "4pl": 1, "lart": 2}
 
 
 def _table(model, n=50, seed=0, negative_a=3):
+    """A bank and its item table, with score factors (two, random) so that every selector runs."""
     bank = naive.make_bank(model, n, seed, b_sd=True, negative_a=negative_a)
-    return bank, ItemTable(bank.params, bank.item_ids, b_sd=bank.item_metadata("b_sd"), metadata=bank.item_metadata)
+    g = np.random.default_rng(seed)
+    factors = ScoreFactors(g.normal(0, 1.2, (n, 2)), g.normal(0, 1, n))
+    return bank, ItemTable(bank.params, bank.item_ids, b_sd=bank.item_metadata("b_sd"), metadata=bank.item_metadata,
+                           score_factors=factors)
 
 
 def _run(kernel, k, *args):
@@ -156,7 +162,7 @@ def test_items_with_nonpositive_slope_carry_no_information():
 def _selectors_for(model):
     common = [MaxFisherInformation(), PosteriorExpectedInformation(), PosteriorWeightedInformation(),
               KullbackLeiblerIndex(), RandomSelection(), RandomisedSelection(),
-              RandomisedSelection(weight="information", uniform_share=0.1)]
+              RandomisedSelection(weight="information", uniform_share=0.1), ScoreFactorDOptimal()]
     if model == "lart":
         common += [ThetaTargetedInformation(), DOptimalInformation(), AOptimalInformation(),
                    LaRTReplicationSelection(n_fixed=3)]
@@ -177,6 +183,8 @@ def test_selector_contract(model, exposure):
     """Every selector x exposure control: never an administered, excluded or ineligible item, never
     the same item twice, deterministic given the rng, and a clear error once the bank is exhausted."""
     bank = naive.make_bank(model, 24, seed=4, b_sd=True, negative_a=2)
+    g = np.random.default_rng(4)  # score factors too, for ScoreFactorDOptimal (the others ignore them)
+    bank = bank.with_score_factors(g.normal(0, 1.2, (24, 2)), g.normal(0, 1, 24), {"dims": 2})
     oracle, _ = naive.make_oracle(bank.params, seed=9)
     for selector in _selectors_for(model):
         runs = []

@@ -288,6 +288,40 @@ class ItemBank:
             return None
         return ItemUncertainty(self.n_items, method=method, **kwargs)
 
+    @cached_property
+    def score_factors(self):
+        """The bank's score-factor model (``catengine.models.score_factors.ScoreFactors``), or None.
+
+        Stored as '/items/score_loading' (item, score_factor) and '/items/score_intercept'; the root
+        attribute ``score_factors`` (JSON) records how they were fitted (docs/score_prediction.md §2)."""
+        from catengine.models.score_factors import ScoreFactors
+
+        items = self._tree["items"]
+        if "score_loading" not in items.data_vars:
+            return None
+        return ScoreFactors(items["score_loading"].transpose("item", "score_factor").values,
+                            items["score_intercept"].values)
+
+    def with_score_factors(self, loadings, intercepts, record: dict) -> "ItemBank":
+        """A new bank that carries the score-factor model (loadings (J, d), intercepts (J,)) and
+        its fitting ``record`` (root attribute ``score_factors``, JSON)."""
+        from catengine.models.score_factors import ScoreFactors
+
+        factors = ScoreFactors(loadings, intercepts)  # validates shapes and finiteness
+        if factors.n_items != self.n_items:
+            raise ValueError(f"score factors have {factors.n_items} items, the bank {self.n_items}")
+        tree = self._tree.copy(deep=True)
+        items = tree["items"].to_dataset()
+        items["score_loading"] = (("item", "score_factor"), np.array(factors.loadings),
+                                  {"long_name": "score-factor loading",
+                                   "description": "loading g_j of the d-factor logistic model P = logistic(g_j . eta + h_j), "
+                                                  "eta ~ Normal(0, I), used for the full-benchmark score"})
+        items["score_intercept"] = ("item", np.array(factors.intercepts),
+                                    {"long_name": "score-factor intercept", "description": "intercept h_j of the same model"})
+        tree["items"] = xr.DataTree(items)
+        tree.attrs["score_factors"] = _json_attr(record)
+        return ItemBank(tree, source=self._source)
+
     def item_metadata(self, field: str) -> np.ndarray:
         """A per-item metadata or extra variable as a read-only array (raises KeyError naming the fields)."""
         items = self._tree["items"]

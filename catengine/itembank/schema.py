@@ -252,6 +252,7 @@ def _validate_items(items, model) -> list[str]:
         bad = np.flatnonzero(lam <= 0)
         if bad.size:
             problems.append(f"variable '/items/lam' (an SD) must be > 0; item {str(item_ids[bad[0]])!r} has {lam[bad[0]]}")
+    problems.extend(_score_factor_problems(items, item_ids))
     for name, var in items.data_vars.items():
         if name in ALL_ITEM_PARAMETERS + UNCERTAINTY_ITEM_VARIABLES + ("rho",):
             continue
@@ -259,6 +260,36 @@ def _validate_items(items, model) -> list[str]:
             continue
         if var.dims[0] != "item":
             problems.append(f"per-item variable '/items/{name}' must have 'item' as its first dim, has {var.dims}")
+    return problems
+
+
+SCORE_FACTOR_VARIABLES = ("score_loading", "score_intercept")
+
+
+def _score_factor_problems(items, item_ids) -> list[str]:
+    """The optional score-factor model: '/items/score_loading' (item, score_factor) with 1 to 3
+    factors and '/items/score_intercept' (item,), both finite floats, present together."""
+    present = [n for n in SCORE_FACTOR_VARIABLES if n in items.data_vars]
+    if not present:
+        return []
+    if len(present) == 1:
+        missing = next(n for n in SCORE_FACTOR_VARIABLES if n not in present)
+        return [f"variable '/items/{present[0]}' needs '/items/{missing}' (the score-factor model has both)"]
+    problems = []
+    loading = items["score_loading"]
+    problem = _float_variable_problem(loading, "/items/score_loading", ("item", "score_factor"))
+    if problem is None and not 1 <= loading.shape[1] <= 3:
+        problem = f"variable '/items/score_loading' has {loading.shape[1]} score factors, expected 1 to 3"
+    if problem is None:
+        bad = np.flatnonzero(~np.isfinite(loading.values).all(axis=1))
+        if bad.size:
+            problem = (f"variable '/items/score_loading' is NaN or infinite for {bad.size} item(s), first "
+                       f"{str(item_ids[bad[0]])!r}")
+    if problem:
+        problems.append(problem)
+    problem = _item_vector_problem(items["score_intercept"], "score_intercept", item_ids)
+    if problem:
+        problems.append(problem)
     return problems
 
 

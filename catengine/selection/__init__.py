@@ -15,6 +15,7 @@ name                    class                                   banks
 ``lart-d``              :class:`DOptimalInformation`            lart
 ``lart-a``              :class:`AOptimalInformation`            lart
 ``lart-replication``    :class:`LaRTReplicationSelection`       lart
+``score-factor-d``      :class:`ScoreFactorDOptimal`            banks with score factors
 ======================  ======================================  ==========================
 
 Exposure / content control (role :class:`ExposureControl`; registry ``EXPOSURE_CONTROLS``):
@@ -32,6 +33,7 @@ from catengine.selection.information import (
     RandomSelection,
 )
 from catengine.selection.randomised import RandomisedSelection
+from catengine.selection.score_factors import ScoreFactorDOptimal
 from catengine.selection.lart import (
     AOptimalInformation,
     DOptimalInformation,
@@ -52,15 +54,20 @@ SELECTORS = {
         DOptimalInformation,
         AOptimalInformation,
         LaRTReplicationSelection,
+        ScoreFactorDOptimal,
     )
 }
 EXPOSURE_CONTROLS = {cls.name: cls for cls in (Randomesque, SympsonHetter, ContentBalance)}
 
 
-def default_selector(response_model: str, item_uncertainty: bool = False) -> ItemSelector:
-    """Theta-targeted precision for LaRT banks (uses CoT information; posterior-expected probit
-    information when the bank carries item uncertainty); for logistic banks posterior-expected
-    information when the bank carries item-parameter uncertainty (docs/math.md §7.4), point information otherwise."""
+def default_selector(response_model: str, item_uncertainty: bool = False, score_factors: bool = False) -> ItemSelector:
+    """D-optimal design in the score factors when the bank carries them (the full-benchmark score
+    is what users ask for; docs/score_prediction.md §2); otherwise theta-targeted precision for
+    LaRT banks (uses CoT information; posterior-expected probit information when the bank carries
+    item uncertainty) and, for logistic banks, posterior-expected information when the bank carries
+    item-parameter uncertainty (docs/math.md §7.4), point information otherwise."""
+    if score_factors:
+        return ScoreFactorDOptimal()
     if response_model == "lart":
         return ThetaTargetedInformation()
     return PosteriorExpectedInformation() if item_uncertainty else MaxFisherInformation()
@@ -84,6 +91,7 @@ __all__ = [
     "RandomisedSelection",
     "Randomesque",
     "SELECTORS",
+    "ScoreFactorDOptimal",
     "SelectionState",
     "SympsonHetter",
     "ThetaTargetedInformation",

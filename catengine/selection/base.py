@@ -14,6 +14,7 @@ from catengine.estimation.state import ResponseState, full_cd, model_code
 from catengine.estimation.interval_calibration import IntervalCalibration
 from catengine.models.item_covariance import ItemCovariance
 from catengine.models.params import ItemParams
+from catengine.models.score_factors import ScoreFactors
 from catengine.selection import _kernels as SK
 from catengine.validation import is_integer
 
@@ -24,12 +25,15 @@ class ItemTable:
     Built once per bank by the session: ``params``, ``item_ids``, optional ``b_sd`` (posterior SD of
     the intercepts), optional ``covariance`` (per-item Var(a), Var(b), Cov(a, b); from ``b_sd`` alone
     when only that is given), optional ``interval_calibration`` (the bank's stored c(L)), and
-    ``metadata(field)`` (a per-item array, e.g. the benchmark of each item).
+    ``metadata(field)`` (a per-item array, e.g. the benchmark of each item), optional
+    ``score_factors`` (:class:`~catengine.models.score_factors.ScoreFactors`, the bank's model for
+    the full-benchmark score).
     Derived arrays (c/d filled in, LaRT CoT information phi^2/lam^2) are computed once and cached.
     """
 
     def __init__(self, params: ItemParams, item_ids=None, b_sd=None, metadata: Callable[[str], np.ndarray] | None = None,
-                 covariance: ItemCovariance | None = None, interval_calibration: IntervalCalibration | None = None):
+                 covariance: ItemCovariance | None = None, interval_calibration: IntervalCalibration | None = None,
+                 score_factors: ScoreFactors | None = None):
         if not isinstance(params, ItemParams):
             raise TypeError(f"ItemTable needs an ItemParams, got {type(params).__name__}")
         self.params = params
@@ -51,6 +55,13 @@ class ItemTable:
         self.covariance = covariance
         #: the bank's cross-fitted interval calibration (None: not stored)
         self.interval_calibration = interval_calibration
+        if score_factors is not None:
+            if not isinstance(score_factors, ScoreFactors):
+                raise TypeError(f"score_factors must be a ScoreFactors, got {type(score_factors).__name__}")
+            if score_factors.n_items != self.n_items:
+                raise ValueError(f"score factors have {score_factors.n_items} items, the bank {self.n_items}")
+        #: the bank's score-factor model (None: the bank carries none)
+        self.score_factors = score_factors
         self._metadata = metadata
         self.model = model_code(params)
         self.c, self.d = full_cd(params)

@@ -39,6 +39,9 @@ def bank_fingerprint(items: ItemTable) -> str:
             h.update(arr.tobytes())
     if items.interval_calibration is not None:
         h.update(json.dumps(items.interval_calibration.record, sort_keys=True).encode())
+    if items.score_factors is not None:
+        h.update(items.score_factors.loadings.tobytes())
+        h.update(items.score_factors.intercepts.tobytes())
     return h.hexdigest()
 
 
@@ -49,7 +52,8 @@ def item_table(bank) -> ItemTable:
     fields_ = set(bank.items.data_vars)
     b_sd = bank.item_metadata("b_sd") if "b_sd" in fields_ else None
     return ItemTable(bank.params, bank.item_ids, b_sd=b_sd, metadata=bank.item_metadata,
-                     covariance=bank_item_covariance(bank), interval_calibration=bank_interval_calibration(bank))
+                     covariance=bank_item_covariance(bank), interval_calibration=bank_interval_calibration(bank),
+                     score_factors=getattr(bank, "score_factors", None))
 
 
 def bank_item_covariance(bank) -> ItemCovariance | None:

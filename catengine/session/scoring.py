@@ -20,6 +20,7 @@ from catengine.scoring import (
     model_variance_terms,
     expected_probabilities,
     predict_accuracy,
+    predict_accuracy_factors,
     predict_cot_total,
     smearing_moments,
 )
@@ -165,8 +166,13 @@ def model_score(session, *, level=0.95, by=None, estimate: TraitEstimate | None 
     curve = score_curve(session)
     n = order.size
     residual_sd = 0.0 if curve is None else curve.residual(n)
-    acc = predict_accuracy(params, est.theta, est.theta_sd, order, correct, level=level, codes=codes,
-                           n_groups=n_groups, n_nodes=n_nodes, residual_sd=residual_sd, intervals=intervals, **unc)
+    factors = session.items.score_factors
+    if factors is not None:  # the bank's score-factor model (docs/score_prediction.md §2)
+        acc = predict_accuracy_factors(factors, order, correct, level=level, codes=codes, n_groups=n_groups,
+                                       residual_sd=residual_sd, intervals=intervals)
+    else:
+        acc = predict_accuracy(params, est.theta, est.theta_sd, order, correct, level=level, codes=codes,
+                               n_groups=n_groups, n_nodes=n_nodes, residual_sd=residual_sd, intervals=intervals, **unc)
     cot = None
     if params.response_model == "lart" and est.tau is not None:
         has = np.array([r.cot_length is not None for r in h], dtype=bool)

@@ -153,7 +153,7 @@ class CATSession:
         self.params = self.items.params
         self.subject = str(subject)
         self.selector = selector if selector is not None else default_selector(
-            self.params.response_model, self.items.covariance is not None)
+            self.params.response_model, self.items.covariance is not None, self.items.score_factors is not None)
         self.estimator = estimator if estimator is not None else MAPEstimator()
         self.stopping = stopping if stopping is not None else default_stopping(self.params.n_items)
         if isinstance(exposure, ExposureControl):

@@ -1,0 +1,110 @@
+"""How well could score factors do if the model were right? (issue 14, docs/score_prediction.md §2)
+
+``python benchmarks/score_factor_simulation.py [--k 25] [--dims 2] [--folds 5] [--seed 14]``
+
+For each of 5 folds of MATH500's 158 LLMs, a d-factor model is fitted on the other folds
+(``fit_score_factors``) and taken as the truth: the training LLMs' answers are redrawn from it at
+their fitted traits, and each held-out LLM's 500 answers at the mode of its factor posterior given
+all its real answers. The model is then refitted on the redrawn training matrix, as a calibration
+would, and every held-out LLM is tested for k items by D-optimal selection in the factors with the
+accuracy predicted by ``predict_accuracy_factors`` (no score check: the model is right by
+construction). Four runs separate the two uses of the estimated parameters:
+
+* ``true / true``        items chosen and scored with the true parameters;
+* ``estimated / true``   chosen with the refitted ones, scored with the true ones;
+* ``true / estimated``   chosen with the true ones, scored with the refitted ones;
+* ``estimated / estimated`` both refitted: what a real calibration gives when the model is right.
+
+Printed: MAE of the predicted accuracy against the redrawn full-benchmark accuracy, its ratio to the
+mean of k random items of the same redrawn answers (200 draws per LLM), and the RMS of
+(error / predicted SD).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+DATA = ROOT.parent / "shared" / "data"
+
+
+def session(select, score, y, k):
+    """Indices of k items chosen D-optimally by ``select``; the prediction of ``score`` from their answers."""
+    from catengine.scoring import predict_accuracy_factors
+
+    J = y.size
+    chosen: list[int] = []
+    eligible = np.ones(J, dtype=bool)
+    mode = None
+    for _ in range(k):
+        idx = np.asarray(chosen, dtype=np.int64)
+        mode, cov = select.posterior(idx, y[idx], start=mode)
+        cand = np.flatnonzero(eligible)
+        j = int(cand[np.argmax(select.d_optimal_gain(mode, cov, cand))])
+        chosen.append(j)
+        eligible[j] = False
+    idx = np.asarray(chosen, dtype=np.int64)
+    pred = predict_accuracy_factors(score, idx, y[idx], intervals=False)[0]
+    return pred.mean / J, pred.sd / J
+
+
+def main(argv=None) -> int:
+    from scipy.special import expit
+
+    from calibration import load_responses
+    from calibration.score_factors import fit_score_factors
+    from catengine.models.score_factors import ScoreFactors
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--k", type=int, default=25)
+    ap.add_argument("--dims", type=int, default=2)
+    ap.add_argument("--folds", type=int, default=5)
+    ap.add_argument("--seed", type=int, default=14)
+    args = ap.parse_args(argv)
+    t0 = time.perf_counter()
+    data = load_responses(DATA / "lart" / "accuracy_math500.csv")
+    Y = data.correct
+    N, J = Y.shape
+    perm = np.random.default_rng(args.seed).permutation(N)
+    g = np.random.default_rng([args.seed, 1])
+    runs = ("true / true", "estimated / true", "true / estimated", "estimated / estimated")
+    err = {r: [] for r in runs}
+    z = {r: [] for r in runs}
+    rand = []
+    for f in range(args.folds):
+        test, train = perm[f:: args.folds], np.setdiff1d(np.arange(N), perm[f:: args.folds])
+        fit = fit_score_factors(Y[train], args.dims)
+        true = ScoreFactors(fit.loadings, fit.intercepts)
+        traits = np.array([true.posterior(np.arange(J), Y[i].astype(float))[0] for i in test])
+        y_train = (g.random((train.size, J)) < expit(fit.traits @ fit.loadings.T + fit.intercepts)).astype(np.int8)
+        y_test = (g.random((test.size, J)) < true.probabilities(traits)).astype(float)
+        refit = fit_score_factors(y_train, args.dims)
+        est = ScoreFactors(refit.loadings, refit.intercepts)
+        models = {"true": true, "estimated": est}
+        for y in y_test:
+            truth = y.mean()
+            for r in runs:
+                sel, sco = r.split(" / ")
+                acc, sd = session(models[sel], models[sco], y, args.k)
+                err[r].append(acc - truth)
+                z[r].append((acc - truth) / sd)
+            rand.append(np.mean([abs(y[g.choice(J, args.k, replace=False)].mean() - truth) for _ in range(200)]))
+        print(f"fold {f + 1}/{args.folds}: {train.size} LLMs redrawn and refitted, {test.size} tested", flush=True)
+    base = float(np.mean(rand))
+    print(f"\nMATH500-shaped simulation, {args.dims} factors, k = {args.k}, {N} held-out LLMs, "
+          f"{time.perf_counter() - t0:.0f} s; random mean MAE {base:.4f}")
+    print(f"{'chosen / scored with':24s} {'MAE':>7s} {'xrand':>6s} {'RMS z':>6s}")
+    for r in runs:
+        e = np.asarray(err[r])
+        print(f"{r:24s} {np.mean(np.abs(e)):7.4f} {np.mean(np.abs(e)) / base:6.2f} {np.sqrt(np.mean(np.square(z[r]))):6.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

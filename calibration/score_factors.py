@@ -1,0 +1,234 @@
+"""Fit a bank's score factors: a d-factor logistic model of the calibration answers that the engine
+uses to choose items for, and predict, the full-benchmark accuracy (docs/score_prediction.md §2).
+
+    P(y_ij = 1) = logistic(g_j . eta_i + h_j),   eta_i ~ Normal(0, I_d),
+    g_j ~ Normal(0, SLOPE_VARIANCE I_d),  h_j ~ Normal(0, INTERCEPT_VARIANCE)
+
+fitted by joint maximum a posteriori estimation: alternating Newton steps for every item's
+(g_j, h_j) and every LLM's eta_i (each block is strictly concave; steps are capped at 1 per
+coordinate), with the traits re-standardised to mean 0 and identity covariance after each sweep
+(the loadings and intercepts absorb the linear map, so the fitted probabilities do not change).
+The number of factors d is chosen by cross-validation over LLMs: for each held-out LLM half of its
+answers give its factor posterior mode and the other half are predicted (mean log loss); a factor
+is added only while it wins by more than two standard errors of the paired per-LLM differences.
+
+The numerics take arrays only (``correct`` with -1 for missing answers); :func:`attach_score_factors`
+is the hook that every calibrator's bank goes through (``calibration.interval_calibration``).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+from scipy.special import expit, log_expit
+
+__all__ = ["MIN_SCORE_FACTOR_LLMS", "LLMS_PER_FACTOR", "ScoreFactorFit", "attach_score_factors", "choose_factor_count",
+           "fit_score_factors", "held_out_log_loss"]
+
+MIN_SCORE_FACTOR_LLMS = 40  # fewer calibration LLMs: no score factors (their loadings would be mostly noise)
+LLMS_PER_FACTOR = 40  # at most one factor per this many calibration LLMs (and at most 3)
+MAX_FACTORS = 3
+SLOPE_VARIANCE = 16.0  # prior variance of each loading (SD 4 on the N(0, 1) trait scale)
+INTERCEPT_VARIANCE = 25.0  # prior variance of the intercepts: items nobody (or everybody) solved stay finite
+CV_FOLDS = 3
+DEFAULT_MAX_ITER = 400
+DEFAULT_TOL = 1e-7  # relative change of the log posterior over one sweep
+
+
+@dataclass(frozen=True)
+class ScoreFactorFit:
+    """A fitted score-factor model: ``loadings`` (J, d), ``intercepts`` (J,), ``traits`` (N, d) of
+    the calibration LLMs, and how the fit went (``record``: JSON-ready)."""
+
+    loadings: np.ndarray
+    intercepts: np.ndarray
+    traits: np.ndarray
+    converged: bool
+    n_iter: int
+    log_posterior: float
+    record: dict = field(default_factory=dict)
+
+    @property
+    def dims(self) -> int:
+        return int(self.loadings.shape[1])
+
+
+def _check_matrix(correct) -> tuple[np.ndarray, np.ndarray]:
+    y = np.asarray(correct)
+    if y.ndim != 2 or y.shape[0] < 2 or y.shape[1] < 2:
+        raise ValueError(f"the response matrix must be (LLMs, items) with at least 2 of each, got shape {y.shape}")
+    observed = y >= 0
+    if np.any(observed & (y > 1)):
+        i, j = np.argwhere(observed & (y > 1))[0]
+        raise ValueError(f"answers must be 0, 1 or -1 (missing); row {int(i)}, item {int(j)} holds {y[i, j].item()!r}")
+    return np.where(observed, y, 0).astype(np.float64), observed.astype(np.float64)
+
+
+def _objective(Y, M, T, G, h, slope_variance, intercept_variance) -> float:
+    z = T @ G.T + h[None, :]
+    ll = np.sum(M * (Y * log_expit(z) + (1.0 - Y) * log_expit(-z)))
+    return float(ll - 0.5 * np.sum(T * T) - 0.5 * np.sum(G * G) / slope_variance - 0.5 * np.sum(h * h) / intercept_variance)
+
+
+def fit_score_factors(correct, dims: int, *, slope_variance: float = SLOPE_VARIANCE,
+                      intercept_variance: float = INTERCEPT_VARIANCE, max_iter: int = DEFAULT_MAX_ITER,
+                      tol: float = DEFAULT_TOL) -> ScoreFactorFit:
+    """Joint MAP fit of the d-factor logistic model to ``correct`` (N, J; 0/1, -1 missing)."""
+    if not (isinstance(dims, (int, np.integer)) and 1 <= dims <= MAX_FACTORS):
+        raise ValueError(f"dims must be an integer in 1..{MAX_FACTORS}, got {dims!r}")
+    Y, M = _check_matrix(correct)
+    n, J = Y.shape
+    d = int(dims)
+    n_obs = np.maximum(M.sum(axis=0), 1.0)
+    p = np.clip((Y * M).sum(axis=0) / n_obs, 0.02, 0.98)
+    h = np.log(p / (1.0 - p))
+    centred = M * (Y - p[None, :])
+    # start: the leading principal components (eigenvectors of the smaller Gram matrix)
+    if n <= J:
+        vals, vecs = np.linalg.eigh(centred @ centred.T)
+        S = np.sqrt(np.maximum(vals[::-1][:d], 1e-12))
+        U = vecs[:, ::-1][:, :d]
+        V = centred.T @ U / S
+    else:
+        vals, vecs = np.linalg.eigh(centred.T @ centred)
+        S = np.sqrt(np.maximum(vals[::-1][:d], 1e-12))
+        V = vecs[:, ::-1][:, :d]
+        U = centred @ V / S
+    T = U * math.sqrt(n)
+    G = V * (S / math.sqrt(n)) * 4.0
+    prior_item = np.diag([1.0 / slope_variance] * d + [1.0 / intercept_variance])
+    eye = np.eye(d)
+    f_old = _objective(Y, M, T, G, h, slope_variance, intercept_variance)
+    converged, it = False, 0
+    for it in range(1, max_iter + 1):
+        # items: one Newton step for every (g_j, h_j), steps capped at 1 per coordinate
+        P = expit(T @ G.T + h[None, :])
+        W, R = M * P * (1.0 - P), M * (Y - P)
+        X = np.hstack([T, np.ones((n, 1))])
+        psi = np.hstack([G, h[:, None]])
+        grad = (X.T @ R).T - psi @ prior_item
+        hess = np.einsum("nk,nj,nl->jkl", X, W, X) + prior_item
+        step = np.linalg.solve(hess, grad[..., None])[..., 0]
+        step /= np.maximum(1.0, np.abs(step).max(axis=1, keepdims=True))
+        psi = psi + step
+        G, h = psi[:, :d].copy(), psi[:, d].copy()
+        # LLMs: one Newton step for every eta_i
+        P = expit(T @ G.T + h[None, :])
+        W, R = M * P * (1.0 - P), M * (Y - P)
+        grad_t = R @ G - T
+        hess_t = np.einsum("jk,nj,jl->nkl", G, W, G) + eye
+        step_t = np.linalg.solve(hess_t, grad_t[..., None])[..., 0]
+        step_t /= np.maximum(1.0, np.abs(step_t).max(axis=1, keepdims=True))
+        T = T + step_t
+        # re-standardise the traits: eta -> L^-1 (eta - m); g -> L' g, h -> h + g . m
+        m = T.mean(axis=0)
+        C = np.atleast_2d(np.cov(T, rowvar=False, bias=True)) + 1e-12 * eye
+        L = np.linalg.cholesky(C)
+        T = np.linalg.solve(L, (T - m).T).T
+        h = h + G @ m
+        G = G @ L
+        f = _objective(Y, M, T, G, h, slope_variance, intercept_variance)
+        if abs(f - f_old) <= tol * max(1.0, abs(f)):
+            converged = True
+            break
+        f_old = f
+    return ScoreFactorFit(G, h, T, converged, it, f)
+
+
+def held_out_log_loss(fit_loadings, fit_intercepts, correct, rng) -> np.ndarray:
+    """Per row, the mean log loss on a random half of its answers, from the factor posterior mode
+    given the other half (the rows are LLMs the model was not fitted on; NaN for rows with fewer
+    than 4 answers). The halves depend on ``rng`` only, so candidates scored with generators of the
+    same seed are compared on the same answers."""
+    from catengine.models.score_factors import factor_posterior
+
+    y_all = np.asarray(correct)
+    out = np.full(y_all.shape[0], np.nan)
+    for r, y in enumerate(y_all):
+        seen = np.flatnonzero(y >= 0)
+        if seen.size < 4:
+            rng.permutation(1)  # keep the stream aligned across candidates
+            continue
+        perm = rng.permutation(seen)
+        given, scored = perm[: seen.size // 2], perm[seen.size // 2:]
+        mode, _ = factor_posterior(fit_loadings, fit_intercepts, given, y[given].astype(float))
+        z = fit_loadings[scored] @ mode + fit_intercepts[scored]
+        t = y[scored].astype(float)
+        out[r] = -float(np.mean(t * log_expit(z) + (1.0 - t) * log_expit(-z)))
+    return out
+
+
+def choose_factor_count(correct, *, max_dims: int, folds: int = CV_FOLDS, rng=0, **fit_kwargs) -> tuple[int, dict]:
+    """The number of factors (1..max_dims) by cross-validation over LLMs, with the losses per
+    candidate (mean held-out log loss per LLM, :func:`held_out_log_loss`).
+
+    One more factor is taken only while it lowers the held-out loss by more than two standard
+    errors of the paired per-LLM differences (every candidate predicts the same halves of the same
+    LLMs' answers): a second factor that wins by noise would make the selection chase it. The
+    candidates after the first that fails are not fitted (their losses are absent from the
+    returned dict). With max_dims = 1 nothing is fitted."""
+    if max_dims <= 1:
+        return 1, {}
+    y = np.asarray(correct)
+    N = y.shape[0]
+    seed = int(rng) if isinstance(rng, (int, np.integer)) else 0
+    perm = np.random.default_rng(seed).permutation(N)
+
+    def held_out(d):
+        losses = np.full(N, np.nan)
+        for k in range(folds):
+            test = np.sort(perm[k::folds])
+            train = np.setdiff1d(np.arange(N), test)
+            fit = fit_score_factors(y[train], d, **fit_kwargs)
+            losses[test] = held_out_log_loss(fit.loadings, fit.intercepts, y[test], np.random.default_rng([seed, k]))
+        return losses
+
+    per_llm = {1: held_out(1)}
+    chosen = 1
+    for d in range(2, max_dims + 1):  # stop at the first factor that does not earn its place
+        per_llm[d] = held_out(d)
+        diff = per_llm[d - 1] - per_llm[d]
+        diff = diff[np.isfinite(diff)]
+        if diff.size < 2 or diff.mean() <= 2.0 * diff.std(ddof=1) / math.sqrt(diff.size):
+            break
+        chosen = d
+    return chosen, {str(d): round(float(np.nanmean(v)), 6) for d, v in per_llm.items()}
+
+
+def max_factor_count(n_llms: int) -> int:
+    return int(max(1, min(MAX_FACTORS, n_llms // LLMS_PER_FACTOR)))
+
+
+def attach_score_factors(bank, data, *, dims: int | None = None, rng=0):
+    """``bank`` with score factors fitted on ``data`` (a ``ResponseData``), or ``bank`` unchanged
+    when ``data`` has fewer than ``MIN_SCORE_FACTOR_LLMS`` LLMs and ``dims`` is None. ``dims`` None:
+    chosen by :func:`choose_factor_count`; an integer: fixed, whatever the number of LLMs (the
+    interval check's fold banks use the full bank's, so that they select items as it does)."""
+    N = int(data.n_subjects)
+    if dims is None and N < MIN_SCORE_FACTOR_LLMS:
+        return bank
+    if data.n_items != bank.n_items or list(map(str, data.item_ids)) != list(bank.item_ids):
+        raise ValueError("the response data and the bank have different items: score factors need the bank's items, "
+                         "in its order")
+    t0 = time.perf_counter()
+    losses = {}
+    if dims is None:
+        dims, losses = choose_factor_count(data.correct, max_dims=max_factor_count(N), rng=rng)
+    fit = fit_score_factors(data.correct, int(dims))
+    record = {
+        "version": 1,
+        "model": "P(correct) = logistic(g_j . eta + h_j), eta ~ Normal(0, I_d); joint MAP (docs/score_prediction.md §2)",
+        "dims": int(dims),
+        "slope_variance": SLOPE_VARIANCE,
+        "intercept_variance": INTERCEPT_VARIANCE,
+        "n_subjects": N,
+        "converged": bool(fit.converged),
+        "n_iter": int(fit.n_iter),
+        "cv_log_loss": losses,
+        "cv_folds": CV_FOLDS if losses else 0,
+        "seconds": round(time.perf_counter() - t0, 2),
+    }
+    return bank.with_score_factors(fit.loadings, fit.intercepts, record)

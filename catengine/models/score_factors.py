@@ -1,0 +1,190 @@
+"""A bank's score factors: a small multidimensional logistic model of the answers, used to choose
+items for, and predict, the full-benchmark accuracy (docs/score_prediction.md §2).
+
+Real LLMs do not answer as one trait predicts: an LLM better than its theta at one kind of item is
+better on all of them. A bank may therefore carry, next to its response model, a d-dimensional
+(d = 1..3) logistic factor model fitted on the same calibration matrix,
+
+    P(y_j = 1 | eta) = logistic(g_j . eta + h_j),     eta ~ Normal(0, I_d),
+
+with loadings g_j (J x d) and intercepts h_j (J,). Given a session's answers the factor posterior
+is summarised by its mode and the inverse Hessian of the log posterior there (a Laplace
+approximation). Pure numpy on arrays; no session, no I/O.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from numba import njit
+from scipy.special import expit, log_expit
+
+from catengine.models.expected_information import gauss_hermite_normal
+
+MAX_SCORE_FACTORS = 3
+POSTERIOR_TOL = 1e-10
+POSTERIOR_MAX_ITER = 100
+
+
+@dataclass(frozen=True, eq=False)
+class ScoreFactors:
+    """Loadings (J, d) and intercepts (J,) of a bank's score-factor model (read-only arrays)."""
+
+    loadings: np.ndarray
+    intercepts: np.ndarray
+
+    def __post_init__(self):
+        g = np.array(self.loadings, dtype=np.float64, copy=True)
+        h = np.array(self.intercepts, dtype=np.float64, copy=True)
+        if g.ndim != 2 or not 1 <= g.shape[1] <= MAX_SCORE_FACTORS:
+            raise ValueError(f"score-factor loadings must have shape (items, d) with 1 <= d <= {MAX_SCORE_FACTORS}, "
+                             f"got {g.shape}")
+        if h.shape != (g.shape[0],):
+            raise ValueError(f"score-factor intercepts must have shape ({g.shape[0]},), got {h.shape}")
+        for name, arr in (("loadings", g), ("intercepts", h)):
+            if not np.all(np.isfinite(arr)):
+                bad = int(np.flatnonzero(~np.isfinite(arr).reshape(arr.shape[0], -1).all(axis=1))[0])
+                raise ValueError(f"score-factor {name} are NaN or infinite, first at item index {bad}")
+        g.flags.writeable = False
+        h.flags.writeable = False
+        object.__setattr__(self, "loadings", g)
+        object.__setattr__(self, "intercepts", h)
+
+    @property
+    def n_items(self) -> int:
+        return int(self.loadings.shape[0])
+
+    @property
+    def dims(self) -> int:
+        return int(self.loadings.shape[1])
+
+    def probabilities(self, eta, items=None) -> np.ndarray:
+        """P(correct) at factor values ``eta`` (K, d) for the selected items: shape (K, n)."""
+        idx = slice(None) if items is None else np.asarray(items)
+        eta = np.atleast_2d(np.asarray(eta, dtype=np.float64))
+        return expit(eta @ self.loadings[idx].T + self.intercepts[idx][None, :])
+
+    def posterior(self, observed, correct, start=None) -> tuple[np.ndarray, np.ndarray]:
+        """(mode, covariance) of the factor posterior given the answers (see :func:`factor_posterior`)."""
+        return factor_posterior(self.loadings, self.intercepts, observed, correct, start)
+
+    def d_optimal_gain(self, mode, cov, items) -> np.ndarray:
+        """log(1 + w_j g_j' S g_j) per item: the increase of log det of the posterior precision
+        that answering item j brings (w_j = P_j (1 - P_j) at the mode, S the posterior covariance)."""
+        items = np.asarray(items, dtype=np.int64)
+        g = self.loadings[items]
+        p = expit(g @ np.asarray(mode, dtype=np.float64) + self.intercepts[items])
+        return np.log1p(p * (1.0 - p) * np.einsum("nd,de,ne->n", g, np.asarray(cov, dtype=np.float64), g))
+
+
+def log_posterior(loadings, intercepts, observed, correct, eta) -> np.ndarray:
+    """Unnormalised log posterior of the factors at ``eta`` (K, d): Bernoulli log likelihood of the
+    answers plus the Normal(0, I) log prior. Shape (K,)."""
+    observed = np.asarray(observed, dtype=np.int64)
+    y = np.asarray(correct, dtype=np.float64)
+    eta = np.atleast_2d(np.asarray(eta, dtype=np.float64))
+    z = eta @ loadings[observed].T + intercepts[observed][None, :]
+    return (y * log_expit(z) + (1.0 - y) * log_expit(-z)).sum(axis=1) - 0.5 * np.sum(eta * eta, axis=1)
+
+
+def factor_posterior(loadings, intercepts, observed, correct, start=None, *, tol: float = POSTERIOR_TOL,
+                     max_iter: int = POSTERIOR_MAX_ITER) -> tuple[np.ndarray, np.ndarray]:
+    """Mode and Laplace covariance of the factor posterior (Normal(0, I) prior, logistic answers).
+
+    The log posterior is strictly concave, so Newton's method with step halving (the objective
+    must not decrease) converges to the unique mode from any start. Returns (mode (d,), cov (d, d)),
+    cov the inverse of the negative Hessian at the mode; with no answers, (0, I). Compiled
+    (``_newton_mode``): a session asks for it at every step."""
+    g_all = np.asarray(loadings, dtype=np.float64)
+    d = g_all.shape[1]
+    observed = np.asarray(observed, dtype=np.int64).reshape(-1)
+    y = np.asarray(correct, dtype=np.float64).reshape(-1)
+    if observed.shape != y.shape:
+        raise ValueError(f"{observed.size} observed items but {y.size} answers")
+    if observed.size == 0:
+        return np.zeros(d), np.eye(d)
+    if not np.all((y == 0) | (y == 1)):
+        raise ValueError("answers must be 0 or 1")
+    g = np.ascontiguousarray(g_all[observed])
+    h = np.ascontiguousarray(np.asarray(intercepts, dtype=np.float64)[observed])
+    eta = np.zeros(d) if start is None else np.array(start, dtype=np.float64).reshape(d)
+    mode = np.empty(d)
+    cov = np.empty((d, d))
+    _newton_mode(g, h, y, eta, float(tol), int(max_iter), mode, cov)
+    return mode, cov
+
+
+@njit(cache=True)
+def _log_posterior_at(g, h, y, eta):
+    n, d = g.shape
+    total = 0.0
+    for i in range(n):
+        z = h[i]
+        for k in range(d):
+            z += g[i, k] * eta[k]
+        # y log s(z) + (1 - y) log s(-z), stably
+        if z >= 0.0:
+            total += -np.log1p(np.exp(-z)) - (1.0 - y[i]) * z
+        else:
+            total += y[i] * z - np.log1p(np.exp(z))
+    for k in range(d):
+        total -= 0.5 * eta[k] * eta[k]
+    return total
+
+
+@njit(cache=True)
+def _gradient_hessian(g, h, y, eta, grad, hess):
+    n, d = g.shape
+    for k in range(d):
+        grad[k] = -eta[k]
+        for m in range(d):
+            hess[k, m] = 1.0 if k == m else 0.0
+    for i in range(n):
+        z = h[i]
+        for k in range(d):
+            z += g[i, k] * eta[k]
+        p = 1.0 / (1.0 + np.exp(-z))
+        w = p * (1.0 - p)
+        r = y[i] - p
+        for k in range(d):
+            grad[k] += g[i, k] * r
+            for m in range(d):
+                hess[k, m] += w * g[i, k] * g[i, m]
+
+
+@njit(cache=True)
+def _newton_mode(g, h, y, start, tol, max_iter, mode, cov):
+    d = g.shape[1]
+    eta = start.copy()
+    grad = np.empty(d)
+    hess = np.empty((d, d))
+    f = _log_posterior_at(g, h, y, eta)
+    for _ in range(max_iter):
+        _gradient_hessian(g, h, y, eta, grad, hess)
+        step = np.linalg.solve(hess, grad)
+        scale = 1.0
+        trial = eta + step
+        f_new = _log_posterior_at(g, h, y, trial)
+        while f_new < f - 1e-12 * max(1.0, abs(f)) and scale >= 1e-8:
+            scale *= 0.5
+            trial = eta + scale * step
+            f_new = _log_posterior_at(g, h, y, trial)
+        eta = trial
+        f = f_new
+        if np.max(np.abs(scale * step)) < tol:
+            break
+    _gradient_hessian(g, h, y, eta, grad, hess)
+    mode[:] = eta
+    cov[:, :] = np.linalg.inv(hess)
+
+
+def product_nodes(mode, cov, n_nodes: int) -> tuple[np.ndarray, np.ndarray]:
+    """Gauss-Hermite product nodes (n_nodes^d, d) and weights for E f(eta), eta ~ Normal(mode, cov)."""
+    mode = np.asarray(mode, dtype=np.float64).reshape(-1)
+    d = mode.size
+    x, w = gauss_hermite_normal(n_nodes)
+    grid = np.stack(np.meshgrid(*([x] * d), indexing="ij"), axis=-1).reshape(-1, d)
+    weights = np.prod(np.stack(np.meshgrid(*([w] * d), indexing="ij"), axis=-1).reshape(-1, d), axis=1)
+    chol = np.linalg.cholesky(np.asarray(cov, dtype=np.float64) + 1e-300 * np.eye(d))
+    return mode[None, :] + grid @ chol.T, weights

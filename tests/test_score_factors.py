@@ -1,0 +1,377 @@
+"""Score factors (docs/score_prediction.md §2): the factor posterior, the predicted accuracy under it,
+the D-optimal selector, the joint MAP fit, and the bank / calibration plumbing.
+
+Every estimator is checked against something independent: a brute-force grid, finite differences,
+Monte Carlo draws, an explicit log-determinant, or recovery of a simulated model."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from scipy.special import expit
+
+from catengine import CATSession, open_item_bank, write_item_bank
+from catengine.errors import ItemBankSchemaError
+from catengine.itembank.bank import ItemBank
+from catengine.models.score_factors import ScoreFactors, factor_posterior, log_posterior, product_nodes
+from catengine.scoring import predict_accuracy_factors
+from catengine.selection import SELECTORS, ScoreFactorDOptimal, SelectionState, default_selector
+from catengine.session.bank_log import bank_fingerprint, item_table
+
+
+def _factors(J=40, d=2, seed=0):
+    g = np.random.default_rng(seed)
+    return ScoreFactors(g.normal(0.0, 1.2, size=(J, d)), g.normal(0.0, 1.0, size=J))
+
+
+def _answers(factors, n, seed=1):
+    g = np.random.default_rng(seed)
+    items = g.choice(factors.n_items, n, replace=False)
+    y = (g.random(n) < factors.probabilities(np.array([[0.7, -0.4][: factors.dims]]), items)[0]).astype(float)
+    return items, y
+
+
+def _bank(J=40, d=2, seed=0):
+    f = _factors(J, d, seed)
+    base = ItemBank.from_params("2pl", [f"i{k}" for k in range(J)], bank_id="sf", a=np.ones(J), b=np.linspace(-2, 2, J),
+                                item_metadata={"topic": np.array(["alg", "geo", "num", "prob"])[np.arange(J) % 4]})
+    return base.with_score_factors(f.loadings, f.intercepts, {"dims": d})
+
+
+# ---------------------------------------------------------------------------------------------
+# the factor posterior
+
+
+def test_posterior_mode_matches_a_brute_force_grid_and_its_covariance_the_fd_hessian():
+    f = _factors()
+    items, y = _answers(f, 12)
+    mode, cov = factor_posterior(f.loadings, f.intercepts, items, y)
+    x = np.linspace(-4, 4, 801)
+    grid = np.stack(np.meshgrid(x, x, indexing="ij"), axis=-1).reshape(-1, 2)
+    lp = log_posterior(f.loadings, f.intercepts, items, y, grid)
+    best = grid[np.argmax(lp)]
+    assert np.all(np.abs(best - mode) <= 0.01 + 1e-12)  # the grid spacing
+    eps = 1e-4
+    hess = np.zeros((2, 2))
+    for i in range(2):
+        for j in range(2):
+            e_i, e_j = np.eye(2)[i] * eps, np.eye(2)[j] * eps
+            pts = np.array([mode + e_i + e_j, mode + e_i - e_j, mode - e_i + e_j, mode - e_i - e_j])
+            v = log_posterior(f.loadings, f.intercepts, items, y, pts)
+            hess[i, j] = (v[0] - v[1] - v[2] + v[3]) / (4 * eps * eps)
+    np.testing.assert_allclose(cov, np.linalg.inv(-hess), rtol=1e-4)
+
+
+def test_posterior_without_answers_is_the_prior_and_bad_answers_are_refused():
+    f = _factors()
+    mode, cov = f.posterior([], [])
+    np.testing.assert_array_equal(mode, np.zeros(2))
+    np.testing.assert_array_equal(cov, np.eye(2))
+    with pytest.raises(ValueError, match="0 or 1"):
+        f.posterior([0, 1], [1, 2])
+    with pytest.raises(ValueError, match="2 observed items but 1 answers"):
+        f.posterior([0, 1], [1])
+
+
+def test_product_nodes_integrate_the_normal_moments():
+    mode, cov = np.array([0.3, -1.0]), np.array([[0.5, 0.2], [0.2, 0.3]])
+    nodes, w = product_nodes(mode, cov, 7)
+    np.testing.assert_allclose(w.sum(), 1.0, rtol=1e-12)
+    np.testing.assert_allclose(w @ nodes, mode, atol=1e-12)
+    centred = nodes - mode
+    np.testing.assert_allclose((w[:, None, None] * centred[:, :, None] * centred[:, None, :]).sum(0), cov, atol=1e-12)
+
+
+def test_score_factors_refuse_bad_arrays():
+    with pytest.raises(ValueError, match="1 <= d <= 3"):
+        ScoreFactors(np.zeros((5, 4)), np.zeros(5))
+    with pytest.raises(ValueError, match="intercepts must have shape"):
+        ScoreFactors(np.zeros((5, 2)), np.zeros(4))
+    bad = np.zeros((5, 2))
+    bad[3, 1] = np.nan
+    with pytest.raises(ValueError, match="first at item index 3"):
+        ScoreFactors(bad, np.zeros(5))
+
+
+# ---------------------------------------------------------------------------------------------
+# the predicted accuracy
+
+
+def test_predicted_accuracy_equals_a_brute_force_integral_over_the_laplace_posterior():
+    f = _factors()
+    items, y = _answers(f, 8)
+    J = f.n_items
+    total = predict_accuracy_factors(f, items, y)[0]
+    mode, cov = f.posterior(items, y)
+    x = np.linspace(-7, 7, 561)
+    grid = np.stack(np.meshgrid(x, x, indexing="ij"), axis=-1).reshape(-1, 2)
+    diff = grid - mode
+    dens = np.exp(-0.5 * np.einsum("kd,de,ke->k", diff, np.linalg.inv(cov), diff))
+    dens /= dens.sum()
+    unknown = np.ones(J, bool)
+    unknown[items] = False
+    p = f.probabilities(grid)[:, unknown]
+    cond_mean = y.sum() + p.sum(1)
+    cond_var = (p * (1 - p)).sum(1)
+    mean = dens @ cond_mean
+    var = dens @ cond_var + dens @ (cond_mean - mean) ** 2
+    # the default 11 x 11 Gauss-Hermite rule is within 1e-5 of the integral; 41 x 41 within 1e-8
+    np.testing.assert_allclose(total.mean, mean, rtol=1e-5)
+    np.testing.assert_allclose(total.sd, math.sqrt(var), rtol=1e-4)
+    fine = predict_accuracy_factors(f, items, y, n_nodes=41)[0]
+    np.testing.assert_allclose(fine.mean, mean, rtol=1e-8)
+    np.testing.assert_allclose(fine.sd, math.sqrt(var), rtol=1e-7)
+    assert total.n_observed == 8 and total.n_items == J
+
+
+def test_predicted_accuracy_variance_and_interval_match_monte_carlo_draws():
+    f = _factors(J=60)
+    items, y = _answers(f, 10)
+    total = predict_accuracy_factors(f, items, y)[0]
+    mode, cov = f.posterior(items, y)
+    g = np.random.default_rng(5)
+    n = 200_000
+    eta = g.multivariate_normal(mode, cov, size=n)
+    unknown = np.ones(60, bool)
+    unknown[items] = False
+    p = f.probabilities(eta)[:, unknown]
+    draws = y.sum() + (g.random(p.shape) < p).sum(1)
+    se = draws.std() / math.sqrt(n)
+    assert abs(draws.mean() - total.mean) < 4 * se
+    assert abs(draws.std() - total.sd) / total.sd < 0.01
+    lo, hi = np.quantile(draws, [0.025, 0.975])
+    assert abs(lo - total.low) <= 1.5 and abs(hi - total.high) <= 1.5  # the draws are integers
+
+
+def test_categories_add_back_to_the_total_and_the_misfit_term_widens():
+    f = _factors()
+    items, y = _answers(f, 8)
+    codes = np.arange(f.n_items) % 4
+    groups = predict_accuracy_factors(f, items, y, codes=codes, n_groups=4)
+    assert sum(gp.n_items for gp in groups[1:]) == groups[0].n_items
+    np.testing.assert_allclose(sum(gp.mean for gp in groups[1:]), groups[0].mean, rtol=1e-12)
+    wide = predict_accuracy_factors(f, items, y, residual_sd=0.05)[0]
+    n_u = f.n_items - 8
+    np.testing.assert_allclose(wide.sd ** 2, groups[0].sd ** 2 + (0.05 * n_u) ** 2, rtol=1e-10)
+
+
+def test_session_reports_the_factor_prediction_and_categories():
+    bank = _bank()
+    s = CATSession(bank, rng=0)
+    for answer in (1, 0, 1, 1, 0, 1):
+        s.record(s.next_item(), answer)
+    est = s.predicted_score(by="topic")
+    order = [bank.index_of(h.item) for h in s.history]
+    ref = predict_accuracy_factors(bank.score_factors, order, [h.correct for h in s.history])[0]
+    np.testing.assert_allclose(est.accuracy, ref.mean / bank.n_items, rtol=1e-12)
+    weights = {k: v.n_items / bank.n_items for k, v in est.by_category.items()}
+    np.testing.assert_allclose(sum(weights[k] * v.accuracy for k, v in est.by_category.items()), est.accuracy, rtol=1e-12)
+
+
+# ---------------------------------------------------------------------------------------------
+# the selector
+
+
+def test_d_optimal_gain_is_the_log_det_increase_of_the_precision():
+    f = _factors()
+    items, y = _answers(f, 6)
+    mode, cov = f.posterior(items, y)
+    cand = np.arange(f.n_items)
+    gain = f.d_optimal_gain(mode, cov, cand)
+    prec = np.linalg.inv(cov)
+    p = f.probabilities(mode)[0]
+    brute = [np.linalg.slogdet(prec + p[j] * (1 - p[j]) * np.outer(f.loadings[j], f.loadings[j]))[1]
+             - np.linalg.slogdet(prec)[1] for j in cand]
+    np.testing.assert_allclose(gain, brute, rtol=1e-9, atol=1e-12)
+
+
+def test_selector_proposes_the_best_eligible_items_in_order():
+    bank = _bank()
+    table = item_table(bank)
+    s = CATSession(bank, rng=0)
+    for answer in (1, 0, 1):
+        s.record(s.next_item(), answer)
+    order = np.array([bank.index_of(h.item) for h in s.history])
+    y = np.array([h.correct for h in s.history], dtype=float)
+    mode, cov = bank.score_factors.posterior(order, y)
+    gain = bank.score_factors.d_optimal_gain(mode, cov, np.arange(bank.n_items))
+    eligible = np.ones(bank.n_items, bool)
+    eligible[order] = False
+    eligible[int(np.argmax(np.where(eligible, gain, -np.inf)))] = False  # block the best one
+
+    class Responses:
+        n = order.size
+        items = order
+        correct = y
+
+    state = SelectionState(s.estimate, eligible, Responses(), table)
+    idx, val = ScoreFactorDOptimal().candidates(bank.params, state, np.random.default_rng(0), 3)
+    want = np.flatnonzero(eligible)[np.argsort(-gain[eligible], kind="stable")[:3]]
+    np.testing.assert_array_equal(idx, want)
+    np.testing.assert_allclose(val, gain[want])
+
+
+def test_banks_with_score_factors_select_by_them_by_default_and_others_cannot():
+    bank = _bank()
+    assert isinstance(CATSession(bank).selector, ScoreFactorDOptimal)
+    assert isinstance(default_selector("2pl", score_factors=True), ScoreFactorDOptimal)
+    assert SELECTORS["score-factor-d"] is ScoreFactorDOptimal
+    plain = ItemBank.from_params("2pl", ["a", "b", "c"], bank_id="p", a=np.ones(3), b=np.zeros(3))
+    assert not isinstance(CATSession(plain).selector, ScoreFactorDOptimal)
+    with pytest.raises(ValueError, match="needs a bank with score factors"):
+        CATSession(plain, selector=ScoreFactorDOptimal())
+
+
+def test_score_factors_enter_the_bank_fingerprint():
+    bank = _bank()
+    other = bank.with_score_factors(bank.score_factors.loadings * 1.01, bank.score_factors.intercepts, {})
+    assert bank_fingerprint(item_table(bank)) != bank_fingerprint(item_table(other))
+
+
+# ---------------------------------------------------------------------------------------------
+# the bank file
+
+
+def test_score_factors_round_trip_through_a_bank_file(tmp_path):
+    bank = _bank()
+    path = write_item_bank(bank, tmp_path / "sf")
+    back = open_item_bank(path)
+    np.testing.assert_array_equal(back.score_factors.loadings, bank.score_factors.loadings)
+    np.testing.assert_array_equal(back.score_factors.intercepts, bank.score_factors.intercepts)
+    assert back.attrs["score_factors"] == bank.attrs["score_factors"]
+
+
+def test_damaged_score_factors_are_named_errors():
+    bank = _bank()
+    tree = bank.to_datatree()
+    items = tree["items"].to_dataset()
+    items["score_loading"][5, 1] = np.nan
+    tree["items"] = type(tree)(items)
+    with pytest.raises(ItemBankSchemaError, match="score_loading.*first 'i5'"):
+        ItemBank(tree)
+    items = bank.to_datatree()["items"].to_dataset().drop_vars("score_intercept")
+    tree = bank.to_datatree()
+    tree["items"] = type(tree)(items)
+    with pytest.raises(ItemBankSchemaError, match="needs '/items/score_intercept'"):
+        ItemBank(tree)
+
+
+# ---------------------------------------------------------------------------------------------
+# the fit
+
+
+def _simulate(N, J, d, seed):
+    g = np.random.default_rng(seed)
+    eta = g.standard_normal((N, d))
+    load = np.abs(g.normal(1.5, 0.5, size=(J, d))) * np.where(np.arange(d) == 0, 1.0, g.choice([-1.0, 1.0], size=(J, d)))
+    inter = g.normal(0, 1.2, size=J)
+    P = expit(eta @ load.T + inter)
+    return (g.random(P.shape) < P).astype(np.int8), P
+
+
+def test_fit_recovers_a_simulated_two_factor_model():
+    from calibration.score_factors import fit_score_factors
+
+    y, P = _simulate(400, 120, 2, seed=3)
+    fit = fit_score_factors(y, 2)
+    assert fit.converged
+    P_fit = expit(fit.traits @ fit.loadings.T + fit.intercepts)
+    assert np.mean(np.abs(P_fit - P)) < 0.05  # the Bernoulli noise of one answer is ~0.4
+    one = fit_score_factors(y, 1)
+    P_one = expit(one.traits @ one.loadings.T + one.intercepts)
+    assert np.mean(np.abs(P_fit - P)) < 0.8 * np.mean(np.abs(P_one - P))  # the second factor is real
+
+
+def test_fit_traits_span_the_true_traits():
+    from calibration.score_factors import fit_score_factors
+
+    g = np.random.default_rng(11)
+    N, J = 400, 150
+    eta = g.standard_normal((N, 2))
+    load = np.c_[g.normal(1.5, 0.4, J), g.normal(0.0, 1.2, J)]
+    inter = g.normal(0, 1.0, J)
+    y = (g.random((N, J)) < expit(eta @ load.T + inter)).astype(np.int8)
+    fit = fit_score_factors(y, 2)
+    # regress each true trait on the fitted ones: R^2 above 0.9 for both (the traits are identified up to rotation)
+    X = np.c_[np.ones(N), fit.traits]
+    for k in range(2):
+        coef, *_ = np.linalg.lstsq(X, eta[:, k], rcond=None)
+        r2 = 1 - np.var(eta[:, k] - X @ coef) / np.var(eta[:, k])
+        assert r2 > 0.9, (k, r2)
+
+
+def test_cross_validation_picks_the_simulated_number_of_factors():
+    from calibration.score_factors import choose_factor_count
+
+    y2, _ = _simulate(240, 100, 2, seed=4)
+    assert choose_factor_count(y2, max_dims=3, rng=0)[0] >= 2
+    y1, _ = _simulate(240, 100, 1, seed=5)
+    assert choose_factor_count(y1, max_dims=3, rng=0)[0] == 1
+
+
+def test_fit_handles_missing_answers_and_names_bad_values():
+    from calibration.score_factors import fit_score_factors
+
+    y, _ = _simulate(80, 30, 1, seed=6)
+    y = y.astype(np.int8)
+    y[np.random.default_rng(0).random(y.shape) < 0.1] = -1
+    fit = fit_score_factors(y, 1)
+    assert np.all(np.isfinite(fit.loadings)) and np.all(np.isfinite(fit.intercepts))
+    y[7, 3] = 2
+    with pytest.raises(ValueError, match="row 7, item 3 holds 2"):
+        fit_score_factors(y, 1)
+
+
+def test_unsolved_items_keep_finite_intercepts():
+    from calibration.score_factors import fit_score_factors
+
+    y, _ = _simulate(60, 20, 1, seed=8)
+    y[:, 0] = 0
+    y[:, 1] = 1
+    fit = fit_score_factors(y, 1)
+    assert -15 < fit.intercepts[0] < -2 and 2 < fit.intercepts[1] < 15
+
+
+# ---------------------------------------------------------------------------------------------
+# calibration plumbing
+
+
+def test_calibrated_banks_carry_score_factors_checked_by_the_interval_check():
+    import json
+
+    from calibration import CBMMCalibrator, ResponseData
+    from calibration.score_factors import MIN_SCORE_FACTOR_LLMS
+
+    y, _ = _simulate(MIN_SCORE_FACTOR_LLMS + 8, 60, 1, seed=9)
+    data = ResponseData.from_arrays(y, subject_ids=[f"m{i}" for i in range(y.shape[0])])
+    bank = CBMMCalibrator(rng=0, progress=False).fit(data).to_item_bank("sf_check")
+    assert bank.score_factors is not None and bank.score_factors.dims == 1
+    record = json.loads(bank.attrs["interval_calibration"])
+    assert record["selection"] == "score-factor-d"
+    assert "score-factor-d" in record["curves"] and "score-factor-d" in record["score_curves"]
+    assert isinstance(CATSession(bank).selector, ScoreFactorDOptimal)
+    few = ResponseData.from_arrays(y[: MIN_SCORE_FACTOR_LLMS - 1], subject_ids=[f"m{i}" for i in range(MIN_SCORE_FACTOR_LLMS - 1)])
+    small = CBMMCalibrator(rng=0, progress=False).fit(few).to_item_bank("sf_small")
+    assert small.score_factors is None
+    assert CBMMCalibrator(rng=0, progress=False).fit(data).to_item_bank("sf_off", interval_check=False).score_factors is None
+
+
+def test_a_session_on_a_factor_bank_resumes_to_the_same_items_and_score(tmp_path):
+    bank = _bank()
+    answers = np.random.default_rng(2).random(bank.n_items) < 0.6
+
+    def drive(session, n):
+        while session.n_items < n:
+            item = session.next_item()
+            session.record(item, int(answers[bank.index_of(item)]))
+        return session
+
+    ref = drive(CATSession(bank, rng=7), 12)
+    log = tmp_path / "run.jsonl"
+    drive(CATSession(bank, rng=7, log=log), 6).close()
+    resumed = drive(CATSession.resume(log, bank), 12)
+    assert [h.item for h in resumed.history] == [h.item for h in ref.history]
+    assert resumed.predicted_score(by=False).accuracy == ref.predicted_score(by=False).accuracy
+    resumed.close()
