@@ -4,8 +4,9 @@ Sections (``python benchmarks/engine.py [step|compare|math500|all] [--quick]``):
 
 * ``step``    — one step (record + MAP update + next-item selection) on 30,000-item banks:
                 p50 / p99 per step, for point and posterior-expected information (2PL, 4PL, LaRT),
-                with and without the durable JSONL log. Targets: p50 <= 0.5 ms (point) and
-                <= 2 ms (posterior-expected).
+                with and without the durable JSONL log, and D-optimal selection in two score factors
+                (the default of banks calibrated on >= 40 LLMs). Targets: p50 <= 0.5 ms (point) and
+                <= 2 ms (posterior-expected, score factors).
 * ``compare`` — the same adaptive test (2PL, maximum information, MAP with a N(0, 1) prior,
                 30 items) run by catengine, by a plain numpy loop (allenai fluid-benchmarking's
                 approach: information for every item + masked argmax, Newton MAP in numpy) and by
@@ -49,6 +50,7 @@ from catengine.selection import (  # noqa: E402
     MaxFisherInformation,
     PosteriorExpectedInformation,
     RandomSelection,
+    ScoreFactorDOptimal,
     ThetaTargetedInformation,
 )
 from catengine.session import CATSession  # noqa: E402
@@ -115,9 +117,15 @@ def bench_step(quick: bool) -> None:
         ("lart", "point probit information (MFI)", MaxFisherInformation(), False),
         ("lart~ab", "uncertainty-aware: theta-targeted, (a, b)", ThetaTargetedInformation(), False),
         ("lart~ab", "uncertainty-aware: PEI over (a, b) + SD", PosteriorExpectedInformation(), False),
+        ("2pl+sf", "D-optimal in 2 score factors (their default)", ScoreFactorDOptimal(), False),
+        ("lart+sf", "D-optimal in 2 score factors (their default)", ScoreFactorDOptimal(), False),
     ]
-    banks = {key: _bank(key.split("~")[0], n_items, seed=1, uncertainty=key.split("~")[1] if "~" in key else "none")
+    banks = {key: _bank(key.split("~")[0].split("+")[0], n_items, seed=1,
+                        uncertainty=key.split("~")[1] if "~" in key else "none")
              for key in {c[0] for c in configs}}
+    g = np.random.default_rng(3)  # random two-factor score models for the "+sf" banks
+    for key in [k for k in banks if k.endswith("+sf")]:
+        banks[key] = banks[key].with_score_factors(g.normal(0.0, 1.2, (n_items, 2)), g.normal(0.0, 1.0, n_items), {"dims": 2})
     print("(p99 on a shared machine includes scheduler preemptions of ~4 ms; 'theta=-4 ms' is the selection alone\n"
           " at an estimate far below every item, where the branch-and-bound pruning cannot skip much: the worst case)")
     print(f"{'bank':<7} {'selector':<44} {'p50 ms':>8} {'p99 ms':>8} {'mean ms':>8} {'theta=-4 ms':>11}")

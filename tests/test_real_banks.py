@@ -20,6 +20,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from calibration.score_factors import attach_score_factors
+
 from catengine import CATSession, list_banks, open_item_bank
 from catengine.session.errors import UnknownItemError
 
@@ -110,7 +112,9 @@ def test_catengine_banks_json_lists_the_four_with_their_cards(banks):
         assert c["replay_audit"] or c["interval_calibration"]
     text = _run("banks")
     assert text.returncode == 0 and f"math500_lart v{banks['math500_lart'].version}" in text.stdout
-    assert "replay audit, lart-theta" in text.stdout or "interval check (5 folds), lart-theta" in text.stdout
+    # banks of >= 40 LLMs carry score factors, so their default selector (and its check) is score-factor-d
+    assert banks["math500_lart"].score_factors is not None
+    assert "interval check (5 folds), score-factor-d" in text.stdout
 
 
 def test_banks_under_a_directory_and_from_the_environment_are_listed(tmp_path, banks, monkeypatch):
@@ -221,6 +225,8 @@ def test_refitting_reproduces_the_shipped_parameters(banks, bank_id):
     recipe = RECIPES[bank_id]
     data = SCRIPT["load_data"](recipe, DATA)
     bank = SCRIPT["fit_bank"](recipe, data, interval_check=False)  # the check is reproduced by the full rebuild below
+    # the score factors come with the check; refit them as its hook does (same data, same seed)
+    bank = attach_score_factors(bank, data, rng=SCRIPT["SEED"])
     rebuilt = bank.replace_attrs(**SCRIPT["bank_card"](recipe, data, DATA, None))
     assert SCRIPT["compare"](banks[bank_id], rebuilt) == []
     assert np.max(np.abs(rebuilt.params.a - banks[bank_id].params.a)) <= SCRIPT["PARAMETER_ATOL"][recipe.method]

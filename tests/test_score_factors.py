@@ -375,3 +375,22 @@ def test_a_session_on_a_factor_bank_resumes_to_the_same_items_and_score(tmp_path
     assert [h.item for h in resumed.history] == [h.item for h in ref.history]
     assert resumed.predicted_score(by=False).accuracy == ref.predicted_score(by=False).accuracy
     resumed.close()
+
+
+def test_pruned_top_k_equals_a_full_sort_with_ties_to_the_lower_index():
+    g = np.random.default_rng(12)
+    loadings = g.normal(0, 1.0, (400, 2))
+    loadings[50] = loadings[7]  # an exact tie, the later index first in no order
+    intercepts = g.normal(0, 1, 400)
+    intercepts[50] = intercepts[7]
+    f = ScoreFactors(loadings, intercepts)
+    for n_answers in (0, 5, 30):
+        items, y = _answers(f, n_answers, seed=n_answers) if n_answers else (np.empty(0, int), np.empty(0))
+        mode, cov = f.posterior(items, y)
+        eligible = g.random(400) < 0.7
+        eligible[[7, 50]] = True
+        gain = f.d_optimal_gain(mode, cov, np.arange(400))
+        want = np.lexsort((np.arange(400), -np.where(eligible, gain, -np.inf)))[:9]
+        idx, val = f.best_d_optimal(mode, cov, eligible, 9)
+        np.testing.assert_array_equal(idx, want)
+        np.testing.assert_allclose(val, gain[want], rtol=1e-12)

@@ -50,6 +50,14 @@ class ScoreFactors:
         h.flags.writeable = False
         object.__setattr__(self, "loadings", g)
         object.__setattr__(self, "intercepts", h)
+        # items by decreasing |g_j|^2: w_j g_j' S g_j <= lambda_max(S) |g_j|^2 / 4 bounds every gain,
+        # so the top-k scan stops once no later item can enter (docs/score_prediction.md §2)
+        norm2 = np.einsum("jd,jd->j", g, g)
+        order = np.argsort(-norm2, kind="stable").astype(np.int64)
+        for arr in (norm2, order):
+            arr.flags.writeable = False
+        object.__setattr__(self, "_norm2", norm2)
+        object.__setattr__(self, "_order", order)
 
     @property
     def n_items(self) -> int:
@@ -68,6 +76,18 @@ class ScoreFactors:
     def posterior(self, observed, correct, start=None) -> tuple[np.ndarray, np.ndarray]:
         """(mode, covariance) of the factor posterior given the answers (see :func:`factor_posterior`)."""
         return factor_posterior(self.loadings, self.intercepts, observed, correct, start)
+
+    def best_d_optimal(self, mode, cov, eligible, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """The (up to) ``k`` eligible items with the largest :meth:`d_optimal_gain`, best first (ties:
+        lower index first), and their gains; one compiled pass over the bank (``_topk_gain``)."""
+        eligible = np.ascontiguousarray(eligible, dtype=np.bool_)
+        cov = np.ascontiguousarray(cov, dtype=np.float64)
+        idx = np.empty(k, dtype=np.int64)
+        val = np.empty(k)
+        lam_max = float(np.linalg.eigvalsh(cov)[-1])
+        n = _topk_gain(self.loadings, self.intercepts, np.ascontiguousarray(mode, dtype=np.float64), cov, eligible,
+                       self._order, self._norm2, 0.25 * lam_max * (1.0 + 1e-12), k, idx, val)
+        return idx[:n], val[:n]
 
     def d_optimal_gain(self, mode, cov, items) -> np.ndarray:
         """log(1 + w_j g_j' S g_j) per item: the increase of log det of the posterior precision
@@ -177,6 +197,50 @@ def _newton_mode(g, h, y, start, tol, max_iter, mode, cov):
     _gradient_hessian(g, h, y, eta, grad, hess)
     mode[:] = eta
     cov[:, :] = np.linalg.inv(hess)
+
+
+@njit(cache=True)
+def _topk_gain(g, h, mode, cov, eligible, order, norm2, bound_scale, k, out_idx, out_val):
+    """Top-k of log(1 + w_j g_j' S g_j) over the eligible items, best first, ties to the lower index.
+
+    Items are visited by decreasing |g_j|^2 (``order``); the scan stops once the bound
+    ``bound_scale`` |g_j|^2 >= w_j g_j' S g_j of the next item is below the k-th best value.
+    Ranked by w_j g_j' S g_j (the log is taken for the kept ones); returns how many were found."""
+    d = g.shape[1]
+    count = 0
+    for t in range(order.size):
+        j = order[t]
+        if count == k and bound_scale * norm2[j] < out_val[k - 1]:
+            break
+        if not eligible[j]:
+            continue
+        z = h[j]
+        for a in range(d):
+            z += g[j, a] * mode[a]
+        p = 1.0 / (1.0 + np.exp(-z))
+        q = 0.0
+        for a in range(d):
+            row = 0.0
+            for b in range(d):
+                row += cov[a, b] * g[j, b]
+            q += g[j, a] * row
+        val = p * (1.0 - p) * q
+        if count < k:
+            pos = count
+            count += 1
+        elif val > out_val[k - 1] or (val == out_val[k - 1] and j < out_idx[k - 1]):
+            pos = k - 1
+        else:
+            continue
+        while pos > 0 and (out_val[pos - 1] < val or (out_val[pos - 1] == val and out_idx[pos - 1] > j)):
+            out_val[pos] = out_val[pos - 1]
+            out_idx[pos] = out_idx[pos - 1]
+            pos -= 1
+        out_val[pos] = val
+        out_idx[pos] = j
+    for i in range(count):
+        out_val[i] = np.log1p(out_val[i])
+    return count
 
 
 def product_nodes(mode, cov, n_nodes: int) -> tuple[np.ndarray, np.ndarray]:

@@ -31,8 +31,7 @@ class ScoreFactorDOptimal(ItemSelector):
         if factors is None:
             raise ValueError("ScoreFactorDOptimal needs an item table with score factors (the bank's group of "
                              "'/items/score_loading' and '/items/score_intercept')")
-        eligible = np.flatnonzero(state.eligible)
-        if eligible.size == 0:
+        if not np.any(state.eligible):
             raise BankExhaustedError("no eligible item is left to administer (all administered, excluded or blocked)")
         r = state.responses
         if r is None or r.n == 0:
@@ -45,10 +44,7 @@ class ScoreFactorDOptimal(ItemSelector):
         mode, cov = factors.posterior(observed, correct, start=start)
         if scratch is not None:
             scratch["score_factor_mode"] = mode
-        gain = factors.d_optimal_gain(mode, cov, eligible)
-        k = min(k, eligible.size)
-        top = np.lexsort((eligible, -gain))[:k]  # best first, ties: lower index first
-        return eligible[top].astype(np.int64), gain[top]
+        return factors.best_d_optimal(mode, cov, state.eligible, k)
 
     def explain_criterion(self, value: float) -> str:
         return f"gain in log det of the score-factor posterior precision = {value:.4g}"
