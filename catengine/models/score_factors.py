@@ -9,7 +9,7 @@ better on all of them. A bank may therefore carry, next to its response model, a
 
 with loadings g_j (J x d) and intercepts h_j (J,). Given a session's answers the factor posterior
 is summarised by its mode and the inverse Hessian of the log posterior there (a Laplace
-approximation). Pure numpy on arrays; no session, no I/O.
+approximation). numpy and numba on arrays; no session, no I/O.
 """
 
 from __future__ import annotations
@@ -174,29 +174,82 @@ def _gradient_hessian(g, h, y, eta, grad, hess):
 
 
 @njit(cache=True)
+def _cholesky(a, out):
+    """Lower Cholesky factor of a small symmetric positive-definite matrix (loops: d <= 3)."""
+    d = a.shape[0]
+    for i in range(d):
+        for j in range(d):
+            out[i, j] = 0.0
+    for j in range(d):
+        s = a[j, j]
+        for k in range(j):
+            s -= out[j, k] * out[j, k]
+        out[j, j] = np.sqrt(s)
+        for i in range(j + 1, d):
+            s = a[i, j]
+            for k in range(j):
+                s -= out[i, k] * out[j, k]
+            out[i, j] = s / out[j, j]
+
+
+@njit(cache=True)
+def _cholesky_solve(chol, b, out):
+    """Solve (L L') x = b for the Cholesky factor L."""
+    d = b.shape[0]
+    for i in range(d):
+        s = b[i]
+        for k in range(i):
+            s -= chol[i, k] * out[k]
+        out[i] = s / chol[i, i]
+    for i in range(d - 1, -1, -1):
+        s = out[i]
+        for k in range(i + 1, d):
+            s -= chol[k, i] * out[k]
+        out[i] = s / chol[i, i]
+
+
+@njit(cache=True)
 def _newton_mode(g, h, y, start, tol, max_iter, mode, cov):
     d = g.shape[1]
     eta = start.copy()
+    trial = np.empty(d)
     grad = np.empty(d)
+    step = np.empty(d)
     hess = np.empty((d, d))
+    chol = np.empty((d, d))
     f = _log_posterior_at(g, h, y, eta)
     for _ in range(max_iter):
         _gradient_hessian(g, h, y, eta, grad, hess)
-        step = np.linalg.solve(hess, grad)
+        _cholesky(hess, chol)  # the negative Hessian is positive definite (the prior adds I)
+        _cholesky_solve(chol, grad, step)
         scale = 1.0
-        trial = eta + step
+        for a in range(d):
+            trial[a] = eta[a] + step[a]
         f_new = _log_posterior_at(g, h, y, trial)
         while f_new < f - 1e-12 * max(1.0, abs(f)) and scale >= 1e-8:
             scale *= 0.5
-            trial = eta + scale * step
+            for a in range(d):
+                trial[a] = eta[a] + scale * step[a]
             f_new = _log_posterior_at(g, h, y, trial)
-        eta = trial
+        largest = 0.0
+        for a in range(d):
+            largest = max(largest, abs(trial[a] - eta[a]))
+            eta[a] = trial[a]
         f = f_new
-        if np.max(np.abs(scale * step)) < tol:
+        if largest < tol:
             break
     _gradient_hessian(g, h, y, eta, grad, hess)
-    mode[:] = eta
-    cov[:, :] = np.linalg.inv(hess)
+    _cholesky(hess, chol)
+    unit = np.zeros(d)
+    column = np.empty(d)
+    for a in range(d):
+        unit[:] = 0.0
+        unit[a] = 1.0
+        _cholesky_solve(chol, unit, column)
+        for b in range(d):
+            cov[b, a] = column[b]
+    for a in range(d):
+        mode[a] = eta[a]
 
 
 @njit(cache=True)
