@@ -35,7 +35,8 @@ DATA = ROOT.parent / "shared" / "data"
 
 
 def session(select, score, y, k):
-    """Indices of k items chosen D-optimally by ``select``; the prediction of ``score`` from their answers."""
+    """k items chosen D-optimally by ``select`` (as ``ScoreFactorDOptimal`` does); the prediction of
+    ``score`` from their answers (mean and SD of the accuracy)."""
     from catengine.scoring import predict_accuracy_factors
 
     J = y.size
@@ -45,8 +46,7 @@ def session(select, score, y, k):
     for _ in range(k):
         idx = np.asarray(chosen, dtype=np.int64)
         mode, cov = select.posterior(idx, y[idx], start=mode)
-        cand = np.flatnonzero(eligible)
-        j = int(cand[np.argmax(select.d_optimal_gain(mode, cov, cand))])
+        j = int(select.best_d_optimal(mode, cov, eligible, 1)[0][0])
         chosen.append(j)
         eligible[j] = False
     idx = np.asarray(chosen, dtype=np.int64)

@@ -25,12 +25,13 @@ from dataclasses import dataclass, field
 import numpy as np
 from scipy.special import expit, log_expit
 
+from catengine.models.score_factors import MAX_SCORE_FACTORS
+
 __all__ = ["MIN_SCORE_FACTOR_LLMS", "LLMS_PER_FACTOR", "ScoreFactorFit", "attach_score_factors", "choose_factor_count",
            "fit_score_factors", "held_out_log_loss"]
 
 MIN_SCORE_FACTOR_LLMS = 40  # fewer calibration LLMs: no score factors (their loadings would be mostly noise)
 LLMS_PER_FACTOR = 40  # at most one factor per this many calibration LLMs (and at most 3)
-MAX_FACTORS = 3
 SLOPE_VARIANCE = 16.0  # prior variance of each loading (SD 4 on the N(0, 1) trait scale)
 INTERCEPT_VARIANCE = 25.0  # prior variance of the intercepts: items nobody (or everybody) solved stay finite
 CV_FOLDS = 3
@@ -77,8 +78,8 @@ def fit_score_factors(correct, dims: int, *, slope_variance: float = SLOPE_VARIA
                       intercept_variance: float = INTERCEPT_VARIANCE, max_iter: int = DEFAULT_MAX_ITER,
                       tol: float = DEFAULT_TOL) -> ScoreFactorFit:
     """Joint MAP fit of the d-factor logistic model to ``correct`` (N, J; 0/1, -1 missing)."""
-    if not (isinstance(dims, (int, np.integer)) and 1 <= dims <= MAX_FACTORS):
-        raise ValueError(f"dims must be an integer in 1..{MAX_FACTORS}, got {dims!r}")
+    if not (isinstance(dims, (int, np.integer)) and 1 <= dims <= MAX_SCORE_FACTORS):
+        raise ValueError(f"dims must be an integer in 1..{MAX_SCORE_FACTORS}, got {dims!r}")
     Y, M = _check_matrix(correct)
     n, J = Y.shape
     d = int(dims)
@@ -141,8 +142,8 @@ def fit_score_factors(correct, dims: int, *, slope_variance: float = SLOPE_VARIA
 def held_out_log_loss(fit_loadings, fit_intercepts, correct, rng) -> np.ndarray:
     """Per row, the mean log loss on a random half of its answers, from the factor posterior mode
     given the other half (the rows are LLMs the model was not fitted on; NaN for rows with fewer
-    than 4 answers). The halves depend on ``rng`` only, so candidates scored with generators of the
-    same seed are compared on the same answers."""
+    than 4 answers). The halves depend on ``rng`` and the rows only, so candidates scored with
+    generators of the same seed are compared on the same answers."""
     from catengine.models.score_factors import factor_posterior
 
     y_all = np.asarray(correct)
@@ -150,7 +151,6 @@ def held_out_log_loss(fit_loadings, fit_intercepts, correct, rng) -> np.ndarray:
     for r, y in enumerate(y_all):
         seen = np.flatnonzero(y >= 0)
         if seen.size < 4:
-            rng.permutation(1)  # keep the stream aligned across candidates
             continue
         perm = rng.permutation(seen)
         given, scored = perm[: seen.size // 2], perm[seen.size // 2:]
@@ -199,7 +199,7 @@ def choose_factor_count(correct, *, max_dims: int, folds: int = CV_FOLDS, rng=0,
 
 
 def max_factor_count(n_llms: int) -> int:
-    return int(max(1, min(MAX_FACTORS, n_llms // LLMS_PER_FACTOR)))
+    return int(max(1, min(MAX_SCORE_FACTORS, n_llms // LLMS_PER_FACTOR)))
 
 
 def attach_score_factors(bank, data, *, dims: int | None = None, rng=0):

@@ -50,14 +50,13 @@ def _add_strategy_options(p: argparse.ArgumentParser, *, max_items: int | None =
 
 def _strategies(args, bank) -> dict:
     from catengine.estimation import ESTIMATORS
-    from catengine.selection import SELECTORS, ContentBalance, Randomesque, SympsonHetter, default_selector
+    from catengine.selection import SELECTORS, ContentBalance, Randomesque, SympsonHetter, default_selector_for
     from catengine.stopping import AllOf, AnyOf, InformationBelow, MaxItems, MinItems, RivalOrderDecided, StandardErrorBelow
 
     if args.selector is None:  # the session's own default for this bank
         from catengine.session.bank_log import item_table
 
-        items = item_table(bank)
-        selector = default_selector(bank.response_model, items.covariance is not None, items.score_factors is not None)
+        selector = default_selector_for(item_table(bank))
     elif args.selector not in SELECTORS:
         raise ValueError(f"unknown selector {args.selector!r}; choose from {', '.join(SELECTORS)}")
     else:

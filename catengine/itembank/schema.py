@@ -16,6 +16,7 @@ import json
 
 import numpy as np
 
+from catengine.models.score_factors import MAX_SCORE_FACTORS
 from catengine.validation import is_number
 
 SCHEMA_NAME = "irt-llm-eval.itembank"
@@ -278,8 +279,8 @@ def _score_factor_problems(items, item_ids) -> list[str]:
     problems = []
     loading = items["score_loading"]
     problem = _float_variable_problem(loading, "/items/score_loading", ("item", "score_factor"))
-    if problem is None and not 1 <= loading.shape[1] <= 3:
-        problem = f"variable '/items/score_loading' has {loading.shape[1]} score factors, expected 1 to 3"
+    if problem is None and not 1 <= loading.shape[1] <= MAX_SCORE_FACTORS:
+        problem = f"variable '/items/score_loading' has {loading.shape[1]} score factors, expected 1 to {MAX_SCORE_FACTORS}"
     if problem is None:
         bad = np.flatnonzero(~np.isfinite(loading.values).all(axis=1))
         if bad.size:

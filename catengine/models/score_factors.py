@@ -100,7 +100,8 @@ class ScoreFactors:
 
 def log_posterior(loadings, intercepts, observed, correct, eta) -> np.ndarray:
     """Unnormalised log posterior of the factors at ``eta`` (K, d): Bernoulli log likelihood of the
-    answers plus the Normal(0, I) log prior. Shape (K,)."""
+    answers plus the Normal(0, I) log prior. Shape (K,). Vectorised over many points (grids, plots);
+    the compiled Newton (``_newton_mode``) evaluates it at one point and is tested against it."""
     observed = np.asarray(observed, dtype=np.int64)
     y = np.asarray(correct, dtype=np.float64)
     eta = np.atleast_2d(np.asarray(eta, dtype=np.float64))

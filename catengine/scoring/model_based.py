@@ -190,7 +190,8 @@ def _predict_groups(weights, cond_mean, cond_var, known_sum, n_known, n_unknown,
     ``common`` (K, J) and ``common_rel_var``: a factor shared by the unknown items, each item's part
     ``common`` scaled by one factor of relative variance ``common_rel_var`` (adds
     common_rel_var (sum over the group of common)^2 to each node's variance). ``intervals=False``
-    skips the mixture quantiles (``low``/``high`` NaN): the mean and SD alone, for bulk checks.
+    skips the mixture quantiles (``low``/``high`` NaN): the mean and SD alone, for bulk checks;
+    ``intervals="normal"``: mean +- z SD instead of the mixture quantiles, clipped to the same range.
     """
     m = cond_mean @ member + known_sum[None, :]  # (K, G)
     v = cond_var @ member
@@ -199,7 +200,11 @@ def _predict_groups(weights, cond_mean, cond_var, known_sum, n_known, n_unknown,
     mean = weights @ m
     var = weights @ v + weights @ (m - mean[None, :]) ** 2
     hi_bound = known_sum + np.where(n_unknown > 0, unit_bound * n_unknown, 0.0)
-    if intervals:
+    if intervals == "normal":
+        z = z_quantile(level)
+        sd = np.sqrt(np.maximum(var, 0.0))
+        low, high = np.clip(mean - z * sd, known_sum, hi_bound), np.clip(mean + z * sd, known_sum, hi_bound)
+    elif intervals:
         low, high = _mixture_intervals(weights, m, v, level, known_sum, hi_bound)
     else:
         low = high = np.full(m.shape[1], math.nan)
@@ -312,18 +317,8 @@ def predict_accuracy_factors(factors, observed, correct, *, level: float = 0.95,
     cond_mean = p * unknown
     cond_var = p * (1.0 - p) * unknown
     common = np.broadcast_to(unknown * float(residual_sd), cond_mean.shape) if residual_sd > 0 else None
-    groups = _group_totals(w, cond_mean, cond_var, observed, correct, unknown, codes, n_groups, level, 1.0,
-                           common, 1.0, intervals=False)
-    if not intervals:
-        return groups
-    z = z_quantile(level)
-    known = np.zeros(J)
-    known[observed] = correct
-    member = _membership(codes, n_groups, J)
-    low_bound, n_unknown = known @ member, unknown.astype(float) @ member
-    return [GroupPrediction(g.mean, g.sd, float(np.clip(g.mean - z * g.sd, low_bound[k], low_bound[k] + n_unknown[k])),
-                            float(np.clip(g.mean + z * g.sd, low_bound[k], low_bound[k] + n_unknown[k])), g.n_observed,
-                            g.n_items) for k, g in enumerate(groups)]
+    return _group_totals(w, cond_mean, cond_var, observed, correct, unknown, codes, n_groups, level, 1.0,
+                         common, 1.0, "normal" if intervals else False)
 
 
 def smearing_moments(params: ItemParams, tau: float, observed, cot_tokens, cot_offset: float):

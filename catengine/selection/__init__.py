@@ -73,6 +73,12 @@ def default_selector(response_model: str, item_uncertainty: bool = False, score_
     return PosteriorExpectedInformation() if item_uncertainty else MaxFisherInformation()
 
 
+
+def default_selector_for(items: ItemTable) -> ItemSelector:
+    """The default selector of the bank behind ``items`` (what sessions and the CLI use)."""
+    return default_selector(items.params.response_model, items.covariance is not None, items.score_factors is not None)
+
+
 __all__ = [
     "AOptimalInformation",
     "ContentBalance",
@@ -96,4 +102,5 @@ __all__ = [
     "SympsonHetter",
     "ThetaTargetedInformation",
     "default_selector",
+    "default_selector_for",
 ]

@@ -162,7 +162,6 @@ def model_score(session, *, level=0.95, by=None, estimate: TraitEstimate | None 
         h, order, correct = h[:n_answered], order[:n_answered], correct[:n_answered]
     est = session.estimate if estimate is None else estimate
     field, labels, codes, n_groups = _categories(session, by)
-    unc = item_uncertainty(session.bank, session.items)
     curve = score_curve(session)
     n = order.size
     residual_sd = 0.0 if curve is None else curve.residual(n)
@@ -172,7 +171,8 @@ def model_score(session, *, level=0.95, by=None, estimate: TraitEstimate | None 
                                        residual_sd=residual_sd, intervals=intervals)
     else:
         acc = predict_accuracy(params, est.theta, est.theta_sd, order, correct, level=level, codes=codes,
-                               n_groups=n_groups, n_nodes=n_nodes, residual_sd=residual_sd, intervals=intervals, **unc)
+                               n_groups=n_groups, n_nodes=n_nodes, residual_sd=residual_sd, intervals=intervals,
+                               **item_uncertainty(session.bank, session.items))
     cot = None
     if params.response_model == "lart" and est.tau is not None:
         has = np.array([r.cot_length is not None for r in h], dtype=bool)

@@ -14,7 +14,7 @@ from catengine.estimation import MAPEstimator, ResponseState, TraitEstimate, Tra
 from catengine.estimation.interval_calibration import IntervalCalibration
 from catengine.estimation.person_fit import PersonFit, person_fit
 from catengine.models.item_covariance import ItemCovariance
-from catengine.selection import ExposureControl, ItemSelector, ItemTable, SelectionState, default_selector
+from catengine.selection import ExposureControl, ItemSelector, ItemTable, SelectionState, default_selector_for
 from catengine.selection.exposure import ExposureContext
 from catengine.session.bank_log import (
     attach_writer,
@@ -152,8 +152,7 @@ class CATSession:
         self.items = _items if _items is not None else item_table(bank)
         self.params = self.items.params
         self.subject = str(subject)
-        self.selector = selector if selector is not None else default_selector(
-            self.params.response_model, self.items.covariance is not None, self.items.score_factors is not None)
+        self.selector = selector if selector is not None else default_selector_for(self.items)
         self.estimator = estimator if estimator is not None else MAPEstimator()
         self.stopping = stopping if stopping is not None else default_stopping(self.params.n_items)
         if isinstance(exposure, ExposureControl):
