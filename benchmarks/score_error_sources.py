@@ -11,8 +11,9 @@ random mean's MAE and bias averaged over 200 draws per LLM).
 
 * ``score factors``     the library default: the fold bank with its score factors (``attach_score_factors``,
                         d chosen by cross-validation on the training folds), D-optimal selection in them,
-                        ``predicted_score()`` (posterior mean over the factor posterior);
-* ``score factors, mode`` the same sessions, the factor model at the posterior mode (plug-in);
+                        ``predicted_score()`` (the plug-in at the factor posterior's mode);
+* ``score factors, mean`` the same sessions, the posterior mean over the factor posterior
+                        (``predict_accuracy_factors(..., centre="mean")``);
 * ``one trait``         the one-trait path (the default before score factors): maximum information, the
                         answered items plus sum_U P_j(theta_k) for the rest (theta_k: the session's MAP);
   The rows below all use the one-trait path's sessions or bank:
@@ -74,6 +75,7 @@ def score_targeted_items(P, y, k):
 def main(argv=None) -> int:
     from calibration import CBMMCalibrator, load_responses
     from calibration.score_factors import attach_score_factors
+    from catengine.scoring import predict_accuracy_factors
     from catengine import CATSession
     from catengine.models.information import prob_correct
     from catengine.stopping import MaxItems
@@ -88,7 +90,7 @@ def main(argv=None) -> int:
     data = load_responses(DATA / "lart" / "accuracy_math500.csv", cot=DATA / "lart" / "cot_length_math500.csv")
     N, J, k = data.n_subjects, data.n_items, args.k
     perm = np.random.default_rng(args.seed).permutation(N)
-    names = ("random mean", "score factors", "score factors, mode", "one trait", "theta known", "model at theta_full",
+    names = ("random mean", "score factors", "score factors, mean", "one trait", "theta known", "model at theta_full",
              "posterior mean", "empirical prior", "score-targeted")
     err = {name: [] for name in names}  # signed errors, one per LLM (random mean: a (200,) row of draws)
     for f in range(args.folds):
@@ -119,11 +121,8 @@ def main(argv=None) -> int:
                 sf.record(item, int(y[factor_bank.index_of(item)]))
             err["score factors"].append(sf.predicted_score(by=False).accuracy - truth)
             seen = np.array([factor_bank.index_of(r.item) for r in sf.history])
-            mode, _ = factor_bank.score_factors.posterior(seen, y[seen])
-            rest = np.ones(J, dtype=bool)
-            rest[seen] = False
-            err["score factors, mode"].append((y[seen].sum() + factor_bank.score_factors.probabilities(mode)[0][rest].sum()) / J
-                                              - truth)
+            mean = predict_accuracy_factors(factor_bank.score_factors, seen, y[seen], intervals=False, centre="mean")[0]
+            err["score factors, mean"].append(mean.mean / J - truth)
             err["theta known"].append((obs + p_full[~answered].sum()) / J - truth)
             err["model at theta_full"].append(p_full.mean() - truth)
             loglik = (np.log(P[:, answered]) * y[answered] + np.log1p(-P[:, answered]) * (1 - y[answered])).sum(axis=1)

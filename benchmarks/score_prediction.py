@@ -1,6 +1,6 @@
 """Full-benchmark score prediction on real LLMs, cross-fitted over LLM folds (issue 14).
 
-``python benchmarks/score_prediction.py [math500|chembench|psn|all] [--folds 5] [--reps R] [--sd-scale s]``
+``python benchmarks/score_prediction.py [math500|chembench|psn|all] [--folds 5] [--reps R] [--sd-scale s] [--seeds 14,15,16]``
 
 For each fold of LLMs a bank is calibrated on the other folds with the library's calibrators
 (MATH500: ``LaRTSAEMCalibrator`` with CoT lengths; ChemBench and the PSN-IRT matrix:
@@ -19,8 +19,13 @@ estimated by
 * ``design``       ``RandomisedSelection`` + the design-based estimate (``method="design"``);
 * ``rand+model``   the same randomised sessions scored by the model.
 
-Printed per k: MAE of the accuracy, its ratio to random-mean's MAE, 95% interval coverage and mean
-width; for MATH500 the same for the total CoT tokens over the 500 items (MAE and mean width divided
+Printed per k: MAE of the accuracy, its ratio to random-mean's MAE ("xrand"), 95% interval coverage
+and mean width. random-mean's MAE is its exact expectation over all k-item draws (hypergeometric,
+per LLM), not the average over the ``--reps`` draws: with 2 draws per LLM that average moved the
+ratios by up to 0.04 (its coverage and width are still measured on the draws). With several
+``--seeds`` each seed is its own LLM fold partition (and calibration seed), and a last table pools
+the replays of all of them: a single partition's ratio at 25 items varied by +-0.05 between
+partitions in scratch runs; for MATH500 the same for the total CoT tokens over the 500 items (MAE and mean width divided
 by the mean true total; 4 of the 158 LLMs recorded 0 tokens everywhere and are kept). Random
 methods are repeated ``--reps`` times per LLM (different item draws).
 """
@@ -168,9 +173,20 @@ def add_gp_irt(rows, fold_of):
 METHOD_ORDER = ("random-mean", "p-IRT", "gp-IRT", "default", "design", "rand+model")
 
 
-def summarise(name, rows, seconds):
+def expected_random_mae(truth: float, n_items: int, k: int) -> float:
+    """E|mean of k items drawn without replacement - truth| for an LLM with round(truth J) correct
+    answers out of J (the hypergeometric distribution of the number correct)."""
+    from scipy.stats import hypergeom
+
+    n_correct = int(round(truth * n_items))
+    x = np.arange(k + 1)
+    return float(np.sum(hypergeom.pmf(x, n_items, n_correct, k) * np.abs(x / k - truth)))
+
+
+def summarise(name, rows, seconds, n_items, label=""):
     rows = [r for r in rows]
-    print(f"\n== {name}: {len({r['llm'] for r in rows})} held-out LLMs (cross-fitted), {seconds:.0f} s ==")
+    print(f"\n== {name}{label}: {len({r['llm'] for r in rows})} held-out LLMs (cross-fitted), "
+          f"{len(rows)} rows, {seconds:.0f} s ==")
     print(f"{'k':>4} {'method':<12} {'MAE':>7} {'xrand':>6} {'cover95':>8} {'width':>7}"
           + ("   {:>8} {:>8} {:>8}".format("CoT rMAE", "CoT cov", "CoT rwid") if rows[0]["truth_cot"] is not None else ""))
     table = {}
@@ -183,6 +199,7 @@ def summarise(name, rows, seconds):
             err = np.array([r["est"] - r["truth"] for r in rs])
             mae = float(np.mean(np.abs(err)))
             if m == "random-mean":
+                mae = float(np.mean([expected_random_mae(r["truth"], n_items, k) for r in rs]))
                 base = mae
             low = np.array([r["low"] for r in rs])
             high = np.array([r["high"] for r in rs])
@@ -227,8 +244,8 @@ def run(name, folds, reps, sd_scale, seed, max_llms=None, use_cot=True, rows_out
         rows += run_fold(name, data, test, bank, reps, sd_scale, seed, use_cot)
     rows = add_gp_irt(rows, fold_of)
     if rows_out is not None:
-        rows_out.extend({**r, "dataset": name} for r in rows)
-    return summarise(name, rows, time.perf_counter() - t0)
+        rows_out.extend({**r, "dataset": name, "seed": seed} for r in rows)
+    return summarise(name, rows, time.perf_counter() - t0, data.n_items, f" (seed {seed})"), rows, data.n_items
 
 
 def main(argv=None):
@@ -239,6 +256,8 @@ def main(argv=None):
                     "(default: 2 for MATH500, 10 for ChemBench, 4 for PSN)")
     ap.add_argument("--sd-scale", type=float, default=1.0, help="the estimator's sd_scale (1: the model's SDs)")
     ap.add_argument("--seed", type=int, default=14)
+    ap.add_argument("--seeds", default=None, help="comma-separated seeds, one LLM fold partition each, pooled at "
+                    "the end (overrides --seed)")
     ap.add_argument("--max-llms", type=int, default=None, help="replay at most this many LLMs per fold (quick look)")
     ap.add_argument("--method", default=None, choices=("saem", "cbmm"),
                     help="calibration method (default: saem for MATH500, cbmm otherwise)")
@@ -252,7 +271,16 @@ def main(argv=None):
         folds = args.folds or defaults[name][0]
         reps = args.reps or defaults[name][1]
         print(f"\n{name}: {folds} folds, {reps} random draws per LLM, sd_scale {args.sd_scale}")
-        out[name] = run(name, folds, reps, args.sd_scale, args.seed, args.max_llms, not args.no_cot, rows, args.method)
+        seeds = [int(x) for x in args.seeds.split(",")] if args.seeds else [args.seed]
+        pooled, t0 = [], time.perf_counter()
+        for seed in seeds:
+            table, seed_rows, n_items = run(name, folds, reps, args.sd_scale, seed, args.max_llms, not args.no_cot,
+                                            rows, args.method)
+            out[name if len(seeds) == 1 else f"{name}/seed{seed}"] = table
+            pooled += seed_rows
+        if len(seeds) > 1:
+            out[f"{name}/pooled"] = summarise(name, pooled, time.perf_counter() - t0, n_items,
+                                              f" (seeds {', '.join(map(str, seeds))} pooled)")
     if args.out is not None:
         args.out.write_text(json.dumps({"summary": out, "rows": rows}, default=float))
     return 0

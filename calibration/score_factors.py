@@ -32,7 +32,7 @@ __all__ = ["MIN_SCORE_FACTOR_LLMS", "LLMS_PER_FACTOR", "ScoreFactorFit", "attach
 
 MIN_SCORE_FACTOR_LLMS = 40  # fewer calibration LLMs: no score factors (their loadings would be mostly noise)
 LLMS_PER_FACTOR = 40  # at most one factor per this many calibration LLMs (and at most 3)
-SLOPE_VARIANCE = 16.0  # prior variance of each loading (SD 4 on the N(0, 1) trait scale)
+SLOPE_VARIANCE = 4.0  # prior variance of each loading (SD 2 on the N(0, 1) trait scale); see docs/score_prediction.md §2
 INTERCEPT_VARIANCE = 25.0  # prior variance of the intercepts: items nobody (or everybody) solved stay finite
 CV_FOLDS = 3
 DEFAULT_MAX_ITER = 400

@@ -103,7 +103,7 @@ def test_predicted_accuracy_equals_a_brute_force_integral_over_the_laplace_poste
     f = _factors()
     items, y = _answers(f, 8)
     J = f.n_items
-    total = predict_accuracy_factors(f, items, y)[0]
+    total = predict_accuracy_factors(f, items, y, centre="mean")[0]
     mode, cov = f.posterior(items, y)
     x = np.linspace(-7, 7, 561)
     grid = np.stack(np.meshgrid(x, x, indexing="ij"), axis=-1).reshape(-1, 2)
@@ -120,16 +120,25 @@ def test_predicted_accuracy_equals_a_brute_force_integral_over_the_laplace_poste
     # the default 11 x 11 Gauss-Hermite rule is within 1e-5 of the integral; 41 x 41 within 1e-8
     np.testing.assert_allclose(total.mean, mean, rtol=1e-5)
     np.testing.assert_allclose(total.sd, math.sqrt(var), rtol=1e-4)
-    fine = predict_accuracy_factors(f, items, y, n_nodes=41)[0]
+    fine = predict_accuracy_factors(f, items, y, n_nodes=41, centre="mean")[0]
     np.testing.assert_allclose(fine.mean, mean, rtol=1e-8)
     np.testing.assert_allclose(fine.sd, math.sqrt(var), rtol=1e-7)
     assert total.n_observed == 8 and total.n_items == J
+    # the default centre: the plug-in total at the grid's own mode, its SD the RMS error about it
+    k = np.argmax(dens)
+    assert np.linalg.norm(grid[k] - mode) < 0.03
+    point = y.sum() + f.probabilities(mode[None, :])[0, unknown].sum()
+    plug = predict_accuracy_factors(f, items, y, n_nodes=41)[0]
+    np.testing.assert_allclose(plug.mean, point, rtol=1e-12)
+    np.testing.assert_allclose(plug.sd, math.sqrt(dens @ cond_var + dens @ (cond_mean - point) ** 2), rtol=1e-7)
+    assert plug.sd > fine.sd and abs(plug.mean - mean) > 1e-3  # the two centres differ here
 
 
 def test_predicted_accuracy_variance_and_interval_match_monte_carlo_draws():
     f = _factors(J=60)
     items, y = _answers(f, 10)
-    total = predict_accuracy_factors(f, items, y)[0]
+    total = predict_accuracy_factors(f, items, y, centre="mean")[0]
+    plug = predict_accuracy_factors(f, items, y)[0]
     mode, cov = f.posterior(items, y)
     g = np.random.default_rng(5)
     n = 200_000
@@ -143,6 +152,12 @@ def test_predicted_accuracy_variance_and_interval_match_monte_carlo_draws():
     assert abs(draws.std() - total.sd) / total.sd < 0.01
     lo, hi = np.quantile(draws, [0.025, 0.975])
     assert abs(lo - total.low) <= 1.5 and abs(hi - total.high) <= 1.5  # the draws are integers
+    # the plug-in centre's SD is the draws' root mean square error about it
+    rmse = math.sqrt(np.mean((draws - plug.mean) ** 2))
+    assert abs(rmse - plug.sd) / plug.sd < 0.01
+    np.testing.assert_allclose([plug.low, plug.high], [plug.mean - 1.959964 * plug.sd, plug.mean + 1.959964 * plug.sd], rtol=1e-6)
+    with pytest.raises(ValueError, match="centre"):
+        predict_accuracy_factors(f, items, y, centre="median")
 
 
 def test_categories_add_back_to_the_total_and_the_misfit_term_widens():

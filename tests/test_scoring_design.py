@@ -162,6 +162,40 @@ def test_session_design_estimate_equals_a_recomputation_from_the_log(tmp_path):
     resumed.close()
 
 
+def test_design_predictions_use_the_model_posterior_and_the_probabilities_the_widened_one():
+    """With widened trait SDs (here sd_scale=2, as a bank's interval curve widens them) the design's
+    f_t are E_q P_j under the model's own posterior (SD / 2), while the selection probabilities are
+    recomputed from the widened posterior the selector saw: the recomputed pi of every drawn item
+    equals the logged criterion, and the estimate equals a recomputation from the terms by hand."""
+    from catengine.estimation import MAPEstimator
+    from catengine.scoring import expected_probabilities, model_variance_terms
+    from catengine.session.scoring import _initial_estimate, design_probabilities
+
+    bank = bank_2pl(40)
+    y = (np.arange(40) % 3 != 0).astype(int)
+    s = CATSession(bank, selector=RandomisedSelection(), estimator=MAPEstimator(sd_scale=2.0), stopping=MaxItems(12),
+                   rng=5)
+    while not s.finished:
+        item = s.next_item()
+        s.record(item, y[bank.index_of(item)])
+    h = s.history
+    assert all(r.interval_factor == 2.0 for r in h)
+    order = np.array([bank.index_of(r.item) for r in h])
+    before = [_initial_estimate(s)] + list(h[:-1])
+    steps = np.arange(len(h))
+    widened = np.array([expected_probabilities(bank.params, b.theta, b.theta_sd, s.selector.n_nodes) for b in before])
+    model = np.array([expected_probabilities(bank.params, b.theta, b.theta_sd / b.interval_factor, s.selector.n_nodes)
+                      for b in before])
+    assert np.max(np.abs(widened - model)) > 0.01  # the two differ here
+    pi, remaining = design_probabilities(s, steps, before, order, widened)
+    np.testing.assert_allclose(pi[steps, order], [r.criterion for r in h], rtol=1e-12)
+    terms = design_terms(order, y[order], np.ones(len(h), bool), pi[steps, order], model)[:, 0]
+    floor = model_variance_terms(model, pi, remaining)[:, 0]
+    ref = design_estimate(terms, n_items=40, model_variances=floor, bounds=(y[order].sum() / 40, 1 - (12 - y[order].sum()) / 40))
+    d = s.predicted_score(method="design", by=False)
+    assert d.accuracy == pytest.approx(ref.mean, rel=1e-12) and d.sd == pytest.approx(ref.se, rel=1e-12)
+
+
 def test_selector_probabilities_are_positive_known_and_followed():
     bank = bank_2pl(8)
     s = CATSession(bank, selector=RandomisedSelection(uniform_share=0.3), stopping=MaxItems(8), rng=0)
@@ -300,20 +334,32 @@ def test_model_variance_floor_recomputes_the_logged_probabilities_and_matches_it
         3 * 0.25 * 3 / 9)
 
 
-def test_design_quantile_is_normal_when_the_model_floor_sets_the_variance_else_student_t():
+def test_design_variance_rules_pool_or_floor_the_model_variance_with_their_quantiles():
+    """moderated (default): max(se^2, (n V + (n - 1) se^2) / (2n - 1)) with t on 2n - 1 df; floor:
+    max(se^2, V) with the normal quantile where V binds, else t on n - 1 df; the mean never moves."""
     from scipy.stats import norm, t as student_t
 
     d = np.array([0.50, 0.52, 0.48, 0.51, 0.49])
-    se2 = np.sum((d - d.mean()) ** 2) / (5 * 4)
+    n = d.size
+    se2 = np.sum((d - d.mean()) ** 2) / (n * (n - 1))
     plain = design_estimate(d, n_items=100)
     assert plain.se == pytest.approx(math.sqrt(se2)) and (plain.high - plain.mean) == pytest.approx(
-        student_t.ppf(0.975, 4) * plain.se)
-    below = design_estimate(d, n_items=100, model_variances=np.full(5, se2 * 5 / 2))  # floor se2 / 2: unused
-    assert below.se == pytest.approx(plain.se) and below.high == pytest.approx(plain.high)
-    above = design_estimate(d, n_items=100, model_variances=np.full(5, se2 * 5 * 3))  # floor 3 se2: binds
-    assert above.se == pytest.approx(math.sqrt(3 * se2)) and (above.high - above.mean) == pytest.approx(
-        norm.ppf(0.975) * above.se)
-
+        student_t.ppf(0.975, n - 1) * plain.se)
+    for ratio in (0.5, 3.0):  # the model's V = ratio * se^2 (V = sum of the per-draw variances / n^2)
+        model_variances = np.full(n, ratio * se2 * n)
+        pooled = (n * ratio * se2 + (n - 1) * se2) / (2 * n - 1)
+        mod = design_estimate(d, n_items=100, model_variances=model_variances)
+        assert mod.mean == plain.mean
+        assert mod.se == pytest.approx(math.sqrt(max(se2, pooled)))
+        assert (mod.high - mod.mean) == pytest.approx(student_t.ppf(0.975, 2 * n - 1) * mod.se)
+        fl = design_estimate(d, n_items=100, model_variances=model_variances, model_rule="floor")
+        assert fl.se == pytest.approx(math.sqrt(max(se2, ratio * se2)))
+        q = norm.ppf(0.975) if ratio > 1 else student_t.ppf(0.975, n - 1)
+        assert (fl.high - fl.mean) == pytest.approx(q * fl.se)
+    # below the empirical variance the model changes nothing but the degrees of freedom
+    assert design_estimate(d, n_items=100, model_variances=np.full(n, 0.5 * se2 * n)).se == pytest.approx(plain.se)
+    with pytest.raises(ValueError, match="model_rule"):
+        design_estimate(d, n_items=100, model_rule="max")
 
 
 def test_design_cot_floor_is_the_smeared_variance_of_the_unanswered_tokens():

@@ -61,6 +61,7 @@ class StepRecord:
     criterion: float
     proposed: bool
     interval_z95: float | None = None  # the 95% interval's multiplier at this step (None: 1.96)
+    interval_factor: float = 1.0  # the factor theta_sd / tau_sd were widened by at this step (the model's SD times it)
 
 
 def _check_correct(correct) -> int:
@@ -429,7 +430,8 @@ class CATSession:
             proposed, crit = True, self._batch[j]
         rec = StepRecord(step=state.n, item=self.items.item_ids[j], correct=y, cot_length=cot,
                          theta=est.theta, theta_sd=est.theta_sd, tau=est.tau, tau_sd=est.tau_sd,
-                         criterion=crit, proposed=proposed, interval_z95=est.interval_z95)
+                         criterion=crit, proposed=proposed, interval_z95=est.interval_z95,
+                         interval_factor=est.interval_factor)
         try:
             self._emit({"event": "record", "subject": self.subject, "step": state.n, "item": rec.item, "correct": y,
                         "cot_length": cot, "proposed": proposed, "estimate": _estimate_json(est)})

@@ -1,0 +1,118 @@
+"""The score-factor fit's loading prior and the prediction's centre, on real LLMs over several LLM
+fold partitions (issue 14, docs/score_prediction.md §2).
+
+``python benchmarks/score_factor_choices.py [--slope-variances 16,4,2] [--seeds 14,1,2,3,4,5] [--dims 2]``
+
+For each seed, MATH500's 158 LLMs are split into 5 folds (the permutation ``score_prediction.py``
+uses for that seed). Score factors with d factors are fitted on the other folds by
+``fit_score_factors`` with each loading prior variance, and every held-out LLM's recorded answers
+are replayed for 50 items chosen by D-optimal design in the factors (``ScoreFactors.best_d_optimal``,
+as ``ScoreFactorDOptimal`` chooses). After 10 / 25 / 50 items the full-benchmark accuracy is
+predicted by ``predict_accuracy_factors`` with ``centre="mode"`` (the plug-in, the default) and
+``centre="mean"`` (the posterior mean). Printed: MAE divided by the exact expected MAE of the mean
+of k random items (hypergeometric, per LLM), per seed and averaged over seeds. No interval check or
+trait model is involved, so it runs in about 15 s per seed and prior.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+LENGTHS = (10, 25, 50)
+CENTRES = ("mode", "mean")
+
+
+def replay(factors, y):
+    """{(k, centre): predicted accuracy} for one LLM's answers ``y`` (J,)."""
+    from catengine.scoring import predict_accuracy_factors
+
+    J = y.size
+    chosen: list[int] = []
+    eligible = np.ones(J, dtype=bool)
+    mode = None
+    out = {}
+    for step in range(1, max(LENGTHS) + 1):
+        idx = np.asarray(chosen, dtype=np.int64)
+        mode, cov = factors.posterior(idx, y[idx], start=mode)
+        j = int(factors.best_d_optimal(mode, cov, eligible, 1)[0][0])
+        chosen.append(j)
+        eligible[j] = False
+        if step in LENGTHS:
+            idx = np.asarray(chosen, dtype=np.int64)
+            for centre in CENTRES:
+                pred = predict_accuracy_factors(factors, idx, y[idx], intervals=False, centre=centre)[0]
+                out[(step, centre)] = pred.mean / J
+    return out
+
+
+def main(argv=None) -> int:
+    from score_prediction import expected_random_mae, load
+
+    from calibration.score_factors import fit_score_factors
+    from catengine.models.score_factors import ScoreFactors
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--slope-variances", default="16,4,2")
+    ap.add_argument("--seeds", default="14,1,2,3,4,5")
+    ap.add_argument("--dims", type=int, default=2)
+    ap.add_argument("--folds", type=int, default=5)
+    args = ap.parse_args(argv)
+    variances = [float(v) for v in args.slope_variances.split(",")]
+    seeds = [int(s) for s in args.seeds.split(",")]
+    t0 = time.perf_counter()
+    data = load("math500")
+    Y = data.correct.astype(float)
+    N, J = Y.shape
+    ratio = {}  # (variance, seed, k, centre) -> MAE / random's
+    for seed in seeds:
+        perm = np.random.default_rng(seed).permutation(N)
+        for v in variances:
+            err = {(k, c): [] for k in LENGTHS for c in CENTRES}
+            base = {k: [] for k in LENGTHS}
+            for f in range(args.folds):
+                test = perm[f::args.folds]
+                train = np.setdiff1d(np.arange(N), test)
+                fit = fit_score_factors(data.correct[train], args.dims, slope_variance=v)
+                factors = ScoreFactors(fit.loadings, fit.intercepts)
+                for i in test:
+                    truth = float(Y[i].mean())
+                    for key, est in replay(factors, Y[i]).items():
+                        err[key].append(abs(est - truth))
+                    for k in LENGTHS:
+                        base[k].append(expected_random_mae(truth, J, k))
+            for (k, c), e in err.items():
+                ratio[(v, seed, k, c)] = float(np.mean(e) / np.mean(base[k]))
+            print(f"seed {seed}, slope variance {v:g}: " + "  ".join(
+                f"k={k} mode {ratio[(v, seed, k, 'mode')]:.3f} mean {ratio[(v, seed, k, 'mean')]:.3f}" for k in LENGTHS),
+                file=sys.stderr, flush=True)
+    print(f"\nMATH500, d = {args.dims}, {args.folds} folds, seeds {seeds}: MAE / random-mean's MAE "
+          f"(average over seeds; range), {time.perf_counter() - t0:.0f} s")
+    print(f"{'slope var':>9} {'centre':>6} " + " ".join(f"{'k=' + str(k):>20}" for k in LENGTHS))
+    for v in variances:
+        for c in CENTRES:
+            cells = []
+            for k in LENGTHS:
+                r = np.array([ratio[(v, s, k, c)] for s in seeds])
+                cells.append(f"{r.mean():.3f} ({r.min():.3f}-{r.max():.3f})")
+            print(f"{v:>9g} {c:>6} " + " ".join(f"{x:>20}" for x in cells))
+    if len(variances) > 1:
+        first = variances[0]
+        for v in variances[1:]:
+            wins = sum(ratio[(v, s, 25, "mode")] < ratio[(first, s, 25, "mode")] for s in seeds)
+            print(f"slope variance {v:g} beats {first:g} at k=25 (plug-in) on {wins} of {len(seeds)} partitions")
+    wins = sum(ratio[(v, s, k, "mode")] < ratio[(v, s, k, "mean")] for v in variances for s in seeds for k in LENGTHS)
+    print(f"the plug-in beats the posterior mean in {wins} of {len(variances) * len(seeds) * len(LENGTHS)} cells")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
