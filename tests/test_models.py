@@ -481,3 +481,25 @@ def test_models_import_neither_xarray_nor_ipywidgets():
     code = "import sys, catengine.models; print(any(m.split('.')[0] in ('xarray', 'ipywidgets') for m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_small_cholesky_kernels_match_numpy_and_refuse_indefinite_matrices():
+    """catengine.models.kernels.cholesky_in_place / cholesky_solve_in_place (used by the score
+    factors' Newton steps and cBMM's rank-r trait steps) against numpy on random SPD matrices."""
+    from catengine.models.kernels import cholesky_in_place, cholesky_solve_in_place
+
+    rng = np.random.default_rng(4)
+    for d in (1, 2, 3, 5):
+        m = rng.standard_normal((d, d))
+        a = m @ m.T + 0.1 * np.eye(d)
+        b = rng.standard_normal(d)
+        work = a.copy()
+        work[np.triu_indices(d, 1)] = 7.0  # the strict upper triangle is neither read nor written
+        assert cholesky_in_place(work)
+        np.testing.assert_allclose(np.tril(work), np.linalg.cholesky(a), rtol=1e-12, atol=1e-14)
+        assert np.all(work[np.triu_indices(d, 1)] == 7.0)
+        x = b.copy()
+        cholesky_solve_in_place(work, x)
+        np.testing.assert_allclose(x, np.linalg.solve(a, b), rtol=1e-10, atol=1e-12)
+    assert not cholesky_in_place(np.array([[1.0, 2.0], [2.0, 1.0]]))
+    assert not cholesky_in_place(np.array([[np.nan]]))

@@ -343,3 +343,43 @@ def derivs_lart(theta, tau, a, b, y, omega, phi, lam, log_t):
         out[g, 3] = h_t
         out[g, 4] = -cot_info
     return out
+
+
+@njit(cache=True, nogil=True)
+def cholesky_in_place(a):
+    """Overwrite the lower triangle of the small symmetric matrix ``a`` (loops: meant for a few rows)
+    with its Cholesky factor L, A = L L', reading only the lower triangle; the strict upper
+    triangle is left as it was. Returns False, with ``a`` partly overwritten, when A is not
+    positive definite (a pivot <= 0)."""
+    d = a.shape[0]
+    for j in range(d):
+        s = a[j, j]
+        for k in range(j):
+            s -= a[j, k] * a[j, k]
+        if not s > 0.0:
+            return False
+        s = math.sqrt(s)
+        a[j, j] = s
+        for i in range(j + 1, d):
+            t = a[i, j]
+            for k in range(j):
+                t -= a[i, k] * a[j, k]
+            a[i, j] = t / s
+    return True
+
+
+@njit(cache=True, nogil=True)
+def cholesky_solve_in_place(chol, b):
+    """Overwrite ``b`` with the solution x of (L L') x = b, L the lower triangle of ``chol``
+    (from :func:`cholesky_in_place`)."""
+    d = b.shape[0]
+    for i in range(d):
+        s = b[i]
+        for k in range(i):
+            s -= chol[i, k] * b[k]
+        b[i] = s / chol[i, i]
+    for i in range(d - 1, -1, -1):
+        s = b[i]
+        for k in range(i + 1, d):
+            s -= chol[k, i] * b[k]
+        b[i] = s / chol[i, i]

@@ -10,6 +10,8 @@ twins. Import them from here, not from the private module.
 from catengine.models._kernels import _log_p_4pl as log_p_4pl
 from catengine.models._kernels import _weights_4pl as weights_4pl
 from catengine.models._kernels import (
+    cholesky_in_place,
+    cholesky_solve_in_place,
     inv_mills,
     log_phi_cdf,
     log_phi_pdf,
@@ -24,9 +26,13 @@ from catengine.models.expected_information import _info_z as info_4pl_z
 
 #: ``log_p_4pl(z, c, d)`` -> (log P, log(1 - P)) for P = c + (d - c) sigmoid(z);
 #: ``weights_4pl(s, c, d)`` -> ((P - c)/P, (d - P)/(1 - P)) at s = sigmoid(z), without 0/0;
-#: ``info_4pl_z(z, a2, c, d)`` -> the 4PL Fisher information a^2 s (1 - s) w1 w0 at logit z.
+#: ``info_4pl_z(z, a2, c, d)`` -> the 4PL Fisher information a^2 s (1 - s) w1 w0 at logit z;
+#: ``cholesky_in_place(a)`` / ``cholesky_solve_in_place(chol, b)``: small SPD systems inside kernels
+#: (the score factors' Newton steps, cBMM's rank-r trait steps).
 
 __all__ = [
+    "cholesky_in_place",
+    "cholesky_solve_in_place",
     "info_4pl_z",
     "log_p_4pl",
     "weights_4pl",

@@ -21,6 +21,7 @@ from numba import njit
 from scipy.special import expit, log_expit
 
 from catengine.models.expected_information import gauss_hermite_normal
+from catengine.models.kernels import cholesky_in_place, cholesky_solve_in_place
 
 MAX_SCORE_FACTORS = 3
 POSTERIOR_TOL = 1e-10
@@ -175,41 +176,6 @@ def _gradient_hessian(g, h, y, eta, grad, hess):
 
 
 @njit(cache=True)
-def _cholesky(a, out):
-    """Lower Cholesky factor of a small symmetric positive-definite matrix (loops: d <= 3)."""
-    d = a.shape[0]
-    for i in range(d):
-        for j in range(d):
-            out[i, j] = 0.0
-    for j in range(d):
-        s = a[j, j]
-        for k in range(j):
-            s -= out[j, k] * out[j, k]
-        out[j, j] = np.sqrt(s)
-        for i in range(j + 1, d):
-            s = a[i, j]
-            for k in range(j):
-                s -= out[i, k] * out[j, k]
-            out[i, j] = s / out[j, j]
-
-
-@njit(cache=True)
-def _cholesky_solve(chol, b, out):
-    """Solve (L L') x = b for the Cholesky factor L."""
-    d = b.shape[0]
-    for i in range(d):
-        s = b[i]
-        for k in range(i):
-            s -= chol[i, k] * out[k]
-        out[i] = s / chol[i, i]
-    for i in range(d - 1, -1, -1):
-        s = out[i]
-        for k in range(i + 1, d):
-            s -= chol[k, i] * out[k]
-        out[i] = s / chol[i, i]
-
-
-@njit(cache=True)
 def _newton_mode(g, h, y, start, tol, max_iter, mode, cov):
     d = g.shape[1]
     eta = start.copy()
@@ -221,8 +187,10 @@ def _newton_mode(g, h, y, start, tol, max_iter, mode, cov):
     f = _log_posterior_at(g, h, y, eta)
     for _ in range(max_iter):
         _gradient_hessian(g, h, y, eta, grad, hess)
-        _cholesky(hess, chol)  # the negative Hessian is positive definite (the prior adds I)
-        _cholesky_solve(chol, grad, step)
+        chol[:, :] = hess
+        cholesky_in_place(chol)  # the negative Hessian is positive definite (the prior adds I)
+        step[:] = grad
+        cholesky_solve_in_place(chol, step)
         scale = 1.0
         for a in range(d):
             trial[a] = eta[a] + step[a]
@@ -240,13 +208,13 @@ def _newton_mode(g, h, y, start, tol, max_iter, mode, cov):
         if largest < tol:
             break
     _gradient_hessian(g, h, y, eta, grad, hess)
-    _cholesky(hess, chol)
-    unit = np.zeros(d)
+    chol[:, :] = hess
+    cholesky_in_place(chol)
     column = np.empty(d)
     for a in range(d):
-        unit[:] = 0.0
-        unit[a] = 1.0
-        _cholesky_solve(chol, unit, column)
+        column[:] = 0.0
+        column[a] = 1.0
+        cholesky_solve_in_place(chol, column)
         for b in range(d):
             cov[b, a] = column[b]
     for a in range(d):

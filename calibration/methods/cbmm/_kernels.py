@@ -34,6 +34,8 @@ from numba import njit, prange
 from numba.core import types
 from numba.extending import intrinsic
 
+from catengine.models.kernels import cholesky_in_place, cholesky_solve_in_place
+
 # cache=False on purpose: with fastmath reductions, numba's cached machine code and a fresh compile
 # of the same kernel sum in different orders (seen here: numba 0.68, LLVM reassociation), so a fit
 # gave different iterates on its first run (fresh) than on later runs (cached) - a few ulps that
@@ -380,36 +382,12 @@ def row_pass_rk(c, theta, a, b, an, anb, col_on, rows, ridge, theta_out, rsum):
             for u in range(rk):
                 theta_out[i, u] = theta[i, u]
             continue
-        # Cholesky solve of the small SPD system
-        ok = True
-        for u in range(rk):
-            d = hm[u, u]
-            for w2 in range(u):
-                d -= hm[u, w2] * hm[u, w2]
-            if d <= 0.0:
-                ok = False
-                break
-            d = math.sqrt(d)
-            hm[u, u] = d
-            for v2 in range(u + 1, rk):
-                s = hm[v2, u]
-                for w2 in range(u):
-                    s -= hm[v2, w2] * hm[u, w2]
-                hm[v2, u] = s / d
-        if not ok:
+        # Cholesky solve of the small SPD system (not positive definite: keep the trait)
+        if not cholesky_in_place(hm):
             for u in range(rk):
                 theta_out[i, u] = theta[i, u]
             continue
-        for u in range(rk):
-            s = rhs[u]
-            for w2 in range(u):
-                s -= hm[u, w2] * rhs[w2]
-            rhs[u] = s / hm[u, u]
-        for u in range(rk - 1, -1, -1):
-            s = rhs[u]
-            for w2 in range(u + 1, rk):
-                s -= hm[w2, u] * rhs[w2]
-            rhs[u] = s / hm[u, u]
+        cholesky_solve_in_place(hm, rhs)
         for u in range(rk):
             theta_out[i, u] = rhs[u]
 
