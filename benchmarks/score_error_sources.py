@@ -7,7 +7,7 @@ MATH500 (158 LLMs x 500 items), cross-fitted over LLM folds: each fold's 2PL ban
 Every held-out LLM is replayed for k items and its full-benchmark accuracy A (the mean of all its
 answers) is predicted in several ways. Printed: the
 MAE of each, its mean signed error, and its ratio to the MAE of the mean of k random items (the
-random mean's MAE and bias averaged over 200 draws per LLM).
+random mean's MAE is its exact expectation over all k-item draws, ``score_prediction.expected_random_mae``).
 
 * ``score factors``     the library default: the fold bank with its score factors (``attach_score_factors``,
                         d chosen by cross-validation on the training folds), D-optimal selection in them,
@@ -73,6 +73,8 @@ def score_targeted_items(P, y, k):
 
 
 def main(argv=None) -> int:
+    from score_prediction import expected_random_mae
+
     from calibration import CBMMCalibrator, load_responses
     from calibration.score_factors import attach_score_factors
     from catengine.scoring import predict_accuracy_factors
@@ -90,9 +92,10 @@ def main(argv=None) -> int:
     data = load_responses(DATA / "lart" / "accuracy_math500.csv", cot=DATA / "lart" / "cot_length_math500.csv")
     N, J, k = data.n_subjects, data.n_items, args.k
     perm = np.random.default_rng(args.seed).permutation(N)
-    names = ("random mean", "score factors", "score factors, mean", "one trait", "theta known", "model at theta_full",
+    names = ("score factors", "score factors, mean", "one trait", "theta known", "model at theta_full",
              "posterior mean", "empirical prior", "score-targeted")
-    err = {name: [] for name in names}  # signed errors, one per LLM (random mean: a (200,) row of draws)
+    err = {name: [] for name in names}  # signed errors, one per LLM
+    random_mae = []  # the random mean's exact expected MAE, one per LLM
     for f in range(args.folds):
         test, train = perm[f :: args.folds], np.setdiff1d(np.arange(N), perm[f :: args.folds])
         train_data = data.subset(subjects=train)
@@ -132,13 +135,13 @@ def main(argv=None) -> int:
             chosen, log_post = score_targeted_items(P, y, k)
             A_t = (y[chosen].sum() + P[:, ~chosen].sum(axis=1)) / J
             err["score-targeted"].append(float(posterior_weights(log_post) @ A_t) - truth)
-            g = np.random.default_rng([args.seed, int(i)])  # 200 draws: one draw's error is noisy
-            err["random mean"].append([y[g.choice(J, k, replace=False)].mean() - truth for _ in range(200)])
+            random_mae.append(expected_random_mae(truth, J, k))
         print(f"fold {f + 1}/{args.folds}: bank from {train.size} LLMs ({factor_bank.score_factors.dims} score factors), "
               f"{test.size} replayed", flush=True)
-    base = np.mean(np.abs(err["random mean"]))
+    base = float(np.mean(random_mae))
     print(f"\nMATH500, {N} held-out LLMs (cross-fitted, cBMM banks), k = {k} items, {time.perf_counter() - t0:.0f} s")
     print(f"{'prediction':22s} {'MAE':>7s} {'bias':>8s} {'xrand':>6s}")
+    print(f"{'random mean (exact)':22s} {base:7.4f} {'':>8s} {1.0:6.2f}")
     for name in names:
         e = np.asarray(err[name])
         print(f"{name:22s} {np.mean(np.abs(e)):7.4f} {np.mean(e):+8.4f} {np.mean(np.abs(e)) / base:6.2f}")
