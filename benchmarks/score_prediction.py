@@ -9,13 +9,17 @@ k = 10 / 25 / 50 / 100 items its full-benchmark accuracy (the mean of all its an
 estimated by
 
 * ``random-mean``  the plain mean of k random items (Wald interval with finite-population correction);
-* ``p-IRT``        the same k random items + the model-based prediction (``predicted_score()``);
+* ``p-IRT``        the same k random items + the model-based prediction (``predicted_score(method="model")``);
 * ``gp-IRT``       tinyBenchmarks' combination lam * random-mean + (1 - lam) * p-IRT with
                    lam = b^2 / (b^2 + v_k): b^2 the p-IRT mean squared error and v_k the mean variance of
                    the random mean, both measured on the *other* folds' held-out LLMs (no interval);
 * ``default``      the library's default: the session's default selection (D-optimal in the bank's
                    score factors when it carries them, i.e. calibrated on >= 40 LLMs; otherwise LaRT:
-                   theta-targeted precision, 2PL: maximum information) + the model-based prediction;
+                   theta-targeted precision, 2PL: maximum information; randomised selection when the
+                   fold bank's own score check found that selector's model-based accuracy worse than
+                   random items' mean at its longest checked length, then replayed ``--reps`` times
+                   like the other random plans) + ``predicted_score()`` (the design-based estimate for
+                   randomised sessions, else the model's);
 * ``design``       ``RandomisedSelection`` + the design-based estimate (``method="design"``);
 * ``rand+model``   the same randomised sessions scored by the model.
 
@@ -93,25 +97,27 @@ def replay(bank, selector, estimator, y, cot, rng):
 
 
 def run_fold(name, data, test_rows, bank, reps, sd_scale, seed, use_cot=True):
+    from catengine import CATSession
     from catengine.estimation import MAPEstimator
     from catengine.selection import RandomSelection, RandomisedSelection
 
     estimator = MAPEstimator(sd_scale=sd_scale, use_cot=use_cot)
     J = data.n_items
     rows = []
+    default_reps = reps if isinstance(CATSession(bank).selector, RandomisedSelection) else 1  # random: as many draws
     for i in test_rows:
         y = data.correct[i].astype(float)
         cot = None if data.cot_length is None or bank.response_model != "lart" else data.cot_length[i]
         truth = float(y.mean())
         truth_cot = None if cot is None else float(np.sum(cot))
         base = {"llm": data.subject_ids[i], "truth": truth, "truth_cot": truth_cot}
-        plans = [("default", None, 1)]
+        plans = [("default", None, default_reps)]
         plans += [("random", RandomSelection(), reps), ("randomised", RandomisedSelection(), reps)]
         for p_index, (plan, selector, n_rep) in enumerate(plans):
             for r in range(n_rep):
                 rng = np.random.default_rng([seed, int(i), r, p_index])
                 for k, s in replay(bank, selector, estimator, y, cot, rng):
-                    model = s.predicted_score(by=False)
+                    model = s.predicted_score(method="model", by=False)
                     rec = {**base, "k": k, "rep": r}
                     if plan == "random":
                         answers = np.array([h.correct for h in s.history], dtype=float)
@@ -128,9 +134,11 @@ def run_fold(name, data, test_rows, bank, reps, sd_scale, seed, use_cot=True):
                             rows[-2].update(cot=tot, cot_low=tot - Z * tse, cot_high=tot + Z * tse)
                             rows[-1].update(cot=model.cot_total, cot_low=model.cot_total_low, cot_high=model.cot_total_high)
                     elif plan == "default":
-                        row = {**rec, "method": "default", "est": model.accuracy, "low": model.low, "high": model.high}
-                        if model.cot_total is not None:
-                            row.update(cot=model.cot_total, cot_low=model.cot_total_low, cot_high=model.cot_total_high)
+                        auto = s.predicted_score(by=False)
+                        row = {**rec, "method": "default", "est": auto.accuracy, "low": auto.low, "high": auto.high,
+                               "default_method": auto.method, "default_selector": s.selector.name}
+                        if auto.cot_total is not None:
+                            row.update(cot=auto.cot_total, cot_low=auto.cot_total_low, cot_high=auto.cot_total_high)
                         rows.append(row)
                     else:
                         d = s.predicted_score(method="design", by=False)
@@ -174,13 +182,10 @@ METHOD_ORDER = ("random-mean", "p-IRT", "gp-IRT", "default", "design", "rand+mod
 
 
 def expected_random_mae(truth: float, n_items: int, k: int) -> float:
-    """E|mean of k items drawn without replacement - truth| for an LLM with round(truth J) correct
-    answers out of J (the hypergeometric distribution of the number correct)."""
-    from scipy.stats import hypergeom
+    """E|mean of k items drawn without replacement - truth| (``catengine.scoring.random_mean_mae``)."""
+    from catengine.scoring import random_mean_mae
 
-    n_correct = int(round(truth * n_items))
-    x = np.arange(k + 1)
-    return float(np.sum(hypergeom.pmf(x, n_items, n_correct, k) * np.abs(x / k - truth)))
+    return random_mean_mae(truth, n_items, k)
 
 
 def summarise(name, rows, seconds, n_items, label=""):
@@ -221,6 +226,14 @@ def summarise(name, rows, seconds, n_items, label=""):
                 entry.update(cot_rel_mae=rmae, cot_coverage=ccov, cot_rel_width=rwid)
             print(line)
             table[f"{k}/{m}"] = entry
+    used = {}
+    for r in rows:
+        if r["method"] == "default" and r["k"] == LENGTHS[0]:
+            key = f"{r.get('default_selector', '?')} + {r.get('default_method', 'model')}"
+            used[key] = used.get(key, 0) + 1
+    if used:
+        print("default (selector + estimate) per held-out LLM: " + ", ".join(f"{k}: {v}" for k, v in sorted(used.items())))
+        table["default_used"] = used
     return table
 
 

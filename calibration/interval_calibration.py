@@ -220,7 +220,6 @@ def cross_fit_intervals(data, make_bank, *, folds: int = DEFAULT_FOLDS, test_len
     before the replays, and the record's ``item_sd_factors["b_applied"]`` says by how much the full
     bank's must be widened to match.
     """
-    from calibration.audit.replay import replay_llms
     from calibration.audit.runner import stream
     from catengine.session import CATSession
 
@@ -234,9 +233,7 @@ def cross_fit_intervals(data, make_bank, *, folds: int = DEFAULT_FOLDS, test_len
     max_len = int(min(max(test_lengths), data.n_items // 2, np.sort(n_obs)[max(0, N - MIN_HELD_OUT * 2)]))
     lengths = [int(L) for L in test_lengths if L <= max_len] or [max(1, max_len)]
     L = lengths[-1]
-    pooled: dict[str, list] = {}
-    replayed: dict[str, list] = {}  # selector -> [(sessions, held-out rows)] per fold, for the score check
-    default_name, scoring_used, n_converged = "", "irt", 0
+    n_converged = 0
     fold_banks = []
     for k in range(K):
         train = np.setdiff1d(np.arange(N), fold_rows[k])
@@ -251,33 +248,20 @@ def cross_fit_intervals(data, make_bank, *, folds: int = DEFAULT_FOLDS, test_len
         if applied > 1.0:
             fold_banks = [scale_b_sd(b, applied, "") for b in fold_banks]
     factors["b_applied"] = round(applied, 4)
-    for k, bank in enumerate(fold_banks):
-        lart_bank = bank.response_model == "lart"
-        scoring_used = (scoring or "lart") if lart_bank else "irt"
-        if not default_name:
-            default_name = CATSession(bank).selector.name
-        selectors = [("default", None), ("random", _random())] + ([] if default_name == "mfi" else [("mfi", _mfi())])
-        test = [i for i in fold_rows[k] if n_obs[i] >= L]
-        if not test:
-            continue
-        raw = replay_llms(bank, data, test, selectors, [scoring_used], estimator, L, seed, k, keep_sessions=True)
-        for r, (name, _) in enumerate(selectors):
-            key = default_name if name == "default" else name
-            idx = np.asarray(lengths) - 1
-            pooled.setdefault(key, []).append((raw["est"][r, 0][:, idx] - raw["full"][0][:, None],
-                                               raw["sd"][r, 0][:, idx], raw["full_sd"][r, 0]))
-            replayed.setdefault(key, []).append((raw["sessions"][r][0], test))
-    curves, score_curves = {}, {}
-    for key, parts in pooled.items():
-        diff = np.concatenate([p[0] for p in parts])
-        sd = np.concatenate([p[1] for p in parts])
-        full_sd = np.concatenate([p[2] for p in parts])
-        if diff.shape[0] < MIN_HELD_OUT:
-            continue
-        curves[key] = {"test_length": lengths, **fit_factors(diff, sd, full_sd)}
-        score = _score_curve(replayed[key], data, lengths, curves[key]["c"])
-        if score is not None:
-            score_curves[key] = score
+    scoring_used = (scoring or "lart") if fold_banks[0].response_model == "lart" else "irt"
+    default_name = CATSession(fold_banks[0]).selector.name  # fold banks carry no check: the usual default
+    first = [("default", None), ("random", _random())] + ([] if default_name == "mfi" else [("mfi", _mfi())])
+    pooled, replayed = _replay_folds(fold_banks, fold_rows, first, default_name, data, n_obs, L, lengths,
+                                     scoring_used, estimator, seed)
+    curves, score_curves = _fit_curves(pooled, replayed, data, lengths)
+    if _loses_to_random(score_curves.get(default_name)):
+        # sessions of this bank will default to randomised selection (catengine.selection.default_selector_for):
+        # measure it too, on the same fold banks, so that they get its own c(L), z95(L) and score check
+        pooled, replayed = _replay_folds(fold_banks, fold_rows, [("randomised", _randomised())], default_name, data,
+                                         n_obs, L, lengths, scoring_used, estimator, seed)
+        more_curves, more_scores = _fit_curves(pooled, replayed, data, lengths)
+        curves.update(more_curves)
+        score_curves.update(more_scores)
     return {
         "version": 1,
         "method": "cross-fitted replay of held-out calibration LLMs (docs/math.md §7.5)",
@@ -304,6 +288,54 @@ def cross_fit_intervals(data, make_bank, *, folds: int = DEFAULT_FOLDS, test_len
     }
 
 
+def _replay_folds(fold_banks, fold_rows, selectors, default_name, data, n_obs, L, lengths, scoring_used, estimator,
+                  seed):
+    """Replay every fold's held-out LLMs (those with at least L answers) against its fold bank with
+    ``selectors``; pooled (diff, sd, full_sd) and replayed sessions per selector name."""
+    from calibration.audit.replay import replay_llms
+
+    pooled: dict[str, list] = {}
+    replayed: dict[str, list] = {}  # selector -> [(sessions, held-out rows)] per fold, for the score check
+    idx = np.asarray(lengths) - 1
+    for k, bank in enumerate(fold_banks):
+        test = [i for i in fold_rows[k] if n_obs[i] >= L]
+        if not test:
+            continue
+        raw = replay_llms(bank, data, test, selectors, [scoring_used], estimator, L, seed, k, keep_sessions=True)
+        for r, (name, _) in enumerate(selectors):
+            key = default_name if name == "default" else name
+            pooled.setdefault(key, []).append((raw["est"][r, 0][:, idx] - raw["full"][0][:, None],
+                                               raw["sd"][r, 0][:, idx], raw["full_sd"][r, 0]))
+            replayed.setdefault(key, []).append((raw["sessions"][r][0], test))
+    return pooled, replayed
+
+
+def _fit_curves(pooled, replayed, data, lengths):
+    """The interval and score curves of every selector with at least MIN_HELD_OUT held-out LLMs."""
+    curves, score_curves = {}, {}
+    for key, parts in pooled.items():
+        diff = np.concatenate([p[0] for p in parts])
+        sd = np.concatenate([p[1] for p in parts])
+        full_sd = np.concatenate([p[2] for p in parts])
+        if diff.shape[0] < MIN_HELD_OUT:
+            continue
+        curves[key] = {"test_length": lengths, **fit_factors(diff, sd, full_sd)}
+        score = _score_curve(replayed[key], data, lengths, curves[key]["c"])
+        if score is not None:
+            score_curves[key] = score
+    return curves, score_curves
+
+
+def _loses_to_random(score_curve: dict | None) -> bool:
+    """Whether a stored score curve makes sessions default to randomised selection
+    (``catengine.scoring.calibration.ScoreCurve.loses_to_random``)."""
+    if score_curve is None:
+        return False
+    from catengine.scoring.calibration import ScoreCalibration
+
+    return ScoreCalibration.from_record({"score_curves": {"x": score_curve}}, "").curves["x"].loses_to_random()
+
+
 def _score_curve(replayed, data, lengths, factors):
     """The score check of one selector: pooled residuals of its replays with SDs x c(L), fitted."""
     parts = [score_residuals(sessions, data, rows, lengths, factors) for sessions, rows in replayed]
@@ -321,6 +353,12 @@ def _mfi():
     from catengine.selection import SELECTORS
 
     return SELECTORS["mfi"]()
+
+
+def _randomised():
+    from catengine.selection import RandomisedSelection
+
+    return RandomisedSelection()
 
 
 class RefitBank:

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from calibration.audit._common import Z95
+from catengine.scoring.random_items import random_mean_mae
 
 __all__ = ["MIN_COMPLETE_LLMS", "ReplayedSession", "coverage_matching_variance", "fit_score_curve", "score_residuals",
            "smooth_table"]
@@ -81,13 +82,14 @@ def score_residuals(sessions, data, rows, lengths, factors) -> dict:
     ``sessions``: the adaptive sessions of ``rows`` (same order), run to at least max(lengths)
     items on a bank without a stored calibration; ``factors``: c(L) per length. Returns arrays
     (llm, length): ``acc_resid`` / ``acc_model_var`` (per unanswered item), ``acc_err`` / ``acc_sd``
-    (accuracy scale), and for LaRT banks with complete CoT rows ``cot_log_ratio`` / ``cot_model_var``.
+    (accuracy scale), ``acc_truth`` (the full-benchmark accuracy, repeated per length), and for LaRT
+    banks with complete CoT rows ``cot_log_ratio`` / ``cot_model_var``.
     """
     from catengine.estimation import TraitEstimate
     from catengine.estimation.base import scale_sd
     from catengine.session.scoring import model_score
 
-    acc_resid, acc_var, acc_err, acc_sd, cot_r, cot_v = [], [], [], [], [], []
+    acc_resid, acc_var, acc_err, acc_sd, acc_truth, cot_r, cot_v = [], [], [], [], [], [], []
     for s, i in zip(sessions, rows):
         y = data.correct[i]
         if np.any(y < 0):
@@ -96,7 +98,7 @@ def score_residuals(sessions, data, rows, lengths, factors) -> dict:
         truth = float(y.mean())
         cot = None if data.cot_length is None or s.params.response_model != "lart" else data.cot_length[i]
         cot_ok = cot is not None and bool(np.all(np.isfinite(cot)))
-        row = ([], [], [], [], [], [])
+        row = ([], [], [], [], [], [], [])
         for L, c in zip(lengths, factors):
             h = s.history[L - 1]
             est = scale_sd(TraitEstimate(theta=h.theta, theta_sd=h.theta_sd, n_items=L, tau=h.tau, tau_sd=h.tau_sd), c)
@@ -106,20 +108,21 @@ def score_residuals(sessions, data, rows, lengths, factors) -> dict:
             row[1].append((sc.sd * J / n_u) ** 2)
             row[2].append(sc.accuracy - truth)
             row[3].append(sc.sd)
+            row[4].append(truth)
             if cot_ok and sc.cot_total is not None and all(r.cot_length is not None for r in s.history[:L]):
                 recorded = sum(r.cot_length for r in s.history[:L])
                 pad = s.cot_offset * n_u
                 u_hat = sc.cot_total - recorded + pad
                 u_true = float(np.sum(cot)) - recorded + pad
-                row[4].append(math.log(u_true / u_hat))
-                row[5].append(math.log1p((sc.cot_total_sd / u_hat) ** 2))
-        for store, values in zip((acc_resid, acc_var, acc_err, acc_sd, cot_r, cot_v), row):
+                row[5].append(math.log(u_true / u_hat))
+                row[6].append(math.log1p((sc.cot_total_sd / u_hat) ** 2))
+        for store, values in zip((acc_resid, acc_var, acc_err, acc_sd, acc_truth, cot_r, cot_v), row):
             if len(values) == len(lengths):
                 store.append(values)
     width = len(lengths)
     return {name: np.array(v, dtype=float).reshape(len(v), width) if v else np.empty((0, width)) for name, v in
             (("acc_resid", acc_resid), ("acc_model_var", acc_var), ("acc_err", acc_err), ("acc_sd", acc_sd),
-             ("cot_log_ratio", cot_r), ("cot_model_var", cot_v))}
+             ("acc_truth", acc_truth), ("cot_log_ratio", cot_r), ("cot_model_var", cot_v))}
 
 
 def coverage_matching_variance(resid, model_var, level_z: float = Z95, target: float = 0.95) -> np.ndarray:
@@ -146,6 +149,12 @@ def coverage_matching_variance(resid, model_var, level_z: float = Z95, target: f
     return out
 
 
+def _mean_random_mae(truths, n_items: int, length: int) -> float:
+    """The mean over LLMs of the random mean's exact MAE after ``length`` items (once per distinct accuracy)."""
+    values, counts = np.unique(np.asarray(truths, dtype=float), return_counts=True)
+    return float(np.dot(counts, [random_mean_mae(a, n_items, length) for a in values]) / counts.sum())
+
+
 def fit_score_curve(pooled: dict, lengths, n_items: int) -> dict | None:
     """The stored ``score_curves`` entry from pooled :func:`score_residuals` (None: too few LLMs)."""
     e, v = pooled["acc_resid"], pooled["acc_model_var"]
@@ -160,6 +169,7 @@ def fit_score_curve(pooled: dict, lengths, n_items: int) -> dict | None:
         "residual_sd": [round(float(math.sqrt(d)), 5) for d in delta2],
         "n_llms": int(e.shape[0]),
         "accuracy_mae": [round(float(m), 5) for m in np.mean(np.abs(err), axis=0)],
+        "random_mean_mae": [round(_mean_random_mae(pooled["acc_truth"][:, t], n_items, L), 5) for t, L in enumerate(lengths)],
         "accuracy_rms_z_model": [round(float(m), 4) for m in np.sqrt(np.mean(err * err, axis=0) / np.mean(sd * sd, axis=0))],
         "accuracy_rms_z_calibrated_in_sample": [round(float(m), 4) for m in
                                                 np.sqrt(np.mean(err * err, axis=0) / np.mean(cal_sd * cal_sd, axis=0))],

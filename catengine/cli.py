@@ -244,8 +244,9 @@ def _cmd_evaluate(args) -> int:
     for item in known:
         c, t = responses[item]
         full.record(item, c, t if lart else None)
-    score = session.predicted_score(record=True)
+    score = session.predicted_score(record=True)  # design-based for randomised sessions, else the model's
     design = _design_score(session)
+    model = session.predicted_score(method="model") if score.method == "design" else score
     session.close()
     lo, hi = est.interval(0.95)
     full_accuracy = sum(c for c, _ in (responses[i] for i in known)) / len(known)
@@ -253,7 +254,8 @@ def _cmd_evaluate(args) -> int:
                "theta_95": [lo, hi], "tau": est.tau, "tau_sd": est.tau_sd, "stop_reason": session.stop_reason,
                "skipped_unanswered": skipped, "ignored_unknown_items": len(foreign), "full_n_items": len(known),
                "full_theta": full.estimate.theta, "full_theta_sd": full.estimate.theta_sd, "score": score.to_dict(),
-               "design_score": None if design is None else design.to_dict(), "full_accuracy": full_accuracy,
+               "model_score": model.to_dict(), "design_score": None if design is None else design.to_dict(),
+               "full_accuracy": full_accuracy,
                "interval_calibration": est.interval_calibration, "person_fit": session.person_fit().to_dict()}
     if args.json:
         print(json.dumps({"summary": summary}))
@@ -267,10 +269,10 @@ def _cmd_evaluate(args) -> int:
         print(f"          person fit: {session.person_fit().message}")
         print(f"all {len(known)} answers: theta = {full.estimate.theta:+.3f} +/- {full.estimate.theta_sd:.3f}")
         print(f"\npredicted full-benchmark score: {score}")
-        if score.calibration:
-            print(f"          score interval: {score.calibration}")
-        if design is not None:
-            print(f"design-based (randomised selection): {design}")
+        if model is not score:
+            print(f"          the model's prediction: {model}")
+        if model.calibration:
+            print(f"          model's interval: {model.calibration}")
         for label, c in score.by_category.items():
             print(f"  {score.category_field} {label}: {100 * c.accuracy:.1f}% ({100 * c.low:.1f}-{100 * c.high:.1f}%), "
                   f"{c.n_observed} of {c.n_items} items answered")
@@ -287,7 +289,7 @@ def _design_score(session):
     from catengine.scoring import DesignNotRandomisedError
 
     try:
-        return session.predicted_score(method="design", record=True)
+        return session.predicted_score(method="design")
     except DesignNotRandomisedError:
         return None
 
@@ -348,6 +350,22 @@ def _card_lines(card: dict) -> list[str]:
             lines.append(f"  interval check ({check.get('folds', '?')} folds), {sel} after {lengths} items: model's 95% "
                          f"coverage {'/'.join(f'{v:.2f}' for v in cur.get('coverage_model', []))}, "
                          f"SD factor c(L) applied {'/'.join(f'{v:.2f}' for v in cur.get('c', []))}")
+        for sel, cur in (check.get("score_curves") or {}).items():
+            model, rand = cur.get("accuracy_mae"), cur.get("random_mean_mae")
+            if model and rand and len(model) == len(rand):
+                lengths = "/".join(str(v) for v in cur.get("test_length", []))
+                ratios = "/".join("-" if r <= 0 else f"{m / r:.2f}" for m, r in zip(model, rand))
+                lines.append(f"  score check, {sel} after {lengths} items: model-based accuracy MAE x random items' "
+                             f"{ratios}")
+        usual = check.get("selection")
+        if usual:
+            from catengine.scoring.calibration import ScoreCalibration
+
+            scores = ScoreCalibration.from_record(check, "", "card")
+            curve = None if scores is None else scores.curves.get(usual)
+            lines.append(f"  sessions default to randomised selection and the design-based score: the check found {usual}'s "
+                         "model-based score worse than random items' at its longest length"
+                         if curve is not None and curve.loses_to_random() else f"  sessions default to {usual} selection")
     return lines
 
 

@@ -25,9 +25,14 @@ def test_fit_recovers_an_injected_residual_sd_and_floors_at_zero():
     e = rng.standard_normal((n, 3)) * np.sqrt(model_sd**2 + delta**2)
     pooled = {"acc_resid": e, "acc_model_var": np.tile(model_sd**2, (n, 1)),
               "acc_err": e * (J - np.array(lengths)) / J, "acc_sd": np.tile(model_sd, (n, 1)) * (J - np.array(lengths)) / J,
+              "acc_truth": np.tile(rng.integers(40, 161, n)[:, None] / J, (1, 3)),
               "cot_log_ratio": np.empty((0, 3)), "cot_model_var": np.empty((0, 3))}
     curve = fit_score_curve(pooled, lengths, J)
     assert curve["residual_sd"] == pytest.approx([delta] * 3, abs=0.004)
+    # the random mean's exact MAE, against its normal approximation sqrt(2 / pi) x the hypergeometric SD
+    a, L = pooled["acc_truth"][:, 0], np.array(lengths)
+    normal = np.sqrt(2 / np.pi) * np.sqrt(a[:, None] * (1 - a[:, None]) / L * (J - L) / (J - 1)).mean(axis=0)
+    assert curve["random_mean_mae"] == pytest.approx(normal, rel=0.03)
     assert curve["cot_log_sd"] is None
     honest = dict(pooled, acc_resid=rng.standard_normal((n, 3)) * model_sd * 0.8)  # narrower than claimed
     assert fit_score_curve(honest, lengths, J)["residual_sd"] == [0.0, 0.0, 0.0]
@@ -186,3 +191,85 @@ def test_the_score_factor_path_stores_a_check_that_restores_coverage():
         assert calibrated >= model - 1e-9
         assert calibrated >= 0.93 - 1e-9
     assert min(curve["accuracy_coverage_model_normal"]) < 0.9  # the factor model alone is overconfident here
+
+
+def _record_versus(name, accuracy_mae, random_mean_mae):
+    record = json.loads(_record(name, [0.02, 0.06]))
+    if accuracy_mae is not None:
+        record["score_curves"][name].update(accuracy_mae=list(accuracy_mae), random_mean_mae=list(random_mean_mae))
+    return json.dumps(record)
+
+
+def test_the_check_compares_the_model_with_random_items_and_a_losing_bank_defaults_to_the_design():
+    """The stored check's model-based MAE against the random mean's: interpolated between checked
+    lengths, reported in the score's calibration text, and, when the model loses at the longest
+    checked length, sessions default to randomised selection and ``predicted_score()`` to the
+    design-based estimate; a winning or older record keeps the usual default."""
+    from catengine.selection import RandomisedSelection
+
+    rng = np.random.default_rng(2)
+    J = 60
+    plain = ItemBank.from_params("2pl", [f"q{j}" for j in range(J)], bank_id="t", a=rng.uniform(0.5, 2, J),
+                                 b=rng.normal(0, 1, J))
+    usual = CATSession(plain).selector.name
+    losing = plain.replace_attrs(interval_calibration=_record_versus(usual, [0.05, 0.09], [0.08, 0.04]))
+    curve = ScoreCalibration.from_record(json.loads(losing.attrs["interval_calibration"]), "40 LLMs").curve(usual)
+    ratio = (0.05 + 0.04 * 5 / 15) / (0.08 - 0.04 * 5 / 15)
+    assert curve.versus_random(10) == pytest.approx(ratio)
+    assert curve.versus_random(4) is None and curve.versus_random(21) is None  # outside the checked lengths
+    assert curve.loses_to_random()
+    assert f"erred {ratio:.2f}x as much as the mean of 10 random items" in curve.describe(10)
+
+    s = CATSession(losing, stopping=MaxItems(10), rng=0)
+    assert isinstance(s.selector, RandomisedSelection)
+    answers = np.random.default_rng(3)
+    while not s.finished:
+        s.record(s.next_item(), int(answers.random() < 0.5))
+    auto, design, model = s.predicted_score(by=False), s.predicted_score(method="design", by=False), \
+        s.predicted_score(method="model", by=False)
+    assert auto.method == "design" and auto.to_dict() == design.to_dict()
+    assert model.method == "model"
+
+    for attrs in (_record_versus(usual, [0.05, 0.03], [0.08, 0.04]), _record_versus(usual, None, None)):
+        kept = plain.replace_attrs(interval_calibration=attrs)
+        assert CATSession(kept).selector.name == usual
+        assert not ScoreCalibration.from_record(json.loads(attrs), "x").curve(usual).loses_to_random()
+    t = CATSession(plain, stopping=MaxItems(5), rng=0)
+    while not t.finished:
+        t.record(t.next_item(), 1)
+    assert t.predicted_score(by=False).method == "model"  # not randomised: the model's
+    one = CATSession(plain, selector=RandomisedSelection(), rng=0)
+    one.record(one.next_item(), 1)
+    assert one.predicted_score(by=False).method == "model"  # one draw is too few for the design
+
+
+def test_a_check_whose_model_loses_to_random_items_measures_the_randomised_selector_too():
+    """A deliberately wrong bank (the data's intercepts reversed, slopes tripled): its check finds the
+    model-based score worse than random items', replays the held-out LLMs once more with the
+    randomised selector on the same fold banks, and stores that selector's own interval and score
+    curves, which sessions of the bank (now randomised by default) then use."""
+    from calibration import ResponseData
+    from calibration.interval_calibration import _loses_to_random, cross_fit_intervals
+
+    rng = np.random.default_rng(8)
+    N, J = 24, 120
+    ids = [f"q{j}" for j in range(J)]
+    theta, a, b = rng.standard_normal(N), rng.uniform(0.8, 1.6, J), rng.normal(0, 1, J)
+    data = ResponseData.from_arrays((rng.random((N, J)) < expit(a * theta[:, None] + b)).astype(np.int8), item_ids=ids)
+
+    def wrong(train, fold_rng, bank_id):
+        return ItemBank.from_params("2pl", ids, bank_id=bank_id, a=3 * a, b=-b), True
+
+    record = cross_fit_intervals(data, wrong, rng=0)
+    usual = record["selection"]
+    assert usual != "randomised" and _loses_to_random(record["score_curves"][usual])
+    assert "randomised" in record["curves"] and "randomised" in record["score_curves"]
+    assert record["score_curves"]["randomised"]["n_llms"] == N
+    bank = ItemBank.from_params("2pl", ids, bank_id="wrong", a=3 * a, b=-b).replace_attrs(
+        interval_calibration=json.dumps(record))
+    s = CATSession(bank, stopping=MaxItems(10), rng=0)
+    assert s.selector.name == "randomised"
+    while not s.finished:
+        s.record(s.next_item(), 1)
+    assert "with randomised selection" in s.estimate.interval_calibration  # its own curve, not the largest
+    assert "not measured" not in s.predicted_score(method="model", by=False).calibration

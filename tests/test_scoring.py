@@ -251,7 +251,7 @@ def test_score_estimate_round_trips_through_json_and_the_log(tmp_path):
 
 def test_bad_arguments_are_named():
     s = answered_session(make_bank("2pl"))
-    with pytest.raises(ValueError, match="method must be 'model' or 'design'"):
+    with pytest.raises(ValueError, match=r"method must be one of \('auto', 'model', 'design'\), got 'bayes'"):
         s.predicted_score(method="bayes")
     with pytest.raises(ValueError, match="level must lie in"):
         s.predicted_score(level=1.5)
@@ -274,6 +274,15 @@ def test_session_panel_shows_the_predicted_score():
     assert panel.score == now and acc == pytest.approx(now.accuracy, abs=1e-3) and low < acc < high
     assert len(panel.score_figure.axes) == 2  # trajectory + per-category bars (subject_area)
     assert "accuracy" in panel.score_text and "CoT tokens" in panel.score_text
+    # a randomised session reports the design-based estimate, drawn beside the model's trajectory
+    from catengine.selection import RandomisedSelection
+
+    drawn = CATSession(bank, selector=RandomisedSelection(), stopping=MaxItems(6), rng=0)
+    panel = SessionPanel(drawn, SimulatedLLM(bank, theta=0.5, tau=0.0, rng=1), show_ranking=False)
+    panel.play()
+    assert panel.score.method == "design" and panel.score == drawn.predicted_score(method="design")
+    labels = panel.score_figure.axes[0].get_legend_handles_labels()[1]
+    assert "design-based estimate" in labels and "predicted accuracy (model)" in labels
 
 
 def _lart_bank_with(n_items, seed):

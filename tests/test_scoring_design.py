@@ -270,17 +270,33 @@ def test_design_categories_and_cot_total_add_back_on_a_lart_bank():
     from catengine import open_item_bank
 
     bank = open_item_bank(Path(__file__).resolve().parents[1] / "item_banks" / "demo_math500_lart")
-    rng = np.random.default_rng(0)
-    s = CATSession(bank, selector=RandomisedSelection(), stopping=MaxItems(15), rng=1)
-    while not s.finished:
-        s.record(s.next_item(), int(rng.random() < 0.6), float(rng.lognormal(6, 0.7)))
-    d = s.predicted_score(method="design")
+
+    def run(n):
+        rng = np.random.default_rng(0)
+        s = CATSession(bank, selector=RandomisedSelection(), stopping=MaxItems(n), rng=1)
+        while not s.finished:
+            s.record(s.next_item(), int(rng.random() < 0.6), float(rng.lognormal(6, 0.7)))
+        return s, s.predicted_score(method="design")
+
+    s, d = run(40)
     assert d.method == "design" and d.cot_total is not None and d.cot_total_low <= d.cot_total <= d.cot_total_high
     cats = d.by_category
     assert sum(c.n_items for c in cats.values()) == 500
-    # the category D_t partition the bank's D_t, so the estimates add back exactly
+    # the category D_t partition the bank's D_t, so the estimates add back exactly (no category's
+    # estimate left its attainable range here, so none was projected)
     assert sum(c.accuracy * c.n_items for c in cats.values()) / 500 == pytest.approx(d.accuracy, abs=1e-12)
     assert sum(c.cot_total for c in cats.values()) == pytest.approx(d.cot_total, rel=1e-12)
+    # after 15 draws one category's unbiased estimate is below 0: it is projected onto its
+    # attainable range, every estimate stays inside its interval, and the sum no longer adds back
+    s, d = run(15)
+    labels, codes = s.items.groups(d.category_field)
+    for label, c in d.by_category.items():
+        answered = [r for r in s.history if labels[codes[bank.index_of(r.item)]] == label]
+        floor = sum(r.correct for r in answered) / c.n_items
+        ceiling = floor + (c.n_items - len(answered)) / c.n_items
+        assert floor - 1e-12 <= c.low <= c.accuracy <= c.high <= ceiling + 1e-12
+    assert min(c.accuracy for c in d.by_category.values()) == 0.0
+    assert sum(c.accuracy * c.n_items for c in d.by_category.values()) / 500 > d.accuracy + 0.01
 
 
 def test_model_variance_floor_recomputes_the_logged_probabilities_and_matches_its_formula():

@@ -24,6 +24,7 @@ from catengine.scoring.model_based import (
     smearing_moments,
     z_quantile,
 )
+from catengine.scoring.random_items import random_mean_mae
 
 __all__ = [
     "DEFAULT_SCORE_NODES",
@@ -41,6 +42,7 @@ __all__ = [
     "predict_accuracy",
     "predict_accuracy_factors",
     "predict_cot_total",
+    "random_mean_mae",
     "response_and_slope",
     "smearing_moments",
     "z_quantile",

@@ -15,7 +15,16 @@ n_U makes the accuracy term vanish when every item is answered).
 
 Stored in the bank's ``interval_calibration`` record under ``score_curves``::
 
-    {"pei": {"test_length": [5, 10, ...], "residual_sd": [0.03, ...], "cot_log_sd": [0.2, ...] | null, ...}}
+    {"pei": {"test_length": [5, 10, ...], "residual_sd": [0.03, ...], "cot_log_sd": [0.2, ...] | null,
+             "accuracy_mae": [...], "random_mean_mae": [...], ...}}
+
+``accuracy_mae`` is the same check's mean absolute error of the model-based accuracy after L items,
+``random_mean_mae`` the exact expected one of the plain mean of L random items for the same LLMs
+(``catengine.scoring.random_mean_mae``; banks checked before it was stored lack it). Their ratio says whether the
+model earns its keep on this bank: where it exceeds 1 at the longest checked length, the model's
+score is worse than random items (seen on banks from about 20 LLMs), and sessions default to the
+randomised selection whose design-based estimate does not depend on the model
+(``catengine.selection.default_selector_for``).
 """
 
 from __future__ import annotations
@@ -43,14 +52,38 @@ class ScoreCurve:
     cot_log_sd: tuple[float, ...] | None
     selection: str
     measured_on: str
+    accuracy_mae: tuple[float, ...] | None = None
+    random_mean_mae: tuple[float, ...] | None = None
 
     def __post_init__(self):
         L = np.asarray(self.test_length, dtype=float)
         if L.ndim != 1 or L.size == 0 or np.any(np.diff(L) <= 0) or L[0] < 1:
             raise ValueError(f"test_length must be increasing positive integers, got {self.test_length!r}")
-        object.__setattr__(self, "residual_sd", _table(self.residual_sd, "residual_sd", L.size))
-        if self.cot_log_sd is not None:
-            object.__setattr__(self, "cot_log_sd", _table(self.cot_log_sd, "cot_log_sd", L.size))
+        for name in ("residual_sd", "cot_log_sd", "accuracy_mae", "random_mean_mae"):
+            if getattr(self, name) is not None:
+                object.__setattr__(self, name, _table(getattr(self, name), name, L.size))
+
+    def versus_random(self, n_items: int) -> float | None:
+        """The check's model-based accuracy MAE over the random mean's after ``n_items`` answers
+        (linear between checked lengths), or None: not stored, ``n_items`` outside the checked lengths,
+        or random items' error is 0."""
+        if self.accuracy_mae is None or self.random_mean_mae is None:
+            return None
+        if not self.test_length[0] <= n_items <= self.test_length[-1]:
+            return None
+        model = float(np.interp(float(n_items), self.test_length, self.accuracy_mae))
+        random = float(np.interp(float(n_items), self.test_length, self.random_mean_mae))
+        return model / random if random > 0 else None
+
+    def loses_to_random(self) -> bool:
+        """True when the model-based score erred more than random items' mean at the longest checked
+        length where random items err at all (False when the check did not store both)."""
+        if self.accuracy_mae is None or self.random_mean_mae is None:
+            return False
+        for model, random in reversed(list(zip(self.accuracy_mae, self.random_mean_mae))):
+            if random > 0:
+                return model > random
+        return False
 
     def residual(self, n_items: int) -> float:
         """delta(L): 0 before any answer (the prior predictive needs no correction)."""
@@ -63,6 +96,9 @@ class ScoreCurve:
 
     def describe(self, n_items: int) -> str:
         where = f"cross-fitted on {self.measured_on} with {self.selection} selection"
+        ratio = self.versus_random(n_items)
+        if ratio is not None:
+            where += f"; on that check the model-based accuracy erred {ratio:.2f}x as much as the mean of {n_items} random items"
         res, cot = self.residual(n_items), self.cot_log(n_items)
         if res == 0.0 and cot == 0.0:
             return f"not widened: the score check found the model's intervals wide enough after {n_items} items, {where}"
@@ -88,9 +124,10 @@ class ScoreCalibration:
         curves = {}
         for name, cur in raw.items():
             try:
-                cot = cur.get("cot_log_sd")
+                cot, mae, rnd = cur.get("cot_log_sd"), cur.get("accuracy_mae"), cur.get("random_mean_mae")
                 curves[str(name)] = ScoreCurve(tuple(int(v) for v in cur["test_length"]), tuple(cur["residual_sd"]),
-                                               None if cot is None else tuple(cot), str(name), measured_on)
+                                               None if cot is None else tuple(cot), str(name), measured_on,
+                                               None if mae is None else tuple(mae), None if rnd is None else tuple(rnd))
             except (AttributeError, KeyError, TypeError, ValueError) as exc:
                 raise ValueError(f"{source}: score curve {name!r} is malformed ({exc})") from None
         return cls(curves)

@@ -75,8 +75,23 @@ def default_selector(response_model: str, item_uncertainty: bool = False, score_
 
 
 def default_selector_for(items: ItemTable) -> ItemSelector:
-    """The default selector of the bank behind ``items`` (what sessions and the CLI use)."""
-    return default_selector(items.params.response_model, items.covariance is not None, items.score_factors is not None)
+    """The default selector of the bank behind ``items`` (what sessions and the CLI use).
+
+    :func:`default_selector`, unless the bank's own cross-fitted score check found that selector's
+    model-based full-benchmark accuracy worse than the plain mean of as many random items at the
+    longest length it checked (``ScoreCurve.loses_to_random``; seen on banks calibrated on about 20
+    LLMs): then :class:`RandomisedSelection`, whose design-based estimate (``predicted_score()``'s
+    default for such sessions) is unbiased whatever the model gets wrong."""
+    choice = default_selector(items.params.response_model, items.covariance is not None, items.score_factors is not None)
+    calib = items.interval_calibration
+    if calib is not None:
+        from catengine.scoring.calibration import ScoreCalibration
+
+        scores = ScoreCalibration.from_record(calib.record, calib.measured_on)
+        curve = None if scores is None else scores.curves.get(choice.name)
+        if curve is not None and curve.loses_to_random():
+            return RandomisedSelection()
+    return choice
 
 
 __all__ = [

@@ -307,13 +307,23 @@ def design_score(session, *, level=0.95, by=None) -> ScoreEstimate:
     return _assemble("design", level, list(sizes), acc, cot, field, labels)
 
 
-def predicted_score(session, level=0.95, method="model", *, by=None) -> ScoreEstimate:
-    """``CATSession.predicted_score``: dispatch on ``method`` ("model" or "design")."""
+SCORE_METHODS = ("auto", "model", "design")
+
+
+def predicted_score(session, level=0.95, method="auto", *, by=None) -> ScoreEstimate:
+    """``CATSession.predicted_score``: dispatch on ``method``; "auto" is the design-based estimate when
+    the session's draws support it (randomised selection, no exposure control or exclusions, at
+    least 2 draws) and the model's otherwise."""
+    if method not in SCORE_METHODS:
+        raise ValueError(f"method must be one of {SCORE_METHODS}, got {method!r}")
     if method == "model":
         return model_score(session, level=level, by=by)
     if method == "design":
         return design_score(session, level=level, by=by)
-    raise ValueError(f"method must be 'model' or 'design', got {method!r}")
+    try:
+        return design_score(session, level=level, by=by)
+    except DesignNotRandomisedError:
+        return model_score(session, level=level, by=by)
 
 
 def score_trajectory(session, level=0.95) -> dict:

@@ -107,7 +107,8 @@ def _estimate(est) -> dict:
 
 
 def _scores(session, record: bool) -> dict:
-    """The ``score`` (model-based) and, for randomised sessions, ``design_score`` reply fields."""
+    """The ``score`` (``predicted_score()``: design-based for randomised sessions, else the model's) and,
+    for randomised sessions, ``design_score`` reply fields."""
     from catengine.scoring import DesignNotRandomisedError
 
     out = {"score": session.predicted_score(record=record).to_dict()}

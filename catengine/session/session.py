@@ -492,13 +492,14 @@ class CATSession:
         self._stop_cache = None
 
     # ------------------------------------------------------------------ full-benchmark score
-    def predicted_score(self, level: float = 0.95, method: str = "model", *, by=None, record: bool = False):
+    def predicted_score(self, level: float = 0.95, method: str = "auto", *, by=None, record: bool = False):
         """The full-benchmark accuracy (and, for LaRT banks, CoT tokens) with an interval at ``level``.
 
         ``method="model"``: the IRT prediction from the reported posterior (answered items count as
         answered; docs/math.md §7.6); ``"design"``: the design-based estimate, unbiased whatever the model
         gets wrong, for sessions run with ``RandomisedSelection`` (raises ``DesignNotRandomisedError``
-        otherwise; docs/math.md §7.7). ``by``: the item column of the per-category breakdown (default: the
+        otherwise; docs/math.md §7.7); ``"auto"`` (the default): the design-based estimate when the
+        session's draws support it, else the model's. The estimate's ``method`` says which. ``by``: the item column of the per-category breakdown (default: the
         bank's declared or first categorical column; ``False`` for none). ``record=True`` also
         appends the estimate to the session log as a ``score`` event. See docs/score_prediction.md.
         """
