@@ -14,6 +14,11 @@ random mean's MAE is its exact expectation over all k-item draws, ``score_predic
                         ``predicted_score()`` (the plug-in at the factor posterior's mode);
 * ``score factors, mean`` the same sessions, the posterior mean over the factor posterior
                         (``predict_accuracy_factors(..., centre="mean")``);
+* ``factors known``     the same answered items, the rest by the factors at the LLM's full-benchmark
+                        factor mode (from all 500 answers): what is left when the factors are known.
+                        Printed last: the shares of the default's mean squared error that the factor
+                        posterior's own variance (gradient' Cov gradient of the unanswered total) and
+                        the unanswered items' Bernoulli variance account for;
 * ``one trait``         the one-trait path (the default before score factors): maximum information, the
                         answered items plus sum_U P_j(theta_k) for the rest (theta_k: the session's MAP);
   The rows below all use the one-trait path's sessions or bank:
@@ -92,8 +97,9 @@ def main(argv=None) -> int:
     data = load_responses(DATA / "lart" / "accuracy_math500.csv", cot=DATA / "lart" / "cot_length_math500.csv")
     N, J, k = data.n_subjects, data.n_items, args.k
     perm = np.random.default_rng(args.seed).permutation(N)
-    names = ("score factors", "score factors, mean", "one trait", "theta known", "model at theta_full",
+    names = ("score factors", "score factors, mean", "factors known", "one trait", "theta known", "model at theta_full",
              "posterior mean", "empirical prior", "score-targeted")
+    shares = {"trait": [], "bernoulli": []}  # the factor posterior's own variance terms of the prediction, per LLM
     err = {name: [] for name in names}  # signed errors, one per LLM
     random_mae = []  # the random mean's exact expected MAE, one per LLM
     for f in range(args.folds):
@@ -126,6 +132,17 @@ def main(argv=None) -> int:
             seen = np.array([factor_bank.index_of(r.item) for r in sf.history])
             mean = predict_accuracy_factors(factor_bank.score_factors, seen, y[seen], intervals=False, centre="mean")[0]
             err["score factors, mean"].append(mean.mean / J - truth)
+            fac = factor_bank.score_factors
+            unseen = np.ones(J, dtype=bool)
+            unseen[seen] = False
+            mode, cov = fac.posterior(seen, y[seen])
+            p = fac.probabilities(mode[None, :])[0]
+            w = p * (1.0 - p)
+            grad = (w[unseen, None] * fac.loadings[unseen]).sum(axis=0)  # d(total of the unanswered) / d(eta)
+            shares["trait"].append(float(grad @ cov @ grad) / J**2)
+            shares["bernoulli"].append(float(w[unseen].sum()) / J**2)
+            eta_full = fac.posterior(np.arange(J), y)[0]
+            err["factors known"].append((y[seen].sum() + fac.probabilities(eta_full[None, :])[0][unseen].sum()) / J - truth)
             err["theta known"].append((obs + p_full[~answered].sum()) / J - truth)
             err["model at theta_full"].append(p_full.mean() - truth)
             loglik = (np.log(P[:, answered]) * y[answered] + np.log1p(-P[:, answered]) * (1 - y[answered])).sum(axis=1)
@@ -145,6 +162,11 @@ def main(argv=None) -> int:
     for name in names:
         e = np.asarray(err[name])
         print(f"{name:22s} {np.mean(np.abs(e)):7.4f} {np.mean(e):+8.4f} {np.mean(np.abs(e)) / base:6.2f}")
+    mse = float(np.mean(np.square(err["score factors"])))
+    trait, bern = float(np.mean(shares["trait"])), float(np.mean(shares["bernoulli"]))
+    print(f"score factors' mean squared error {mse:.6f}: the factor posterior's own variance of the prediction "
+          f"{100 * trait / mse:.0f}%, the unanswered items' Bernoulli variance {100 * bern / mse:.0f}%, "
+          f"beyond the model {100 * (1 - (trait + bern) / mse):.0f}%")
     return 0
 
 
