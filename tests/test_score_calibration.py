@@ -219,6 +219,9 @@ def test_the_check_compares_the_model_with_random_items_and_a_losing_bank_defaul
     assert curve.versus_random(4) is None and curve.versus_random(21) is None  # outside the checked lengths
     assert curve.loses_to_random()
     assert f"erred {ratio:.2f}x as much as the mean of 10 random items" in curve.describe(10)
+    # random items err 0 only when every item is answered: that length says nothing, the one before decides
+    whole = ScoreCalibration.from_record(json.loads(_record_versus(usual, [0.09, 0.01], [0.08, 0.0])), "x").curve(usual)
+    assert whole.versus_random(20) is None and whole.loses_to_random()
 
     s = CATSession(losing, stopping=MaxItems(10), rng=0)
     assert isinstance(s.selector, RandomisedSelection)
