@@ -7,7 +7,7 @@ MATH500 (158 LLMs x 500 items), cross-fitted over LLM folds: each fold's 2PL ban
 Every held-out LLM is replayed for k items and its full-benchmark accuracy A (the mean of all its
 answers) is predicted in several ways. Printed: the
 MAE of each, its mean signed error, and its ratio to the MAE of the mean of k random items (the
-random mean's MAE is its exact expectation over all k-item draws, ``score_prediction.expected_random_mae``).
+random mean's MAE is its exact expectation over all k-item draws, ``catengine.scoring.random_mean_mae``).
 
 * ``score factors``     the library default: the fold bank with its score factors (``attach_score_factors``,
                         d chosen by cross-validation on the training folds), D-optimal selection in them,
@@ -78,7 +78,7 @@ def score_targeted_items(P, y, k):
 
 
 def main(argv=None) -> int:
-    from score_prediction import expected_random_mae
+    from catengine.scoring import random_mean_mae
 
     from calibration import CBMMCalibrator, load_responses
     from calibration.score_factors import attach_score_factors
@@ -152,7 +152,7 @@ def main(argv=None) -> int:
             chosen, log_post = score_targeted_items(P, y, k)
             A_t = (y[chosen].sum() + P[:, ~chosen].sum(axis=1)) / J
             err["score-targeted"].append(float(posterior_weights(log_post) @ A_t) - truth)
-            random_mae.append(expected_random_mae(truth, J, k))
+            random_mae.append(random_mean_mae(truth, J, k))
         print(f"fold {f + 1}/{args.folds}: bank from {train.size} LLMs ({factor_bank.score_factors.dims} score factors), "
               f"{test.size} replayed", flush=True)
     base = float(np.mean(random_mae))

@@ -55,7 +55,8 @@ def replay(factors, y):
 
 
 def main(argv=None) -> int:
-    from score_prediction import expected_random_mae, load
+    from catengine.scoring import random_mean_mae
+    from score_prediction import load
 
     from calibration.score_factors import fit_score_factors
     from catengine.models.score_factors import ScoreFactors
@@ -88,7 +89,7 @@ def main(argv=None) -> int:
                     for key, est in replay(factors, Y[i]).items():
                         err[key].append(abs(est - truth))
                     for k in LENGTHS:
-                        base[k].append(expected_random_mae(truth, J, k))
+                        base[k].append(random_mean_mae(truth, J, k))
             for (k, c), e in err.items():
                 ratio[(v, seed, k, c)] = float(np.mean(e) / np.mean(base[k]))
             print(f"seed {seed}, slope variance {v:g}: " + "  ".join(

@@ -17,7 +17,7 @@ construction). Four runs separate the two uses of the estimated parameters:
 
 Printed: MAE of the predicted accuracy against the redrawn full-benchmark accuracy, its ratio to the
 mean of k random items of the same redrawn answers (its exact expectation,
-``score_prediction.expected_random_mae``), and the RMS of
+``catengine.scoring.random_mean_mae``), and the RMS of
 (error / predicted SD).
 """
 
@@ -58,7 +58,7 @@ def session(select, score, y, k):
 def main(argv=None) -> int:
     from scipy.special import expit
 
-    from score_prediction import expected_random_mae
+    from catengine.scoring import random_mean_mae
 
     from calibration import load_responses
     from calibration.score_factors import fit_score_factors
@@ -97,7 +97,7 @@ def main(argv=None) -> int:
                 acc, sd = session(models[sel], models[sco], y, args.k)
                 err[r].append(acc - truth)
                 z[r].append((acc - truth) / sd)
-            rand.append(expected_random_mae(truth, J, args.k))
+            rand.append(random_mean_mae(truth, J, args.k))
         print(f"fold {f + 1}/{args.folds}: {train.size} LLMs redrawn and refitted, {test.size} tested", flush=True)
     base = float(np.mean(rand))
     print(f"\nMATH500-shaped simulation, {args.dims} factors, k = {args.k}, {N} held-out LLMs, "

@@ -181,14 +181,9 @@ def add_gp_irt(rows, fold_of):
 METHOD_ORDER = ("random-mean", "p-IRT", "gp-IRT", "default", "design", "rand+model")
 
 
-def expected_random_mae(truth: float, n_items: int, k: int) -> float:
-    """E|mean of k items drawn without replacement - truth| (``catengine.scoring.random_mean_mae``)."""
+def summarise(name, rows, seconds, n_items, label=""):
     from catengine.scoring import random_mean_mae
 
-    return random_mean_mae(truth, n_items, k)
-
-
-def summarise(name, rows, seconds, n_items, label=""):
     rows = [r for r in rows]
     print(f"\n== {name}{label}: {len({r['llm'] for r in rows})} held-out LLMs (cross-fitted), "
           f"{len(rows)} rows, {seconds:.0f} s ==")
@@ -204,7 +199,7 @@ def summarise(name, rows, seconds, n_items, label=""):
             err = np.array([r["est"] - r["truth"] for r in rs])
             mae = float(np.mean(np.abs(err)))
             if m == "random-mean":
-                mae = float(np.mean([expected_random_mae(r["truth"], n_items, k) for r in rs]))
+                mae = float(np.mean([random_mean_mae(r["truth"], n_items, k) for r in rs]))
                 base = mae
             low = np.array([r["low"] for r in rs])
             high = np.array([r["high"] for r in rs])

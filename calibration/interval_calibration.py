@@ -254,7 +254,7 @@ def cross_fit_intervals(data, make_bank, *, folds: int = DEFAULT_FOLDS, test_len
     pooled, replayed = _replay_folds(fold_banks, fold_rows, first, default_name, data, n_obs, L, lengths,
                                      scoring_used, estimator, seed)
     curves, score_curves = _fit_curves(pooled, replayed, data, lengths)
-    if _loses_to_random(score_curves.get(default_name)):
+    if _loses_to_random(score_curves, default_name):
         # sessions of this bank will default to randomised selection (catengine.selection.default_selector_for):
         # measure it too, on the same fold banks, so that they get its own c(L), z95(L) and score check
         pooled, replayed = _replay_folds(fold_banks, fold_rows, [("randomised", _randomised())], default_name, data,
@@ -326,14 +326,13 @@ def _fit_curves(pooled, replayed, data, lengths):
     return curves, score_curves
 
 
-def _loses_to_random(score_curve: dict | None) -> bool:
-    """Whether a stored score curve makes sessions default to randomised selection
-    (``catengine.scoring.calibration.ScoreCurve.loses_to_random``)."""
-    if score_curve is None:
-        return False
+def _loses_to_random(score_curves: dict, selector_name: str) -> bool:
+    """Whether the fitted score curves make sessions default to randomised selection
+    (``catengine.scoring.calibration.ScoreCalibration.loses_to_random``, the rule sessions apply)."""
     from catengine.scoring.calibration import ScoreCalibration
 
-    return ScoreCalibration.from_record({"score_curves": {"x": score_curve}}, "").curves["x"].loses_to_random()
+    scores = ScoreCalibration.from_record({"score_curves": score_curves}, "")
+    return scores is not None and scores.loses_to_random(selector_name)
 
 
 def _score_curve(replayed, data, lengths, factors):

@@ -244,9 +244,9 @@ def _cmd_evaluate(args) -> int:
     for item in known:
         c, t = responses[item]
         full.record(item, c, t if lart else None)
-    score = session.predicted_score(record=True)  # design-based for randomised sessions, else the model's
-    design = _design_score(session)
-    model = session.predicted_score(method="model") if score.method == "design" else score
+    score = session.predicted_score(record=True)  # design-based whenever the draws allow it, else the model's
+    design = score if score.method == "design" else None
+    model = session.predicted_score(method="model") if design is not None else score
     session.close()
     lo, hi = est.interval(0.95)
     full_accuracy = sum(c for c, _ in (responses[i] for i in known)) / len(known)
@@ -282,16 +282,6 @@ def _cmd_evaluate(args) -> int:
         if foreign:
             print(f"({len(foreign)} answer(s) to items not in the bank were ignored, first {foreign[0]!r})")
     return 0
-
-
-def _design_score(session):
-    """The design-based score of a randomised session (None for other selectors or too few draws)."""
-    from catengine.scoring import DesignNotRandomisedError
-
-    try:
-        return session.predicted_score(method="design")
-    except DesignNotRandomisedError:
-        return None
 
 
 # ----------------------------------------------------------------------------- serve
@@ -362,10 +352,9 @@ def _card_lines(card: dict) -> list[str]:
             from catengine.scoring.calibration import ScoreCalibration
 
             scores = ScoreCalibration.from_record(check, "", "card")
-            curve = None if scores is None else scores.curves.get(usual)
             lines.append(f"  sessions default to randomised selection and the design-based score: the check found {usual}'s "
                          "model-based score worse than random items' at its longest length"
-                         if curve is not None and curve.loses_to_random() else f"  sessions default to {usual} selection")
+                         if scores is not None and scores.loses_to_random(usual) else f"  sessions default to {usual} selection")
     return lines
 
 

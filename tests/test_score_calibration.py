@@ -265,7 +265,7 @@ def test_a_check_whose_model_loses_to_random_items_measures_the_randomised_selec
 
     record = cross_fit_intervals(data, wrong, rng=0)
     usual = record["selection"]
-    assert usual != "randomised" and _loses_to_random(record["score_curves"][usual])
+    assert usual != "randomised" and _loses_to_random(record["score_curves"], usual)
     assert "randomised" in record["curves"] and "randomised" in record["score_curves"]
     assert record["score_curves"]["randomised"]["n_llms"] == N
     bank = ItemBank.from_params("2pl", ids, bank_id="wrong", a=3 * a, b=-b).replace_attrs(

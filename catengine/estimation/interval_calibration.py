@@ -82,6 +82,8 @@ class IntervalCalibration:
     selection: str
     measured_on: str
     record: dict
+    #: the parsed ``score_curves`` (``catengine.scoring.calibration.ScoreCalibration``), or None
+    scores: object = None
 
     @classmethod
     def from_json(cls, text: str, source: str = "bank") -> "IntervalCalibration":
@@ -104,7 +106,9 @@ class IntervalCalibration:
             except (KeyError, TypeError, ValueError) as exc:
                 raise ValueError(f"{source}: interval_calibration curve {name!r} is malformed ({exc})") from None
         selection = str(record.get("selection", next(iter(curves))))
-        return cls(curves, selection, measured_on, record)
+        from catengine.scoring.calibration import ScoreCalibration
+
+        return cls(curves, selection, measured_on, record, ScoreCalibration.from_record(record, measured_on, source))
 
     def curve(self, selector_name: str) -> IntervalCurve:
         """The curve for a selector: its own if measured, else the pointwise maximum of all curves."""

@@ -22,7 +22,7 @@ Stored in the bank's ``interval_calibration`` record under ``score_curves``::
 ``random_mean_mae`` the exact expected one of the plain mean of L random items for the same LLMs
 (``catengine.scoring.random_mean_mae``; banks checked before it was stored lack it). Their ratio says whether the
 model earns its keep on this bank: where it exceeds 1 at the longest checked length, the model's
-score is worse than random items (seen on banks from about 20 LLMs), and sessions default to the
+score is worse than random items (seen on banks from 8-22 LLMs), and sessions default to the
 randomised selection whose design-based estimate does not depend on the model
 (``catengine.selection.default_selector_for``).
 """
@@ -131,6 +131,13 @@ class ScoreCalibration:
             except (AttributeError, KeyError, TypeError, ValueError) as exc:
                 raise ValueError(f"{source}: score curve {name!r} is malformed ({exc})") from None
         return cls(curves)
+
+    def loses_to_random(self, selector_name: str) -> bool:
+        """Whether the check measured ``selector_name`` and found its model-based score worse than
+        random items' at the longest checked length (:meth:`ScoreCurve.loses_to_random`): sessions
+        of such a bank default to randomised selection (``catengine.selection.default_selector_for``)."""
+        curve = self.curves.get(selector_name)
+        return curve is not None and curve.loses_to_random()
 
     def curve(self, selector_name: str) -> ScoreCurve:
         """The curve of a selector: its own if measured, else the pointwise largest of all curves."""

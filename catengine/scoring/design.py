@@ -143,7 +143,7 @@ def design_estimate(terms: np.ndarray, *, level: float = 0.95, n_items: int, bou
     miss (MATH500, 25 draws: the misses had intervals 25% narrower than the average); V alone is too
     wide where the model is conservative (MATH500, three fold partitions: its mean was 1.43 / 1.21
     / 1.07 / 0.99 times the mean squared error after 10 / 25 / 50 / 100 draws, se^2's 1.05 / 1.00 /
-    0.94 / 0.91). The mean is the same under every rule, so the estimate stays unbiased.
+    0.94 / 0.91). The rules change only the variance: A^ is the same under every rule.
 
     * ``model_rule="moderated"`` (the default): the variance is max(se^2, (n V + (n - 1) se^2) /
       (2n - 1)), the model's estimate pooled with the empirical one as if it came from as many

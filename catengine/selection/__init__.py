@@ -79,18 +79,13 @@ def default_selector_for(items: ItemTable) -> ItemSelector:
 
     :func:`default_selector`, unless the bank's own cross-fitted score check found that selector's
     model-based full-benchmark accuracy worse than the plain mean of as many random items at the
-    longest length it checked (``ScoreCurve.loses_to_random``; seen on banks calibrated on about 20
+    longest length it checked (``ScoreCalibration.loses_to_random``; seen on banks calibrated on 8-22
     LLMs): then :class:`RandomisedSelection`, whose design-based estimate (``predicted_score()``'s
-    default for such sessions) is unbiased whatever the model gets wrong."""
+    default for such sessions) does not rely on the model being right."""
     choice = default_selector(items.params.response_model, items.covariance is not None, items.score_factors is not None)
     calib = items.interval_calibration
-    if calib is not None:
-        from catengine.scoring.calibration import ScoreCalibration
-
-        scores = ScoreCalibration.from_record(calib.record, calib.measured_on)
-        curve = None if scores is None else scores.curves.get(choice.name)
-        if curve is not None and curve.loses_to_random():
-            return RandomisedSelection()
+    if calib is not None and calib.scores is not None and calib.scores.loses_to_random(choice.name):
+        return RandomisedSelection()
     return choice
 
 

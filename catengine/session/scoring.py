@@ -24,7 +24,7 @@ from catengine.scoring import (
     predict_cot_total,
     smearing_moments,
 )
-from catengine.scoring.calibration import ScoreCalibration, ScoreCurve
+from catengine.scoring.calibration import ScoreCurve
 from catengine.selection.randomised import RandomisedSelection
 
 CATEGORY_ATTR = "category_field"  # a bank may name its category column in this root attribute
@@ -116,17 +116,9 @@ def score_curve(session) -> ScoreCurve | None:
     est = session.estimator
     if not getattr(est, "interval_calibration", True) or float(getattr(est, "sd_scale", 1.0)) != 1.0:
         return None
-    scores = _score_calibration(session.bank, session.items)
+    calib = session.items.interval_calibration
+    scores = None if calib is None else calib.scores  # parsed once, with the bank
     return None if scores is None else scores.curve(session.selector.name)
-
-
-@lru_cache(maxsize=16)
-def _score_calibration(bank, items) -> ScoreCalibration | None:
-    """The bank's parsed score check (once per bank: serve replies score after every answer)."""
-    calib = items.interval_calibration
-    if calib is None:
-        return None
-    return ScoreCalibration.from_record(calib.record, calib.measured_on, f"bank {bank.bank_id!r}")
 
 
 def _assemble(method, level, sizes, acc, cot, field, labels, calibration: str = "") -> ScoreEstimate:

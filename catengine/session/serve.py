@@ -107,16 +107,10 @@ def _estimate(est) -> dict:
 
 
 def _scores(session, record: bool) -> dict:
-    """The ``score`` (``predicted_score()``: design-based for randomised sessions, else the model's) and,
-    for randomised sessions, ``design_score`` reply fields."""
-    from catengine.scoring import DesignNotRandomisedError
-
-    out = {"score": session.predicted_score(record=record).to_dict()}
-    try:
-        out["design_score"] = session.predicted_score(method="design").to_dict()
-    except DesignNotRandomisedError:
-        pass
-    return out
+    """The ``score`` (``predicted_score()``: the design-based estimate whenever the draws allow it, else
+    the model's) and, when it is the design-based one, the same as ``design_score``."""
+    score = session.predicted_score(record=record).to_dict()
+    return {"score": score, "design_score": score} if score["method"] == "design" else {"score": score}
 
 
 def _field(req: dict, name: str, kind=str):
