@@ -46,6 +46,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 DATA = ROOT.parent / "shared" / "data"
+LART_SAME_LLM = r"_(zero|one)_shot$"  # the two prompt runs of one LLM
 GRID = np.linspace(-5.0, 5.0, 201)
 
 
@@ -81,6 +82,7 @@ def main(argv=None) -> int:
     from catengine.scoring import random_mean_mae
 
     from calibration import CBMMCalibrator, load_responses
+    from calibration.folds import llm_folds
     from calibration.score_factors import attach_score_factors
     from catengine.scoring import predict_accuracy_factors
     from catengine import CATSession
@@ -91,19 +93,22 @@ def main(argv=None) -> int:
     ap.add_argument("--k", type=int, default=25)
     ap.add_argument("--folds", type=int, default=5)
     ap.add_argument("--seed", type=int, default=14)
+    ap.add_argument("--ungrouped", action="store_true", help="split runs, not LLMs (a run's sibling may calibrate its bank)")
     args = ap.parse_args(argv)
     warnings.simplefilter("ignore")
     t0 = time.perf_counter()
     data = load_responses(DATA / "lart" / "accuracy_math500.csv", cot=DATA / "lart" / "cot_length_math500.csv")
+    if not args.ungrouped:
+        data = data.grouped_by(LART_SAME_LLM)  # both prompt runs of an LLM are held out together
     N, J, k = data.n_subjects, data.n_items, args.k
-    perm = np.random.default_rng(args.seed).permutation(N)
+    fold_rows = llm_folds(data.llm_groups, args.folds, args.seed)
     names = ("score factors", "score factors, mean", "factors known", "one trait", "theta known", "model at theta_full",
              "posterior mean", "empirical prior", "score-targeted")
     shares = {"trait": [], "bernoulli": []}  # the factor posterior's own variance terms of the prediction, per LLM
     err = {name: [] for name in names}  # signed errors, one per LLM
     random_mae = []  # the random mean's exact expected MAE, one per LLM
     for f in range(args.folds):
-        test, train = perm[f :: args.folds], np.setdiff1d(np.arange(N), perm[f :: args.folds])
+        test, train = fold_rows[f], np.setdiff1d(np.arange(N), fold_rows[f])
         train_data = data.subset(subjects=train)
         bank = CBMMCalibrator(rng=1, progress=False).fit(train_data).to_item_bank("f", interval_check=False)
         factor_bank = attach_score_factors(bank, train_data, rng=1)

@@ -3,8 +3,8 @@ fold partitions (issue 14, docs/score_prediction.md §2).
 
 ``python benchmarks/score_factor_choices.py [--slope-variances 16,4,2] [--seeds 14,1,2,3,4,5] [--dims 2]``
 
-For each seed, MATH500's 158 LLMs are split into 5 folds (the permutation ``score_prediction.py``
-uses for that seed). Score factors with d factors are fitted on the other folds by
+For each seed, MATH500's 158 runs of 79 LLMs are split into 5 folds (the split ``score_prediction.py``
+uses for that seed: both prompt runs of an LLM in one fold; ``--ungrouped`` splits runs). Score factors with d factors are fitted on the other folds by
 ``fit_score_factors`` with each loading prior variance, and every held-out LLM's recorded answers
 are replayed for 50 items chosen by D-optimal design in the factors (``ScoreFactors.best_d_optimal``,
 as ``ScoreFactorDOptimal`` chooses). After 10 / 25 / 50 items the full-benchmark accuracy is
@@ -58,6 +58,7 @@ def main(argv=None) -> int:
     from catengine.scoring import random_mean_mae
     from score_prediction import load
 
+    from calibration.folds import llm_folds
     from calibration.score_factors import fit_score_factors
     from catengine.models.score_factors import ScoreFactors
 
@@ -66,21 +67,22 @@ def main(argv=None) -> int:
     ap.add_argument("--seeds", default="14,1,2,3,4,5")
     ap.add_argument("--dims", type=int, default=2)
     ap.add_argument("--folds", type=int, default=5)
+    ap.add_argument("--ungrouped", action="store_true", help="split runs, not LLMs (a run's sibling may calibrate its bank)")
     args = ap.parse_args(argv)
     variances = [float(v) for v in args.slope_variances.split(",")]
     seeds = [int(s) for s in args.seeds.split(",")]
     t0 = time.perf_counter()
-    data = load("math500")
+    data = load("math500", not args.ungrouped)
     Y = data.correct.astype(float)
     N, J = Y.shape
     ratio = {}  # (variance, seed, k, centre) -> MAE / random's
     for seed in seeds:
-        perm = np.random.default_rng(seed).permutation(N)
+        fold_rows = llm_folds(data.llm_groups, args.folds, seed)  # both prompt runs of an LLM in one fold
         for v in variances:
             err = {(k, c): [] for k in LENGTHS for c in CENTRES}
             base = {k: [] for k in LENGTHS}
             for f in range(args.folds):
-                test = perm[f::args.folds]
+                test = fold_rows[f]
                 train = np.setdiff1d(np.arange(N), test)
                 fit = fit_score_factors(data.correct[train], args.dims, slope_variance=v)
                 factors = ScoreFactors(fit.loadings, fit.intercepts)

@@ -4,7 +4,9 @@
 
 For each fold of LLMs a bank is calibrated on the other folds with the library's calibrators
 (MATH500: ``LaRTSAEMCalibrator`` with CoT lengths; ChemBench and the PSN-IRT matrix:
-``CBMMCalibrator``, 2PL). Each held-out LLM's recorded answers are then replayed, and after
+``CBMMCalibrator``, 2PL). MATH500's folds hold both runs of an LLM (its zero-shot and one-shot
+prompts) out together; ``--ungrouped`` splits runs instead, which lets a held-out run's sibling
+calibrate its bank and flattered every MATH500 figure measured before session 10. Each held-out LLM's recorded answers are then replayed, and after
 k = 10 / 25 / 50 / 100 items its full-benchmark accuracy (the mean of all its answers) is
 estimated by
 
@@ -56,11 +58,18 @@ LENGTHS = (10, 25, 50, 100)
 Z = 1.959963984540054
 
 
-def load(name):
+#: the LaRT data holds a zero-shot and a one-shot run of each LLM (158 runs of 79 LLMs on MATH500)
+LART_SAME_LLM = r"_(zero|one)_shot$"
+
+
+def load(name, grouped=True):
+    """The benchmark's ResponseData; MATH500 with its runs grouped by LLM (``grouped``), so that
+    every fold split here and in the library's checks holds both runs of an LLM out together."""
     import calibration
 
     if name == "math500":
-        return calibration.load_responses(DATA / "lart" / "accuracy_math500.csv", cot=DATA / "lart" / "cot_length_math500.csv")
+        data = calibration.load_responses(DATA / "lart" / "accuracy_math500.csv", cot=DATA / "lart" / "cot_length_math500.csv")
+        return data.grouped_by(LART_SAME_LLM) if grouped else data
     if name == "chembench":
         return calibration.load_responses(DATA / "chembench" / "responses_models_x_items.csv.gz", wide=True)
     if name == "psn":
@@ -232,12 +241,13 @@ def summarise(name, rows, seconds, n_items, label=""):
     return table
 
 
-def run(name, folds, reps, sd_scale, seed, max_llms=None, use_cot=True, rows_out=None, method=None):
+def run(name, folds, reps, sd_scale, seed, max_llms=None, use_cot=True, rows_out=None, method=None, grouped=True):
+    from calibration.folds import llm_folds
+
     t0 = time.perf_counter()
-    data = load(name)
+    data = load(name, grouped)
     n = data.n_subjects
-    perm = np.random.default_rng(seed).permutation(n)
-    fold_rows = [np.sort(perm[f::folds]) for f in range(folds)]
+    fold_rows = llm_folds(data.llm_groups, folds, seed)
     rows, fold_of = [], {}
     for f, test in enumerate(fold_rows):
         if max_llms is not None:
@@ -270,6 +280,8 @@ def main(argv=None):
     ap.add_argument("--method", default=None, choices=("saem", "cbmm"),
                     help="calibration method (default: saem for MATH500, cbmm otherwise)")
     ap.add_argument("--no-cot", action="store_true", help="LaRT banks: score the answers alone (use_cot=False)")
+    ap.add_argument("--ungrouped", action="store_true", help="MATH500: treat each run as its own LLM (a held-out "
+                    "run's other-prompt sibling may then calibrate its bank: the split measured before session 10)")
     ap.add_argument("--out", type=Path, default=None, help="write the summary tables (and every replay) as JSON here")
     args = ap.parse_args(argv)
     names = ("math500", "chembench", "psn") if args.dataset == "all" else (args.dataset,)
@@ -283,7 +295,7 @@ def main(argv=None):
         pooled, t0 = [], time.perf_counter()
         for seed in seeds:
             table, seed_rows, n_items = run(name, folds, reps, args.sd_scale, seed, args.max_llms, not args.no_cot,
-                                            rows, args.method)
+                                            rows, args.method, not args.ungrouped)
             out[name if len(seeds) == 1 else f"{name}/seed{seed}"] = table
             pooled += seed_rows
         if len(seeds) > 1:

@@ -1,7 +1,8 @@
 """Cross-fitted interval calibration at calibration time (docs/math.md §7.5): how do the adaptive
 intervals of a bank behave on held-out *real* LLMs?
 
-The calibration LLMs are split into ``folds`` groups. For each fold a bank is fitted on the other
+The calibration LLMs are split into ``folds`` groups (``calibration.folds.llm_folds``: the runs of
+one LLM, ``ResponseData.subject_groups``, stay in one fold). For each fold a bank is fitted on the other
 folds by the same calibrator and settings (``make_bank``), and every held-out LLM is replayed
 through adaptive tests from its recorded answers (``calibration.audit.replay.replay_llms``), with
 the bank's default selector, with plain maximum information (when that is not the default) and
@@ -38,6 +39,7 @@ import time
 
 import numpy as np
 
+from calibration.folds import llm_folds, n_llm_groups
 from calibration.score_factors import attach_score_factors
 
 from calibration.audit._common import Z95
@@ -225,10 +227,11 @@ def cross_fit_intervals(data, make_bank, *, folds: int = DEFAULT_FOLDS, test_len
 
     t0 = time.perf_counter()
     N = data.n_subjects
-    K = int(min(folds, N // 2))
+    n_groups = n_llm_groups(data)
+    K = int(min(folds, n_groups // 2))
     seed = int(np.random.SeedSequence(rng).entropy) if not isinstance(rng, np.random.Generator) else int(rng.integers(2**63))
-    perm = np.random.default_rng(stream(seed, 0, "interval-folds")).permutation(N)
-    fold_rows = [np.sort(perm[k::K]) for k in range(K)]
+    # the runs of one LLM (data.subject_groups) are held out together: a sibling in the training folds would flatter the check
+    fold_rows = llm_folds(data.llm_groups, K, stream(seed, 0, "interval-folds"))
     n_obs = np.count_nonzero(data.correct >= 0, axis=1)
     max_len = int(min(max(test_lengths), data.n_items // 2, np.sort(n_obs)[max(0, N - MIN_HELD_OUT * 2)]))
     lengths = [int(L) for L in test_lengths if L <= max_len] or [max(1, max_len)]
@@ -272,6 +275,7 @@ def cross_fit_intervals(data, make_bank, *, folds: int = DEFAULT_FOLDS, test_len
                 "engine's 95% interval is theta +- z95(L) SD",
         "calibration_method": calibration_method,
         "folds": K,
+        "n_llm_groups": n_groups,
         "n_subjects": int(N),
         "estimator": estimator,
         "scoring": scoring_used,

@@ -40,7 +40,9 @@ def merge_responses(old: ResponseData, new: ResponseData, *, on_conflict: str = 
     """Union of two response sets (subjects and items in first-seen order).
 
     A cell observed in both with different values raises ValueError naming subject and item,
-    unless ``on_conflict="new"`` (the new value wins). Item metadata must agree on shared items.
+    unless ``on_conflict="new"`` (the new value wins). Item metadata must agree on shared items. LLM groups
+    (``subject_groups``) are kept: a subject's group is the new set's when it names one, else the
+    stored set's, else the subject itself.
     """
     if on_conflict not in ("error", "new"):
         raise ValueError(f"on_conflict must be 'error' or 'new', got {on_conflict!r}")
@@ -90,7 +92,16 @@ def merge_responses(old: ResponseData, new: ResponseData, *, on_conflict: str = 
                     raise ValueError(f"item {item!r}: metadata {key!r} is {values[k]!r} in the stored data but {value!r} in the new")
                 values[k] = value
         metadata[key] = values
-    return ResponseData.from_arrays(correct, cot, subject_ids=subjects, item_ids=items, item_metadata=metadata)
+    groups = None
+    if old.subject_groups is not None or new.subject_groups is not None:
+        # a subject's LLM group from whichever set names one (the new one wins); ungrouped rows are their own LLM
+        group_of = {s: s for s in subjects}
+        for data in (old, new):
+            if data.subject_groups is not None:
+                group_of.update(zip(data.subject_ids, data.subject_groups))
+        groups = [group_of[s] for s in subjects]
+    return ResponseData.from_arrays(correct, cot, subject_ids=subjects, item_ids=items, item_metadata=metadata,
+                                    subject_groups=groups)
 
 
 # ----------------------------------------------------------------------------- diffs
@@ -380,7 +391,9 @@ class RecalibrationConfig:
     ``interval_check`` (default true): the new version runs the cross-fitted interval and score
     check like every default fit; ``false`` skips it (faster; the bank records that it was skipped,
     and sessions then use the model's own intervals). A later run with the check on over the same
-    inputs writes the checked version.
+    inputs writes the checked version. ``same_llm_pattern``: a regular expression; new subjects whose
+    ids are equal once it is removed are runs of one LLM (``ResponseData.grouped_by``), held out
+    together by the checks (the stored responses keep the groups they were calibrated with).
     """
 
     bank: Path
@@ -400,6 +413,7 @@ class RecalibrationConfig:
     drift_variance: str = "independent"  # or "nested" (Hausman: C_old - C_new, merge mode only)
     seed: int = 0
     interval_check: bool = True  # False: skip the cross-fitted interval and score check (the bank says so)
+    same_llm_pattern: str | None = None  # ResponseData.grouped_by on the new responses (runs of one LLM)
 
     def __post_init__(self):
         object.__setattr__(self, "bank", Path(self.bank))
@@ -474,7 +488,7 @@ def _read_new_responses(config: RecalibrationConfig) -> ResponseData:
     data = parts[0]
     for part in parts[1:]:
         data = merge_responses(data, part, on_conflict=config.on_conflict)
-    return data
+    return data.grouped_by(config.same_llm_pattern) if config.same_llm_pattern else data
 
 
 SKIPPED_ON_REQUEST = "skipped on request"

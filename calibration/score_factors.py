@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from scipy.special import expit, log_expit
 
+from calibration.folds import llm_folds
 from catengine.models.score_factors import MAX_SCORE_FACTORS
 
 __all__ = ["MIN_SCORE_FACTOR_LLMS", "LLMS_PER_FACTOR", "ScoreFactorFit", "attach_score_factors", "choose_factor_count",
@@ -161,9 +162,12 @@ def held_out_log_loss(fit_loadings, fit_intercepts, correct, rng) -> np.ndarray:
     return out
 
 
-def choose_factor_count(correct, *, max_dims: int, folds: int = CV_FOLDS, rng=0, **fit_kwargs) -> tuple[int, dict]:
+def choose_factor_count(correct, *, max_dims: int, folds: int = CV_FOLDS, rng=0, groups=None,
+                        **fit_kwargs) -> tuple[int, dict]:
     """The number of factors (1..max_dims) by cross-validation over LLMs, with the losses per
-    candidate (mean held-out log loss per LLM, :func:`held_out_log_loss`).
+    candidate (mean held-out log loss per LLM, :func:`held_out_log_loss`). ``groups`` (N,): the LLM
+    group of each row (``ResponseData.llm_groups``); the runs of one LLM are held out together, so
+    that a sibling run in the training folds cannot make an extra factor look predictive.
 
     One more factor is taken only while it lowers the held-out loss by more than two standard
     errors of the paired per-LLM differences (every candidate predicts the same halves of the same
@@ -175,12 +179,11 @@ def choose_factor_count(correct, *, max_dims: int, folds: int = CV_FOLDS, rng=0,
     y = np.asarray(correct)
     N = y.shape[0]
     seed = int(rng) if isinstance(rng, (int, np.integer)) else 0
-    perm = np.random.default_rng(seed).permutation(N)
+    fold_rows = llm_folds(np.arange(N) if groups is None else groups, folds, seed)
 
     def held_out(d):
         losses = np.full(N, np.nan)
-        for k in range(folds):
-            test = np.sort(perm[k::folds])
+        for k, test in enumerate(fold_rows):
             train = np.setdiff1d(np.arange(N), test)
             fit = fit_score_factors(y[train], d, **fit_kwargs)
             losses[test] = held_out_log_loss(fit.loadings, fit.intercepts, y[test], np.random.default_rng([seed, k]))
@@ -216,7 +219,7 @@ def attach_score_factors(bank, data, *, dims: int | None = None, rng=0):
     t0 = time.perf_counter()
     losses = {}
     if dims is None:
-        dims, losses = choose_factor_count(data.correct, max_dims=max_factor_count(N), rng=rng)
+        dims, losses = choose_factor_count(data.correct, max_dims=max_factor_count(N), rng=rng, groups=data.llm_groups)
     fit = fit_score_factors(data.correct, int(dims))
     record = {
         "version": 1,

@@ -27,7 +27,9 @@ id) and ``license_text`` (the upstream notice, which the MIT license asks to shi
 that a rebuild is reproducible), ``item_id_scheme`` and ``replay_audit`` (JSON): the coverage of
 the adaptive 95% intervals on the real LLMs, cross-fitted over LLMs
 (``calibration.audit.replay_audit``, 4 folds, the bank's default selector and random items), by
-test length.
+test length. The LaRT data holds a zero-shot and a one-shot run of each LLM (158 runs of 79 LLMs
+on MATH500): both runs of an LLM are always held out together (``Recipe.same_llm_pattern``), in the
+audit and in every check the calibration runs.
 
 Usage (from the repository root; the data folder defaults to ``../shared/data``):
     python scripts/build_real_banks.py                  # writes the next version of all four banks
@@ -69,6 +71,8 @@ class Recipe:
     item_id_scheme: str
     replay_lengths: tuple[int, ...]
     description: str
+    #: ResponseData.grouped_by: rows whose ids are equal once this is removed are runs of one LLM
+    same_llm_pattern: str | None = None
 
 
 LART_SOURCE = {
@@ -99,7 +103,9 @@ def lart_paper_recipe(benchmark: str, n_items: int, n_runs: int, replay_lengths:
                   {**LART_SOURCE, "paths": [f"data/{f}" for f in files]}, "MIT",
                   f"{name}/<k>: k = the item's column header (0..{n_items - 1}) in data/{files[0]} of the source "
                   "repository",
-                  replay_lengths, f"{benchmark} calibrated by {fitted_by}")
+                  replay_lengths, f"{benchmark} calibrated by {fitted_by}",
+                  # each LLM ran with a zero-shot and a one-shot prompt: the checks hold both runs out together
+                  same_llm_pattern=r"_(zero|one)_shot$")
 
 
 RECIPES = {
@@ -137,8 +143,9 @@ def load_data(recipe: Recipe, data_root: Path = DEFAULT_DATA):
     if recipe.bank_id.startswith("chembench"):
         metadata["difficulty"] = chembench_difficulty(folder / "difficulty_dict.json", raw.n_items)
     cot = raw.cot_length if recipe.method == "saem" else None
-    return ResponseData.from_arrays(raw.correct, cot, subject_ids=raw.subject_ids,
+    data = ResponseData.from_arrays(raw.correct, cot, subject_ids=raw.subject_ids,
                                     item_ids=[f"{recipe.prefix}/{k}" for k in positions], item_metadata=metadata)
+    return data.grouped_by(recipe.same_llm_pattern) if recipe.same_llm_pattern else data
 
 
 def chembench_difficulty(path: Path, n_items: int) -> list[str]:

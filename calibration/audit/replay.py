@@ -2,7 +2,7 @@
 
 The CAT audit (``cat.py``) asks the question on simulated LLMs, where the model is true by
 construction. Here the answers are real. The LLMs of a response file are split into ``folds``
-groups. For each fold:
+groups (the runs of one LLM, ``ResponseData.subject_groups``, always in the same fold). For each fold:
 
 1. calibrate a bank on the other folds (a ``calibration.audit.methods`` method);
 2. for every LLM of the fold, score *all* of its observed answers with that bank (the
@@ -44,6 +44,7 @@ from calibration.audit.cat import _estimator, _scorings, _selectors
 from calibration.audit.methods import NEEDS_COT, resolve_method
 from calibration.audit.runner import run_tasks, stream
 from calibration.data import ResponseData
+from calibration.folds import llm_folds, n_llm_groups
 
 __all__ = ["replay_audit", "REPLAY_METRICS", "bank_from_fit"]
 
@@ -273,8 +274,9 @@ def replay_audit(
     if name in NEEDS_COT and not responses.has_cot:
         raise ValueError(f"method {name!r} needs CoT lengths; these responses have none")
     n_folds = check_replications(folds)
-    if n_folds < 2 or n_folds > responses.n_subjects:
-        raise ValueError(f"folds must lie in 2..{responses.n_subjects} for {responses.n_subjects} LLMs "
+    n_groups = n_llm_groups(responses)
+    if n_folds < 2 or n_folds > n_groups:
+        raise ValueError(f"folds must lie in 2..{n_groups} for {n_groups} LLMs "
                          f"(folds = number of LLMs: leave one LLM out), got {folds!r}")
     lengths = sorted(positive_ints(test_lengths, "test_lengths"))
     if lengths[-1] > responses.n_items:
@@ -303,8 +305,7 @@ def replay_audit(
     layout = {"cell_dims": {}, "record_dims": {"selector": sel_names, "scoring": scorings, "test_length": lengths},
               "replications": n_folds}
     store, seed = open_store("replay", out, config, layout, rng)
-    perm = np.random.default_rng(stream(seed, 0, "folds")).permutation(responses.n_subjects)
-    fold_rows = [np.sort(perm[k::n_folds]) for k in range(n_folds)]
+    fold_rows = llm_folds(responses.llm_groups, n_folds, stream(seed, 0, "folds"))  # an LLM's runs stay together
     tasks = [({"replication": r}, {
         "responses": responses, "test_rows": fold_rows[r], "make_bank": make_bank,
         "entropy": seed, "replication": r, "selectors": selectors, "scorings": scorings, "estimator": estimator,
@@ -312,7 +313,8 @@ def replay_audit(
     }) for r in range(n_folds)]
     run_tasks(tasks, _replay_task, store, n_workers=n_workers, progress=progress, scheduler=scheduler, desc="replay audit")
     ds = store.load()
-    ds.attrs.update({"method": name, "folds": n_folds, "n_llms": responses.n_subjects, "n_items": responses.n_items,
+    ds.attrs.update({"method": name, "folds": n_folds, "n_llms": responses.n_subjects, "n_llm_groups": n_groups,
+                     "n_items": responses.n_items,
                      "bank_id": f"cross-fitted {name} banks ({n_folds} folds)"})
     ds["coverage"].attrs["nominal"] = "nominal_coverage (>= 0.95)"
     return ds

@@ -15,6 +15,8 @@ from calibration.cli.progress import add_progress_argument, progress_enabled
 from calibration.methods import METHODS, get_method
 
 _DEST = "setting_"  # argparse destination prefix of a method's own options
+SAME_LLM_HELP = ("subject ids equal once every match of REGEX is removed (case folded) are runs of one LLM; every "
+                 "cross-fitted check holds them out together, e.g. '_(zero|one)_shot$'")
 
 
 def add_common_arguments(fit: argparse.ArgumentParser) -> None:
@@ -23,6 +25,7 @@ def add_common_arguments(fit: argparse.ArgumentParser) -> None:
                           "or a wide accuracy CSV (with --wide or --cot)")
     fit.add_argument("--cot", metavar="FILE", help="wide CoT-length CSV matching a wide accuracy CSV")
     fit.add_argument("--wide", action="store_true", help="--responses is a wide accuracy CSV (rows LLMs, header item ids)")
+    fit.add_argument("--same-llm-pattern", metavar="REGEX", help=SAME_LLM_HELP)
     fit.add_argument("--bank-id", required=True, metavar="ID", help="bank id; versions go to OUT/ID/ID_v<N>.nc")
     fit.add_argument("--out", default="item_banks", metavar="DIR", help="root directory of item banks (default item_banks)")
     fit.add_argument("--seed", type=int, default=None, help="random seed (default: the method's own)")
@@ -153,6 +156,8 @@ def run_fit(args) -> int:
     args.progress = progress_enabled(args.progress)
     try:
         data = load_responses(args.responses, cot=args.cot, wide=args.wide)
+        if args.same_llm_pattern:
+            data = data.grouped_by(args.same_llm_pattern)
         include, exclude = subject_id_list(args.include_subjects), subject_id_list(args.exclude_subjects)
         if include is not None or exclude is not None:
             n_before = data.n_subjects

@@ -26,7 +26,7 @@ import json
 import math
 import os
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -44,7 +44,8 @@ LONG_COLUMNS = ("subject", "item", "correct", "cot_tokens")
 
 _NETCDF_SCHEMA = "calibration.ResponseData"
 _NETCDF_SCHEMA_VERSION = 1
-_NETCDF_RESERVED = frozenset({"subject", "item", "correct", "cot_length"})
+_GROUP_VARIABLE = "subject_group"
+_NETCDF_RESERVED = frozenset({"subject", "item", "correct", "cot_length", _GROUP_VARIABLE})
 
 
 def _ids(values, n: int, kind: str, prefix: str) -> tuple[str, ...]:
@@ -531,6 +532,10 @@ class ResponseData:
     cot_length : (N, J) float64 array of CoT tokens with NaN = missing, or None (read-only).
     subject_ids, item_ids : tuples of unique non-empty strings.
     item_metadata : mapping field name -> (J,) array of strings (e.g. ``benchmark``).
+    subject_groups : tuple of N non-empty strings or None: which rows are runs of the same LLM (e.g.
+        its zero-shot and one-shot runs). Cross-fitted checks hold a group's rows out together, so
+        that a held-out run's sibling never calibrates the bank it is checked against. None: every
+        row is its own LLM. :meth:`grouped_by` derives the groups from the subject ids.
     """
 
     correct: np.ndarray
@@ -538,6 +543,7 @@ class ResponseData:
     subject_ids: tuple[str, ...]
     item_ids: tuple[str, ...]
     item_metadata: dict = field(default_factory=dict)
+    subject_groups: tuple[str, ...] | None = None
 
     def __post_init__(self):
         correct = _validate_correct(self.correct)
@@ -562,6 +568,14 @@ class ResponseData:
                 raise ValueError(f"item metadata {key!r} has {vals.size} entries, expected {j} (one per item)")
             vals.flags.writeable = False
             metadata[str(key)] = vals
+        groups = None
+        if self.subject_groups is not None:
+            groups = tuple(str(g) for g in self.subject_groups)
+            if len(groups) != n:
+                raise ValueError(f"subject_groups has {len(groups)} entries, expected {n} (one per subject)")
+            empty = [k for k, g in enumerate(groups) if not g.strip()]
+            if empty:
+                raise ValueError(f"subject {subject_ids[empty[0]]!r} (row {empty[0]}) has an empty subject group")
         correct.flags.writeable = False
         if cot is not None:
             cot = cot.copy() if cot is self.cot_length else cot
@@ -571,12 +585,15 @@ class ResponseData:
         object.__setattr__(self, "subject_ids", subject_ids)
         object.__setattr__(self, "item_ids", item_ids)
         object.__setattr__(self, "item_metadata", metadata)
+        object.__setattr__(self, "subject_groups", groups)
 
     # ------------------------------------------------------------------ constructors
     @classmethod
-    def from_arrays(cls, correct, cot_length=None, *, subject_ids=None, item_ids=None, item_metadata=None):
+    def from_arrays(cls, correct, cot_length=None, *, subject_ids=None, item_ids=None, item_metadata=None,
+                    subject_groups=None):
         """Build from a (N, J) correctness matrix (0/1, -1 or NaN = missing) and optional CoT lengths."""
-        return cls(correct, cot_length, subject_ids, item_ids, dict(item_metadata or {}))
+        return cls(correct, cot_length, subject_ids, item_ids, dict(item_metadata or {}),
+                   None if subject_groups is None else tuple(subject_groups))
 
     @classmethod
     def from_wide_csv(cls, accuracy_csv, cot_csv=None) -> "ResponseData":
@@ -809,12 +826,16 @@ class ResponseData:
                 continue
             if var.dims == ("item",) and var.attrs.get("role") == "item_metadata":
                 metadata[str(name)] = [str(v) for v in var.values]
+        groups = None
+        if _GROUP_VARIABLE in ds:
+            groups = [str(v) for v in ds[_GROUP_VARIABLE].values]
         data = cls.from_arrays(
             correct,
             cot,
             subject_ids=[str(v) for v in ds["subject"].values],
             item_ids=[str(v) for v in ds["item"].values],
             item_metadata=metadata,
+            subject_groups=groups,
         )
         recorded = ds.attrs.get("responses_sha256")
         if recorded is not None and recorded != data.sha256():
@@ -829,7 +850,8 @@ class ResponseData:
         """An xarray Dataset (dims ``subject``, ``item``) holding everything; see :meth:`to_netcdf`.
 
         Variables: ``correct`` int8 (-1 missing), optional ``cot_length`` float64 (NaN missing),
-        one string variable on ``item`` per item-metadata field (attr ``role = "item_metadata"``).
+        one string variable on ``item`` per item-metadata field (attr ``role = "item_metadata"``),
+        ``subject_group`` on ``subject`` when the data has :attr:`subject_groups`.
         Attrs: ``schema``, ``schema_version``, ``responses_sha256``, ``n_subjects``, ``n_items``,
         ``has_cot`` plus ``attrs`` (str/int/float values, e.g. provenance). Encodings are set so
         that no fill values are written.
@@ -871,6 +893,9 @@ class ResponseData:
             )
         for key, values in self.item_metadata.items():
             data_vars[key] = (("item",), np.asarray(values, dtype=object), {"role": "item_metadata"})
+        if self.subject_groups is not None:
+            data_vars[_GROUP_VARIABLE] = (("subject",), np.asarray(self.subject_groups, dtype=object),
+                                          {"long_name": "the LLM each row is a run of (rows of one group are held out together)"})
         ds = xr.Dataset(
             data_vars,
             coords={
@@ -953,7 +978,43 @@ class ResponseData:
             subject_ids=[self.subject_ids[k] for k in rows],
             item_ids=[self.item_ids[k] for k in cols],
             item_metadata={k: v[cols] for k, v in self.item_metadata.items()},
+            subject_groups=None if self.subject_groups is None else [self.subject_groups[k] for k in rows],
         )
+
+    def grouped_by(self, pattern: str, *, ignore_case: bool = True) -> "ResponseData":
+        """The same data with :attr:`subject_groups` derived from the subject ids: rows whose ids are
+        equal once every match of the regular expression ``pattern`` is removed (and, with
+        ``ignore_case``, case is folded) are runs of one LLM.
+
+        ``data.grouped_by(r"_(zero|one)_shot$")`` groups ``Qwen_Qwen3_8B_zero_shot`` with
+        ``Qwen_Qwen3_8B_one_shot`` (and ``microsoft_Phi_4_mini_instruct_one_shot`` with
+        ``microsoft_phi_4_mini_instruct_zero_shot``). Raises ValueError for an invalid pattern or one that matches no
+        subject id (a typo would silently leave every run its own LLM), and when removing it leaves
+        an id empty.
+        """
+        import re
+
+        try:
+            regex = re.compile(pattern)
+        except re.error as exc:
+            raise ValueError(f"invalid subject-group pattern {pattern!r}: {exc}") from None
+        stripped = [regex.sub("", sid) for sid in self.subject_ids]
+        if all(g == sid for g, sid in zip(stripped, self.subject_ids)):
+            raise ValueError(f"the subject-group pattern {pattern!r} matches none of the {self.n_subjects} subject ids "
+                             f"(e.g. {self.subject_ids[0]!r})")
+        for sid, g in zip(self.subject_ids, stripped):
+            if not g.strip():
+                raise ValueError(f"the subject-group pattern {pattern!r} removes all of subject id {sid!r}")
+        return replace(self, subject_groups=tuple(g.casefold() if ignore_case else g for g in stripped))
+
+    @property
+    def llm_groups(self) -> np.ndarray:
+        """(N,) int array: the group index of every row (each row its own group without
+        :attr:`subject_groups`), numbered by first appearance."""
+        if self.subject_groups is None:
+            return np.arange(self.n_subjects)
+        first: dict[str, int] = {}
+        return np.array([first.setdefault(g, len(first)) for g in self.subject_groups], dtype=np.int64)
 
     def select_subjects(self, *, include=None, exclude=None) -> "ResponseData":
         """The LLMs named in ``include`` (all when None) minus those in ``exclude``, in stored order.
@@ -1019,6 +1080,8 @@ class ResponseData:
             "has_cot": self.has_cot,
             "item_metadata": {k: v.tolist() for k, v in sorted(self.item_metadata.items())},
         }
+        if self.subject_groups is not None:  # absent otherwise, so that ungrouped data keeps its hash
+            header["subject_groups"] = list(self.subject_groups)
         h.update(json.dumps(header, sort_keys=True, separators=(",", ":")).encode())
         h.update(np.ascontiguousarray(self.correct, dtype="<i1").tobytes())
         if self.cot_length is not None:
@@ -1029,7 +1092,8 @@ class ResponseData:
 
     def __repr__(self) -> str:
         cot = "with CoT lengths" if self.has_cot else "no CoT"
+        groups = "" if self.subject_groups is None else f", {len(set(self.subject_groups))} LLM groups"
         return (
             f"ResponseData({self.n_subjects} subjects x {self.n_items} items, "
-            f"{100 * self.missing_rate():.1f}% missing, {cot})"
+            f"{100 * self.missing_rate():.1f}% missing, {cot}{groups})"
         )
