@@ -1,8 +1,9 @@
 """How well could score factors do if the model were right? (issue 14, docs/score_prediction.md §2)
 
-``python benchmarks/score_factor_simulation.py [--k 25] [--dims 2] [--folds 5] [--seed 14]``
+``python benchmarks/score_factor_simulation.py [--k 25] [--dims 2] [--folds 5] [--seed 14 | --seeds 14,1,2]``
 
-For each of 5 folds of MATH500's 158 LLMs, a d-factor model is fitted on the other folds
+For each of 5 folds of MATH500's 158 runs of 79 LLMs (both runs of an LLM in one fold;
+``--ungrouped`` splits runs), a d-factor model is fitted on the other folds
 (``fit_score_factors``) and taken as the truth: the training LLMs' answers are redrawn from it at
 their fitted traits, and each held-out LLM's 500 answers at the mode of its factor posterior given
 all its real answers. The model is then refitted on the redrawn training matrix, as a calibration
@@ -56,32 +57,56 @@ def session(select, score, y, k):
 
 
 def main(argv=None) -> int:
-    from scipy.special import expit
-
-    from catengine.scoring import random_mean_mae
-
-    from calibration import load_responses
-    from calibration.score_factors import fit_score_factors
-    from catengine.models.score_factors import ScoreFactors
-
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--k", type=int, default=25)
     ap.add_argument("--dims", type=int, default=2)
     ap.add_argument("--folds", type=int, default=5)
     ap.add_argument("--seed", type=int, default=14)
+    ap.add_argument("--seeds", default=None, help="comma-separated seeds, one fold partition (and redraw) each; "
+                    "prints each and their average (overrides --seed)")
+    ap.add_argument("--ungrouped", action="store_true", help="split runs, not LLMs (a run's sibling may calibrate its bank)")
     args = ap.parse_args(argv)
+    seeds = [int(v) for v in args.seeds.split(",")] if args.seeds else [args.seed]
+    ratios = {}
+    for seed in seeds:
+        args.seed = seed
+        ratios[seed] = simulate(args)
+    if len(seeds) > 1:
+        print(f"\naverage xrand over seeds {seeds} (range):")
+        for r in RUNS:
+            v = np.array([ratios[s][r] for s in seeds])
+            print(f"{r:24s} {v.mean():.3f} ({v.min():.2f}-{v.max():.2f})")
+    return 0
+
+
+RUNS = ("true / true", "estimated / true", "true / estimated", "estimated / estimated")
+
+
+def simulate(args) -> dict:
+    """One partition: print its table, return {run: MAE / random's}."""
+    from scipy.special import expit
+
+    from catengine.scoring import random_mean_mae
+
+    from calibration import load_responses
+    from calibration.folds import llm_folds
+    from calibration.score_factors import fit_score_factors
+    from catengine.models.score_factors import ScoreFactors
+
     t0 = time.perf_counter()
     data = load_responses(DATA / "lart" / "accuracy_math500.csv")
+    if not args.ungrouped:
+        data = data.grouped_by(r"_(zero|one)_shot$")  # both prompt runs of an LLM in one fold
     Y = data.correct
     N, J = Y.shape
-    perm = np.random.default_rng(args.seed).permutation(N)
+    fold_rows = llm_folds(data.llm_groups, args.folds, args.seed)
     g = np.random.default_rng([args.seed, 1])
-    runs = ("true / true", "estimated / true", "true / estimated", "estimated / estimated")
+    runs = RUNS
     err = {r: [] for r in runs}
     z = {r: [] for r in runs}
     rand = []
     for f in range(args.folds):
-        test, train = perm[f:: args.folds], np.setdiff1d(np.arange(N), perm[f:: args.folds])
+        test, train = fold_rows[f], np.setdiff1d(np.arange(N), fold_rows[f])
         fit = fit_score_factors(Y[train], args.dims)
         true = ScoreFactors(fit.loadings, fit.intercepts)
         traits = np.array([true.posterior(np.arange(J), Y[i].astype(float))[0] for i in test])
@@ -103,10 +128,12 @@ def main(argv=None) -> int:
     print(f"\nMATH500-shaped simulation, {args.dims} factors, k = {args.k}, {N} held-out LLMs, "
           f"{time.perf_counter() - t0:.0f} s; random mean MAE {base:.4f}")
     print(f"{'chosen / scored with':24s} {'MAE':>7s} {'xrand':>6s} {'RMS z':>6s}")
+    out = {}
     for r in runs:
         e = np.asarray(err[r])
-        print(f"{r:24s} {np.mean(np.abs(e)):7.4f} {np.mean(np.abs(e)) / base:6.2f} {np.sqrt(np.mean(np.square(z[r]))):6.2f}")
-    return 0
+        out[r] = float(np.mean(np.abs(e)) / base)
+        print(f"{r:24s} {np.mean(np.abs(e)):7.4f} {out[r]:6.2f} {np.sqrt(np.mean(np.square(z[r]))):6.2f}")
+    return out
 
 
 if __name__ == "__main__":
