@@ -39,7 +39,7 @@ import time
 
 import numpy as np
 
-from calibration.folds import llm_folds, n_llm_groups
+from calibration.folds import llm_folds, n_llm_groups, with_llm_groups
 from calibration.score_factors import attach_score_factors
 
 from calibration.audit._common import Z95
@@ -408,12 +408,15 @@ def with_interval_check(calibrator, bank, interval_check="auto", **to_bank):
         return bank.replace_attrs(interval_calibration_skipped=reason)
     method = bank.attrs.get("calibration_method", "")
     psn = method in ("psn", "psn-laplace") and "b_sd" in bank.items.data_vars
+    data, groups_from = with_llm_groups(data)  # runs of one LLM are held out together, given or detected
     # score factors come with the check, never without: the check's score curves make their intervals honest
     without_factors = bank
     bank = attach_score_factors(bank, data, rng=_seed_of(calibrator))
     dims = bank.score_factors.dims if bank.score_factors is not None else None
     record = cross_fit_intervals(data, RefitBank(calibrator, to_bank, score_dims=dims), rng=_seed_of(calibrator),
                                  calibration_method=method, full_bank=bank, widen_b_sd=psn)
+    if groups_from.startswith("detected"):  # given groups (or none) leave the record as it was
+        record["llm_groups"] = groups_from
     if not record["curves"]:
         return without_factors.replace_attrs(interval_calibration_skipped="too few held-out LLMs with enough answers")
     factor = record["item_sd_factors"]["b_applied"]
@@ -432,8 +435,15 @@ def _seed_of(calibrator):
 
 def describe(record: dict) -> str:
     """One line per curve: c(L) and the measured RMS ratio before calibration."""
-    lines = [f"interval check: {record['folds']} folds over {record['n_subjects']} LLMs, {record['seconds']} s; "
+    groups = record.get("n_llm_groups")
+    over = (f"{record['n_subjects']} runs of {groups} LLMs" if groups and groups < record["n_subjects"]
+            else f"{record['n_subjects']} LLMs")
+    lines = [f"interval check: {record['folds']} folds over {over}, {record['seconds']} s; "
              "sessions multiply SD(theta) by c(L) after L items"]
+    how = record.get("llm_groups", "")
+    if how.startswith("detected"):
+        lines.append(f"  runs of one LLM held out together, grouped by the run suffix of their ids ({how}); "
+                     "--same-llm-pattern sets the groups yourself")
     for name, cur in record["curves"].items():
         pairs = ", ".join(f"L={L}: c={c:.2f} (RMS z {r:.2f})" for L, c, r in
                           zip(cur["test_length"], cur["c"], cur["rms_ratio_model"]))

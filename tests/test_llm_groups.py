@@ -174,3 +174,45 @@ def test_cli_fit_groups_runs_by_pattern(tmp_path, capsys):
                  "--same-llm-pattern", "_few_shot$", "--no-progress"]) == 2
     assert "matches none of the 32 subject ids" in capsys.readouterr().err
     assert not (out / "bad").exists()
+
+
+@pytest.mark.parametrize("ids, grouped", [
+    (["Qwen3_8B_zero_shot", "Qwen3_8B_one_shot", "gpt2_zero_shot"], ["qwen3_8b", "qwen3_8b", "gpt2"]),
+    (["llama-3-8b-seed1", "llama-3-8b-seed2", "phi-4"], ["llama-3-8b", "llama-3-8b", "phi-4"]),
+    (["m.5shot", "m.0-shot", "x"], ["m", "m", "x"]),
+    (["a_cot", "a_nocot", "b_greedy", "c"], ["a", "a", "b", "c"]),
+])
+def test_run_suffixes_of_subject_ids_are_detected(ids, grouped):
+    from calibration.folds import detect_run_pattern, with_llm_groups
+
+    data = ResponseData.from_arrays(np.eye(len(ids), dtype=np.int8), subject_ids=ids)
+    assert detect_run_pattern(ids) is not None
+    out, how = with_llm_groups(data)
+    assert how.startswith("detected: ") and list(out.subject_groups) == grouped
+
+
+def test_distinct_llms_are_not_grouped_and_given_groups_win():
+    from calibration.folds import detect_run_pattern, with_llm_groups
+
+    names = ["Mistral-Large-2", "Llama-3.1-70B-Instruct", "Claude-3.5 (Sonnet)", "gpt-4o-seed1", "o1_zero_shot"]
+    assert detect_run_pattern(names) is None  # suffixes that pair no two ids do not group anything
+    data = ResponseData.from_arrays(np.eye(5, dtype=np.int8), subject_ids=names)
+    assert with_llm_groups(data) == (data, "none")
+    given = ResponseData.from_arrays(np.eye(4, dtype=np.int8), subject_ids=["a_zero_shot", "a_one_shot", "b", "c"],
+                                     subject_groups=["a", "b", "b", "c"])
+    assert with_llm_groups(given) == (given, "given")
+
+
+def test_the_default_check_groups_seed_runs_it_detects():
+    """Ungrouped data whose ids name seeds of the same LLMs: the check a default calibration runs
+    holds both seeds of an LLM out together and says how it found the groups."""
+    from calibration import CBMMCalibrator
+    from calibration.interval_calibration import describe
+
+    runs = _runs(n_llms=16, n_items=30)
+    ids = [s.replace("_zero_shot", "-seed1").replace("_one_shot", "-seed2") for s in runs.subject_ids]
+    data = ResponseData.from_arrays(runs.correct, subject_ids=ids)
+    bank = CBMMCalibrator(rng=0, progress=False).fit(data).to_item_bank("seeds")
+    record = json.loads(bank.attrs["interval_calibration"])
+    assert record["n_llm_groups"] == 16 and record["llm_groups"].startswith("detected: ")
+    assert "32 runs of 16 LLMs" in describe(record)

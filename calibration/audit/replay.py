@@ -44,7 +44,7 @@ from calibration.audit.cat import _estimator, _scorings, _selectors
 from calibration.audit.methods import NEEDS_COT, resolve_method
 from calibration.audit.runner import run_tasks, stream
 from calibration.data import ResponseData
-from calibration.folds import llm_folds, n_llm_groups
+from calibration.folds import llm_folds, n_llm_groups, with_llm_groups
 
 __all__ = ["replay_audit", "REPLAY_METRICS", "bank_from_fit"]
 
@@ -274,6 +274,7 @@ def replay_audit(
     if name in NEEDS_COT and not responses.has_cot:
         raise ValueError(f"method {name!r} needs CoT lengths; these responses have none")
     n_folds = check_replications(folds)
+    responses, groups_from = with_llm_groups(responses)  # runs of one LLM in one fold, given or detected
     n_groups = n_llm_groups(responses)
     if n_folds < 2 or n_folds > n_groups:
         raise ValueError(f"folds must lie in 2..{n_groups} for {n_groups} LLMs "
@@ -314,6 +315,7 @@ def replay_audit(
     run_tasks(tasks, _replay_task, store, n_workers=n_workers, progress=progress, scheduler=scheduler, desc="replay audit")
     ds = store.load()
     ds.attrs.update({"method": name, "folds": n_folds, "n_llms": responses.n_subjects, "n_llm_groups": n_groups,
+                     "llm_groups": groups_from,
                      "n_items": responses.n_items,
                      "bank_id": f"cross-fitted {name} banks ({n_folds} folds)"})
     ds["coverage"].attrs["nominal"] = "nominal_coverage (>= 0.95)"
