@@ -95,7 +95,10 @@ class IntervalCalibration:
             raise ValueError(f"{source}: 'interval_calibration' needs a non-empty 'curves' object")
         n = record.get("n_subjects", "?")
         folds = record.get("folds", "?")
-        measured_on = f"{n} calibration LLMs ({folds} folds, {record.get('calibration_method', '?')} banks)"
+        groups = record.get("n_llm_groups")
+        llms = f"{n} calibration runs of {groups} LLMs" if isinstance(groups, int) and isinstance(n, int) and groups < n \
+            else f"{n} calibration LLMs"
+        measured_on = f"{llms} ({folds} folds, {record.get('calibration_method', '?')} banks)"
         curves = {}
         for name, cur in record["curves"].items():
             try:
