@@ -26,20 +26,18 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 DATA = ROOT.parent / "shared" / "data"
-LART_SAME_LLM = r"_(zero|one)_shot$"  # ResponseData.grouped_by: the two prompt runs of one LLM
 
 
 def _data(name: str):
     from calibration import ResponseData
     from calibration.io import load_responses
 
-    # the LaRT data: a zero-shot and a one-shot run per LLM, held out together by every fold split
+    # the LaRT data: a zero-shot and a one-shot run per LLM; replay_audit and every check it runs
+    # find the run suffixes and hold both runs of an LLM out together (calibration.folds.with_llm_groups)
     if name.startswith("math500"):
-        return load_responses(DATA / "lart/accuracy_math500.csv", cot=DATA / "lart/cot_length_math500.csv",
-                              wide=True).grouped_by(LART_SAME_LLM)
+        return load_responses(DATA / "lart/accuracy_math500.csv", cot=DATA / "lart/cot_length_math500.csv", wide=True)
     if name.startswith("amc23"):
-        return load_responses(DATA / "lart/accuracy_amc23.csv", cot=DATA / "lart/cot_length_amc23.csv",
-                              wide=True).grouped_by(LART_SAME_LLM)
+        return load_responses(DATA / "lart/accuracy_amc23.csv", cot=DATA / "lart/cot_length_amc23.csv", wide=True)
     if name.startswith("chembench"):
         return load_responses(DATA / "chembench/responses_models_x_items.csv.gz", wide=True)
     if name.startswith("psn-irt"):

@@ -46,7 +46,6 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 DATA = ROOT.parent / "shared" / "data"
-LART_SAME_LLM = r"_(zero|one)_shot$"  # the two prompt runs of one LLM
 GRID = np.linspace(-5.0, 5.0, 201)
 
 
@@ -82,7 +81,7 @@ def main(argv=None) -> int:
     from catengine.scoring import random_mean_mae
 
     from calibration import CBMMCalibrator, load_responses
-    from calibration.folds import llm_folds
+    from calibration.folds import llm_folds, with_llm_groups
     from calibration.score_factors import attach_score_factors
     from catengine.scoring import predict_accuracy_factors
     from catengine import CATSession
@@ -99,7 +98,7 @@ def main(argv=None) -> int:
     t0 = time.perf_counter()
     data = load_responses(DATA / "lart" / "accuracy_math500.csv", cot=DATA / "lart" / "cot_length_math500.csv")
     if not args.ungrouped:
-        data = data.grouped_by(LART_SAME_LLM)  # both prompt runs of an LLM are held out together
+        data = with_llm_groups(data)[0]  # both prompt runs of an LLM are held out together, as the checks do
     N, J, k = data.n_subjects, data.n_items, args.k
     fold_rows = llm_folds(data.llm_groups, args.folds, args.seed)
     names = ("score factors", "score factors, mean", "factors known", "one trait", "theta known", "model at theta_full",

@@ -69,8 +69,7 @@ def main(argv=None) -> int:
     seeds = [int(v) for v in args.seeds.split(",")] if args.seeds else [args.seed]
     ratios = {}
     for seed in seeds:
-        args.seed = seed
-        ratios[seed] = simulate(args)
+        ratios[seed] = simulate(args, seed)
     if len(seeds) > 1:
         print(f"\naverage xrand over seeds {seeds} (range):")
         for r in RUNS:
@@ -82,25 +81,25 @@ def main(argv=None) -> int:
 RUNS = ("true / true", "estimated / true", "true / estimated", "estimated / estimated")
 
 
-def simulate(args) -> dict:
-    """One partition: print its table, return {run: MAE / random's}."""
+def simulate(args, seed: int) -> dict:
+    """One partition (fold split and redraw by ``seed``): print its table, return {run: MAE / random's}."""
     from scipy.special import expit
 
     from catengine.scoring import random_mean_mae
 
     from calibration import load_responses
-    from calibration.folds import llm_folds
+    from calibration.folds import llm_folds, with_llm_groups
     from calibration.score_factors import fit_score_factors
     from catengine.models.score_factors import ScoreFactors
 
     t0 = time.perf_counter()
     data = load_responses(DATA / "lart" / "accuracy_math500.csv")
     if not args.ungrouped:
-        data = data.grouped_by(r"_(zero|one)_shot$")  # both prompt runs of an LLM in one fold
+        data = with_llm_groups(data)[0]  # both prompt runs of an LLM in one fold, as the library's checks split
     Y = data.correct
     N, J = Y.shape
-    fold_rows = llm_folds(data.llm_groups, args.folds, args.seed)
-    g = np.random.default_rng([args.seed, 1])
+    fold_rows = llm_folds(data.llm_groups, args.folds, seed)
+    g = np.random.default_rng([seed, 1])
     runs = RUNS
     err = {r: [] for r in runs}
     z = {r: [] for r in runs}

@@ -58,18 +58,16 @@ LENGTHS = (10, 25, 50, 100)
 Z = 1.959963984540054
 
 
-#: the LaRT data holds a zero-shot and a one-shot run of each LLM (158 runs of 79 LLMs on MATH500)
-LART_SAME_LLM = r"_(zero|one)_shot$"
-
-
 def load(name, grouped=True):
-    """The benchmark's ResponseData; MATH500 with its runs grouped by LLM (``grouped``), so that
-    every fold split here and in the library's checks holds both runs of an LLM out together."""
+    """The benchmark's ResponseData; MATH500 (a zero-shot and a one-shot run of each of 79 LLMs)
+    with its runs grouped by LLM as the library's checks group them (``with_llm_groups``), so that
+    every fold split here holds both runs of an LLM out together (``grouped=False``: each run alone)."""
     import calibration
+    from calibration.folds import with_llm_groups
 
     if name == "math500":
         data = calibration.load_responses(DATA / "lart" / "accuracy_math500.csv", cot=DATA / "lart" / "cot_length_math500.csv")
-        return data.grouped_by(LART_SAME_LLM) if grouped else data
+        return with_llm_groups(data)[0] if grouped else data
     if name == "chembench":
         return calibration.load_responses(DATA / "chembench" / "responses_models_x_items.csv.gz", wide=True)
     if name == "psn":

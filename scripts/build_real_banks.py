@@ -28,8 +28,9 @@ that a rebuild is reproducible), ``item_id_scheme`` and ``replay_audit`` (JSON):
 the adaptive 95% intervals on the real LLMs, cross-fitted over LLMs
 (``calibration.audit.replay_audit``, 4 folds, the bank's default selector and random items), by
 test length. The LaRT data holds a zero-shot and a one-shot run of each LLM (158 runs of 79 LLMs
-on MATH500): both runs of an LLM are always held out together (``Recipe.same_llm_pattern``), in the
-audit and in every check the calibration runs.
+on MATH500): both runs of an LLM are always held out together, in the audit and in every check the
+calibration runs (``calibration.folds.with_llm_groups`` finds the run suffixes; the stored responses
+carry the groups).
 
 Usage (from the repository root; the data folder defaults to ``../shared/data``):
     python scripts/build_real_banks.py                  # writes the next version of all four banks
@@ -71,8 +72,6 @@ class Recipe:
     item_id_scheme: str
     replay_lengths: tuple[int, ...]
     description: str
-    #: ResponseData.grouped_by: rows whose ids are equal once this is removed are runs of one LLM
-    same_llm_pattern: str | None = None
 
 
 LART_SOURCE = {
@@ -103,9 +102,7 @@ def lart_paper_recipe(benchmark: str, n_items: int, n_runs: int, replay_lengths:
                   {**LART_SOURCE, "paths": [f"data/{f}" for f in files]}, "MIT",
                   f"{name}/<k>: k = the item's column header (0..{n_items - 1}) in data/{files[0]} of the source "
                   "repository",
-                  replay_lengths, f"{benchmark} calibrated by {fitted_by}",
-                  # each LLM ran with a zero-shot and a one-shot prompt: the checks hold both runs out together
-                  same_llm_pattern=r"_(zero|one)_shot$")
+                  replay_lengths, f"{benchmark} calibrated by {fitted_by}")
 
 
 RECIPES = {
@@ -128,6 +125,7 @@ RECIPES = {
 def load_data(recipe: Recipe, data_root: Path = DEFAULT_DATA):
     """The recipe's ResponseData with namespaced item ids (and, for ChemBench, difficulty labels)."""
     from calibration.data import ResponseData
+    from calibration.folds import with_llm_groups
 
     folder = Path(data_root) / recipe.folder
     if not folder.is_dir():
@@ -145,7 +143,9 @@ def load_data(recipe: Recipe, data_root: Path = DEFAULT_DATA):
     cot = raw.cot_length if recipe.method == "saem" else None
     data = ResponseData.from_arrays(raw.correct, cot, subject_ids=raw.subject_ids,
                                     item_ids=[f"{recipe.prefix}/{k}" for k in positions], item_metadata=metadata)
-    return data.grouped_by(recipe.same_llm_pattern) if recipe.same_llm_pattern else data
+    # runs of one LLM (the LaRT data: a zero-shot and a one-shot run of each) named in the stored data, so that
+    # the checks and any recalibration hold them out together
+    return with_llm_groups(data)[0]
 
 
 def chembench_difficulty(path: Path, n_items: int) -> list[str]:
