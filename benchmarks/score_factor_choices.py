@@ -1,7 +1,7 @@
 """The score-factor fit's loading prior and the prediction's centre, on real LLMs over several LLM
 fold partitions (issue 14, docs/score_prediction.md §2).
 
-``python benchmarks/score_factor_choices.py [--slope-variances 16,4,2] [--seeds 14,1,2,3,4,5] [--dims 2]``
+``python benchmarks/score_factor_choices.py [--slope-variances 16,4,2] [--seeds 14,1,2,3,4,5] [--dims 2] [--train-llms 16,32,48]``
 
 For each seed, MATH500's 158 runs of 79 LLMs are split into 5 folds (the split ``score_prediction.py``
 uses for that seed: both prompt runs of an LLM in one fold; ``--ungrouped`` splits runs). Score factors with d factors are fitted on the other folds by
@@ -12,6 +12,11 @@ predicted by ``predict_accuracy_factors`` with ``centre="mode"`` (the plug-in, t
 ``centre="mean"`` (the posterior mean). Printed: MAE divided by the exact expected MAE of the mean
 of k random items (hypergeometric, per LLM), per seed and averaged over seeds. No interval check or
 trait model is involved, so it runs in about 15 s per seed and prior.
+
+``--train-llms n1,n2,...`` draws a learning curve instead of comparing priors: each fold's factors
+are fitted on the runs of n randomly chosen training LLMs only (all of them for the largest
+value the folds allow), with the first loading prior variance, and the same held-out LLMs are
+replayed, so the rows show how the error falls as the calibration sample grows.
 """
 
 from __future__ import annotations
@@ -29,6 +34,12 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 LENGTHS = (10, 25, 50)
 CENTRES = ("mode", "mean")
+
+
+def mean_and_range(values) -> str:
+    """'average (min-max)' of per-partition ratios, for the tables these benchmarks print."""
+    r = np.asarray(values, dtype=float)
+    return f"{r.mean():.3f} ({r.min():.3f}-{r.max():.3f})"
 
 
 def replay(factors, y):
@@ -68,7 +79,11 @@ def main(argv=None) -> int:
     ap.add_argument("--dims", type=int, default=2)
     ap.add_argument("--folds", type=int, default=5)
     ap.add_argument("--ungrouped", action="store_true", help="split runs, not LLMs (a run's sibling may calibrate its bank)")
+    ap.add_argument("--train-llms", default=None,
+                    help="comma-separated numbers of training LLMs to subsample (a learning curve; 0 = all)")
     args = ap.parse_args(argv)
+    if args.train_llms is not None:
+        return learning_curve(args)
     variances = [float(v) for v in args.slope_variances.split(",")]
     seeds = [int(s) for s in args.seeds.split(",")]
     t0 = time.perf_counter()
@@ -102,10 +117,7 @@ def main(argv=None) -> int:
     print(f"{'slope var':>9} {'centre':>6} " + " ".join(f"{'k=' + str(k):>20}" for k in LENGTHS))
     for v in variances:
         for c in CENTRES:
-            cells = []
-            for k in LENGTHS:
-                r = np.array([ratio[(v, s, k, c)] for s in seeds])
-                cells.append(f"{r.mean():.3f} ({r.min():.3f}-{r.max():.3f})")
+            cells = [mean_and_range([ratio[(v, s, k, c)] for s in seeds]) for k in LENGTHS]
             print(f"{v:>9g} {c:>6} " + " ".join(f"{x:>20}" for x in cells))
     if len(variances) > 1:
         first = variances[0]
@@ -114,6 +126,63 @@ def main(argv=None) -> int:
             print(f"slope variance {v:g} beats {first:g} at k=25 (plug-in) on {wins} of {len(seeds)} partitions")
     wins = sum(ratio[(v, s, k, "mode")] < ratio[(v, s, k, "mean")] for v in variances for s in seeds for k in LENGTHS)
     print(f"the plug-in beats the posterior mean in {wins} of {len(variances) * len(seeds) * len(LENGTHS)} cells")
+    return 0
+
+
+def learning_curve(args) -> int:
+    """MAE / random's after 10 / 25 / 50 items against the number of calibration LLMs."""
+    from catengine.scoring import random_mean_mae
+    from score_prediction import load
+
+    from calibration.folds import llm_folds
+    from calibration.score_factors import fit_score_factors
+    from catengine.models.score_factors import ScoreFactors
+
+    sizes = [int(n) for n in args.train_llms.split(",")]
+    variance = float(args.slope_variances.split(",")[0])
+    seeds = [int(s) for s in args.seeds.split(",")]
+    t0 = time.perf_counter()
+    data = load("math500", not args.ungrouped)
+    Y = data.correct.astype(float)
+    groups = np.asarray(data.llm_groups)
+    N, J = Y.shape
+    ratio = {}  # (size, seed, k) -> MAE / random's
+    used = {}  # size -> numbers of training LLMs actually used
+    for seed in seeds:
+        rng = np.random.default_rng(1000 + seed)
+        fold_rows = llm_folds(groups, args.folds, seed)
+        err = {(n, k): [] for n in sizes for k in LENGTHS}
+        base = {k: [] for k in LENGTHS}
+        for f in range(args.folds):
+            test = fold_rows[f]
+            train_groups = np.unique(groups[np.setdiff1d(np.arange(N), test)])
+            order = rng.permutation(train_groups)
+            for i in test:
+                for k in LENGTHS:
+                    base[k].append(random_mean_mae(float(Y[i].mean()), J, k))
+            for n in sizes:
+                keep = order if n <= 0 or n >= order.size else order[:n]
+                used.setdefault(n, set()).add(int(keep.size))
+                train = np.flatnonzero(np.isin(groups, keep))
+                fit = fit_score_factors(data.correct[train], args.dims, slope_variance=variance)
+                factors = ScoreFactors(fit.loadings, fit.intercepts)
+                for i in test:
+                    truth = float(Y[i].mean())
+                    for (k, centre), est in replay(factors, Y[i]).items():
+                        if centre == "mode":
+                            err[(n, k)].append(abs(est - truth))
+        for (n, k), e in err.items():
+            ratio[(n, seed, k)] = float(np.mean(e) / np.mean(base[k]))
+        print(f"seed {seed}: " + "  ".join(f"{n} LLMs {ratio[(n, seed, 25)]:.3f}" for n in sizes) + "  (k=25)",
+              file=sys.stderr, flush=True)
+    print(f"\nMATH500, d = {args.dims}, slope variance {variance:g}, {args.folds} folds, seeds {seeds}: "
+          f"MAE / random-mean's MAE against the calibration LLMs per fold bank (average over seeds; range), "
+          f"{time.perf_counter() - t0:.0f} s")
+    print(f"{'train LLMs':>10} " + " ".join(f"{'k=' + str(k):>20}" for k in LENGTHS))
+    for n in sizes:
+        cells = [mean_and_range([ratio[(n, s, k)] for s in seeds]) for k in LENGTHS]
+        label = "-".join(str(u) for u in sorted(used[n])) if len(used[n]) > 1 else str(next(iter(used[n])))
+        print(f"{label:>10} " + " ".join(f"{x:>20}" for x in cells))
     return 0
 
 

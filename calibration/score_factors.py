@@ -38,6 +38,7 @@ INTERCEPT_VARIANCE = 25.0  # prior variance of the intercepts: items nobody (or 
 CV_FOLDS = 3
 DEFAULT_MAX_ITER = 400
 DEFAULT_TOL = 1e-7  # relative change of the log posterior over one sweep
+RUNAWAY_LOADING_NORM = 50.0  # 25 prior SDs: a fit whose loadings pass this has run away (MATH500's largest: 7.5)
 
 
 @dataclass(frozen=True)
@@ -78,18 +79,37 @@ def _objective(Y, M, T, G, h, slope_variance, intercept_variance) -> float:
 def fit_score_factors(correct, dims: int, *, slope_variance: float = SLOPE_VARIANCE,
                       intercept_variance: float = INTERCEPT_VARIANCE, max_iter: int = DEFAULT_MAX_ITER,
                       tol: float = DEFAULT_TOL) -> ScoreFactorFit:
-    """Joint MAP fit of the d-factor logistic model to ``correct`` (N, J; 0/1, -1 missing)."""
+    """Joint MAP fit of the d-factor logistic model to ``correct`` (N, J; 0/1, -1 missing).
+
+    The sweeps re-standardise the traits after every step (see the module docstring). On a small,
+    separable sample (e.g. 32 runs of 16 LLMs) that scheme can run away: each sweep spreads the
+    traits, the re-standardisation hands the spread to the loadings, and the capped item steps
+    cannot pull them back. When a loading's norm passes ``RUNAWAY_LOADING_NORM`` (or a step fails),
+    the fit restarts by plain block ascent of the log posterior (no re-standardisation until it
+    has converged; every block step is accepted only if the objective does not fall), which is
+    bounded because every parameter has a Normal prior; ``record["fallback"]`` says so."""
     if not (isinstance(dims, (int, np.integer)) and 1 <= dims <= MAX_SCORE_FACTORS):
         raise ValueError(f"dims must be an integer in 1..{MAX_SCORE_FACTORS}, got {dims!r}")
     Y, M = _check_matrix(correct)
+    start = _starting_values(Y, M, int(dims))
+    priors = (slope_variance, intercept_variance)
+    try:
+        fit = _standardised_sweeps(Y, M, *start, *priors, max_iter, tol)
+    except (np.linalg.LinAlgError, FloatingPointError):
+        fit = None
+    if fit is not None:
+        return fit
+    return _block_ascent(Y, M, *start, *priors, max_iter, tol)
+
+
+def _starting_values(Y, M, d):
+    """(traits, loadings, intercepts): the leading principal components of the centred answers."""
     n, J = Y.shape
-    d = int(dims)
     n_obs = np.maximum(M.sum(axis=0), 1.0)
     p = np.clip((Y * M).sum(axis=0) / n_obs, 0.02, 0.98)
     h = np.log(p / (1.0 - p))
     centred = M * (Y - p[None, :])
-    # start: the leading principal components (eigenvectors of the smaller Gram matrix)
-    if n <= J:
+    if n <= J:  # eigenvectors of the smaller Gram matrix
         vals, vecs = np.linalg.eigh(centred @ centred.T)
         S = np.sqrt(np.maximum(vals[::-1][:d], 1e-12))
         U = vecs[:, ::-1][:, :d]
@@ -99,45 +119,96 @@ def fit_score_factors(correct, dims: int, *, slope_variance: float = SLOPE_VARIA
         S = np.sqrt(np.maximum(vals[::-1][:d], 1e-12))
         V = vecs[:, ::-1][:, :d]
         U = centred @ V / S
-    T = U * math.sqrt(n)
-    G = V * (S / math.sqrt(n)) * 4.0
+    return U * math.sqrt(n), V * (S / math.sqrt(n)) * 4.0, h
+
+
+def _item_step(Y, M, T, G, h, prior_item):
+    """One Newton step for every item's (g_j, h_j), capped at 1 per coordinate."""
+    d = G.shape[1]
+    P = expit(T @ G.T + h[None, :])
+    W, R = M * P * (1.0 - P), M * (Y - P)
+    X = np.hstack([T, np.ones((T.shape[0], 1))])
+    psi = np.hstack([G, h[:, None]])
+    grad = (X.T @ R).T - psi @ prior_item
+    hess = np.einsum("nk,nj,nl->jkl", X, W, X) + prior_item
+    step = np.linalg.solve(hess, grad[..., None])[..., 0]
+    step /= np.maximum(1.0, np.abs(step).max(axis=1, keepdims=True))
+    psi = psi + step
+    return psi[:, :d].copy(), psi[:, d].copy()
+
+
+def _trait_step(Y, M, T, G, h):
+    """One Newton step for every LLM's eta_i (Normal(0, I) prior), capped at 1 per coordinate."""
+    P = expit(T @ G.T + h[None, :])
+    W, R = M * P * (1.0 - P), M * (Y - P)
+    grad_t = R @ G - T
+    hess_t = np.einsum("jk,nj,jl->nkl", G, W, G) + np.eye(G.shape[1])
+    step_t = np.linalg.solve(hess_t, grad_t[..., None])[..., 0]
+    step_t /= np.maximum(1.0, np.abs(step_t).max(axis=1, keepdims=True))
+    return T + step_t
+
+
+def _standardise(T, G, h):
+    """eta -> L^-1 (eta - m); g -> L' g, h -> h + g . m: mean 0, identity covariance, same probabilities."""
+    d = T.shape[1]
+    m = T.mean(axis=0)
+    C = np.atleast_2d(np.cov(T, rowvar=False, bias=True)) + 1e-12 * np.eye(d)
+    L = np.linalg.cholesky(C)
+    return np.linalg.solve(L, (T - m).T).T, G @ L, h + G @ m
+
+
+def _standardised_sweeps(Y, M, T, G, h, slope_variance, intercept_variance, max_iter, tol):
+    """The default scheme: item step, trait step, re-standardisation, per sweep. None if it runs away."""
+    d = G.shape[1]
     prior_item = np.diag([1.0 / slope_variance] * d + [1.0 / intercept_variance])
-    eye = np.eye(d)
     f_old = _objective(Y, M, T, G, h, slope_variance, intercept_variance)
-    converged, it = False, 0
+    converged, it, f = False, 0, f_old
     for it in range(1, max_iter + 1):
-        # items: one Newton step for every (g_j, h_j), steps capped at 1 per coordinate
-        P = expit(T @ G.T + h[None, :])
-        W, R = M * P * (1.0 - P), M * (Y - P)
-        X = np.hstack([T, np.ones((n, 1))])
-        psi = np.hstack([G, h[:, None]])
-        grad = (X.T @ R).T - psi @ prior_item
-        hess = np.einsum("nk,nj,nl->jkl", X, W, X) + prior_item
-        step = np.linalg.solve(hess, grad[..., None])[..., 0]
-        step /= np.maximum(1.0, np.abs(step).max(axis=1, keepdims=True))
-        psi = psi + step
-        G, h = psi[:, :d].copy(), psi[:, d].copy()
-        # LLMs: one Newton step for every eta_i
-        P = expit(T @ G.T + h[None, :])
-        W, R = M * P * (1.0 - P), M * (Y - P)
-        grad_t = R @ G - T
-        hess_t = np.einsum("jk,nj,jl->nkl", G, W, G) + eye
-        step_t = np.linalg.solve(hess_t, grad_t[..., None])[..., 0]
-        step_t /= np.maximum(1.0, np.abs(step_t).max(axis=1, keepdims=True))
-        T = T + step_t
-        # re-standardise the traits: eta -> L^-1 (eta - m); g -> L' g, h -> h + g . m
-        m = T.mean(axis=0)
-        C = np.atleast_2d(np.cov(T, rowvar=False, bias=True)) + 1e-12 * eye
-        L = np.linalg.cholesky(C)
-        T = np.linalg.solve(L, (T - m).T).T
-        h = h + G @ m
-        G = G @ L
+        G, h = _item_step(Y, M, T, G, h, prior_item)
+        T = _trait_step(Y, M, T, G, h)
+        T, G, h = _standardise(T, G, h)
         f = _objective(Y, M, T, G, h, slope_variance, intercept_variance)
+        if not math.isfinite(f) or float(np.max(np.linalg.norm(G, axis=1))) > RUNAWAY_LOADING_NORM:
+            return None
         if abs(f - f_old) <= tol * max(1.0, abs(f)):
             converged = True
             break
         f_old = f
     return ScoreFactorFit(G, h, T, converged, it, f)
+
+
+def _block_ascent(Y, M, T, G, h, slope_variance, intercept_variance, max_iter, tol):
+    """Monotone block ascent of the log posterior (steps halved until the objective does not fall),
+    re-standardised once at the end. Used when the standardised sweeps run away."""
+    d = G.shape[1]
+    prior_item = np.diag([1.0 / slope_variance] * d + [1.0 / intercept_variance])
+
+    def objective(T_, G_, h_):
+        return _objective(Y, M, T_, G_, h_, slope_variance, intercept_variance)
+
+    f_old = objective(T, G, h)
+    converged, it = False, 0
+    for it in range(1, max_iter + 1):
+        G_new, h_new = _item_step(Y, M, T, G, h, prior_item)
+        for _ in range(30):  # each block is strictly concave: a short enough Newton step ascends
+            if objective(T, G_new, h_new) >= objective(T, G, h):
+                G, h = G_new, h_new
+                break
+            G_new, h_new = 0.5 * (G + G_new), 0.5 * (h + h_new)
+        T_new = _trait_step(Y, M, T, G, h)
+        for _ in range(30):
+            if objective(T_new, G, h) >= objective(T, G, h):
+                T = T_new
+                break
+            T_new = 0.5 * (T + T_new)
+        f = objective(T, G, h)
+        if abs(f - f_old) <= tol * max(1.0, abs(f)):
+            converged = True
+            break
+        f_old = f
+    T, G, h = _standardise(T, G, h)
+    return ScoreFactorFit(G, h, T, converged, it, objective(T, G, h),
+                          record={"fallback": "block ascent without re-standardisation (the standardised sweeps ran away)"})
 
 
 def held_out_log_loss(fit_loadings, fit_intercepts, correct, rng) -> np.ndarray:
@@ -234,4 +305,6 @@ def attach_score_factors(bank, data, *, dims: int | None = None, rng=0):
         "cv_folds": CV_FOLDS if losses else 0,
         "seconds": round(time.perf_counter() - t0, 2),
     }
+    if "fallback" in fit.record:
+        record["fallback"] = fit.record["fallback"]
     return bank.with_score_factors(fit.loadings, fit.intercepts, record)

@@ -326,6 +326,67 @@ def test_cross_validation_picks_the_simulated_number_of_factors():
     assert choose_factor_count(y1, max_dims=3, rng=0)[0] == 1
 
 
+def _near_duplicate_runs(n_llms=8, J=500, seed=2):
+    """Two runs per LLM (the second with 2% of its answers flipped) of a strong two-factor model: a
+    small, nearly separable sample like 32 runs of 16 MATH500 LLMs, on which the standardised
+    sweeps run away."""
+    g = np.random.default_rng(seed)
+    eta = g.standard_normal((n_llms, 2))
+    load, inter = g.normal(0.0, 3.0, size=(J, 2)), g.normal(0.0, 2.0, size=J)
+    y = (g.random((n_llms, J)) < expit(eta @ load.T + inter)).astype(np.int8)
+    second = y.copy()
+    flip = g.random(y.shape) < 0.02
+    second[flip] = 1 - second[flip]
+    return np.vstack([y, second])
+
+
+def test_a_fit_that_runs_away_falls_back_to_the_joint_map():
+    from scipy.optimize import minimize
+    from scipy.special import log_expit
+
+    import calibration.score_factors as sf
+
+    y = _near_duplicate_runs()
+    Y, M = y.astype(float), np.ones(y.shape)
+    start = sf._starting_values(Y, M, 2)
+    # the default scheme really does run away on this sample (so the fallback is what is tested)
+    assert sf._standardised_sweeps(Y, M, *start, sf.SLOPE_VARIANCE, sf.INTERCEPT_VARIANCE, 400, sf.DEFAULT_TOL) is None
+    fit = sf.fit_score_factors(y, 2)
+    assert "fallback" in fit.record and fit.converged
+    assert np.all(np.isfinite(fit.loadings)) and np.max(np.linalg.norm(fit.loadings, axis=1)) < 20.0
+    np.testing.assert_allclose(fit.traits.mean(axis=0), 0.0, atol=1e-10)
+    np.testing.assert_allclose(np.cov(fit.traits, rowvar=False, bias=True), np.eye(2), atol=1e-8)
+    # independent check: the joint MAP of the same log posterior by L-BFGS from the same start gives
+    # the same fitted probabilities (they do not change under the final re-standardisation)
+    N, J = Y.shape
+
+    def negative_log_posterior(x):
+        T, G, h = x[:2 * N].reshape(N, 2), x[2 * N:2 * N + 2 * J].reshape(J, 2), x[2 * N + 2 * J:]
+        z = T @ G.T + h
+        R = Y - expit(z)
+        f = (np.sum(Y * log_expit(z) + (1 - Y) * log_expit(-z)) - 0.5 * np.sum(T * T)
+             - 0.5 * np.sum(G * G) / sf.SLOPE_VARIANCE - 0.5 * np.sum(h * h) / sf.INTERCEPT_VARIANCE)
+        grad = np.concatenate([(R @ G - T).ravel(), (R.T @ T - G / sf.SLOPE_VARIANCE).ravel(),
+                               R.sum(axis=0) - h / sf.INTERCEPT_VARIANCE])
+        return -f, -grad
+
+    x0 = np.concatenate([start[0].ravel(), start[1].ravel(), start[2]])
+    res = minimize(negative_log_posterior, x0, jac=True, method="L-BFGS-B",
+                   options={"maxiter": 20000, "gtol": 1e-9, "ftol": 1e-15})
+    T, G, h = res.x[:2 * N].reshape(N, 2), res.x[2 * N:2 * N + 2 * J].reshape(J, 2), res.x[2 * N + 2 * J:]
+    P_map = expit(T @ G.T + h)
+    P_fit = expit(fit.traits @ fit.loadings.T + fit.intercepts)
+    assert np.max(np.abs(P_fit - P_map)) < 2e-3  # 8e-4 seen
+
+
+def test_a_fit_that_converges_normally_takes_no_fallback():
+    from calibration.score_factors import fit_score_factors
+
+    y, _ = _simulate(120, 60, 2, seed=9)
+    fit = fit_score_factors(y, 2)
+    assert fit.converged and "fallback" not in fit.record
+
+
 def test_fit_handles_missing_answers_and_names_bad_values():
     from calibration.score_factors import fit_score_factors
 
