@@ -400,6 +400,7 @@ class RecalibrationConfig:
     responses: tuple[Path, ...]
     cot: tuple[Path, ...] = ()
     wide: bool = False
+    items_as_rows: bool = False  # the new response matrices hold one row per item (transposed on reading)
     mode: str = "merge"
     method: str | None = None
     settings: dict = field(default_factory=dict)
@@ -482,7 +483,8 @@ def _read_new_responses(config: RecalibrationConfig) -> ResponseData:
     from calibration.io import load_responses
 
     parts = [
-        load_responses(path, cot=(config.cot[k] if config.cot else None), wide=config.wide)
+        load_responses(path, cot=(config.cot[k] if config.cot else None), wide=config.wide,
+                       items_as_rows=config.items_as_rows)
         for k, path in enumerate(config.responses)
     ]
     data = parts[0]

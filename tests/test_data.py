@@ -355,3 +355,49 @@ def test_subset(small):
 )
 def test_from_arrays_bad_input(correct, cot, expected):
     _assert_names_the_problem(expected, ResponseData.from_arrays, correct, cot)
+
+
+def test_transposed_swaps_the_axes_and_refuses_what_would_lose_meaning(wide_files):
+    acc, cot = wide_files
+    data = ResponseData.from_wide_csv(acc, cot)
+    flipped = data.transposed()
+    assert flipped.subject_ids == data.item_ids and flipped.item_ids == data.subject_ids
+    np.testing.assert_array_equal(flipped.correct, data.correct.T)
+    np.testing.assert_array_equal(flipped.cot_length, data.cot_length.T)
+    back = flipped.transposed()
+    assert back.sha256() == data.sha256()
+    with pytest.raises(ValueError, match="item metadata"):
+        ResponseData.from_arrays(data.correct, item_metadata={"subject": np.array(["a", "b", "c"])}).transposed()
+    with pytest.raises(ValueError, match="LLM groups"):
+        ResponseData.from_arrays(data.correct, subject_groups=["x", "x", "y"]).transposed()
+
+
+def test_items_as_rows_reads_an_items_by_llms_matrix(tmp_path, capsys):
+    from calibration.cli import main
+    from calibration.io import load_responses
+    from catengine import open_item_bank
+
+    g = np.random.default_rng(3)
+    theta, a, b = g.normal(size=120), g.uniform(0.5, 2.0, 40), g.normal(size=40)
+    correct = (g.random((120, 40)) < 1 / (1 + np.exp(-(np.outer(theta, a) + b)))).astype(np.int8)
+    llms = ResponseData.from_arrays(correct, subject_ids=[f"llm{i}" for i in range(120)],
+                                    item_ids=[f"q{j}" for j in range(40)])
+    items_file = tmp_path / "items_x_models.csv"
+    llms.transposed().to_wide_csv(items_file)  # one row per item, one column per LLM
+    read = load_responses(items_file, wide=True, items_as_rows=True)
+    assert read.sha256() == llms.sha256()
+    # the CLI: without the flag the 40 x 120 file is read as 40 LLMs (no note: the rows do not outnumber
+    # the columns); the transposed shape of a real items x LLMs file (many rows, few columns) gets a note
+    out = tmp_path / "banks"
+    assert main(["fit", "--method", "cbmm", "--responses", str(items_file), "--wide", "--items-as-rows",
+                 "--bank-id", "flip", "--out", str(out), "--no-progress", "--tol", "1e-5"]) == 0
+    bank = open_item_bank(out / "flip")
+    assert bank.n_items == 40 and bank.attrs["n_subjects"] == 120
+    assert "pass --items-as-rows" not in capsys.readouterr().err
+    from calibration.cli.fit import warn_if_items_look_like_rows
+
+    tall = llms.subset(items=list(range(10)))  # 120 rows, 10 columns
+    warn_if_items_look_like_rows(tall, items_as_rows=False)
+    assert "120 rows, read as LLMs, and 10 items" in capsys.readouterr().err
+    warn_if_items_look_like_rows(tall, items_as_rows=True)
+    assert capsys.readouterr().err == ""

@@ -26,7 +26,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from calibration.cli.fit import SAME_LLM_HELP
+from calibration.cli.fit import ITEMS_AS_ROWS_HELP, SAME_LLM_HELP, warn_if_items_look_like_rows
 
 __all__ = ["add_arguments", "run"]
 
@@ -48,6 +48,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--responses", metavar="FILE", help="replay: real response file (as for calibration fit)")
     parser.add_argument("--cot", metavar="FILE", help="replay: CoT lengths of a wide accuracy file (as for calibration fit)")
     parser.add_argument("--wide", action="store_true", help="replay: the responses file is a wide LLM x item matrix")
+    parser.add_argument("--items-as-rows", action="store_true", help="replay: " + ITEMS_AS_ROWS_HELP)
     parser.add_argument("--same-llm-pattern", metavar="REGEX", help="replay: " + SAME_LLM_HELP)
     parser.add_argument("--folds", type=int, default=4, help="replay: LLM folds, each held out once (default 4)")
     parser.add_argument("--sd-scale", type=float, default=1.0,
@@ -117,7 +118,8 @@ def run(args: argparse.Namespace) -> int:
 
             if len(args.method) != 1:
                 raise ValueError("the replay audit takes one --method")
-            data = load_responses(args.responses, cot=args.cot, wide=args.wide)
+            data = load_responses(args.responses, cot=args.cot, wide=args.wide, items_as_rows=args.items_as_rows)
+            warn_if_items_look_like_rows(data, args.items_as_rows)
             if args.same_llm_pattern:
                 data = data.grouped_by(args.same_llm_pattern)
             ds = audit.replay_audit(data, method=args.method[0], folds=args.folds, test_lengths=args.test_lengths or [10, 25, 50],

@@ -17,6 +17,16 @@ from calibration.methods import METHODS, get_method
 _DEST = "setting_"  # argparse destination prefix of a method's own options
 SAME_LLM_HELP = ("subject ids equal once every match of REGEX is removed (case folded) are runs of one LLM; every "
                  "cross-fitted check holds them out together, e.g. '_(zero|one)_shot$'")
+ITEMS_AS_ROWS_HELP = ("the matrix holds one row per item and one column per LLM (e.g. ChemBench's "
+                      "binary_matrix_items_x_models.csv.gz): transpose it after reading")
+
+
+def warn_if_items_look_like_rows(data, items_as_rows: bool) -> None:
+    """A note on stderr when the rows read as LLMs outnumber the items many times over: LLM
+    benchmarks have far more items than LLMs, so the file may hold one row per item."""
+    if not items_as_rows and data.n_subjects >= 100 and data.n_subjects > 5 * data.n_items:
+        print(f"note: the responses have {data.n_subjects} rows, read as LLMs, and {data.n_items} items; LLM benchmarks "
+              "usually have far more items than LLMs. If each row is an item, pass --items-as-rows.", file=sys.stderr)
 
 
 def add_common_arguments(fit: argparse.ArgumentParser) -> None:
@@ -25,6 +35,7 @@ def add_common_arguments(fit: argparse.ArgumentParser) -> None:
                           "or a wide accuracy CSV (with --wide or --cot)")
     fit.add_argument("--cot", metavar="FILE", help="wide CoT-length CSV matching a wide accuracy CSV")
     fit.add_argument("--wide", action="store_true", help="--responses is a wide accuracy CSV (rows LLMs, header item ids)")
+    fit.add_argument("--items-as-rows", action="store_true", help=ITEMS_AS_ROWS_HELP)
     fit.add_argument("--same-llm-pattern", metavar="REGEX", help=SAME_LLM_HELP)
     fit.add_argument("--bank-id", required=True, metavar="ID", help="bank id; versions go to OUT/ID/ID_v<N>.nc")
     fit.add_argument("--out", default="item_banks", metavar="DIR", help="root directory of item banks (default item_banks)")
@@ -155,7 +166,8 @@ def run_fit(args) -> int:
     method = get_method(args.method)
     args.progress = progress_enabled(args.progress)
     try:
-        data = load_responses(args.responses, cot=args.cot, wide=args.wide)
+        data = load_responses(args.responses, cot=args.cot, wide=args.wide, items_as_rows=args.items_as_rows)
+        warn_if_items_look_like_rows(data, args.items_as_rows)
         if args.same_llm_pattern:
             data = data.grouped_by(args.same_llm_pattern)
         include, exclude = subject_id_list(args.include_subjects), subject_id_list(args.exclude_subjects)

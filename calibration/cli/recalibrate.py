@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from calibration.cli.fit import SAME_LLM_HELP
+from calibration.cli.fit import ITEMS_AS_ROWS_HELP, SAME_LLM_HELP
 from calibration.cli.progress import add_progress_argument, progress_enabled
 from calibration.linking import LINKING_METHODS
 from calibration.methods import all_method_names
@@ -24,6 +24,7 @@ def add_recalibrate_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--responses", nargs="+", help="new response file(s): long .csv/.jsonl, .nc, or wide CSVs with --wide")
     parser.add_argument("--cot", nargs="+", help="wide CoT-length CSV(s), one per --responses file")
     parser.add_argument("--wide", action="store_true", default=None, help="the response files are wide accuracy CSVs")
+    parser.add_argument("--items-as-rows", action="store_true", default=None, help="new responses: " + ITEMS_AS_ROWS_HELP)
     parser.add_argument("--same-llm-pattern", metavar="REGEX", help="new responses: " + SAME_LLM_HELP)
     parser.add_argument("--method", choices=all_method_names(), help="calibration method (default: the bank's own)")
     parser.add_argument("--replace", action="store_true", default=None, help="fit the new data alone instead of merging it with the stored responses")
@@ -47,6 +48,7 @@ def run_recalibrate(args) -> int:
         "responses": args.responses,
         "cot": args.cot,
         "wide": args.wide,
+        "items_as_rows": args.items_as_rows,
         "same_llm_pattern": args.same_llm_pattern,
         "mode": "replace" if args.replace else None,
         "method": args.method,

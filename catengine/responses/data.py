@@ -981,6 +981,20 @@ class ResponseData:
             subject_groups=None if self.subject_groups is None else [self.subject_groups[k] for k in rows],
         )
 
+    def transposed(self) -> "ResponseData":
+        """The same answers with rows and columns swapped: for files that hold one row per item and
+        one column per LLM (e.g. ChemBench's ``binary_matrix_items_x_models.csv.gz``). Raises
+        ValueError when the data carries item metadata or LLM groups, which would have no meaning
+        once the axes are swapped."""
+        if self.item_metadata:
+            raise ValueError(f"cannot transpose data with item metadata ({', '.join(sorted(self.item_metadata))}): "
+                             "the columns would become LLMs")
+        if self.subject_groups is not None:
+            raise ValueError("cannot transpose data with LLM groups (subject_groups): the rows would become items")
+        return type(self).from_arrays(
+            self.correct.T.copy(), None if self.cot_length is None else self.cot_length.T.copy(),
+            subject_ids=list(self.item_ids), item_ids=list(self.subject_ids))
+
     def grouped_by(self, pattern: str, *, ignore_case: bool = True) -> "ResponseData":
         """The same data with :attr:`subject_groups` derived from the subject ids: rows whose ids are
         equal once every match of the regular expression ``pattern`` is removed (and, with

@@ -93,15 +93,24 @@ def _check_exists(path: Path, cot) -> None:
         raise FileNotFoundError(f"CoT file {cot} does not exist")
 
 
-def load_responses(path, *, cot=None, wide: bool = False) -> ResponseData:
+def load_responses(path, *, cot=None, wide: bool = False, items_as_rows: bool = False) -> ResponseData:
     """Read ``path`` by its suffix: ``.nc`` (ResponseData netCDF), ``.jsonl`` / ``.json`` (long
     table), ``.csv`` (long table with subject, item, correct[, cot_tokens]; a headerless 0/1 matrix;
     or a wide table); with ``wide=True`` (or when ``cot`` is given) a wide accuracy CSV (first
     column the subject id, header the item ids) plus an optional wide CoT CSV. Text files may be
-    compressed (.gz, .bz2, .xz).
+    compressed (.gz, .bz2, .xz). ``items_as_rows``: the matrix (wide or headerless) holds one row
+    per item and one column per LLM, and is transposed after reading (:meth:`ResponseData.transposed`).
     """
     path = Path(path)
     _check_exists(path, cot)
+    data = _load_responses(path, cot, wide)
+    if items_as_rows:
+        with reading(path):
+            data = data.transposed()
+    return data
+
+
+def _load_responses(path, cot, wide) -> ResponseData:
     with reading(path):
         if wide or cot is not None:
             return ResponseData.from_wide_csv(path, cot)
