@@ -186,22 +186,23 @@ def _block_ascent(Y, M, T, G, h, slope_variance, intercept_variance, max_iter, t
     def objective(T_, G_, h_):
         return _objective(Y, M, T_, G_, h_, slope_variance, intercept_variance)
 
-    f_old = objective(T, G, h)
+    f_old = f = objective(T, G, h)
     converged, it = False, 0
     for it in range(1, max_iter + 1):
         G_new, h_new = _item_step(Y, M, T, G, h, prior_item)
         for _ in range(30):  # each block is strictly concave: a short enough Newton step ascends
-            if objective(T, G_new, h_new) >= objective(T, G, h):
-                G, h = G_new, h_new
+            f_new = objective(T, G_new, h_new)
+            if f_new >= f:
+                G, h, f = G_new, h_new, f_new
                 break
             G_new, h_new = 0.5 * (G + G_new), 0.5 * (h + h_new)
         T_new = _trait_step(Y, M, T, G, h)
         for _ in range(30):
-            if objective(T_new, G, h) >= objective(T, G, h):
-                T = T_new
+            f_new = objective(T_new, G, h)
+            if f_new >= f:
+                T, f = T_new, f_new
                 break
             T_new = 0.5 * (T + T_new)
-        f = objective(T, G, h)
         if abs(f - f_old) <= tol * max(1.0, abs(f)):
             converged = True
             break
