@@ -44,6 +44,7 @@ _LAZY = {
     "StandardErrorBelow": "catengine.stopping",
     "InformationBelow": "catengine.stopping",
     "RivalOrderDecided": "catengine.stopping",
+    "ScoreIntervalBelow": "catengine.stopping",
     "AnyOf": "catengine.stopping",
     "AllOf": "catengine.stopping",
 }

@@ -38,6 +38,9 @@ def _add_strategy_options(p: argparse.ArgumentParser, *, max_items: int | None =
                    help=f"stop when the posterior SD of theta is at most this (default {target_sd}; 0 = off)")
     g.add_argument("--min-information", type=float, default=None,
                    help="stop when no eligible item has point information above this")
+    g.add_argument("--score-within", type=float, default=None, metavar="W",
+                   help="stop when the predicted full-benchmark accuracy is known to within +-W (half the 95%% interval, "
+                        "a proportion: 0.03 = 3 points); with --target-sd 0 it is the only precision rule")
     g.add_argument("--rivals", default=None,
                    help="comma-separated subject ids of the bank's calibration sample: stop once the order with each is decided")
     g.add_argument("--rival-probability", type=float, default=0.95, help="probability that decides an order (default 0.95)")
@@ -51,7 +54,8 @@ def _add_strategy_options(p: argparse.ArgumentParser, *, max_items: int | None =
 def _strategies(args, bank) -> dict:
     from catengine.estimation import ESTIMATORS
     from catengine.selection import SELECTORS, ContentBalance, Randomesque, SympsonHetter, default_selector_for
-    from catengine.stopping import AllOf, AnyOf, InformationBelow, MaxItems, MinItems, RivalOrderDecided, StandardErrorBelow
+    from catengine.stopping import (AllOf, AnyOf, InformationBelow, MaxItems, MinItems, RivalOrderDecided,
+                                    ScoreIntervalBelow, StandardErrorBelow)
 
     if args.selector is None:  # the session's own default for this bank
         from catengine.session.bank_log import item_table
@@ -65,6 +69,8 @@ def _strategies(args, bank) -> dict:
     precise = []
     if args.target_sd:
         precise.append(StandardErrorBelow(args.target_sd))
+    if args.score_within:
+        precise.append(ScoreIntervalBelow(args.score_within))
     if args.rivals:
         precise.append(RivalOrderDecided.from_bank(bank, [r.strip() for r in args.rivals.split(",") if r.strip()],
                                                     probability=args.rival_probability))

@@ -60,6 +60,17 @@ def test_evaluate_replays_a_wide_response_file(tmp_path, lart_bank, capsys):
     assert "reached 8 items" in out
 
 
+def test_evaluate_stops_once_the_score_is_known_to_within(tmp_path, lart_bank, capsys):
+    acc, cot = _wide_files(tmp_path, lart_bank)
+    rc = main(["evaluate", "--bank", lart_bank.source, "--responses", str(acc), "--cot", str(cot), "--subject", "llm_0",
+               "--max-items", "60", "--target-sd", "0", "--score-within", "0.1", "--json"])
+    assert rc == 0
+    summary = json.loads(capsys.readouterr().out.splitlines()[-1])["summary"]
+    assert "known to within" in summary["stop_reason"], summary["stop_reason"]
+    score = summary["score"]
+    assert 0.5 * (score["high"] - score["low"]) <= 0.1
+
+
 def test_evaluate_sd_scale_widens_the_reported_sd(tmp_path, lart_bank, capsys):
     acc, cot = _wide_files(tmp_path, lart_bank)
     summaries = []

@@ -17,6 +17,7 @@ from catengine.stopping import (
     MaxItems,
     MinItems,
     RivalOrderDecided,
+    ScoreIntervalBelow,
     StandardErrorBelow,
     StopState,
     default_stopping,
@@ -100,6 +101,7 @@ def _contract_rules(bank):
         AnyOf(InformationBelow(0.2), MaxItems(40)),
         AnyOf(RivalOrderDecided(rivals=(("r1", -1.5, 0.1), ("r2", 1.5, 0.1))), MaxItems(40)),
         AnyOf(MinItems(40), MaxItems(40)),
+        AnyOf(AllOf(MinItems(3), ScoreIntervalBelow(0.12)), MaxItems(40)),
     ]
 
 
@@ -129,15 +131,60 @@ def test_stopping_contract(model):
             s = CATSession(bank, stopping=rule, rng=1)
             seen = []
             while not s.finished:
-                state = StopState(s.n_items, s.estimate, 40 - s.n_items, s._max_information)
+                state = StopState(s.n_items, s.estimate, 40 - s.n_items, s._max_information, s._stopping_score)
                 assert not rule.is_met(state)
                 item = s.next_item()
                 assert item not in seen
                 seen.append(item)
                 s.record(item, *oracle[bank.index_of(item)])
-            assert rule.is_met(StopState(s.n_items, s.estimate, 40 - s.n_items, s._max_information)) or s.n_items == 40
+            assert rule.is_met(StopState(s.n_items, s.estimate, 40 - s.n_items, s._max_information,
+                                         s._stopping_score)) or s.n_items == 40
             runs.append((seen, s.estimate))
         assert runs[0] == runs[1]
+
+
+class _Score:
+    def __init__(self, accuracy, low, high):
+        self.accuracy, self.low, self.high = accuracy, low, high
+
+
+def test_score_interval_rule_semantics_and_validation():
+    calls = []
+
+    def score(level):
+        calls.append(level)
+        return _Score(0.70, 0.66, 0.75)  # half-width 0.045, asymmetric
+
+    est = TraitEstimate(theta=0.0, theta_sd=0.5, n_items=9)
+    state = StopState(9, est, 20, predicted_score=score)
+    assert ScoreIntervalBelow(0.045).is_met(state) and not ScoreIntervalBelow(0.044).is_met(state)
+    assert "known to within +-4.5%" in ScoreIntervalBelow(0.05).reason(state)
+    ScoreIntervalBelow(0.05, level=0.9).reason(state)
+    assert calls == [0.95, 0.9]  # computed once per level and state, however many rules ask
+    with pytest.raises(ValueError, match="cannot predict the full-benchmark score"):
+        ScoreIntervalBelow(0.05).reason(_state())
+    for bad in (dict(half_width=0), dict(half_width=0.5), dict(half_width=math.nan), dict(level=1.0), dict(level=0)):
+        with pytest.raises(ValueError):
+            ScoreIntervalBelow(**bad)
+
+
+def test_score_interval_rule_stops_at_the_first_precise_enough_step():
+    """In a session the rule stops exactly when the session's own predicted_score() interval first
+    has half-width <= the target (checked step by step against an independent call)."""
+    bank = naive.make_bank("2pl", 60, seed=7)
+    oracle, _ = naive.make_oracle(bank.params, seed=8)
+    target = 0.1
+    s = CATSession(bank, stopping=AnyOf(ScoreIntervalBelow(target), MaxItems(60)), rng=0)
+    halves = []
+    while not s.finished:
+        score = s.predicted_score(by=False)
+        halves.append(0.5 * (score.high - score.low))
+        item = s.next_item()
+        s.record(item, oracle[bank.index_of(item)][0])
+    final = s.predicted_score(by=False)
+    assert 0.5 * (final.high - final.low) <= target and "known to within" in s.stop_reason
+    assert all(h > target for h in halves)  # never precise enough before
+    assert 3 < s.n_items < 60  # it did have to wait, and did not run to the end
 
 
 def test_information_below_uses_eligible_items_only():

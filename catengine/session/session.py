@@ -275,13 +275,17 @@ class CATSession:
         if self._n_available == 0:
             why = "no item left in the bank"
         else:
-            why = self.stopping.reason(StopState(n, self._estimate, self._n_available, self._max_information))
+            why = self.stopping.reason(StopState(n, self._estimate, self._n_available, self._max_information,
+                                                 self._stopping_score))
         self._stop_cache = (n, why)
         return why
 
     @property
     def finished(self) -> bool:
         return self.stop_reason is not None
+
+    def _stopping_score(self, level: float):
+        return self.predicted_score(level=level, by=False)
 
     def _max_information(self) -> float:
         if self._n_available == 0:

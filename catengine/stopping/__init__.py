@@ -2,8 +2,9 @@
 
 ``max-items`` :class:`MaxItems`, ``min-items`` :class:`MinItems`, ``se-below``
 :class:`StandardErrorBelow`, ``information-below`` :class:`InformationBelow` (no informative item
-left), ``rival-order`` :class:`RivalOrderDecided`, ``any-of`` :class:`AnyOf`, ``all-of``
-:class:`AllOf`.
+left), ``rival-order`` :class:`RivalOrderDecided`, ``score-within`` :class:`ScoreIntervalBelow` (the
+predicted full-benchmark accuracy is known to within a half-width), ``any-of`` :class:`AnyOf`,
+``all-of`` :class:`AllOf`.
 """
 
 from catengine.stopping.rules import (
@@ -13,6 +14,7 @@ from catengine.stopping.rules import (
     MaxItems,
     MinItems,
     RivalOrderDecided,
+    ScoreIntervalBelow,
     StandardErrorBelow,
     StoppingRule,
     StopState,
@@ -23,7 +25,8 @@ NoInformativeItemLeft = InformationBelow
 
 STOPPING_RULES = {
     cls.name: cls
-    for cls in (MaxItems, MinItems, StandardErrorBelow, InformationBelow, RivalOrderDecided, AnyOf, AllOf)
+    for cls in (MaxItems, MinItems, StandardErrorBelow, InformationBelow, RivalOrderDecided, ScoreIntervalBelow, AnyOf,
+                AllOf)
 }
 
 __all__ = [
@@ -35,6 +38,7 @@ __all__ = [
     "NoInformativeItemLeft",
     "RivalOrderDecided",
     "STOPPING_RULES",
+    "ScoreIntervalBelow",
     "StandardErrorBelow",
     "StopState",
     "StoppingRule",

@@ -19,18 +19,23 @@ _NORMAL = NormalDist()
 
 class StopState:
     """What a stopping rule sees: ``n_items`` answered, the current ``estimate``, ``n_eligible``
-    (items still eligible) and ``max_information()`` (largest point information about theta among
-    eligible items at the estimate; computed on first use, O(bank))."""
+    (items still eligible), ``max_information()`` (largest point information about theta among
+    eligible items at the estimate; computed on first use, O(bank)) and ``predicted_score(level)``
+    (the session's default full-benchmark score estimate, ``CATSession.predicted_score``; computed
+    on first use per level)."""
 
-    __slots__ = ("n_items", "estimate", "n_eligible", "_max_info", "_max_info_fn")
+    __slots__ = ("n_items", "estimate", "n_eligible", "_max_info", "_max_info_fn", "_scores", "_score_fn")
 
     def __init__(self, n_items: int, estimate: TraitEstimate, n_eligible: int,
-                 max_information: Callable[[], float] | None = None):
+                 max_information: Callable[[], float] | None = None,
+                 predicted_score: Callable[[float], object] | None = None):
         self.n_items = n_items
         self.estimate = estimate
         self.n_eligible = n_eligible
         self._max_info = None
         self._max_info_fn = max_information
+        self._scores: dict[float, object] = {}
+        self._score_fn = predicted_score
 
     def max_information(self) -> float:
         if self._max_info is None:
@@ -38,6 +43,13 @@ class StopState:
                 raise ValueError("this StopState cannot compute item information (no bank attached)")
             self._max_info = float(self._max_info_fn())
         return self._max_info
+
+    def predicted_score(self, level: float = 0.95):
+        if level not in self._scores:
+            if self._score_fn is None:
+                raise ValueError("this StopState cannot predict the full-benchmark score (no session attached)")
+            self._scores[level] = self._score_fn(level)
+        return self._scores[level]
 
 
 class StoppingRule(ABC):
@@ -195,6 +207,37 @@ class RivalOrderDecided(StoppingRule):
         if all(v > p or v < 1 - p for v in probs.values()):
             ahead = sum(v > p for v in probs.values())
             return f"order with {len(probs)} rival(s) decided (ahead of {ahead})"
+        return None
+
+
+@dataclass(frozen=True)
+class ScoreIntervalBelow(StoppingRule):
+    """Met when the interval of the predicted full-benchmark accuracy at ``level`` is at most
+    ``half_width`` either side (as a proportion: 0.03 = 3 points): "stop once the score is known to
+    within 3 points". The interval is the session's default estimate (``predicted_score()``:
+    the model's, or the design-based one for randomised sessions), half its width ``(high - low) /
+    2``, so a clipped, asymmetric interval counts by its width. Combine it with ``MinItems`` and a
+    ``MaxItems`` cap: a benchmark whose score the answers cannot pin down would otherwise run to
+    its end."""
+
+    name: ClassVar[str] = "score-within"
+    half_width: float = 0.03
+    level: float = 0.95
+
+    def __post_init__(self):
+        w = positive_finite(self.half_width, "half_width")
+        if w >= 0.5:
+            raise ValueError(f"half_width is a proportion of the benchmark and must lie in (0, 0.5), got {w!r}")
+        object.__setattr__(self, "half_width", w)
+        if not is_number(self.level) or not 0 < self.level < 1:
+            raise ValueError(f"level must lie in (0, 1), got {self.level!r}")
+
+    def reason(self, state):
+        score = state.predicted_score(self.level)
+        half = 0.5 * (score.high - score.low)
+        if half <= self.half_width:
+            return (f"predicted accuracy {score.accuracy:.1%} known to within +-{half:.1%} "
+                    f"({self.level:.0%}, <= {self.half_width:.1%})")
         return None
 
 
