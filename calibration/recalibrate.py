@@ -438,8 +438,9 @@ class RecalibrationConfig:
             raise ValueError(f"drift_variance must be 'independent' or 'nested', got {self.drift_variance!r}")
         if self.on_conflict not in ("error", "new"):
             raise ValueError(f"on_conflict must be 'error' or 'new', got {self.on_conflict!r}")
-        if not isinstance(self.interval_check, bool):
-            raise ValueError(f"interval_check must be true or false, got {self.interval_check!r}")
+        for name in ("interval_check", "wide", "items_as_rows"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name} must be true or false, got {getattr(self, name)!r}")
 
     @classmethod
     def from_toml(cls, path, **overrides) -> "RecalibrationConfig":

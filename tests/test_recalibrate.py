@@ -143,6 +143,18 @@ def test_recalibration_runs_the_check_by_default_and_a_skipped_one_is_said_and_m
         RecalibrationConfig(bank=tmp_path / "sim", responses=[path], interval_check="no")
 
 
+def test_new_responses_with_items_in_rows_are_read_transposed(tmp_path, truth):
+    from calibration.recalibrate import _read_new_responses
+
+    new = _sample(truth, np.random.default_rng(6).standard_normal(12), "extra", 7)
+    flipped = tmp_path / "items_x_llms.csv"
+    new.transposed().to_wide_csv(flipped)
+    config = RecalibrationConfig(bank=tmp_path / "sim", responses=[flipped], wide=True, items_as_rows=True)
+    assert _read_new_responses(config).sha256() == new.sha256()
+    with pytest.raises(ValueError, match="items_as_rows must be true or false"):
+        RecalibrationConfig(bank=tmp_path / "sim", responses=[flipped], items_as_rows="yes")
+
+
 def test_merge_reports_conflicts_and_unions():
     old = ResponseData.from_arrays([[1, 0, -1], [0, 1, 1]], subject_ids=["m1", "m2"], item_ids=["a", "b", "c"])
     new = ResponseData.from_arrays([[1, 1], [0, 0]], subject_ids=["m2", "m3"], item_ids=["c", "d"])
