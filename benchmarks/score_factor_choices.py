@@ -42,6 +42,19 @@ def mean_and_range(values) -> str:
     return f"{r.mean():.3f} ({r.min():.3f}-{r.max():.3f})"
 
 
+def print_method_table(ratio, methods, seeds, lengths, reference="default"):
+    """Print ``ratio[(seed, k, method)]`` as one row per method (average over seeds with the range,
+    one column per k), then on how many seeds each other method beat ``reference`` at k = 25."""
+    width = max(len("prediction"), *(len(m) for m in methods))
+    print(f"{'prediction':>{width}} " + " ".join(f"{'k=' + str(k):>20}" for k in lengths))
+    for m in methods:
+        print(f"{m:>{width}} " + " ".join(f"{mean_and_range([ratio[(s, k, m)] for s in seeds]):>20}" for k in lengths))
+    for m in methods:
+        if m != reference:
+            wins = sum(ratio[(s, 25, m)] < ratio[(s, 25, reference)] for s in seeds)
+            print(f"{m} beats the {reference} at k=25 on {wins} of {len(seeds)} partitions")
+
+
 def replay(factors, y):
     """{(k, centre): predicted accuracy} for one LLM's answers ``y`` (J,)."""
     from catengine.scoring import predict_accuracy_factors

@@ -90,7 +90,7 @@ def factor_mode(loadings, intercepts, answers, prior_mean, prior_precision, star
 
 
 def main(argv=None) -> int:
-    from score_factor_choices import mean_and_range
+    from score_factor_choices import print_method_table
     from score_prediction import load
 
     from calibration.folds import llm_folds
@@ -169,13 +169,7 @@ def main(argv=None) -> int:
               file=sys.stderr, flush=True)
     print(f"\nMATH500, two score factors, D-optimal items, {args.folds} folds by LLM, seeds {seeds}: "
           f"MAE / random-mean's MAE (average over seeds; range), {time.perf_counter() - t0:.0f} s")
-    print(f"{'prediction':>20} " + " ".join(f"{'k=' + str(k):>20}" for k in LENGTHS))
-    for name in methods:
-        cells = [mean_and_range([ratio[(s, k, name)] for s in seeds]) for k in LENGTHS]
-        print(f"{name:>20} " + " ".join(f"{x:>20}" for x in cells))
-    for name in methods[1:]:
-        wins = sum(ratio[(s, 25, name)] < ratio[(s, 25, "default")] for s in seeds)
-        print(f"{name} beats the default at k=25 on {wins} of {len(seeds)} partitions")
+    print_method_table(ratio, methods, seeds, LENGTHS)
     return 0
 
 
