@@ -94,6 +94,7 @@ def reference():
     return recovery_audit(_bank(), method=["cbmm", ("fragile", fit_fragile)], n_workers=1, **RECOVERY)
 
 
+@pytest.mark.slow
 def test_recovery_audit_on_dask_equals_one_process(client, reference):
     ds = recovery_audit(_bank(), method=["cbmm", ("fragile", fit_fragile)], scheduler=client, **RECOVERY)
     xr.testing.assert_identical(_strip(ds), _strip(reference))
@@ -105,6 +106,7 @@ def test_recovery_audit_on_dask_equals_one_process(client, reference):
     assert bool(ds["done"].all())
 
 
+@pytest.mark.slow
 def test_replay_audit_on_dask_equals_one_process(client):
     kw = dict(method="cbmm", folds=3, test_lengths=(6, 12), selector=("mfi", "random"), rng=4, progress=False)
     one = replay_audit(_responses(), n_workers=1, **kw)
@@ -158,6 +160,7 @@ def test_a_killed_worker_is_survived(client, reference, tmp_path):
     client.wait_for_workers(2, timeout=60)  # the nanny restarted the killed worker
 
 
+@pytest.mark.slow
 def test_cli_scheduler_local_writes_what_the_local_runner_writes(tmp_path, capsys):
     from catengine import write_item_bank
 

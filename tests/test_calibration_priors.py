@@ -253,6 +253,7 @@ def test_linking_moves_the_item_covariance_with_the_parameters():
     assert items["ab_cov"].values[0] == pytest.approx(mc[0, 1], abs=3e-4)  # Monte Carlo SE ~1e-4
 
 
+@pytest.mark.slow
 def test_recalibration_flags_contaminated_items_but_not_stable_ones(tmp_path):
     """Simulated 2PL bank (60 LLMs x 300 items), recalibrated with 40 new LLMs for whom 10 items leaked
     (always answered correctly): the leaked items are flagged, (almost) nothing else is. The

@@ -187,6 +187,7 @@ def test_same_seed_same_fit(fitted):
     np.testing.assert_array_equal(again.loss_trace_, cal.loss_trace_)
 
 
+@pytest.mark.slow
 def test_bank_records_settings_that_rebuild_the_calibrator(fitted, tmp_path):
     from calibration.recalibrate import make_calibrator
     from catengine.itembank import open_item_bank, write_item_bank

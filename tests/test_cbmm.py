@@ -99,6 +99,7 @@ def test_rank1_kernels_match_naive(n, j):
         np.testing.assert_array_equal(g, r)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("rank", [1, 2, 3])
 def test_rank_r_kernels_match_naive(rank):
     rng = np.random.default_rng(rank)

@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -21,6 +23,7 @@ def test_readme_opens_with_the_two_commands():
     assert first[0].endswith("catengine demo") and "pytest" in first[1]
 
 
+@pytest.mark.slow
 def test_readme_recalibration_workflow_runs(tmp_path):
     script = _bash_blocks_under("## Recalibrate")[0].replace("/tmp/", f"{tmp_path}/")
     env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")

@@ -124,6 +124,7 @@ def test_interrupted_write_keeps_the_previous_version(tmp_path, truth, monkeypat
     assert recalibrate(RecalibrationConfig(bank=tmp_path / "sim", responses=[path], interval_check=False)).version == 2
 
 
+@pytest.mark.slow
 def test_recalibration_runs_the_check_by_default_and_a_skipped_one_is_said_and_made_up(tmp_path, truth):
     _version_one(tmp_path, truth, n=200, interval_check=True)
     assert "interval_calibration" in open_item_bank(tmp_path / "sim").attrs
