@@ -22,11 +22,18 @@ def default_bank_directory() -> Path:
 
 
 # ----------------------------------------------------------------------------- shared options
+# the names of catengine.selection.SELECTORS and the rule of default_selector_for (a test keeps both in
+# step; the registry is not imported here, so that `--help` stays fast)
+SELECTOR_HELP = (
+    "mfi | pei | pwi | kl | random | randomised | lart-theta | lart-d | lart-a | lart-replication | score-factor-d "
+    "(default: the bank's own: score-factor-d when it carries score factors; randomised when its score check found "
+    "that selector's predicted score worse than the mean of as many random items; else lart-theta for LaRT banks, "
+    "pei for banks with item-parameter uncertainty, mfi otherwise)"
+)
+
 def _add_strategy_options(p: argparse.ArgumentParser, *, max_items: int | None = 50, target_sd: float | None = 0.3) -> None:
     g = p.add_argument_group("selection, estimation and stopping")
-    g.add_argument("--selector", default=None,
-                   help="mfi | pei | pwi | kl | random | randomised | lart-theta | lart-d | lart-a | lart-replication "
-                        "(default: lart-theta for LaRT banks, mfi otherwise)")
+    g.add_argument("--selector", default=None, help=SELECTOR_HELP)
     g.add_argument("--estimator", default="map", choices=("map", "eap"), help="trait estimator (default map)")
     g.add_argument("--no-cot", action="store_true", help="LaRT banks: ignore CoT lengths when scoring (IRT-only)")
     g.add_argument("--sd-scale", type=float, default=1.0,

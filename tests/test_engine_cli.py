@@ -350,3 +350,17 @@ def test_serve_schema_rejects_malformed_replies():
     for reply, op in bad:
         with pytest.raises(ValidationError):
             check_reply(reply, {"op": op})
+
+
+def test_selector_help_names_every_selector_and_the_default_rule():
+    """`--selector`'s help is written out (the CLI does not import the registry to build it): it must
+    name every registered selector, and say that the default is the bank's own, as
+    default_selector_for decides."""
+    from catengine.cli import SELECTOR_HELP
+    from catengine.selection import SELECTORS
+
+    listed = SELECTOR_HELP.split(" (default:")[0].split(" | ")
+    assert sorted(listed) == sorted(SELECTORS)
+    for phrase in ("score-factor-d when it carries score factors", "randomised when its score check",
+                   "lart-theta for LaRT banks", "pei for banks with item-parameter uncertainty", "mfi otherwise"):
+        assert phrase in SELECTOR_HELP
