@@ -26,9 +26,9 @@ def default_bank_directory() -> Path:
 # step; the registry is not imported here, so that `--help` stays fast)
 SELECTOR_HELP = (
     "mfi | pei | pwi | kl | random | randomised | lart-theta | lart-d | lart-a | lart-replication | score-factor-d "
-    "(default: the bank's own: score-factor-d when it carries score factors; randomised when its score check found "
-    "that selector's predicted score worse than the mean of as many random items; else lart-theta for LaRT banks, "
-    "pei for banks with item-parameter uncertainty, mfi otherwise)"
+    "(default: the bank's own: score-factor-d when it carries score factors, else lart-theta for LaRT banks, "
+    "pei for banks with item-parameter uncertainty, mfi otherwise; randomised instead when the bank's score check "
+    "found that choice's predicted score worse than the mean of as many random items)"
 )
 
 def _add_strategy_options(p: argparse.ArgumentParser, *, max_items: int | None = 50, target_sd: float | None = 0.3) -> None:
@@ -37,8 +37,9 @@ def _add_strategy_options(p: argparse.ArgumentParser, *, max_items: int | None =
     g.add_argument("--estimator", default="map", choices=("map", "eap"), help="trait estimator (default map)")
     g.add_argument("--no-cot", action="store_true", help="LaRT banks: ignore CoT lengths when scoring (IRT-only)")
     g.add_argument("--sd-scale", type=float, default=1.0,
-                   help="multiply the posterior SDs (intervals, --target-sd, rivals) by this, e.g. the ratio a replay "
-                        "audit measured on real LLMs (calibration audit --kind replay); default 1")
+                   help="scale the posterior SDs (intervals, --target-sd, rivals) by this instead of the bank's "
+                        "cross-fitted factor c(L), e.g. by the ratio a replay audit measured on real LLMs "
+                        "(calibration audit --kind replay); default 1: the bank's c(L) when it stores one, else none")
     g.add_argument("--max-items", type=int, default=max_items, help=f"stop after this many items (default {max_items})")
     g.add_argument("--min-items", type=int, default=5, help="never stop on precision before this many items (default 5)")
     g.add_argument("--target-sd", type=float, default=target_sd,
@@ -396,16 +397,18 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     demo = sub.add_parser("demo", help="adaptive evaluation of a simulated new LLM against a real shipped bank (MATH500, LaRT)")
     demo.add_argument("--bank", type=Path, default=None, help="bank directory or file, or a shipped bank id (default: math500_lart; `catengine banks` lists them)")
-    demo.add_argument("--seed", type=int, default=7, help="seed of the simulated LLM and its answers")
-    demo.add_argument("--target-sd", type=float, default=0.2, help="stop when the posterior SD of theta is at most this")
-    demo.add_argument("--max-items", type=int, default=50, help="never administer more items than this")
+    demo.add_argument("--seed", type=int, default=7, help="seed of the simulated LLM and its answers (default 7)")
+    demo.add_argument("--target-sd", type=float, default=0.2,
+                      help="stop when the posterior SD of theta is at most this, after at least 5 items (default 0.2)")
+    demo.add_argument("--max-items", type=int, default=50, help="never administer more items than this (default 50)")
     demo.add_argument("--log", type=Path, default=None, help="append the session to this JSONL log")
     demo.set_defaults(func=_cmd_demo)
 
     ev = sub.add_parser("evaluate", help="replay a known response vector adaptively and print the trajectory")
     ev.add_argument("--bank", type=Path, default=None, help="bank directory or file, or a shipped bank id (default: math500_lart; `catengine banks` lists them)")
     ev.add_argument("--responses", type=Path, required=True,
-                    help="answers: long CSV (item, correct[, cot_tokens][, subject]), wide CSV (rows = subjects), JSON or JSONL")
+                    help="answers: long CSV (item, correct[, cot_tokens][, subject]), wide CSV (rows = subjects), JSON or "
+                         "JSONL, or a ResponseData .nc (with --subject naming the row); text files may be .gz/.bz2/.xz")
     ev.add_argument("--subject", default=None, help="subject id (row of a wide file, filter of a long file)")
     ev.add_argument("--cot", type=Path, default=None, help="wide CSV of CoT token counts matching a wide --responses file")
     ev.add_argument("--log", type=Path, default=None, help="append the session to this JSONL log")

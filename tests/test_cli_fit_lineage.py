@@ -79,3 +79,22 @@ def test_fresh_fit_into_an_existing_bank_directory_is_a_new_lineage_root(tmp_pat
     assert main(["log", str(out / "b")]) == 0
     log = capsys.readouterr().out
     assert "origin" in log.splitlines()[0] and "note: 2 lineage roots (v1, v2)" in log
+
+
+@pytest.mark.parametrize("method_name", ["cbmm", "saem", "psn"])
+def test_fit_help_shows_every_fixed_choice_and_the_methods_seed(method_name, capsys):
+    """Each setting with a fixed set of values lists them in `calibration fit METHOD --help` (argparse
+    hides them behind a metavar), and --seed states the seed the method uses when it is not given."""
+    from calibration.methods import get_method
+
+    method = get_method(method_name)
+    with pytest.raises(SystemExit):
+        main(["fit", method_name, "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    settings = {**method.calibrator.SETTINGS, **method.calibrator.EXPORT_SETTINGS}
+    with_choices = [s for s in settings.values() if s.flag and s.choices and s.switch_value is None]
+    assert with_choices, "every method has at least one setting with fixed values"
+    for setting in with_choices:
+        assert f"{setting.flag} {{{','.join(map(str, setting.choices))}}}" in text
+    own = str(method.cli_seed) if method.cli_seed is not None else "none: a fresh seed each run"
+    assert f"random seed (default {own})" in text

@@ -361,6 +361,6 @@ def test_selector_help_names_every_selector_and_the_default_rule():
 
     listed = SELECTOR_HELP.split(" (default:")[0].split(" | ")
     assert sorted(listed) == sorted(SELECTORS)
-    for phrase in ("score-factor-d when it carries score factors", "randomised when its score check",
-                   "lart-theta for LaRT banks", "pei for banks with item-parameter uncertainty", "mfi otherwise"):
+    for phrase in ("score-factor-d when it carries score factors", "lart-theta for LaRT banks",
+                   "pei for banks with item-parameter uncertainty", "mfi otherwise", "randomised instead when"):
         assert phrase in SELECTOR_HELP

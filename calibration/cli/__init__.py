@@ -27,7 +27,8 @@ def build_parser() -> argparse.ArgumentParser:
     from calibration.cli import recalibrate as recal
 
     for name, help_text, add, run in (
-        ("audit", "recovery audit of a bank: simulate from it, refit, measure how well parameters and rankings come back",
+        ("audit", "audit a bank or a calibration method: recovery (simulate, refit, compare), short-form, CAT, or replay "
+                  "(real LLMs' answers through adaptive tests, cross-fitted)",
          cli_audit.add_arguments, cli_audit.run),
         ("study", "run a factorial recovery study (banks x missingness x methods x sample sizes x abilities) from a TOML file",
          cli_study.add_arguments, cli_study.run),

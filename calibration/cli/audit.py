@@ -59,10 +59,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--subjects", type=_ints, default=[30, 100, 400], metavar="N,N,...",
                         help="calibration sample sizes (recovery, short-form; default 30,100,400)")
     parser.add_argument("--method", type=_csv, default=["cbmm"], metavar="M,M,...",
-                        help="calibration methods: cbmm, saem, saem-irt, psn (short-form also: truth); default cbmm")
+                        help="calibration methods: cbmm, saem, saem-irt, psn (short-form also: truth; replay: one of cbmm, "
+                             "saem, psn); default cbmm")
     parser.add_argument("--ability", type=_csv, default=["normal"], metavar="SPEC,...",
-                        help="ability distributions, e.g. normal, skew-normal:skew=8, bimodal:separation=4, bank (default normal)")
-    parser.add_argument("--reps", type=int, default=20, metavar="R", help="replications per cell (default 20)")
+                        help="ability distributions, e.g. normal, skew-normal:skew=8, bimodal:separation=4, bank (not replay; "
+                             "default normal)")
+    parser.add_argument("--reps", type=int, default=20, metavar="R", help="replications per cell (not replay; default 20)")
     parser.add_argument("--seed", type=int, default=None, help="root seed (default: fresh, stored in the manifest for resuming)")
     parser.add_argument("--workers", type=int, default=2,
                         help="worker processes of the local pool or of --scheduler local (default 2; 1 = run in this process)")
@@ -76,7 +78,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="short-form sizes: counts or percentages (default 10%%,20%%,100)")
     parser.add_argument("--heldout", type=int, default=1000, help="held-out simulated LLMs per replication (short-form; default 1000)")
     parser.add_argument("--selectors", type=_csv, default=["mfi", "random"], metavar="S,S,...",
-                        help="CAT item selectors (default mfi,random)")
+                        help="CAT item selectors: registered names (mfi, pei, random, score-factor-d, ...; see catengine "
+                             "evaluate --help) or 'default', the bank's own default selector (default mfi,random)")
     parser.add_argument("--test-lengths", type=_ints, default=None, metavar="L,L,...",
                         help="test lengths to evaluate (default 5,10,20,40 for cat, 10,25,50 for replay)")
     parser.add_argument("--simulees", type=int, default=200, help="simulated LLMs per CAT replication (default 200)")

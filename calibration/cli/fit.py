@@ -29,7 +29,7 @@ def warn_if_items_look_like_rows(data, items_as_rows: bool) -> None:
               "usually have far more items than LLMs. If each row is an item, pass --items-as-rows.", file=sys.stderr)
 
 
-def add_common_arguments(fit: argparse.ArgumentParser) -> None:
+def add_common_arguments(fit: argparse.ArgumentParser, method) -> None:
     fit.add_argument("--responses", required=True, metavar="FILE",
                      help="long table (.csv/.jsonl: subject,item,correct[,cot_tokens]), ResponseData .nc, "
                           "or a wide accuracy CSV (with --wide or --cot)")
@@ -39,7 +39,8 @@ def add_common_arguments(fit: argparse.ArgumentParser) -> None:
     fit.add_argument("--same-llm-pattern", metavar="REGEX", help=SAME_LLM_HELP)
     fit.add_argument("--bank-id", required=True, metavar="ID", help="bank id; versions go to OUT/ID/ID_v<N>.nc")
     fit.add_argument("--out", default="item_banks", metavar="DIR", help="root directory of item banks (default item_banks)")
-    fit.add_argument("--seed", type=int, default=None, help="random seed (default: the method's own)")
+    own = f"{method.cli_seed}" if method.cli_seed is not None else "none: a fresh seed each run"
+    fit.add_argument("--seed", type=int, default=None, help=f"random seed (default {own})")
     add_progress_argument(fit)
     fit.add_argument("--keep-responses", action=argparse.BooleanOptionalAction, default=True,
                      help="store the responses in the bank so that it can be recalibrated (default on)")
@@ -95,9 +96,10 @@ def add_method_arguments(parser: argparse.ArgumentParser, method) -> None:
             group.add_argument(setting.flag, dest=dest, action="store_true", default=default, help=setting.help)
         else:
             kind = setting.type or type(default)
+            # a setting with a fixed set of values shows them ({svd,random}); argparse hides them behind a metavar
+            metavar = setting.metavar or (None if setting.choices else setting.flag.lstrip("-").replace("-", "_").upper())
             group.add_argument(setting.flag, dest=dest, type=kind, default=default, choices=setting.choices,
-                               metavar=setting.metavar or setting.flag.lstrip("-").replace("-", "_").upper(),
-                               help=setting.help)
+                               metavar=metavar, help=setting.help)
 
 
 def _values(args, specs) -> dict:
@@ -140,7 +142,7 @@ def add_fit_parser(sub) -> None:
     for method in METHODS.values():
         command = methods.add_parser(method.name, aliases=list(method.aliases), help=method.summary,
                                      description=f"{method.summary} (writes a {method.response_model} bank)")
-        add_common_arguments(command)
+        add_common_arguments(command, method)
         add_method_arguments(command, method)
         command.set_defaults(func=run_fit)
 

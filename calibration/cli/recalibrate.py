@@ -83,10 +83,13 @@ def add_diff_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("bank", help="bank directory")
     parser.add_argument("v1", type=int, help="older version")
     parser.add_argument("v2", type=int, help="newer version")
-    parser.add_argument("--drift-threshold", type=float, default=0.5, help="banks without item SEs: flag |da| or |db| above this")
-    parser.add_argument("--drift-alpha", type=float, default=0.05, help="banks with item SEs: level of the drift test")
-    parser.add_argument("--drift-correction", choices=("holm", "bh"), default="holm")
-    parser.add_argument("--theta-threshold", type=float, default=0.5)
+    parser.add_argument("--drift-threshold", type=float, default=0.5, help="banks without item SEs: flag |da| or |db| above this (default 0.5)")
+    parser.add_argument("--drift-alpha", type=float, default=0.05, help="banks with item SEs: level of the drift test (default 0.05)")
+    parser.add_argument("--drift-correction", choices=("holm", "bh"), default="holm",
+                        help="multiple-testing correction of the drift tests over the common items: holm (family-wise "
+                             "error) or bh (false discovery rate; default holm)")
+    parser.add_argument("--theta-threshold", type=float, default=0.5,
+                        help="list the calibration subjects whose theta moved by more than this (default 0.5)")
 
 
 def run_diff(args) -> int:

@@ -185,13 +185,16 @@ def add_subcommand(sub, *, add_strategy_options, strategies, open_bank) -> None:
 
     def common(p):
         p.add_argument("--log", type=Path, required=True, help="the session log (created by the first 'next', then resumed)")
-        p.add_argument("--bank", type=Path, default=None, help="bank directory or file (default: the one named in the log)")
+        p.add_argument("--bank", type=Path, default=None, help="bank directory or file (default: the one named in the log; for a new log, math500_lart)")
         p.add_argument("--subject", default="model", help="subject id of the model under test (default 'model')")
         p.add_argument("--task", default=None, help="harness task name (needed if the item id template has no {task})")
         p.add_argument("--item-id", default="{task}/{doc_id}",
                        help="how bank item ids name harness documents (default '{task}/{doc_id}')")
 
-    nx = lsub.add_parser("next", help="print the next batch as a --samples JSON mapping; exit status 1 once finished")
+    nx = lsub.add_parser("next", help="print the next batch as a --samples JSON mapping; exit status 1 once finished",
+                         description="Print the next batch as a --samples JSON mapping; exit status 1 once finished. "
+                                     "The selection, estimation and stopping options and --seed apply when the log is "
+                                     "created; a resumed log keeps the configuration it records.")
     common(nx)
     nx.add_argument("--k", type=int, default=20, help="batch size (default 20)")
     nx.add_argument("--force", action="store_true", help="propose items even if the stopping rule is met")

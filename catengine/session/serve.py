@@ -7,7 +7,8 @@ The JSON Schema of every reply ships with the package (``catengine/session/serve
 ``catengine.session.serve.protocol_schema()``); docs/serve_protocol.md has examples.
 
 Requests and their replies (S: subject id, a non-empty string; ID: item id of the bank; E: an
-estimate {"theta", "theta_sd", "n_items", "theta_95": [lo, hi], and "tau", "tau_sd" for LaRT banks}):
+estimate {"theta", "theta_sd", "n_items", "theta_95": [lo, hi], "tau", "tau_sd" for LaRT banks, and
+"interval_calibration", how the SDs were widened, when they were}):
 
   {"op": "next", "subject": S[, "force": true]}
       -> {"item": ID, "finished": false, "step": n}            the item to administer (the same until answered)
@@ -21,7 +22,7 @@ estimate {"theta", "theta_sd", "n_items", "theta_95": [lo, hi], and "tau", "tau_
           "score": SC[, "design_score": SC][, "warnings": [text, ...]]}
   {"op": "estimate", "subject": S}
       -> {"estimate": E, "finished": bool, "reason": R|null, "administered": [ID, ...], "pending": [ID, ...],
-          "n_unproposed": n, "score": SC[, "design_score": SC]}
+          "n_unproposed": n, "person_fit": {"lz", "n_items", "flagged", "message"}, "score": SC[, "design_score": SC]}
   {"op": "start", "subject": S}       -> {"estimate": E, "n_items": n}
   {"op": "exclude", "subject": S, "item": ID}   -> {}      (the item is never proposed to S)
   {"op": "subjects"}                  -> {"subjects": [S, ...]}

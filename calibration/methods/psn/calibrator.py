@@ -179,7 +179,7 @@ class PSNCalibrator(BaseCalibrator):
     EXPORT_SETTINGS = {
         "standardize": switch("keep the network's theta scale (default: standardise)", "--native-scale",
                               switch_value=False),
-        "include_features": switch("omit the (J x 129) b feature matrix from /posterior", "--no-features",
+        "include_features": switch("omit the b feature matrix (J x (embedding dim + 1)) from /posterior", "--no-features",
                                    switch_value=False),
     }
 
