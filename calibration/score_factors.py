@@ -31,8 +31,8 @@ from catengine.models.score_factors import MAX_SCORE_FACTORS
 __all__ = ["MIN_SCORE_FACTOR_LLMS", "LLMS_PER_FACTOR", "ScoreFactorFit", "attach_score_factors", "choose_factor_count",
            "fit_score_factors", "held_out_log_loss"]
 
-MIN_SCORE_FACTOR_LLMS = 40  # fewer calibration LLMs: no score factors (their loadings would be mostly noise)
-LLMS_PER_FACTOR = 40  # at most one factor per this many calibration LLMs (and at most 3)
+MIN_SCORE_FACTOR_LLMS = 40  # fewer calibration rows (LLM runs): no score factors (their loadings would be mostly noise)
+LLMS_PER_FACTOR = 40  # at most one factor per this many calibration rows (LLM runs; and at most 3)
 SLOPE_VARIANCE = 4.0  # prior variance of each loading (SD 2 on the N(0, 1) trait scale); see docs/score_prediction.md §2
 INTERCEPT_VARIANCE = 25.0  # prior variance of the intercepts: items nobody (or everybody) solved stay finite
 CV_FOLDS = 3
@@ -279,7 +279,8 @@ def max_factor_count(n_llms: int) -> int:
 
 def attach_score_factors(bank, data, *, dims: int | None = None, rng=0):
     """``bank`` with score factors fitted on ``data`` (a ``ResponseData``), or ``bank`` unchanged
-    when ``data`` has fewer than ``MIN_SCORE_FACTOR_LLMS`` LLMs and ``dims`` is None. ``dims`` None:
+    when ``data`` has fewer than ``MIN_SCORE_FACTOR_LLMS`` rows (LLM runs: two runs of one LLM count twice)
+    and ``dims`` is None. ``dims`` None:
     chosen by :func:`choose_factor_count`; an integer: fixed, whatever the number of LLMs (the
     interval check's fold banks use the full bank's, so that they select items as it does)."""
     N = int(data.n_subjects)
