@@ -5,7 +5,7 @@ Pure checks on an in-memory ``xarray.DataTree``; no file I/O here (see ``io.py``
 Reliability checks (at the end of this module; docs/reliability.md): ``bank_id`` is a safe name,
 item ids are printable; parameters lie in plausible ranges (|a| <= 50, |b| <= 100,
 0 <= c < d <= 1, |omega| <= 50, |phi| <= 50, 1e-3 <= lam <= 1e3, 0 <= b_sd (and any per-item
-``*_sd``) <= 1e3, -1 < rho < 1, 0 <= cot_offset <= 1e6); ``calibration_settings`` and ``scale``
+``*_sd``) <= 1e6, -1 < rho < 1, 0 <= cot_offset <= 1e6); ``calibration_settings`` and ``scale``
 are JSON objects; a kept /responses group is a valid response matrix; ``content_sha256`` (written
 by ``write_item_bank``) covers every variable of /items and is verified on open.
 """
