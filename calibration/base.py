@@ -312,6 +312,7 @@ class BaseCalibrator(ABC):
         self.item_ids_ = data.item_ids
         self.item_metadata_ = dict(data.item_metadata)
         self.n_subjects_, self.n_items_ = data.n_subjects, data.n_items
+        _check_informative(data)
         start = time.perf_counter()
         self._fit(data)
         self.elapsed_ = time.perf_counter() - start
@@ -352,3 +353,20 @@ __all__ = [
     "seed",
     "switch",
 ]
+
+
+def _check_informative(data) -> None:
+    """What every method needs from the responses before it starts: each item answered by someone,
+    and at least one item that some LLMs got right and others wrong (otherwise nothing separates
+    the LLMs, and a fit would report parameters the data do not contain)."""
+    from catengine.responses.data import MISSING
+
+    correct = data.correct
+    unanswered = np.flatnonzero(~(correct != MISSING).any(axis=0))
+    if unanswered.size:
+        shown = ", ".join(repr(data.item_ids[k]) for k in unanswered[:5]) + (" ..." if unanswered.size > 5 else "")
+        raise ValueError(f"{unanswered.size} item(s) have no observed response (correct / incorrect) ({shown}); "
+                         "drop them before calibrating")
+    if not np.any((correct == 1).any(axis=0) & (correct == 0).any(axis=0)):
+        raise ValueError(f"nothing to calibrate: on each of the {data.n_items} items every observed answer is the same "
+                         "(all correct or all wrong), so the answers say nothing about how the LLMs differ")

@@ -240,8 +240,12 @@ def cross_fit_intervals(data, make_bank, *, folds: int = DEFAULT_FOLDS, test_len
     fold_banks = []
     for k in range(K):
         train = np.setdiff1d(np.arange(N), fold_rows[k])
-        bank, converged = make_bank(data.subset(subjects=train), np.random.default_rng(stream(seed, k, "fit")),
-                                    f"interval_check_fold{k}")
+        try:
+            bank, converged = make_bank(data.subset(subjects=train), np.random.default_rng(stream(seed, k, "fit")),
+                                        f"interval_check_fold{k}")
+        except ValueError as exc:  # the data without this fold's LLMs cannot be calibrated at all
+            raise FoldFitError(f"fold {k + 1} of {K} (without {len(fold_rows[k])} of the {N} LLM runs) cannot be "
+                               f"calibrated: {exc}") from None
         n_converged += int(converged)
         fold_banks.append(bank)
     factors = item_sd_factors(full_bank, fold_banks, K) if full_bank is not None else {"a": None, "b": None}
@@ -385,6 +389,10 @@ class RefitBank:
         return bank, converged
 
 
+class FoldFitError(ValueError):
+    """A fold of the interval check whose training LLMs cannot be calibrated (the check is then skipped)."""
+
+
 def with_interval_check(calibrator, bank, interval_check="auto", **to_bank):
     """The hook every ``to_item_bank`` calls last: ``bank`` with its ``interval_calibration`` attribute.
 
@@ -413,8 +421,13 @@ def with_interval_check(calibrator, bank, interval_check="auto", **to_bank):
     without_factors = bank
     bank = attach_score_factors(bank, data, rng=_seed_of(calibrator))
     dims = bank.score_factors.dims if bank.score_factors is not None else None
-    record = cross_fit_intervals(data, RefitBank(calibrator, to_bank, score_dims=dims), rng=_seed_of(calibrator),
-                                 calibration_method=method, full_bank=bank, widen_b_sd=psn)
+    try:
+        record = cross_fit_intervals(data, RefitBank(calibrator, to_bank, score_dims=dims), rng=_seed_of(calibrator),
+                                     calibration_method=method, full_bank=bank, widen_b_sd=psn)
+    except FoldFitError as exc:  # e.g. one LLM holds all the information: no held-out check is possible
+        if interval_check is True:
+            raise ValueError(f"interval check impossible: {exc}") from None
+        return without_factors.replace_attrs(interval_calibration_skipped=str(exc))
     if groups_from.startswith("detected"):  # given groups (or none) leave the record as it was
         record["llm_groups"] = groups_from
     if not record["curves"]:

@@ -444,10 +444,19 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
+    """The ``catengine`` command. Run as the console script (``argv`` None), warnings print as one
+    line each (``catengine.console.plain_warnings``); called with ``argv`` (tests, scripts), as Python
+    shows them."""
+    from contextlib import nullcontext
+
+    from catengine.console import plain_warnings
+
+    shown = plain_warnings("catengine") if argv is None else nullcontext()
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        return args.func(args)
+        with shown:
+            return args.func(args)
     except BrokenPipeError:  # output piped into `head` and the like: stop quietly (Python docs' recipe)
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0

@@ -138,6 +138,24 @@ def test_fit_rejects_other_inputs():
             method.calibrator().fit({"not": "responses"})
 
 
+@pytest.mark.parametrize("name", sorted(METHODS))
+def test_fit_refuses_responses_that_carry_no_information(name):
+    """Every method, before it starts: an item nobody answered is named, and answers that are the
+    same on every item (here all correct) are refused, instead of a bank reporting parameters the
+    data do not contain (SAEM used to write one)."""
+    data = _data(name)
+    cls = get_method(name).calibrator
+    correct = np.ones_like(data.correct)
+    all_right = ResponseData.from_arrays(correct, data.cot_length, subject_ids=data.subject_ids, item_ids=data.item_ids)
+    with pytest.raises(ValueError, match="nothing to calibrate: on each of the 12 items every observed answer is the same"):
+        cls(**SMALL[name], progress=False).fit(all_right)
+    gap = data.correct.copy()
+    gap[:, 3] = -1
+    unanswered = ResponseData.from_arrays(gap, data.cot_length, subject_ids=data.subject_ids, item_ids=data.item_ids)
+    with pytest.raises(ValueError, match=rf"1 item\(s\) have no observed response.*'{data.item_ids[3]}'"):
+        cls(**SMALL[name], progress=False).fit(unanswered)
+
+
 # ----------------------------------------------------------------------------- fitted state
 
 

@@ -98,3 +98,30 @@ def test_fit_help_shows_every_fixed_choice_and_the_methods_seed(method_name, cap
         assert f"{setting.flag} {{{','.join(map(str, setting.choices))}}}" in text
     own = str(method.cli_seed) if method.cli_seed is not None else "none: a fresh seed each run"
     assert f"random seed (default {own})" in text
+
+
+def test_fit_names_the_file_whose_answers_cannot_be_calibrated(tmp_path, capsys):
+    path = tmp_path / "all_correct.csv"
+    ResponseData.from_arrays(np.ones((6, 4), dtype=np.int8), subject_ids=[f"m{i}" for i in range(6)],
+                             item_ids=[f"q{j}" for j in range(4)]).to_wide_csv(path)
+    code = main(["fit", "cbmm", "--responses", str(path), "--wide", "--bank-id", "b", "--out", str(tmp_path / "banks")])
+    assert code == 2
+    assert "calibration fit: error: all_correct.csv: nothing to calibrate" in capsys.readouterr().err
+    assert not (tmp_path / "banks").exists()
+
+
+def test_the_console_script_prints_warnings_as_one_line(tmp_path, capsys, monkeypatch):
+    """Run as the `calibration` command (argv from sys.argv), a ConvergenceWarning is one line naming
+    the program, not Python's file:line format quoting the library's source."""
+    from calibration import simulate_dataset
+
+    data, _ = simulate_dataset("lart", 12, 8, rng=2, cot_offset=1.0)
+    path = tmp_path / "r.nc"
+    data.to_netcdf(path)
+    monkeypatch.setattr("sys.argv", ["calibration", "fit", "saem", "--responses", str(path), "--bank-id", "w",
+                                     "--out", str(tmp_path / "banks"), "--max-iter", "3", "--burnin", "1", "--no-progress"])
+    assert main() == 0
+    err = capsys.readouterr().err
+    line = next(l for l in err.splitlines() if "ConvergenceWarning" in l)
+    assert line.startswith("calibration: ConvergenceWarning: LaRTSAEMCalibrator stopped at max_iter=3"), line
+    assert ".py:" not in err

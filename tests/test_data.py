@@ -85,9 +85,11 @@ def _assert_names_the_problem(fragments, read, *args):
         (",q0,q1\nm1,1,yes\n", ["line 2", "'m1'", "'q1'", "'yes'"]),
         (",q0,q1\nm1,1,-1\n", ["line 2", "'q1'", "'-1'", "ambiguous"]),
         (",q0,q1\nm1,1,0\nm2,1\n", ["line 3", "'m2'", "2 fields", "header has 3"]),
-        (",q0,q1\nm1,1,0\nm1,0,0\n", ["duplicate subject id", "'m1'"]),
-        (",q0,q0\nm1,1,0\n", ["duplicate item id", "'q0'"]),
-        (",q0,q1\nm1,1,0\nm2,NA,\n", ["'m2'", "row 1", "no observed response"]),
+        (",q0,q1\nm1,1,0\nm1,0,0\n", ["acc.csv lines 2 and 3", "duplicate subject id", "'m1'"]),
+        (",q0,q0\nm1,1,0\n", ["acc.csv line 1", "duplicate item id", "'q0'", "columns 2 and 3"]),
+        (",q0,,q2\nm1,1,0,1\n", ["acc.csv line 1, column 3", "item id is empty"]),
+        (",q0,q1\nm1,1,0\n,0,1\n", ["acc.csv line 3, column 1", "subject id (row label) is empty"]),
+        (",q0,q1\nm1,1,0\nm2,NA,\n", ["acc.csv line 3", "'m2'", "no observed response"]),
         ("", ["empty"]),
         (",q0,q1\n", ["no data rows", "empty"]),
         ("label\nm1\n", ["no item columns"]),
@@ -109,12 +111,71 @@ def test_from_wide_csv_bad_accuracy_names_the_problem(tmp_path, acc_text, expect
         (",q0,qZ\nm1,5,3\nm2,1,1\n", ["item columns differ", "column 2", "'q1'", "'qZ'"]),
         (",q1,q0\nm1,5,3\nm2,1,1\n", ["item columns differ", "column 1", "'q0'", "'q1'"]),
         (",q0,q1,q2\nm1,5,3,1\nm2,1,1,1\n", ["item columns differ", "column 3", "None", "'q2'"]),
+        (",q0,q1\nm1,5,3\nm2,1\n", ["cot.csv line 3", "'m2'", "2 fields"]),  # not blamed on acc.csv
     ],
 )
 def test_from_wide_csv_bad_cot_names_the_problem(tmp_path, cot_text, expected):
     acc = _write(tmp_path / "acc.csv", ",q0,q1\nm1,1,0\nm2,0,1\n")
     cot = _write(tmp_path / "cot.csv", cot_text)
     _assert_names_the_problem(expected, ResponseData.from_wide_csv, acc, cot)
+
+
+def test_a_cot_file_problem_is_not_blamed_on_the_accuracy_file(tmp_path):
+    from calibration.io import load_responses
+
+    acc = _write(tmp_path / "acc.csv", ",q0,q1\nm1,1,0\nm2,0,1\n")
+    cot = _write(tmp_path / "cot.csv", ",q0,q1\nm1,5,3\nm2,1\n")
+    with pytest.raises(ValueError) as err:
+        load_responses(acc, cot=cot)
+    assert str(err.value).startswith("cot.csv line 3"), str(err.value)
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("subject,correct,cot_tokens\nm0,1,1208\nm1,0,300\n", ["t.csv", "'correct', 'cot_tokens'", "no 'item' column"]),
+        ("item,correct\nq0,1\nq1,0\n", ["t.csv", "no 'subject' column"]),
+        ("model,question,correct\nm0,q0,1\n", ["t.csv", "no 'subject' or 'item' column"]),
+    ],
+)
+def test_a_long_table_missing_a_column_is_not_read_as_wide(tmp_path, text, expected):
+    from calibration.io import load_responses
+
+    _assert_names_the_problem(expected, load_responses, _write(tmp_path / "t.csv", text))
+
+
+def test_evaluate_reader_names_a_missing_item_column(tmp_path):
+    from catengine.responses import load_subject_answers
+
+    path = _write(tmp_path / "answers.csv", "question,correct\nmath500/0,1\n")
+    _assert_names_the_problem(["answers.csv", "no 'item' column"], load_subject_answers, path)
+
+
+def test_items_as_rows_is_refused_for_files_that_name_every_cell(tmp_path):
+    from calibration.io import load_responses
+
+    data = ResponseData.from_arrays([[1, 0, 1], [0, 0, 1]], subject_ids=["m0", "m1"], item_ids=["q0", "q1", "q2"])
+    long = _write(tmp_path / "long.csv", "subject,item,correct\n" + "".join(
+        f"{s},{i},{int(data.correct[r, c])}\n" for r, s in enumerate(data.subject_ids) for c, i in enumerate(data.item_ids)))
+    nc = tmp_path / "r.nc"
+    data.to_netcdf(nc)
+    for path, layout in ((long, "long"), (nc, "netCDF")):
+        with pytest.raises(ValueError, match=rf"{path.name} is a {layout} file.*--items-as-rows"):
+            load_responses(path, items_as_rows=True)
+
+
+def test_a_bad_value_in_a_response_netcdf_names_the_subject_and_item(tmp_path):
+    from calibration.io import load_responses
+
+    data = ResponseData.from_arrays([[1, 0], [0, 1]], subject_ids=["m0", "m1"], item_ids=["q0", "q1"])
+    ds = data.to_dataset()
+    tampered = ds["correct"].values.copy()
+    tampered[1, 0] = 5
+    ds["correct"] = (ds["correct"].dims, tampered, ds["correct"].attrs)
+    ds.attrs.pop("responses_sha256", None)
+    path = tmp_path / "tampered.nc"
+    ds.to_netcdf(path)
+    _assert_names_the_problem(["tampered.nc", "subject 'm1', item 'q0'", "correct = 5", "not binary"], load_responses, path)
 
 
 def test_row_is_observed_if_only_cot_present(tmp_path):

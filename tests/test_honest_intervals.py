@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import warnings
 
 import numpy as np
 import pytest
@@ -489,3 +490,27 @@ def test_4pl_peak_bound_is_above_the_information_everywhere():
         fine = max(SK.unit_info(1, float(v), c[j], d[j]) for v in z[::10]) if j % 10 else \
             max(SK.unit_info(1, float(v), c[j], d[j]) for v in z)
         assert fine <= peak[j] <= fine * 1.011 + 1e-12
+
+
+def test_a_fold_that_cannot_be_calibrated_skips_the_check_and_says_why():
+    """Two runs of one LLM hold every wrong answer: the full data can be calibrated, but the fold
+    that holds that LLM out leaves answers that are all correct. The check cannot be made, so the
+    bank records why (interval_check="auto") or the export fails (interval_check=True)."""
+    from calibration import ResponseData
+    from calibration.methods.cbmm.calibrator import CBMMCalibrator
+
+    correct = np.ones((12, 8), dtype=np.int8)
+    correct[0, [0, 2]] = 0  # m0 and m1, the two runs of llm0, are the only ones with a wrong answer
+    correct[1, [1, 2]] = 0
+    data = ResponseData.from_arrays(correct, subject_ids=[f"m{i}" for i in range(12)],
+                                    item_ids=[f"q{j}" for j in range(8)],
+                                    subject_groups=["llm0", "llm0"] + [f"llm{i}" for i in range(2, 12)])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        calibrator = CBMMCalibrator(rng=0).fit(data)
+        bank = calibrator.to_item_bank("one_informative_llm")
+        assert "interval_calibration" not in bank.attrs
+        reason = bank.attrs["interval_calibration_skipped"]
+        assert "cannot be calibrated" in reason and "nothing to calibrate" in reason, reason
+        with pytest.raises(ValueError, match="interval check impossible: fold .* cannot be calibrated"):
+            calibrator.to_item_bank("one_informative_llm", interval_check=True)

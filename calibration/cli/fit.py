@@ -180,7 +180,12 @@ def run_fit(args) -> int:
         if method.needs_cot and not data.has_cot:
             raise ValueError(f"a {method.response_model} bank needs CoT lengths: pass --cot with a wide accuracy CSV, "
                              "or a file with cot_tokens")
-        calibrator = build_calibrator(args).fit(data)
+        calibrator = build_calibrator(args)
+        calibrator.validated_settings()  # a bad setting is not the data's fault: checked before the data are blamed
+        try:
+            calibrator.fit(data)
+        except ValueError as exc:  # the data cannot be calibrated as they are: say which file
+            raise ValueError(f"{Path(args.responses).name}: {exc}") from None
         bank = calibrator.to_item_bank(args.bank_id, **export_options(args))
         if args.keep_responses:
             bank = bank.with_group("responses", data.to_dataset())

@@ -57,14 +57,21 @@ def _ids(values, n: int, kind: str, prefix: str) -> tuple[str, ...]:
     seen: dict[str, int] = {}
     for k, v in enumerate(ids):
         if v == "":
-            raise ValueError(f"{kind} id at position {k} is empty")
+            raise ValueError(f"{kind} id at position {k} (0-based) is empty")
         if v in seen:
-            raise ValueError(f"duplicate {kind} id {v!r} at positions {seen[v]} and {k}")
+            raise ValueError(f"duplicate {kind} id {v!r} at positions {seen[v]} and {k} (0-based)")
         seen[v] = k
     return ids
 
 
-def _validate_correct(correct) -> np.ndarray:
+def _cell_name(variable: str, i: int, j: int, subject_ids, item_ids) -> str:
+    """``subject 'm0', item 'q1': correct`` when the ids are known, else ``correct[0, 1]`` (0-based)."""
+    if subject_ids is not None and item_ids is not None and i < len(subject_ids) and j < len(item_ids):
+        return f"subject {str(subject_ids[i])!r}, item {str(item_ids[j])!r}: {variable}"
+    return f"{variable}[{i}, {j}]"
+
+
+def _validate_correct(correct, subject_ids=None, item_ids=None) -> np.ndarray:
     arr = np.asarray(correct)
     if arr.ndim != 2:
         raise ValueError(f"correct must be a 2-D subject x item matrix, got shape {arr.shape}")
@@ -84,12 +91,13 @@ def _validate_correct(correct) -> np.ndarray:
     if bad.any():
         i, j = (int(x) for x in np.argwhere(bad)[0])
         raise ValueError(
-            f"correct[{i}, {j}] = {arr[i, j]!r} is not binary; allowed values are 0, 1 and -1 (or NaN) for missing"
+            f"{_cell_name('correct', i, j, subject_ids, item_ids)} = {arr[i, j].item()!r} is not binary; allowed "
+            "values are 0, 1 and -1 (or NaN) for missing"
         )
     return np.ascontiguousarray(filled, dtype=np.int8)
 
 
-def _validate_cot(cot_length, shape) -> np.ndarray | None:
+def _validate_cot(cot_length, shape, subject_ids=None, item_ids=None) -> np.ndarray | None:
     if cot_length is None:
         return None
     arr = np.asarray(cot_length, dtype=np.float64)
@@ -99,7 +107,8 @@ def _validate_cot(cot_length, shape) -> np.ndarray | None:
     if bad.any():
         i, j = (int(x) for x in np.argwhere(bad)[0])
         raise ValueError(
-            f"cot_length[{i}, {j}] = {arr[i, j]!r} is not a valid token count (must be finite and >= 0; NaN = missing)"
+            f"{_cell_name('cot_length', i, j, subject_ids, item_ids)} = {arr[i, j].item()!r} is not a valid token "
+            "count (must be finite and >= 0; NaN = missing)"
         )
     return np.ascontiguousarray(arr)
 
@@ -261,33 +270,51 @@ def format_suffix(path: Path) -> str:
 
 
 def _read_wide(path: Path):
-    """Read a wide CSV: returns (item_ids, subject_ids, rows of cell strings, line numbers)."""
-    header = None
+    """Read a wide CSV: returns (item_ids, subject_ids, rows of cell strings, line numbers).
+
+    Every problem is a ResponseFileError naming this file (so that a CoT file's problem is never
+    blamed on the accuracy file), with the line and, for the header, the column."""
+    def fail(message, **where):
+        return ResponseFileError(f"{path.name} {message}", file=str(path), **where)
+
+    header = header_line = None
     subjects, rows, lines = [], [], []
     for line_num, row in csv_rows(path):
         if not row or all(cell.strip() == "" for cell in row):
             continue  # blank line
         if header is None:
-            header = [cell.strip() for cell in row]
+            header, header_line = [cell.strip() for cell in row], line_num
             if len(header) < 2:
-                raise ValueError(
-                    f"{path.name} line {line_num}: the header has no item columns "
-                    "(expected: row-label column, then one column per item)"
-                )
+                raise fail(f"line {line_num}: the header has no item columns "
+                           "(expected: row-label column, then one column per item)", line=line_num)
             continue
         if len(row) != len(header):
             label = row[0].strip() if row else ""
-            raise ValueError(
-                f"{path.name} line {line_num} (subject {label!r}): {len(row)} fields, "
-                f"but the header has {len(header)} (row label + {len(header) - 1} items)"
-            )
+            raise fail(f"line {line_num} (subject {label!r}): {len(row)} fields, "
+                       f"but the header has {len(header)} (row label + {len(header) - 1} items)", line=line_num)
         subjects.append(row[0].strip())
         rows.append(row[1:])
         lines.append(line_num)
     if header is None:
-        raise ValueError(f"{path.name} is empty: no header and no data rows (the response matrix is empty)")
+        raise fail("is empty: no header and no data rows (the response matrix is empty)")
     if not rows:
-        raise ValueError(f"{path.name} has a header but no data rows (the response matrix is empty)")
+        raise fail("has a header but no data rows (the response matrix is empty)")
+    first_column: dict[str, int] = {}
+    for c, item in enumerate(header[1:], start=2):
+        if item == "":
+            raise fail(f"line {header_line}, column {c}: the item id is empty", line=header_line, column=c)
+        if item in first_column:
+            raise fail(f"line {header_line}: duplicate item id {item!r} in columns {first_column[item]} and {c}",
+                       line=header_line, column=c, value=item)
+        first_column[item] = c
+    first_line: dict[str, int] = {}
+    for subject, line_num in zip(subjects, lines):
+        if subject == "":
+            raise fail(f"line {line_num}, column 1: the subject id (row label) is empty", line=line_num, column=1)
+        if subject in first_line:
+            raise fail(f"lines {first_line[subject]} and {line_num}: duplicate subject id {subject!r}",
+                       line=line_num, column=1, value=subject)
+        first_line[subject] = line_num
     return tuple(header[1:]), subjects, rows, lines
 
 
@@ -546,8 +573,8 @@ class ResponseData:
     subject_groups: tuple[str, ...] | None = None
 
     def __post_init__(self):
-        correct = _validate_correct(self.correct)
-        cot = _validate_cot(self.cot_length, correct.shape)
+        correct = _validate_correct(self.correct, self.subject_ids, self.item_ids)
+        cot = _validate_cot(self.cot_length, correct.shape, self.subject_ids, self.item_ids)
         n, j = correct.shape
         subject_ids = _ids(self.subject_ids, n, "subject", "subject_")
         item_ids = _ids(self.item_ids, j, "item", "item_")
@@ -558,7 +585,7 @@ class ResponseData:
         if empty_rows.size:
             k = int(empty_rows[0])
             raise ValueError(
-                f"subject {subject_ids[k]!r} (row {k}) has no observed response; "
+                f"subject {subject_ids[k]!r} (row {k}, 0-based) has no observed response; "
                 f"{empty_rows.size} all-missing row(s) in total — drop them before calibrating"
             )
         metadata = {}
@@ -636,6 +663,16 @@ class ResponseData:
                     except _CellError:
                         raise _bad_wide_cell(cot_path, cot_lines[r], subject_ids[r], item_ids[c], text,
                                              f"CoT length {text!r} is invalid ({_COT_ALLOWED})") from None
+        observed = correct != MISSING
+        if cot is not None:
+            observed |= ~np.isnan(cot)
+        empty = np.flatnonzero(~observed.any(axis=1))
+        if empty.size:
+            r = int(empty[0])
+            raise ResponseFileError(
+                f"{acc_path.name} line {lines[r]}: subject {subject_ids[r]!r} has no observed response "
+                f"({empty.size} such row(s) in total); drop them before calibrating",
+                file=str(acc_path), line=lines[r], value=subject_ids[r])
         return cls.from_arrays(correct, cot, subject_ids=subject_ids, item_ids=item_ids)
 
     @classmethod

@@ -61,18 +61,38 @@ def _read_matrix(path: Path) -> ResponseData:
     return ResponseData.from_arrays(np.vstack(rows))
 
 
-def _read_csv(path: Path) -> ResponseData:
+def _read_csv(path: Path) -> tuple[ResponseData, str]:
     """A .csv[.gz]: long when the header names subject and item (and correct); a headerless 0/1 matrix
     (rows = subjects, e.g. PSN-IRT's percent_0.7.csv; empty/NaN = missing) when the first row is
-    all numbers; otherwise wide (first column the subject id, header the item ids)."""
+    all numbers; otherwise wide (first column the subject id, header the item ids). Returns the
+    data and its layout ("long", "matrix" or "wide")."""
     first = _first_row(path)
     if first is None:
         raise ResponseFileError(f"{path.name} is empty", file=str(path))
     if {"subject", "item"} <= {c.strip().lower() for c in first}:  # long (a missing 'correct' is named there)
-        return ResponseData.from_long(path)
+        return ResponseData.from_long(path), "long"
+    _refuse_partial_long_header(path, first, ("subject", "item"))
     if first[0].strip() and all(_is_number(c) for c in first):
-        return _read_matrix(path)
-    return ResponseData.from_wide_csv(path)
+        return _read_matrix(path), "matrix"
+    return ResponseData.from_wide_csv(path), "wide"
+
+
+#: header cells that only a long table has (a wide table's header holds item ids)
+LONG_TABLE_COLUMNS = ("correct", "cot_tokens", "cot_length")
+
+
+def _refuse_partial_long_header(path: Path, header, required) -> None:
+    """A header that names long-table columns (correct, cot_tokens) but lacks one of ``required``
+    is a long table with a missing column, not a wide table whose items are called 'correct'."""
+    columns = {c.strip().lower() for c in header}
+    named = [c for c in LONG_TABLE_COLUMNS if c in columns]
+    missing = [c for c in required if c not in columns]
+    if named and missing:
+        raise ResponseFileError(
+            f"{path.name}: the header names {', '.join(map(repr, named))} like a long table but has no "
+            f"{' or '.join(map(repr, missing))} column; a long table needs the columns "
+            f"{', '.join(required)}, correct[, cot_tokens] (a wide table's header is a row-label column, "
+            "then the item ids)", file=str(path))
 
 
 def _is_number(cell: str) -> bool:
@@ -103,24 +123,30 @@ def load_responses(path, *, cot=None, wide: bool = False, items_as_rows: bool = 
     """
     path = Path(path)
     _check_exists(path, cot)
-    data = _load_responses(path, cot, wide)
+    data, layout = _load_responses(path, cot, wide)
     if items_as_rows:
+        if layout not in ("wide", "matrix"):
+            raise ResponseFileError(
+                f"{path.name} is a {layout} file, which names each cell's subject and item: it has no rows "
+                "to read as items, so --items-as-rows (items_as_rows=True) applies only to wide or headerless "
+                "matrices", file=str(path))
         with reading(path):
             data = data.transposed()
     return data
 
 
-def _load_responses(path, cot, wide) -> ResponseData:
+def _load_responses(path, cot, wide) -> tuple[ResponseData, str]:
+    """The data and its layout: "wide", "matrix" (headerless), "long" or "netCDF"."""
     with reading(path):
         if wide or cot is not None:
-            return ResponseData.from_wide_csv(path, cot)
+            return ResponseData.from_wide_csv(path, cot), "wide"
         suffix = format_suffix(path)
         if suffix == ".nc":
-            return ResponseData.from_netcdf(path)
+            return ResponseData.from_netcdf(path), "netCDF"
         if suffix == ".csv":
             return _read_csv(path)
         if suffix in LONG_SUFFIXES:
-            return ResponseData.from_long(path)
+            return ResponseData.from_long(path), "long"
         raise ResponseFileError(
             f"cannot tell the format of {path.name}: use .csv/.jsonl/.json (long table), .nc (ResponseData netCDF), "
             "or a wide accuracy CSV with --wide (and --cot for CoT lengths)", file=str(path),
@@ -143,6 +169,10 @@ def load_subject_answers(path, subject: str | None = None, cot=None) -> dict[str
         if cot is None and suffix in LONG_SUFFIXES and (suffix != ".csv" or _is_long_csv(path)):
             data = ResponseData.from_long(path, default_subject=default)
         else:
+            if cot is None and suffix == ".csv":
+                first = _first_row(path)
+                if first is not None:
+                    _refuse_partial_long_header(path, first, ("item",))
             data = load_responses(path, cot=cot)
         row = _subject_row(data, subject, path)
         correct = data.correct[row]
