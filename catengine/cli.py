@@ -40,7 +40,8 @@ def _add_strategy_options(p: argparse.ArgumentParser, *, max_items: int | None =
                    help="scale the posterior SDs (intervals, --target-sd, rivals) by this instead of the bank's "
                         "cross-fitted factor c(L), e.g. by the ratio a replay audit measured on real LLMs "
                         "(calibration audit --kind replay); default 1: the bank's c(L) when it stores one, else none")
-    g.add_argument("--max-items", type=int, default=max_items, help=f"stop after this many items (default {max_items})")
+    g.add_argument("--max-items", type=int, default=max_items,
+                   help=f"stop after this many items (default {max_items}; 0 = the whole bank)")
     g.add_argument("--min-items", type=int, default=5, help="never stop on precision before this many items (default 5)")
     g.add_argument("--target-sd", type=float, default=target_sd,
                    help=f"stop when the posterior SD of theta is at most this (default {target_sd}; 0 = off)")
@@ -59,12 +60,34 @@ def _add_strategy_options(p: argparse.ArgumentParser, *, max_items: int | None =
     g.add_argument("--seed", type=int, default=None, help="seed of the engine's random draws")
 
 
+#: the numeric strategy options: flag -> (attribute, test, what a valid value is)
+_OPTION_RULES = {
+    "--max-items": ("max_items", lambda v: v >= 0, "an integer >= 0 (0 = the whole bank)"),
+    "--min-items": ("min_items", lambda v: v >= 0, "an integer >= 0"),
+    "--target-sd": ("target_sd", lambda v: math.isfinite(v) and v >= 0, "a number >= 0 (0 = off)"),
+    "--score-within": ("score_within", lambda v: math.isfinite(v) and v >= 0, "a number >= 0 (0 = off)"),
+    "--min-information": ("min_information", lambda v: math.isfinite(v) and v >= 0, "a number >= 0"),
+    "--sd-scale": ("sd_scale", lambda v: math.isfinite(v) and v > 0, "a number > 0"),
+    "--randomesque": ("randomesque", lambda v: v >= 1, "an integer >= 1 (1 = off)"),
+    "--seed": ("seed", lambda v: v >= 0, "an integer >= 0"),
+}
+
+
+def _check_strategy_options(args) -> None:
+    """Each numeric strategy option, checked under its own flag name (a value of None = not given)."""
+    for flag, (name, ok, what) in _OPTION_RULES.items():
+        value = getattr(args, name, None)
+        if value is not None and not ok(value):
+            raise ValueError(f"{flag} must be {what}, got {value!r}")
+
+
 def _strategies(args, bank) -> dict:
     from catengine.estimation import ESTIMATORS
     from catengine.selection import SELECTORS, ContentBalance, Randomesque, SympsonHetter, default_selector_for
     from catengine.stopping import (AllOf, AnyOf, InformationBelow, MaxItems, MinItems, RivalOrderDecided,
                                     ScoreIntervalBelow, StandardErrorBelow)
 
+    _check_strategy_options(args)
     if args.selector is None:  # the session's own default for this bank
         from catengine.session.bank_log import item_table
 
@@ -102,8 +125,13 @@ def _strategies(args, bank) -> dict:
             targets[g.strip()] = float(p)
         exposure.append(ContentBalance(field=args.content_field, targets=targets))
     if args.sympson_hetter:
-        exposure.append(SympsonHetter.load(args.sympson_hetter, item_ids=bank.item_ids, bank_id=bank.bank_id))
-    if args.randomesque and args.randomesque > 1:
+        try:
+            exposure.append(SympsonHetter.load(args.sympson_hetter, item_ids=bank.item_ids, bank_id=bank.bank_id))
+        except ValueError as exc:
+            text = str(exc)
+            raise ValueError(text if str(args.sympson_hetter) in text or args.sympson_hetter.name in text
+                             else f"--sympson-hetter {args.sympson_hetter}: {text}") from None
+    if args.randomesque > 1:
         exposure.append(Randomesque(args.randomesque))
     return {"selector": selector, "estimator": estimator, "stopping": stopping, "exposure": tuple(exposure)}
 
@@ -460,7 +488,7 @@ def main(argv=None) -> int:
     except BrokenPipeError:  # output piped into `head` and the like: stop quietly (Python docs' recipe)
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
-    except (ValueError, KeyError, FileNotFoundError, FileExistsError) as exc:
+    except (ValueError, KeyError, OSError) as exc:  # OSError: missing, unreadable or unwritable files
         message = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
         print(f"catengine {args.command}: error: {message}", file=sys.stderr)
         return 2

@@ -52,8 +52,9 @@ def test_a_duplicated_record_line_is_refused_naming_the_line(tmp_path):
         CATSession.resume(log, bank)
 
 
-@pytest.mark.filterwarnings("ignore::catengine.session.errors.ResumeMismatchWarning")
 def test_a_forged_record_in_the_middle_is_refused(tmp_path):
+    """The forged line itself is refused: the estimate it carries is not what its answers give
+    (a log written by this library version replays to its recorded estimates exactly)."""
     bank, _, log = _logged_session(tmp_path, n=4)
     lines = _lines(log)
     first = _record_lines(lines)[0]
@@ -61,7 +62,43 @@ def test_a_forged_record_in_the_middle_is_refused(tmp_path):
     forged.update(item="q0039", step=2, proposed=False, correct=1 - forged["correct"])
     lines.insert(first + 1, json.dumps(forged).encode())
     log.write_bytes(b"\n".join(lines) + b"\n")
-    with pytest.raises(SessionLogError, match="out of sequence"):
+    with pytest.raises(SessionLogError, match=rf"{log.name}:{first + 2}: .*the log was edited or damaged"):
+        CATSession.resume(log, bank)
+
+
+def test_a_changed_last_answer_is_refused_and_an_older_versions_log_only_warned(tmp_path):
+    """Flipping the last recorded answer (nothing after it to contradict it) changes the replayed
+    estimate: refused for a log of this library version; a log written by another version may differ
+    numerically, so there it is a ResumeMismatchWarning and the recomputed value is used."""
+    from catengine.session.errors import ResumeMismatchWarning
+
+    bank, _, log = _logged_session(tmp_path, n=4)
+    lines = _lines(log)
+    last = _record_lines(lines)[-1]
+    flipped = json.loads(lines[last])
+    flipped["correct"] = 1 - flipped["correct"]
+    lines[last] = json.dumps(flipped).encode()
+    log.write_bytes(b"\n".join(lines) + b"\n")
+    with pytest.raises(SessionLogError, match=rf"{log.name}:{last + 1}: .*the log was edited or damaged"):
+        CATSession.resume(log, bank)
+    header = json.loads(lines[0])
+    header["library_version"] = "0.0.1"
+    lines[0] = json.dumps(header).encode()
+    log.write_bytes(b"\n".join(lines) + b"\n")
+    with pytest.warns(ResumeMismatchWarning, match="differs from the logged one"):
+        session = CATSession.resume(log, bank)
+    assert session.history[-1].correct == flipped["correct"]
+
+
+def test_a_record_line_without_its_estimate_is_refused(tmp_path):
+    bank, _, log = _logged_session(tmp_path, n=3)
+    lines = _lines(log)
+    k = _record_lines(lines)[1]
+    event = json.loads(lines[k])
+    del event["estimate"]
+    lines[k] = json.dumps(event).encode()
+    log.write_bytes(b"\n".join(lines) + b"\n")
+    with pytest.raises(SessionLogError, match=rf"{log.name}:{k + 1}.*estimate"):
         CATSession.resume(log, bank)
 
 

@@ -136,8 +136,12 @@ class SympsonHetter(ExposureControl):
     @classmethod
     def load(cls, path, *, item_ids, bank_id: str | None = None) -> "SympsonHetter":
         """Read a side file written by :meth:`save`; the item ids must match the bank's."""
-        doc = json.loads(Path(path).read_text(encoding="utf-8"))
-        if doc.get("format") != "catengine.sympson-hetter":
+        try:
+            doc = json.loads(Path(path).read_text(encoding="utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise ValueError(f"Sympson-Hetter file {path} is not a JSON side file written by SympsonHetter.save "
+                             f"({type(exc).__name__}: {exc})") from None
+        if not isinstance(doc, dict) or doc.get("format") != "catengine.sympson-hetter":
             raise ValueError(f"{path} is not a Sympson-Hetter control file")
         if bank_id is not None and doc.get("bank_id") != bank_id:
             raise ValueError(f"{path} was calibrated for bank {doc.get('bank_id')!r}, not {bank_id!r}")

@@ -127,6 +127,8 @@ def strategies_from_config(config: dict) -> dict:
 def lock_for_resume(log, fsync: bool = False) -> LogWriter:
     """The log's single writer, taken *before* the log is read: nobody may append while it is read
     and replayed (a second writer or resume elsewhere gets ``SessionLogLockedError``)."""
+    if Path(log).is_dir():
+        raise IsADirectoryError(f"session log {log} is a directory, not a log file")
     if not Path(log).is_file():
         raise FileNotFoundError(f"session log {log} does not exist")
     return LogWriter(log, fsync=fsync, must_be_new=False)
@@ -140,6 +142,10 @@ def read_for_resume(log, bank=None):
     meta = header["bank"]
     if not isinstance(meta, dict) or not isinstance(header["config"], dict):
         raise SessionLogError(f"{log}:1: the header's 'bank' and 'config' must be JSON objects")
+    entropy = header.get("seed_entropy")
+    if entropy is not None and (isinstance(entropy, bool) or not isinstance(entropy, int) or entropy < 0):
+        raise SessionLogError(f"{log}:1: the header's 'seed_entropy' must be a non-negative integer (or null), "
+                              f"got {entropy!r}")
     if bank is None:
         from catengine.itembank import open_item_bank
 
@@ -166,6 +172,11 @@ def replay_events(log, contents, new_session) -> dict:
     makes the session of an ``open`` event. Any inconsistency (a duplicated or out-of-sequence
     line, an unknown item, a bad value) is a SessionLogError naming the file and line: a log is
     never half-trusted. A torn last line is quarantined afterwards."""
+    from catengine import __version__
+
+    # a log written by this very version must replay to its recorded estimates exactly; an older
+    # version's may differ numerically (a warning, not a refusal)
+    strict = contents.header.get("library_version") == __version__
     sessions = {}
     for line, event in zip(contents.lines, contents.events):
         where = f"{log}:{line}"
@@ -178,6 +189,7 @@ def replay_events(log, contents, new_session) -> dict:
                     raise SessionLogError(f"subject {subject!r} is opened twice")
                 session = new_session(subject, restore_rng(event["rng"]))
                 session._replaying = True
+                session._strict_replay = strict
                 sessions[subject] = session
                 continue
             if subject not in sessions:
@@ -196,4 +208,5 @@ def attach_writer(writer: LogWriter, sessions) -> LogWriter:
     for session in sessions:
         session._writer = writer
         session._replaying = False
+        session._strict_replay = False
     return writer

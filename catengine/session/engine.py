@@ -25,29 +25,6 @@ def _subject_key(subject: str) -> int:
     return int.from_bytes(hashlib.sha256(subject.encode("utf-8")).digest()[:8], "little")
 
 
-def _replay_event(engine: "Engine", bank, event: dict, where: str) -> None:
-    """Replay one logged event; any inconsistency (a duplicated or out-of-sequence line, an unknown
-    item, a bad value) is a SessionLogError naming the file and line: a log is never half-trusted."""
-    subject = event.get("subject")
-    if not isinstance(subject, str) or not subject:
-        raise SessionLogError(f"{where}: {event['event']} event has subject {subject!r}; subject ids are non-empty strings")
-    try:
-        if event["event"] == "open":
-            if subject in engine.sessions:
-                raise SessionLogError(f"subject {subject!r} is opened twice")
-            session = CATSession(bank, subject=subject, rng=restore_rng(event["rng"]), _items=engine.items,
-                                 **engine._strategies)
-            session._replaying = True
-            engine.sessions[subject] = session
-            return
-        if subject not in engine.sessions:
-            raise SessionLogError(f"{event['event']} event for subject {subject!r} before its open event")
-        engine.sessions[subject]._replay(event)
-    except (CatEngineError, ValueError, TypeError, KeyError, AttributeError, OverflowError) as exc:
-        message = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
-        raise SessionLogError(f"{where}: cannot replay this {event['event']} line: {message}") from None
-
-
 class Engine:
     """Keeps one :class:`CATSession` per subject id and routes each request to it.
 

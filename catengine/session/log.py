@@ -45,7 +45,7 @@ _REQUIRED = {
     "open": ("subject", "rng"),
     "propose": ("subject", "item", "rng"),
     "propose_batch": ("subject", "items", "rng"),
-    "record": ("subject", "item", "correct"),
+    "record": ("subject", "item", "correct", "estimate"),
     "exclude": ("subject", "item"),
     "score": ("subject", "score"),
 }

@@ -119,7 +119,7 @@ def _field(req: dict, name: str, kind=str):
         raise InvalidRequestError(f"request lacks {name!r}")
     value = req[name]
     if kind is str and not isinstance(value, str):
-        raise InvalidRequestError(f"{name!r} must be a string, got {str(value)[:80]!r}")
+        raise InvalidRequestError(f"{name!r} must be a string, got {type(value).__name__} {json.dumps(value)[:80]}")
     if kind is str:
         try:
             value.encode("utf-8")
@@ -128,15 +128,25 @@ def _field(req: dict, name: str, kind=str):
     return value
 
 
+def _force(req: dict) -> bool:
+    """The optional ``force`` flag: true or false (a JSON boolean), false when absent."""
+    value = req.get("force", False)
+    if not isinstance(value, bool):
+        raise InvalidRequestError(f"'force' must be true or false, got {type(value).__name__} {json.dumps(value)[:80]}")
+    return value
+
+
 def handle(engine: Engine, req) -> dict:
     """Answer one parsed request (never raises for bad requests: the reply says what was wrong)."""
     if not isinstance(req, dict):
         raise InvalidRequestError(f"a request is a JSON object, got {type(req).__name__}")
+    if "op" not in req:
+        raise InvalidRequestError(f"request lacks 'op'; use {', '.join(OPS)}")
     op = req.get("op")
     if op == "next":
         session = engine.start(_field(req, "subject"))
         reason = session.stop_reason
-        if reason is not None and not req.get("force", False):
+        if not _force(req) and reason is not None:
             return {"item": None, "finished": True, "reason": reason, "estimate": _estimate(session.estimate)}
         try:
             item = session.next_item()
@@ -149,7 +159,7 @@ def handle(engine: Engine, req) -> dict:
         if isinstance(k, bool) or not isinstance(k, int) or k < 1:
             raise ValueError(f"'k' must be a positive integer, got {k!r}")
         reason = session.stop_reason
-        if reason is not None and not req.get("force", False):
+        if not _force(req) and reason is not None:
             return {"items": [], "finished": True, "reason": reason, "estimate": _estimate(session.estimate)}
         try:
             items = session.next_items(k)
@@ -233,7 +243,8 @@ def serve(engine: Engine, stdin=None, stdout=None) -> int:
             break
         if not line:
             break  # closed stdin
-        line = line.strip()
+        if not isinstance(line, _Undecodable):  # strip() would turn the marker into a plain str
+            line = line.strip()
         if not line:
             continue
         reply: dict

@@ -175,6 +175,7 @@ class CATSession:
         self._stop_cache: tuple[int, str | None] | None = None
         self._top_k = max([1] + [int(c.top_k) for c in self.exposure])
         self._replaying = False
+        self._strict_replay = False  # set while replaying a log written by this library version
         # the log: a standalone session writes its own header; an Engine passes its shared writer
         self._owns_writer = False
         self._writer = _writer
@@ -408,6 +409,7 @@ class CATSession:
         y = _check_correct(correct)
         if self.params.response_model != "lart":
             if cot_length is not None:
+                _check_cot(cot_length)  # an invalid value is an error on any bank, even where lengths are not used
                 warnings.warn(
                     f"CoT length {cot_length!r} ignored: bank response model {self.params.response_model!r} does not use CoT lengths",
                     CoTIgnoredWarning, stacklevel=2,
@@ -444,7 +446,17 @@ class CATSession:
             raise
         if logged is not None and "estimate" in logged:
             old = logged["estimate"]
+            if not isinstance(old, dict):
+                state.restore(snap)
+                raise SessionLogError(f"the record's estimate must be a JSON object, got {old!r}")
             if not all(_close(getattr(est, k), old.get(k)) for k in ("theta", "theta_sd", "tau", "tau_sd")):
+                if self._strict_replay:  # the same library reproduces its own estimates exactly
+                    step = state.n
+                    state.restore(snap)
+                    raise SessionLogError(
+                        f"the answers replayed for {self.subject!r} up to step {step} give {_estimate_json(est)}, "
+                        f"but the log recorded {old}: the log was edited or damaged (it was written by this library "
+                        "version, which reproduces its estimates exactly)")
                 warnings.warn(
                     f"replayed estimate for {self.subject!r} at step {state.n} differs from the logged one "
                     f"({_estimate_json(est)} vs {old}); continuing with the recomputed value",
