@@ -61,7 +61,7 @@ def anchor_items(train_correct, k, restarts, rng):
 
 
 def main(argv=None) -> int:
-    from score_factor_choices import print_method_table, replay
+    from score_factor_choices import print_method_table, record_seed_ratios, replay
     from score_prediction import load
 
     from calibration.folds import llm_folds
@@ -101,10 +101,7 @@ def main(argv=None) -> int:
                     plug_in = predict_accuracy_factors(factors, idx, Y[i, idx], intervals=False, centre="mode")[0]
                     err[(k, METHODS[1])].append(abs(plug_in.mean / J - truth))
                     err[(k, METHODS[2])].append(abs(adaptive[(k, "mode")] - truth))
-        for (k, m), e in err.items():
-            ratio[(seed, k, m)] = float(np.mean(e) / np.mean(base[k]))
-        print(f"seed {seed}: " + "  ".join(f"{m} {ratio[(seed, 25, m)]:.3f}" for m in METHODS) + "  (k=25)",
-              file=sys.stderr, flush=True)
+        record_seed_ratios(ratio, seed, err, base, METHODS)
     print(f"\nMATH500, whole LLMs held out, {args.folds} folds, seeds {seeds}: MAE / random-mean's MAE "
           f"(average over seeds; range), {time.perf_counter() - t0:.0f} s")
     print_method_table(ratio, METHODS, seeds, LENGTHS)

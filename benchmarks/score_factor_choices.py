@@ -42,6 +42,15 @@ def mean_and_range(values) -> str:
     return f"{r.mean():.3f} ({r.min():.3f}-{r.max():.3f})"
 
 
+def record_seed_ratios(ratio, seed, err, base, methods):
+    """``ratio[(seed, k, method)]`` = MAE / random-mean's MAE from one seed's errors ``err[(k, method)]``
+    and yardsticks ``base[k]``; prints the seed's k = 25 ratios to stderr (progress)."""
+    for (k, m), e in err.items():
+        ratio[(seed, k, m)] = float(np.mean(e) / np.mean(base[k]))
+    print(f"seed {seed}: " + "  ".join(f"{m} {ratio[(seed, 25, m)]:.3f}" for m in methods) + "  (k=25)",
+          file=sys.stderr, flush=True)
+
+
 def print_method_table(ratio, methods, seeds, lengths, reference="default"):
     """Print ``ratio[(seed, k, method)]`` as one row per method (average over seeds with the range,
     one column per k), then on how many seeds each other method beat ``reference`` at k = 25."""

@@ -90,7 +90,7 @@ def factor_mode(loadings, intercepts, answers, prior_mean, prior_precision, star
 
 
 def main(argv=None) -> int:
-    from score_factor_choices import print_method_table
+    from score_factor_choices import print_method_table, record_seed_ratios
     from score_prediction import load
 
     from calibration.folds import llm_folds
@@ -163,10 +163,7 @@ def main(argv=None) -> int:
                     pred["default+neighbours"] = 0.5 * (pred["default"] + pred["neighbours-answers"])
                     for name, value in pred.items():
                         err[(step, name)].append(abs(value - truth))
-        for (k, name), e in err.items():
-            ratio[(seed, k, name)] = float(np.mean(e) / np.mean(base[k]))
-        print(f"seed {seed}: " + "  ".join(f"{name} {ratio[(seed, 25, name)]:.3f}" for name in methods) + "  (k=25)",
-              file=sys.stderr, flush=True)
+        record_seed_ratios(ratio, seed, err, base, methods)
     print(f"\nMATH500, two score factors, D-optimal items, {args.folds} folds by LLM, seeds {seeds}: "
           f"MAE / random-mean's MAE (average over seeds; range), {time.perf_counter() - t0:.0f} s")
     print_method_table(ratio, methods, seeds, LENGTHS)

@@ -60,14 +60,14 @@ def _add_strategy_options(p: argparse.ArgumentParser, *, max_items: int | None =
     g.add_argument("--seed", type=int, default=None, help="seed of the engine's random draws")
 
 
-#: the numeric strategy options: flag -> (attribute, test, what a valid value is)
+#: the numeric strategy options whose command-line meaning differs from the library's (0 = off or the
+#: whole bank) or whose library check would not name them: flag -> (attribute, test, a valid value)
 _OPTION_RULES = {
     "--max-items": ("max_items", lambda v: v >= 0, "an integer >= 0 (0 = the whole bank)"),
     "--min-items": ("min_items", lambda v: v >= 0, "an integer >= 0"),
     "--target-sd": ("target_sd", lambda v: math.isfinite(v) and v >= 0, "a number >= 0 (0 = off)"),
     "--score-within": ("score_within", lambda v: math.isfinite(v) and v >= 0, "a number >= 0 (0 = off)"),
     "--min-information": ("min_information", lambda v: math.isfinite(v) and v >= 0, "a number >= 0"),
-    "--sd-scale": ("sd_scale", lambda v: math.isfinite(v) and v > 0, "a number > 0"),
     "--randomesque": ("randomesque", lambda v: v >= 1, "an integer >= 1 (1 = off)"),
     "--seed": ("seed", lambda v: v >= 0, "an integer >= 0"),
 }
@@ -125,12 +125,7 @@ def _strategies(args, bank) -> dict:
             targets[g.strip()] = float(p)
         exposure.append(ContentBalance(field=args.content_field, targets=targets))
     if args.sympson_hetter:
-        try:
-            exposure.append(SympsonHetter.load(args.sympson_hetter, item_ids=bank.item_ids, bank_id=bank.bank_id))
-        except ValueError as exc:
-            text = str(exc)
-            raise ValueError(text if str(args.sympson_hetter) in text or args.sympson_hetter.name in text
-                             else f"--sympson-hetter {args.sympson_hetter}: {text}") from None
+        exposure.append(SympsonHetter.load(args.sympson_hetter, item_ids=bank.item_ids, bank_id=bank.bank_id))
     if args.randomesque > 1:
         exposure.append(Randomesque(args.randomesque))
     return {"selector": selector, "estimator": estimator, "stopping": stopping, "exposure": tuple(exposure)}
@@ -475,15 +470,12 @@ def main(argv=None) -> int:
     """The ``catengine`` command. Run as the console script (``argv`` None), warnings print as one
     line each (``catengine.console.plain_warnings``); called with ``argv`` (tests, scripts), as Python
     shows them."""
-    from contextlib import nullcontext
-
     from catengine.console import plain_warnings
 
-    shown = plain_warnings("catengine") if argv is None else nullcontext()
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        with shown:
+        with plain_warnings("catengine", enabled=argv is None):
             return args.func(args)
     except BrokenPipeError:  # output piped into `head` and the like: stop quietly (Python docs' recipe)
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

@@ -9,9 +9,13 @@ from contextlib import contextmanager
 
 
 @contextmanager
-def plain_warnings(prog: str):
+def plain_warnings(prog: str, enabled: bool = True):
     """Within the block, warnings print as ``prog: Category: message`` on stderr (the filters, e.g.
-    ``-W error`` or ``PYTHONWARNINGS``, still decide which are shown)."""
+    ``-W error`` or ``PYTHONWARNINGS``, still decide which are shown); ``enabled=False`` leaves
+    Python's format (the tools called from Python, e.g. by tests)."""
+    if not enabled:
+        yield
+        return
     previous = warnings.showwarning
 
     def show(message, category, filename, lineno, file=None, line=None):

@@ -82,7 +82,7 @@ def test_evaluate_sd_scale_widens_the_reported_sd(tmp_path, lart_bank, capsys):
     plain, wide = summaries
     assert wide["theta"] == pytest.approx(plain["theta"]) and wide["theta_sd"] == pytest.approx(2 * plain["theta_sd"])
     assert main(["evaluate", "--bank", lart_bank.source, "--responses", str(acc), "--subject", "llm_2", "--sd-scale", "0"]) == 2
-    assert "--sd-scale must be a number > 0, got 0.0" in capsys.readouterr().err  # named by its flag
+    assert "sd_scale must be a finite number > 0, got 0.0" in capsys.readouterr().err
 
 
 def test_evaluate_errors_are_reported_not_raised(tmp_path, lart_bank, capsys):

@@ -55,7 +55,6 @@ def test_an_invalid_cot_length_is_an_error_even_on_a_logistic_bank():
     ("--target-sd", "-1", "--target-sd must be a number >= 0 (0 = off), got -1.0"),
     ("--randomesque", "0", "--randomesque must be an integer >= 1 (1 = off), got 0"),
     ("--seed", "-1", "--seed must be an integer >= 0, got -1"),
-    ("--sd-scale", "0", "--sd-scale must be a number > 0, got 0.0"),
 ])
 def test_strategy_options_out_of_range_are_named_by_their_flag(tmp_path, capsys, option, value, expected):
     answers = tmp_path / "a.csv"

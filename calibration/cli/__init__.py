@@ -49,15 +49,13 @@ def main(argv=None) -> int:
     """The ``calibration`` command. Run as the console script (``argv`` None), warnings print as one
     line each (``catengine.console.plain_warnings``); called with ``argv`` (tests, scripts), as Python
     shows them."""
-    from contextlib import nullcontext
-
     from catengine.console import plain_warnings
 
-    shown = plain_warnings("calibration") if argv is None else nullcontext()
+    as_command = argv is None
     argv = method_first(list(sys.argv[1:] if argv is None else argv))
     args = build_parser().parse_args(argv)
     try:
-        with shown:
+        with plain_warnings("calibration", enabled=as_command):
             return args.func(args)
     except BrokenPipeError:  # output piped into `head` and the like: stop quietly (Python docs' recipe)
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

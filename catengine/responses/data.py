@@ -48,7 +48,13 @@ _GROUP_VARIABLE = "subject_group"
 _NETCDF_RESERVED = frozenset({"subject", "item", "correct", "cot_length", _GROUP_VARIABLE})
 
 
-def _ids(values, n: int, kind: str, prefix: str) -> tuple[str, ...]:
+def _position(k: int) -> str:
+    return f"position {k} (0-based)"
+
+
+def _ids(values, n: int, kind: str, prefix: str, where=_position) -> tuple[str, ...]:
+    """The ids (or ``prefix0, prefix1, ...``), checked: one per row / column, none empty, none twice.
+    ``where(k)`` says where id k is (a file reader passes its line and column)."""
     if values is None:
         return tuple(f"{prefix}{k}" for k in range(n))
     ids = tuple(str(v) for v in values)
@@ -57,11 +63,19 @@ def _ids(values, n: int, kind: str, prefix: str) -> tuple[str, ...]:
     seen: dict[str, int] = {}
     for k, v in enumerate(ids):
         if v == "":
-            raise ValueError(f"{kind} id at position {k} (0-based) is empty")
+            raise ValueError(f"{kind} id at {where(k)} is empty")
         if v in seen:
-            raise ValueError(f"duplicate {kind} id {v!r} at positions {seen[v]} and {k} (0-based)")
+            raise ValueError(f"duplicate {kind} id {v!r} at {where(seen[v])} and {where(k)}")
         seen[v] = k
     return ids
+
+
+def _empty_rows(correct: np.ndarray, cot: np.ndarray | None) -> np.ndarray:
+    """Indices of the rows with no observed cell (neither a correctness value nor a CoT length)."""
+    observed = correct != MISSING
+    if cot is not None:
+        observed = observed | ~np.isnan(cot)
+    return np.flatnonzero(~observed.any(axis=1))
 
 
 def _cell_name(variable: str, i: int, j: int, subject_ids, item_ids) -> str:
@@ -299,22 +313,11 @@ def _read_wide(path: Path):
         raise fail("is empty: no header and no data rows (the response matrix is empty)")
     if not rows:
         raise fail("has a header but no data rows (the response matrix is empty)")
-    first_column: dict[str, int] = {}
-    for c, item in enumerate(header[1:], start=2):
-        if item == "":
-            raise fail(f"line {header_line}, column {c}: the item id is empty", line=header_line, column=c)
-        if item in first_column:
-            raise fail(f"line {header_line}: duplicate item id {item!r} in columns {first_column[item]} and {c}",
-                       line=header_line, column=c, value=item)
-        first_column[item] = c
-    first_line: dict[str, int] = {}
-    for subject, line_num in zip(subjects, lines):
-        if subject == "":
-            raise fail(f"line {line_num}, column 1: the subject id (row label) is empty", line=line_num, column=1)
-        if subject in first_line:
-            raise fail(f"lines {first_line[subject]} and {line_num}: duplicate subject id {subject!r}",
-                       line=line_num, column=1, value=subject)
-        first_line[subject] = line_num
+    try:  # the ids' own check, located in this file
+        _ids(header[1:], len(header) - 1, "item", "", where=lambda k: f"line {header_line}, column {k + 2}")
+        _ids(subjects, len(subjects), "subject", "", where=lambda k: f"line {lines[k]}, column 1")
+    except ValueError as exc:
+        raise ResponseFileError(f"{path.name}: {exc}", file=str(path)) from None
     return tuple(header[1:]), subjects, rows, lines
 
 
@@ -578,10 +581,7 @@ class ResponseData:
         n, j = correct.shape
         subject_ids = _ids(self.subject_ids, n, "subject", "subject_")
         item_ids = _ids(self.item_ids, j, "item", "item_")
-        observed = correct != MISSING
-        if cot is not None:
-            observed = observed | ~np.isnan(cot)
-        empty_rows = np.flatnonzero(~observed.any(axis=1))
+        empty_rows = _empty_rows(correct, cot)
         if empty_rows.size:
             k = int(empty_rows[0])
             raise ValueError(
@@ -663,10 +663,7 @@ class ResponseData:
                     except _CellError:
                         raise _bad_wide_cell(cot_path, cot_lines[r], subject_ids[r], item_ids[c], text,
                                              f"CoT length {text!r} is invalid ({_COT_ALLOWED})") from None
-        observed = correct != MISSING
-        if cot is not None:
-            observed |= ~np.isnan(cot)
-        empty = np.flatnonzero(~observed.any(axis=1))
+        empty = _empty_rows(correct, cot)  # checked here too, to name the line
         if empty.size:
             r = int(empty[0])
             raise ResponseFileError(

@@ -135,7 +135,8 @@ class SympsonHetter(ExposureControl):
 
     @classmethod
     def load(cls, path, *, item_ids, bank_id: str | None = None) -> "SympsonHetter":
-        """Read a side file written by :meth:`save`; the item ids must match the bank's."""
+        """Read a side file written by :meth:`save`; the item ids must match the bank's. Every
+        problem is a ValueError naming the file."""
         try:
             doc = json.loads(Path(path).read_text(encoding="utf-8"))
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
@@ -145,11 +146,16 @@ class SympsonHetter(ExposureControl):
             raise ValueError(f"{path} is not a Sympson-Hetter control file")
         if bank_id is not None and doc.get("bank_id") != bank_id:
             raise ValueError(f"{path} was calibrated for bank {doc.get('bank_id')!r}, not {bank_id!r}")
-        control = doc["control"]
+        control = doc.get("control")
+        if not isinstance(control, dict):
+            raise ValueError(f"{path}: 'control' must map item ids to probabilities, got {type(control).__name__}")
         missing = [i for i in item_ids if str(i) not in control]
         if missing or len(control) != len(item_ids):
             raise ValueError(f"{path} does not cover the bank's items exactly (missing e.g. {missing[:3]})")
-        return cls(control=tuple(float(control[str(i)]) for i in item_ids), target_rate=doc.get("target_rate"))
+        try:
+            return cls(control=tuple(float(control[str(i)]) for i in item_ids), target_rate=doc.get("target_rate"))
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"{path}: {exc}") from None
 
 
 @dataclass(frozen=True)

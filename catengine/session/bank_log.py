@@ -189,12 +189,11 @@ def replay_events(log, contents, new_session) -> dict:
                     raise SessionLogError(f"subject {subject!r} is opened twice")
                 session = new_session(subject, restore_rng(event["rng"]))
                 session._replaying = True
-                session._strict_replay = strict
                 sessions[subject] = session
                 continue
             if subject not in sessions:
                 raise SessionLogError(f"{event['event']} event for subject {subject!r} before its open event")
-            sessions[subject]._replay(event)
+            sessions[subject]._replay(event, strict=strict)
         except (CatEngineError, ValueError, TypeError, KeyError, AttributeError, OverflowError) as exc:
             message = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
             raise SessionLogError(f"{where}: cannot replay this {event['event']} line: {message}") from None
@@ -208,5 +207,4 @@ def attach_writer(writer: LogWriter, sessions) -> LogWriter:
     for session in sessions:
         session._writer = writer
         session._replaying = False
-        session._strict_replay = False
     return writer

@@ -112,8 +112,8 @@ def _nan_to_none(v):
 
 
 #: a replayed estimate within REPLAY_RTOL of the logged one is the same; beyond it a warning; beyond
-#: REPLAY_EDIT_RTOL (far above floating-point differences between machines, far below what one
-#: changed answer does) a log of this library version is refused as edited or damaged
+#: REPLAY_EDIT_RTOL a log of this library version is refused as edited or damaged (the MAP iterates to
+#: a Newton step below 1e-10, so machines differ far less; one changed answer moves theta by orders of magnitude more)
 REPLAY_RTOL = 1e-9
 REPLAY_EDIT_RTOL = 1e-5
 
@@ -182,7 +182,6 @@ class CATSession:
         self._stop_cache: tuple[int, str | None] | None = None
         self._top_k = max([1] + [int(c.top_k) for c in self.exposure])
         self._replaying = False
-        self._strict_replay = False  # set while replaying a log written by this library version
         # the log: a standalone session writes its own header; an Engine passes its shared writer
         self._owns_writer = False
         self._writer = _writer
@@ -428,7 +427,29 @@ class CATSession:
         log_t = math.nan if cot is None else math.log(cot + self.cot_offset)
         return self._apply(j, y, cot, log_t)
 
-    def _apply(self, j: int, y: int, cot: float | None, log_t: float, logged: dict | None = None) -> TraitEstimate:
+    def _compare_replayed(self, est: TraitEstimate, logged, step: int, strict: bool) -> None:
+        """The estimate recomputed from a replayed answer against the one the log recorded. Beyond
+        REPLAY_RTOL a warning; beyond REPLAY_EDIT_RTOL, in a log written by this library version
+        (``strict``), a SessionLogError: the log was edited or damaged. (The resume is abandoned
+        then, so the session's state does not matter.)"""
+        if not isinstance(logged, dict):
+            raise SessionLogError(f"the record's estimate must be a JSON object, got {logged!r}")
+        fields = ("theta", "theta_sd", "tau", "tau_sd")
+        if all(_close(getattr(est, k), logged.get(k)) for k in fields):
+            return
+        if strict and not all(_close(getattr(est, k), logged.get(k), REPLAY_EDIT_RTOL) for k in fields):
+            raise SessionLogError(
+                f"the answers replayed for {self.subject!r} up to step {step} give {_estimate_json(est)}, but the log "
+                f"recorded {logged}: the log was edited or damaged (it was written by this library version, which "
+                "reproduces its estimates to rounding)")
+        warnings.warn(
+            f"replayed estimate for {self.subject!r} at step {step} differs from the logged one "
+            f"({_estimate_json(est)} vs {logged}); continuing with the recomputed value",
+            ResumeMismatchWarning, stacklevel=4,
+        )
+
+    def _apply(self, j: int, y: int, cot: float | None, log_t: float, logged: dict | None = None,
+               strict_replay: bool = False) -> TraitEstimate:
         state = self._responses
         snap = state.snapshot()
         state.add(j, y, log_t)
@@ -451,26 +472,8 @@ class CATSession:
         except BaseException:
             state.restore(snap)
             raise
-        if logged is not None and "estimate" in logged:
-            old = logged["estimate"]
-            if not isinstance(old, dict):
-                state.restore(snap)
-                raise SessionLogError(f"the record's estimate must be a JSON object, got {old!r}")
-            if not all(_close(getattr(est, k), old.get(k)) for k in ("theta", "theta_sd", "tau", "tau_sd")):
-                if self._strict_replay and not all(_close(getattr(est, k), old.get(k), REPLAY_EDIT_RTOL)
-                                                   for k in ("theta", "theta_sd", "tau", "tau_sd")):
-                    # the same library version reproduces its estimates to rounding, whatever the machine
-                    step = state.n
-                    state.restore(snap)
-                    raise SessionLogError(
-                        f"the answers replayed for {self.subject!r} up to step {step} give {_estimate_json(est)}, "
-                        f"but the log recorded {old}: the log was edited or damaged (it was written by this library "
-                        "version, which reproduces its estimates to rounding)")
-                warnings.warn(
-                    f"replayed estimate for {self.subject!r} at step {state.n} differs from the logged one "
-                    f"({_estimate_json(est)} vs {old}); continuing with the recomputed value",
-                    ResumeMismatchWarning, stacklevel=3,
-                )
+        if logged is not None:
+            self._compare_replayed(est, logged["estimate"], state.n, strict_replay)
         if self._available[j]:
             self._available[j] = False
             self._n_available -= 1
@@ -575,7 +578,8 @@ class CATSession:
         if step is not None and step != n + (1 if kind in ("propose", "propose_batch", "record") else 0):
             raise SessionLogError(f"out of sequence: {kind} for step {step!r}, but subject {self.subject!r} has {n} answer(s)")
 
-    def _replay(self, event: dict) -> None:
+    def _replay(self, event: dict, strict: bool = False) -> None:
+        """Apply one logged event (``strict``: the log is this library version's, see ``_compare_replayed``)."""
         kind = event["event"]
         self._check_replay_sequence(kind, event)
         if kind == "propose":
@@ -602,7 +606,8 @@ class CATSession:
             if cot is not None and self.params.response_model == "lart":
                 cot = _check_cot(cot, self.max_cot_length, self.cot_offset)
                 log_t = math.log(cot + self.cot_offset)
-            self._apply(j, _check_correct(event["correct"]), None if cot is None else float(cot), log_t, logged=event)
+            self._apply(j, _check_correct(event["correct"]), None if cot is None else float(cot), log_t, logged=event,
+                        strict_replay=strict)
         elif kind == "exclude":
             self.exclude(event["item"])
         elif kind == "score":

@@ -485,12 +485,7 @@ class CBMMCalibrator(BaseCalibrator):
             raise ValueError(f"rank={rank} exceeds min(N, J) = {min(n, j)} of the {n} x {j} response matrix")
         ct = _transposed(c)
         row_on, col_on, counts, (col_n_raw, col_k_raw) = _find_extremes(c, ct)
-        empty = np.flatnonzero(col_n_raw == 0)
-        if empty.size:
-            shown = ", ".join(repr(data.item_ids[k]) for k in empty[:5]) + (" ..." if empty.size > 5 else "")
-            raise ValueError(
-                f"{empty.size} item(s) have no observed response ({shown}); drop them before calibrating"
-            )
+        # items nobody answered were refused by BaseCalibrator.fit (calibration.base._check_informative)
         if row_on.sum() < 2 or col_on.sum() < 1:
             raise ValueError(
                 f"nothing to calibrate: after setting aside {int((~col_on).sum())} item(s) and "
