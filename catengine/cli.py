@@ -25,10 +25,11 @@ def default_bank_directory() -> Path:
 # the names of catengine.selection.SELECTORS and the rule of default_selector_for (a test keeps both in
 # step; the registry is not imported here, so that `--help` stays fast)
 SELECTOR_HELP = (
-    "mfi | pei | pwi | kl | random | randomised | lart-theta | lart-d | lart-a | lart-replication | score-factor-d "
-    "(default: the bank's own: score-factor-d when it carries score factors, else lart-theta for LaRT banks, "
+    "mfi | pei | pwi | kl | random | randomised | lart-theta | lart-d | lart-a | lart-replication | score-factor-d | "
+    "doubly-robust (default: the bank's own: score-factor-d when it carries score factors, else lart-theta for LaRT banks, "
     "pei for banks with item-parameter uncertainty, mfi otherwise; randomised instead when the bank's score check "
-    "found that choice's predicted score worse than the mean of as many random items)"
+    "found that choice's predicted score worse than the mean of as many random items; doubly-robust mixes the "
+    "default with known-probability draws for a doubly robust score)"
 )
 
 def _add_strategy_options(p: argparse.ArgumentParser, *, max_items: int | None = 50, target_sd: float | None = 0.3) -> None:

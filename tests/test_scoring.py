@@ -251,7 +251,7 @@ def test_score_estimate_round_trips_through_json_and_the_log(tmp_path):
 
 def test_bad_arguments_are_named():
     s = answered_session(make_bank("2pl"))
-    with pytest.raises(ValueError, match=r"method must be one of \('auto', 'model', 'design'\), got 'bayes'"):
+    with pytest.raises(ValueError, match=r"method must be one of \('auto', 'model', 'design', 'doubly-robust'\), got 'bayes'"):
         s.predicted_score(method="bayes")
     with pytest.raises(ValueError, match="level must lie in"):
         s.predicted_score(level=1.5)

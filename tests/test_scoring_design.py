@@ -219,7 +219,7 @@ def test_selector_probabilities_are_positive_known_and_followed():
 
 def test_design_refuses_sessions_that_were_not_randomised():
     bank = bank_2pl(20)
-    s = CATSession(bank, stopping=MaxItems(5), rng=0)
+    s = CATSession(bank, selector=MaxFisherInformation(), stopping=MaxItems(5), rng=0)
     while not s.finished:
         s.record(s.next_item(), 1)
     with pytest.raises(DesignNotRandomisedError, match="MaxFisherInformation, which does not randomise"):

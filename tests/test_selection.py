@@ -10,6 +10,7 @@ from catengine.errors import BankExhaustedError
 from catengine.estimation import MAPEstimator, ResponseState, TraitEstimate
 from catengine.models.expected_information import expected_item_information, gauss_hermite_normal
 from catengine.selection import (
+    DoublyRobustSelection,
     SELECTORS,
     AOptimalInformation,
     ContentBalance,
@@ -162,7 +163,8 @@ def test_items_with_nonpositive_slope_carry_no_information():
 def _selectors_for(model):
     common = [MaxFisherInformation(), PosteriorExpectedInformation(), PosteriorWeightedInformation(),
               KullbackLeiblerIndex(), RandomSelection(), RandomisedSelection(),
-              RandomisedSelection(weight="information", uniform_share=0.1), ScoreFactorDOptimal()]
+              RandomisedSelection(weight="information", uniform_share=0.1), ScoreFactorDOptimal(),
+              DoublyRobustSelection(), DoublyRobustSelection(adaptive=MaxFisherInformation(), share=0.25)]
     if model == "lart":
         common += [ThetaTargetedInformation(), DOptimalInformation(), AOptimalInformation(),
                    LaRTReplicationSelection(n_fixed=3)]

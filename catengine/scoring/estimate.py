@@ -7,7 +7,7 @@ from dataclasses import dataclass, field, fields
 from types import MappingProxyType
 from typing import Mapping
 
-METHODS = ("model", "design")
+METHODS = ("model", "design", "doubly-robust")
 
 
 @dataclass(frozen=True)
@@ -20,8 +20,13 @@ class ScoreEstimate:
       full-benchmark accuracy given what was observed (``method="model"``) or the standard error of
       the estimator (``method="design"``);
     * ``n_observed``: answered items (among ``n_items``);
-    * ``method``: ``"model"`` (the IRT model's prediction, law of total variance) or ``"design"``
-      (unbiased under the randomised selection design whatever the model gets wrong);
+    * ``method``: ``"model"`` (the IRT model's prediction, law of total variance), ``"design"``
+      (unbiased under the randomised selection design whatever the model gets wrong) or
+      ``"doubly-robust"`` (the model's prediction corrected by the residuals on the session's
+      design draws, docs/math.md §7.8); ``n_design`` the design draws it used;
+    * ``percentile``: the share of the bank's calibration LLM runs whose trait lies below this
+      LLM's, and ``extrapolation``: ``"above"`` / ``"below"`` when the LLM stands beyond the
+      calibration population (``catengine.scoring.standing``), ``""`` inside it or unknown;
     * LaRT banks: ``cot_total`` (predicted chain-of-thought tokens for running every item once)
       with ``cot_total_low`` / ``cot_total_high`` / ``cot_total_sd``, and the per-item mean
       ``cot_mean`` (= cot_total / n_items) with ``cot_mean_low`` / ``cot_mean_high``; ``None``
@@ -47,12 +52,17 @@ class ScoreEstimate:
     category_field: str | None = None
     by_category: Mapping[str, "ScoreEstimate"] = field(default_factory=dict)
     calibration: str = ""
+    n_design: int = 0
+    percentile: float | None = None
+    extrapolation: str = ""
 
     def __post_init__(self):
         if self.method not in METHODS:
             raise ValueError(f"method must be one of {METHODS}, got {self.method!r}")
         if not 0.0 < self.level < 1.0:
             raise ValueError(f"level must lie in (0, 1), got {self.level}")
+        if self.extrapolation not in ("", "above", "below"):
+            raise ValueError(f"extrapolation must be '', 'above' or 'below', got {self.extrapolation!r}")
         object.__setattr__(self, "by_category", MappingProxyType(dict(self.by_category)))
 
     __hash__ = None  # holds a mapping
@@ -101,4 +111,6 @@ class ScoreEstimate:
         if self.cot_total is not None:
             text += (f"; CoT tokens for the whole benchmark {self.cot_total:,.0f} "
                      f"({self.cot_total_low:,.0f}-{self.cot_total_high:,.0f})")
+        if self.extrapolation:
+            text += f"; {self.extrapolation} the calibration population: the model extrapolates"
         return text

@@ -16,6 +16,7 @@ name                    class                                   banks
 ``lart-a``              :class:`AOptimalInformation`            lart
 ``lart-replication``    :class:`LaRTReplicationSelection`       lart
 ``score-factor-d``      :class:`ScoreFactorDOptimal`            banks with score factors
+``doubly-robust``       :class:`DoublyRobustSelection`          all (adaptive + known-probability draws)
 ======================  ======================================  ==========================
 
 Exposure / content control (role :class:`ExposureControl`; registry ``EXPOSURE_CONTROLS``):
@@ -23,7 +24,7 @@ Exposure / content control (role :class:`ExposureControl`; registry ``EXPOSURE_C
 ``content`` (:class:`ContentBalance`).
 """
 
-from catengine.selection.base import ItemSelector, ItemTable, SelectionState
+from catengine.selection.base import ItemSelector, ItemTable, SelectionState, is_design_draw
 from catengine.selection.exposure import ContentBalance, ExposureContext, ExposureControl, Randomesque, SympsonHetter
 from catengine.selection.information import (
     KullbackLeiblerIndex,
@@ -33,6 +34,7 @@ from catengine.selection.information import (
     RandomSelection,
 )
 from catengine.selection.randomised import RandomisedSelection
+from catengine.selection.doubly_robust import DoublyRobustSelection
 from catengine.selection.score_factors import ScoreFactorDOptimal
 from catengine.selection.lart import (
     AOptimalInformation,
@@ -55,6 +57,7 @@ SELECTORS = {
         AOptimalInformation,
         LaRTReplicationSelection,
         ScoreFactorDOptimal,
+        DoublyRobustSelection,
     )
 }
 EXPOSURE_CONTROLS = {cls.name: cls for cls in (Randomesque, SympsonHetter, ContentBalance)}
@@ -81,7 +84,10 @@ def default_selector_for(items: ItemTable) -> ItemSelector:
     model-based full-benchmark accuracy worse than the plain mean of as many random items at the
     longest length it checked (``ScoreCalibration.loses_to_random``; seen on banks calibrated on 8-22
     LLMs): then :class:`RandomisedSelection`, whose design-based estimate (``predicted_score()``'s
-    default for such sessions) does not rely on the model being right."""
+    default for such sessions) does not rely on the model being right. :class:`DoublyRobustSelection`
+    (``selector="doubly-robust"``) mixes the adaptive rule with known-probability draws for the doubly
+    robust score (docs/math.md §7.8); it is opt-in while its figures are measured
+    (docs/validation.md)."""
     choice = default_selector(items.params.response_model, items.covariance is not None, items.score_factors is not None)
     calib = items.interval_calibration
     if calib is not None and calib.scores is not None and calib.scores.loses_to_random(choice.name):
@@ -91,6 +97,7 @@ def default_selector_for(items: ItemTable) -> ItemSelector:
 
 __all__ = [
     "AOptimalInformation",
+    "DoublyRobustSelection",
     "ContentBalance",
     "DOptimalInformation",
     "EXPOSURE_CONTROLS",
@@ -113,4 +120,5 @@ __all__ = [
     "ThetaTargetedInformation",
     "default_selector",
     "default_selector_for",
+    "is_design_draw",
 ]

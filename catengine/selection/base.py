@@ -27,13 +27,14 @@ class ItemTable:
     when only that is given), optional ``interval_calibration`` (the bank's stored c(L)), and
     ``metadata(field)`` (a per-item array, e.g. the benchmark of each item), optional
     ``score_factors`` (:class:`~catengine.models.score_factors.ScoreFactors`, the bank's model for
-    the full-benchmark score).
+    the full-benchmark score), optional ``population`` (the calibration LLMs' traits and
+    accuracies, :class:`~catengine.scoring.standing.Population`).
     Derived arrays (c/d filled in, LaRT CoT information phi^2/lam^2) are computed once and cached.
     """
 
     def __init__(self, params: ItemParams, item_ids=None, b_sd=None, metadata: Callable[[str], np.ndarray] | None = None,
                  covariance: ItemCovariance | None = None, interval_calibration: IntervalCalibration | None = None,
-                 score_factors: ScoreFactors | None = None):
+                 score_factors: ScoreFactors | None = None, population=None):
         if not isinstance(params, ItemParams):
             raise TypeError(f"ItemTable needs an ItemParams, got {type(params).__name__}")
         self.params = params
@@ -62,6 +63,8 @@ class ItemTable:
                 raise ValueError(f"score factors have {score_factors.n_items} items, the bank {self.n_items}")
         #: the bank's score-factor model (None: the bank carries none)
         self.score_factors = score_factors
+        #: the calibration LLMs' traits and accuracies (``catengine.scoring.standing.Population``; None: not stored)
+        self.population = population
         self._metadata = metadata
         self.model = model_code(params)
         self.c, self.d = full_cd(params)
@@ -164,6 +167,17 @@ class ItemSelector(ABC):
                 f"selector {type(self).__name__} works with response models {', '.join(self.models)}, "
                 f"not {items.params.response_model!r}"
             )
+
+
+def is_design_draw(selector: ItemSelector, state: SelectionState) -> bool:
+    """Whether ``selector``'s next item is a known-probability design draw (its criterion value is
+    then the item's selection probability): every step of a selector that draws every item with
+    known probabilities (``draws_by_design = True``), the scheduled steps of one that mixes
+    (``is_design_draw(state)``), never for the others."""
+    if getattr(selector, "draws_by_design", False):
+        return True
+    rule = getattr(selector, "is_design_draw", None)
+    return bool(rule(state)) if callable(rule) else False
 
 
 def run_topk(kernel, k: int, *args) -> tuple[np.ndarray, np.ndarray]:

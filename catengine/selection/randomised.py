@@ -48,6 +48,7 @@ class RandomisedSelection(ItemSelector):
     """
 
     name: ClassVar[str] = "randomised"
+    draws_by_design: ClassVar[bool] = True
     weight: str = "sqrt-variance"
     uniform_share: float = 0.5
     n_nodes: int = 21

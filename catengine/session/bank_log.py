@@ -53,7 +53,29 @@ def item_table(bank) -> ItemTable:
     b_sd = bank.item_metadata("b_sd") if "b_sd" in fields_ else None
     return ItemTable(bank.params, bank.item_ids, b_sd=b_sd, metadata=bank.item_metadata,
                      covariance=bank_item_covariance(bank), interval_calibration=bank_interval_calibration(bank),
-                     score_factors=getattr(bank, "score_factors", None))
+                     score_factors=getattr(bank, "score_factors", None), population=bank_population(bank))
+
+
+def bank_population(bank):
+    """The calibration LLMs' traits (``/subjects`` theta) and full-benchmark accuracies (``/responses``:
+    each row's mean over its answered items) as a ``Population``; None when the bank stores no traits."""
+    from catengine.scoring.standing import Population
+
+    subjects = getattr(bank, "subjects", None)
+    if subjects is None or "theta" not in subjects.data_vars:
+        return None
+    thetas = np.asarray(subjects["theta"].values, dtype=float)
+    if not np.any(np.isfinite(thetas)):
+        return None
+    accuracies = None
+    responses = getattr(bank, "responses", None)
+    if responses is not None and "correct" in responses.data_vars:
+        y = np.asarray(responses["correct"].values, dtype=float)
+        y = np.where((y == 0) | (y == 1), y, np.nan)  # missing cells are stored as a fill value
+        with np.errstate(invalid="ignore"):
+            counts = np.sum(np.isfinite(y), axis=1)
+            accuracies = np.where(counts > 0, np.nansum(y, axis=1) / np.maximum(counts, 1), np.nan)
+    return Population(thetas, accuracies)
 
 
 def bank_item_covariance(bank) -> ItemCovariance | None:

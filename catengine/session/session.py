@@ -14,7 +14,14 @@ from catengine.estimation import MAPEstimator, ResponseState, TraitEstimate, Tra
 from catengine.estimation.interval_calibration import IntervalCalibration
 from catengine.estimation.person_fit import PersonFit, person_fit
 from catengine.models.item_covariance import ItemCovariance
-from catengine.selection import ExposureControl, ItemSelector, ItemTable, SelectionState, default_selector_for
+from catengine.selection import (
+    ExposureControl,
+    ItemSelector,
+    ItemTable,
+    SelectionState,
+    default_selector_for,
+    is_design_draw,
+)
 from catengine.selection.exposure import ExposureContext
 from catengine.session.bank_log import (
     attach_writer,
@@ -62,6 +69,7 @@ class StepRecord:
     proposed: bool
     interval_z95: float | None = None  # the 95% interval's multiplier at this step (None: 1.96)
     interval_factor: float = 1.0  # the factor theta_sd / tau_sd were widened by at this step (the model's SD times it)
+    design: bool = False  # drawn by the selector's known-probability design (criterion = its probability)
 
 
 def _check_correct(correct) -> int:
@@ -177,6 +185,7 @@ class CATSession:
         self._n_available = J
         self._excluded: set[int] = set()
         self._pending: tuple[int, float] | None = None
+        self._pending_design = False  # whether the pending proposal is a known-probability design draw
         self._batch: dict[int, float] = {}  # proposed batch items awaiting answers -> criterion
         self._history: list[StepRecord] = []
         self._stop_cache: tuple[int, str | None] | None = None
@@ -343,6 +352,7 @@ class CATSession:
         rng_before = rng_state_to_json(self._rng) if self._writer is not None else None
         mask = self.eligible_mask()
         state = SelectionState(self._estimate, mask, self._responses, self.items, self._log_posterior)
+        design = is_design_draw(self.selector, state)
         cand, vals = self.selector.candidates(self.params, state, self._rng, self._top_k)
         pick = int(self._rng.integers(cand.size)) if self._top_k > 1 and cand.size > 1 else 0
         j, crit = int(cand[pick]), float(vals[pick])
@@ -351,6 +361,7 @@ class CATSession:
         self._emit({"event": "propose", "subject": self.subject, "step": self._responses.n + 1,
                     "item": self.items.item_ids[j], "criterion": crit if math.isfinite(crit) else None, "rng": rng_before})
         self._pending = (j, crit)  # only once the proposal is in the log
+        self._pending_design = design
         return self.items.item_ids[j]
 
     def next_items(self, k: int) -> list[str]:
@@ -460,12 +471,13 @@ class CATSession:
             raise
         proposed = self._pending is not None and self._pending[0] == j
         crit = self._pending[1] if proposed else math.nan
+        design = proposed and self._pending_design
         if not proposed and j in self._batch:
             proposed, crit = True, self._batch[j]
         rec = StepRecord(step=state.n, item=self.items.item_ids[j], correct=y, cot_length=cot,
                          theta=est.theta, theta_sd=est.theta_sd, tau=est.tau, tau_sd=est.tau_sd,
                          criterion=crit, proposed=proposed, interval_z95=est.interval_z95,
-                         interval_factor=est.interval_factor)
+                         interval_factor=est.interval_factor, design=design)
         try:
             self._emit({"event": "record", "subject": self.subject, "step": state.n, "item": rec.item, "correct": y,
                         "cot_length": cot, "proposed": proposed, "estimate": _estimate_json(est)})

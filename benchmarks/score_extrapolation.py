@@ -1,0 +1,213 @@
+"""The default full-benchmark score for new LLMs unlike the calibration ones: strength-ordered and random splits.
+
+``python benchmarks/score_extrapolation.py [math500-cbmm|math500-saem|amc23-saem|chembench|psn|all] [--reps 3] [--seed 0]``
+
+Two splits of each shared data set, LLMs (with all their runs) on one side only:
+
+* ``strength``: banks calibrated on the LLMs below the 60th percentile of full-benchmark accuracy,
+  tested on the LLMs above the 85th (the new LLM is stronger than every calibration LLM); and
+  the mirror image (bank above the 40th, tested below the 15th);
+* ``random``: five folds of whole LLMs, each held out in turn.
+
+Each bank is what a user gets (``CBMMCalibrator`` / ``LaRTSAEMCalibrator`` ``.fit(...).to_item_bank``
+with every default, including its own cross-fitted check); each held-out LLM's recorded answers
+are replayed through a ``CATSession`` with ``DoublyRobustSelection()`` (the bank's adaptive rule
+on half the steps, known-probability draws on the others and on every step once the LLM stands
+beyond the calibration population; ``--reps`` times, since it draws at random) and scored by
+``predicted_score()`` (the doubly robust estimate for such sessions) after each checked length. Printed per split and
+length: the MAE of the accuracy as a ratio to the exact expected MAE of the mean of as many random
+items (``catengine.scoring.random_mean_mae``), the 95% interval's coverage and mean width, the
+same for the model-only prediction (``method="model"``), coverage by strength decile of the held-out LLMs
+(pooled over both splits' held-out LLMs, deciles of their true accuracy), and how often the
+extrapolation flag fired: for held-out LLMs beyond the calibration LLMs' range of accuracy,
+and for those inside the middle 80% of it. Data sets with fewer than 40 LLMs (ChemBench, the
+PSN-IRT matrix) are printed LLM by LLM for the strength split.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from _paths import CHEMBENCH, PSN_IRT, lart_files, psn_missing  # noqa: E402
+
+LENGTHS = {"math500": (10, 25, 50), "amc23": (5, 10, 20), "chembench": (10, 25, 50), "psn": (10, 25, 50)}
+SETS = ("math500-cbmm", "math500-saem", "amc23-saem", "chembench", "psn")
+
+
+def load(benchmark):
+    import calibration
+    from calibration.folds import with_llm_groups
+
+    if benchmark in ("math500", "amc23"):
+        acc, cot = lart_files(benchmark)
+        return with_llm_groups(calibration.load_responses(acc, cot=cot))[0]
+    if benchmark == "chembench":
+        return calibration.load_responses(CHEMBENCH / "responses_models_x_items.csv.gz", wide=True)
+    import pandas as pd
+
+    m = pd.read_csv(PSN_IRT / "combine.csv.gz", header=None).to_numpy()
+    return calibration.ResponseData.from_arrays(m.astype(np.int8), subject_ids=[f"llm{i}" for i in range(m.shape[0])])
+
+
+def fit_bank(train, method, seed):
+    from calibration import CBMMCalibrator, LaRTSAEMCalibrator
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        if method == "saem":
+            return LaRTSAEMCalibrator(rng=seed).fit(train).to_item_bank("extrapolation_check")
+        return CBMMCalibrator(rng=seed, progress=False).fit(train).to_item_bank("extrapolation_check")
+
+
+def answers(data):
+    """The correctness matrix as floats, NaN where an LLM has no answer."""
+    from catengine.responses.data import MISSING
+
+    return np.where(data.correct == MISSING, np.nan, data.correct.astype(float))
+
+
+def llm_groups(data):
+    groups = np.asarray(data.subject_groups) if data.subject_groups is not None else np.asarray(data.subject_ids)
+    names = np.unique(groups)
+    accuracy = np.nanmean(answers(data), axis=1)
+    group_accuracy = np.array([accuracy[groups == g].mean() for g in names])
+    return groups, names, group_accuracy, accuracy
+
+
+def splits(data, seed):
+    groups, names, group_acc, _ = llm_groups(data)
+    lo60, hi85 = np.quantile(group_acc, [0.60, 0.85])
+    lo15, hi40 = np.quantile(group_acc, [0.15, 0.40])
+    rows = lambda g: np.flatnonzero(np.isin(groups, g))  # noqa: E731
+    out = [("strength-up", rows(names[group_acc < lo60]), rows(names[group_acc > hi85])),
+           ("strength-down", rows(names[group_acc > hi40]), rows(names[group_acc < lo15]))]
+    perm = np.random.default_rng(seed).permutation(names)
+    for k, fold in enumerate(np.array_split(perm, 5)):
+        out.append((f"random-{k}", rows(np.setdiff1d(names, fold)), rows(fold)))
+    return out
+
+
+def replay(bank, y, cot, lengths, rng):
+    from catengine import CATSession
+    from catengine.selection import DoublyRobustSelection
+    from catengine.stopping import MaxItems
+
+    s = CATSession(bank, selector=DoublyRobustSelection(), stopping=MaxItems(max(lengths)), rng=rng)
+    index = bank.index_of
+    for step in range(1, max(lengths) + 1):
+        item = s.next_item()
+        j = index(item)
+        if not np.isfinite(y[j]):
+            s.exclude(item)
+            continue
+        s.record(item, int(y[j]), None if cot is None else float(cot[j]))
+        if step in lengths:
+            yield step, s
+
+
+def run_set(name, reps, seed):
+    from catengine.scoring import random_mean_mae
+
+    benchmark, _, method = name.partition("-")
+    method = method or "cbmm"
+    data = load(benchmark)
+    lengths = LENGTHS[benchmark]
+    _, _, _, accuracy = llm_groups(data)
+    Y = answers(data)
+    J = data.n_items
+    records = []
+    t0 = time.perf_counter()
+    for split, train, test in splits(data, seed):
+        bank = fit_bank(data.subset(subjects=train), method, seed)
+        cal_acc = accuracy[train]
+        cal_lo, cal_hi = float(cal_acc.min()), float(cal_acc.max())
+        mid_lo, mid_hi = np.quantile(cal_acc, [0.1, 0.9])
+        for i in test:
+            y = Y[i]
+            cot = None if data.cot_length is None or bank.response_model != "lart" else data.cot_length[i]
+            truth = float(np.nanmean(y))
+            for r in range(reps):
+                rng = np.random.default_rng([seed, int(i), r])
+                for k, s in replay(bank, y, cot, lengths, rng):
+                    auto = s.predicted_score(by=False)
+                    model = s.predicted_score(method="model", by=False)
+                    records.append({
+                        "split": split.split("-")[0] if split.startswith("random") else split, "llm": data.subject_ids[i],
+                        "k": k, "truth": truth, "rand": random_mean_mae(truth, J, k),
+                        "est": auto.accuracy, "low": auto.low, "high": auto.high, "method": auto.method,
+                        "m_est": model.accuracy, "m_low": model.low, "m_high": model.high,
+                        "flag": auto.extrapolation, "beyond": truth > cal_hi or truth < cal_lo,
+                        "middle": mid_lo <= truth <= mid_hi,
+                    })
+        print(f"  {name} {split}: bank from {train.size} runs (accuracy {cal_lo:.3f}-{cal_hi:.3f}), "
+              f"{test.size} held out ({accuracy[test].min():.3f}-{accuracy[test].max():.3f}), "
+              f"{time.perf_counter() - t0:.0f} s", flush=True)
+    return records, lengths, data.n_subjects
+
+
+def summarise(name, records, lengths, n_subjects):
+    print(f"\n== {name}: doubly robust predicted_score() (and method='model'); MAE as x the mean of as many random items")
+    print(f"{'split':14s} {'k':>4s} {'n':>5s} {'MAE x rand':>10s} {'cover':>6s} {'width':>6s} | {'model x':>8s} {'cover':>6s}  estimators")
+    for split in ("strength-up", "strength-down", "random"):
+        for k in lengths:
+            rows = [r for r in records if r["split"] == split and r["k"] == k]
+            if not rows:
+                continue
+            err = np.mean([abs(r["est"] - r["truth"]) for r in rows])
+            merr = np.mean([abs(r["m_est"] - r["truth"]) for r in rows])
+            base = np.mean([r["rand"] for r in rows])
+            cov = np.mean([r["low"] <= r["truth"] <= r["high"] for r in rows])
+            mcov = np.mean([r["m_low"] <= r["truth"] <= r["m_high"] for r in rows])
+            width = np.mean([r["high"] - r["low"] for r in rows])
+            methods = sorted({r["method"] for r in rows})
+            print(f"{split:14s} {k:4d} {len(rows):5d} {err / base:10.2f} {cov:6.2f} {width:6.3f} | {merr / base:8.2f} {mcov:6.2f}  {','.join(methods)}")
+    if n_subjects < 40:
+        print("LLM by LLM (strength splits, longest length):")
+        k = lengths[-1]
+        for r in records:
+            if r["split"].startswith("strength") and r["k"] == k:
+                print(f"  {r['split']:14s} {r['llm'][:40]:40s} truth {r['truth']:.3f} est {r['est']:.3f} "
+                      f"[{r['low']:.3f}, {r['high']:.3f}] flag {r['flag'] or '-'}")
+        return
+    k_mid = lengths[1]
+    rows = [r for r in records if r["k"] == k_mid]
+    truths = np.array([r["truth"] for r in rows])
+    edges = np.quantile(truths, np.linspace(0, 1, 11))
+    dec = np.clip(np.searchsorted(edges, truths, side="right") - 1, 0, 9)
+    covered = np.array([r["low"] <= r["truth"] <= r["high"] for r in rows])
+    print(f"coverage by strength decile of the held-out LLMs (all splits pooled, k={k_mid}): "
+          + " ".join(f"{covered[dec == d].mean():.2f}" if np.any(dec == d) else "-" for d in range(10)))
+    beyond = [r for r in rows if r["beyond"]]
+    middle = [r for r in rows if r["middle"]]
+    print(f"extrapolation flag at k={k_mid}: fired for {np.mean([bool(r['flag']) for r in beyond]) if beyond else float('nan'):.2f} "
+          f"of {len(beyond)} replays of LLMs beyond the calibration range, "
+          f"{np.mean([bool(r['flag']) for r in middle]) if middle else float('nan'):.2f} of {len(middle)} inside its middle 80%")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("sets", nargs="?", default="all", choices=SETS + ("all",))
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args(argv)
+    chosen = SETS if args.sets == "all" else (args.sets,)
+    for name in chosen:
+        if name == "psn" and psn_missing() is not None:
+            print(f"psn: skipped ({psn_missing()})")
+            continue
+        t0 = time.perf_counter()
+        records, lengths, n = run_set(name, args.reps, args.seed)
+        summarise(name, records, lengths, n)
+        print(f"({name}: {time.perf_counter() - t0:.0f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,201 @@
+"""The doubly robust default score (docs/math.md §7.8): the combination rule by closed forms, the
+design part's unbiasedness and variance by simulation, and whole sessions under a right and a
+deliberately wrong bank."""
+
+import math
+
+import numpy as np
+import pytest
+from scipy.special import expit
+from scipy.stats import t as student_t
+
+from catengine import CATSession, ItemBank
+from catengine.scoring.design import design_estimate, design_terms
+from catengine.scoring.doubly_robust import EVIDENCE, combine_model_and_design
+from catengine.scoring.standing import Population, trait_standing
+from catengine.selection import DoublyRobustSelection, RandomisedSelection, default_selector_for
+from catengine.selection.doubly_robust import scheduled_design_draw
+from catengine.session import from_config, to_config
+from catengine.session.bank_log import item_table
+from catengine.stopping import MaxItems
+
+
+def bank_2pl(J, a, b, thetas=None):
+    bank = ItemBank.from_params("2pl", [f"i{j:03d}" for j in range(J)], bank_id="dr", a=a, b=b)
+    if thetas is not None:
+        import xarray as xr
+
+        thetas = np.asarray(thetas, dtype=float)
+        bank = bank.with_group("subjects", xr.Dataset({"theta": ("subject", thetas),
+                                                       "theta_sd": ("subject", np.full(thetas.size, 0.2))},
+                                                      coords={"subject": [f"s{i}" for i in range(thetas.size)]}))
+    return bank
+
+
+# ---------------------------------------------------------------- the combination rule, closed forms
+
+def test_agreement_keeps_the_model_and_its_interval():
+    # d^2 = 0.0004 <= P + s^2 = 0.0009 + 0.0025: weight 0, the model's estimate and interval
+    e = combine_model_and_design(0.60, 0.03, 0.54, 0.66, 0.62, 0.05, 20, bounds=(0, 1))
+    assert e.weight == 0.0 and e.mean == pytest.approx(0.60)
+    assert e.low <= 0.54 + 1e-12 and e.high >= 0.66 - 1e-12
+
+
+def test_disagreement_moves_to_the_design_and_widens():
+    P, s, n = 0.03**2, 0.04, 25
+    d = 0.20  # five times the design's SE
+    e = combine_model_and_design(0.70, 0.03, 0.64, 0.76, 0.90, s, n, bounds=(0, 1))
+    assert e.weight == pytest.approx(1 - EVIDENCE**2 * (P + s * s) / d**2)
+    assert e.mean == pytest.approx(0.70 + e.weight * d)
+    # the precision-weighted interval: P_e = d^2 - s^2
+    P_e = d * d - s * s
+    centre = 0.70 + P_e / (P_e + s * s) * d
+    half = student_t.ppf(0.975, n - 1) * math.sqrt(P_e * s * s / (P_e + s * s))
+    assert e.high == pytest.approx(centre + half)
+    assert e.low == pytest.approx(min(0.64, centre - half))
+    assert e.low <= 0.90 <= e.high  # holds the design estimate
+    widths = [combine_model_and_design(0.70, 0.03, 0.64, 0.76, 0.70 + dd, s, n).high
+              - combine_model_and_design(0.70, 0.03, 0.64, 0.76, 0.70 + dd, s, n).low for dd in (0.0, 0.05, 0.1, 0.2)]
+    assert all(b >= a - 1e-12 for a, b in zip(widths, widths[1:]))  # wider the more they disagree
+
+
+def test_extrapolating_takes_at_least_the_precision_weight():
+    e = combine_model_and_design(0.70, 0.03, 0.64, 0.76, 0.80, 0.05, 25, extrapolating=True)
+    P_e = max(0.03**2, 0.1**2 - 0.05**2)
+    assert e.weight == pytest.approx(P_e / (P_e + 0.05**2))
+    assert combine_model_and_design(0.70, 0.03, 0.64, 0.76, 0.80, 0.05, 25).weight == 0.0  # inside: 2 SDs not reached
+
+
+def test_bounds_project_and_bad_input_is_named():
+    e = combine_model_and_design(0.95, 0.03, 0.89, 1.0, 1.05, 0.05, 25, bounds=(0.2, 0.99))
+    assert e.high <= 0.99 and e.mean <= 0.99
+    with pytest.raises(ValueError, match="at least 2 design draws"):
+        combine_model_and_design(0.5, 0.1, 0.3, 0.7, 0.5, 0.1, 1)
+    with pytest.raises(ValueError, match="finite"):
+        combine_model_and_design(math.nan, 0.1, 0.3, 0.7, 0.5, 0.1, 5)
+
+
+# ---------------------------------------------------------------- the design part, by simulation
+
+@pytest.mark.slow
+def test_design_part_unbiased_with_its_variance_under_a_wrong_prediction():
+    """A fixed LLM, predictions 0.25 too low on every item (the saturating model), 40 draws from 300
+    items with sqrt-variance-like known probabilities: over 2000 draws of the design the estimate is
+    unbiased and its estimated variance matches the Monte-Carlo variance within 10%."""
+    rng = np.random.default_rng(0)
+    J, n, reps = 300, 40, 2000
+    truth_p = expit(rng.normal(1.0, 1.5, J))
+    y = (rng.random(J) < truth_p).astype(float)
+    f = np.clip(truth_p - 0.25, 0.01, 0.99)  # a wrong model: under-predicts every item
+    w = np.sqrt(f * (1 - f))
+    est, se2 = np.empty(reps), np.empty(reps)
+    for r in range(reps):
+        remaining = np.ones(J, dtype=bool)
+        order, prob = [], []
+        for _ in range(n):
+            pi = np.where(remaining, 0.5 * w / w[remaining].sum() + 0.5 / remaining.sum(), 0.0)
+            cdf = np.cumsum(pi)
+            j = min(int(np.searchsorted(cdf, rng.random() * cdf[-1], side="right")), J - 1)
+            order.append(j)
+            prob.append(pi[j] / cdf[-1])
+            remaining[j] = False
+        terms = design_terms(order, y[order], np.ones(n, bool), prob, np.tile(f, (n, 1)))[:, 0]
+        e = design_estimate(terms, n_items=J)
+        est[r], se2[r] = terms.mean(), e.se ** 2
+    truth = y.mean()
+    mc_se = est.std() / math.sqrt(reps)
+    print(f"design: bias {est.mean() - truth:+.5f} (MC SE {mc_se:.5f}); mean se^2 / MC var {se2.mean() / est.var():.3f}")
+    assert abs(est.mean() - truth) < 3 * mc_se
+    assert abs(se2.mean() / est.var() - 1) < 0.10
+
+
+# ---------------------------------------------------------------- whole sessions
+
+def run(bank, y, n, selector=None, rng=None):
+    selector = DoublyRobustSelection() if selector is None else selector
+    s = CATSession(bank, selector=selector, stopping=MaxItems(n), rng=rng)
+    while not s.finished:
+        item = s.next_item()
+        s.record(item, int(y[bank.index_of(item)]))
+    return s
+
+
+def test_doubly_robust_selector_schedules_design_draws_and_round_trips():
+    J = 60
+    rng = np.random.default_rng(1)
+    bank = bank_2pl(J, rng.lognormal(0, 0.3, J), rng.normal(0, 1, J), thetas=rng.normal(0, 1, 80))
+    sel = DoublyRobustSelection(adaptive=default_selector_for(item_table(bank)))
+    assert from_config(to_config(sel)) == sel
+    assert [scheduled_design_draw(t, 0.5) for t in range(6)] == [False, True, False, True, False, True]
+    assert all(scheduled_design_draw(t, 1.0) for t in range(6))
+    s = run(bank, (rng.random(J) < 0.5).astype(int), 12, selector=sel, rng=2)
+    assert [r.design for r in s.history] == [False, True] * 6
+    score = s.predicted_score(by=False)
+    assert score.method == "doubly-robust" and score.n_design == 6
+    assert score.percentile is not None and 0 <= score.percentile <= 1
+    with pytest.raises(ValueError, match="share"):
+        DoublyRobustSelection(share=0.0)
+    with pytest.raises(ValueError, match="at least share"):
+        DoublyRobustSelection(share=0.6, extrapolation_share=0.5)
+    with pytest.raises(TypeError, match="RandomisedSelection"):
+        DoublyRobustSelection(design=DoublyRobustSelection())
+
+
+def test_standing_percentile_and_flag_by_hand():
+    pop = Population(np.arange(100, dtype=float))  # traits 0..99: 5th / 95th percentiles 4.95 / 94.05
+    assert trait_standing(pop, 49.5).percentile == pytest.approx(0.5)
+    assert trait_standing(pop, 50.0).percentile == pytest.approx(50.5 / 100)  # ties count half
+    assert trait_standing(pop, 95.0).extrapolation == "above"
+    assert trait_standing(pop, 4.0).extrapolation == "below"
+    assert trait_standing(pop, 60.0).extrapolation == ""
+    assert trait_standing(None, 1.0) is None
+
+
+@pytest.mark.slow
+def test_right_model_keeps_the_model_error_wrong_model_is_corrected():
+    """Right bank: the doubly robust error is within 10% of the model-only error on the same sessions.
+    Grossly wrong bank (half of the items, in truth ordinary 2PL items, carry in the bank a slope of
+    0.05 and a 30% success rate whatever the trait: the saturating prediction, about 25 points too low
+    for a strong LLM): the doubly robust score's bias is at most half the model's and its intervals
+    cover; 30 LLMs x 2 sessions of 50 items from 200."""
+    rng = np.random.default_rng(5)
+    J, n = 200, 50
+    a = rng.lognormal(0.0, 0.3, J)
+    b = rng.normal(0.0, 1.2, J)
+    thetas = rng.normal(0, 1, 150)
+    right = bank_2pl(J, a, b, thetas=thetas)
+    flat = np.arange(J) % 2 == 1
+    wrong = bank_2pl(J, np.where(flat, 0.05, a), np.where(flat, math.log(0.3 / 0.7), b), thetas=thetas)
+    err = {"right-dr": [], "right-model": [], "wrong-dr": [], "wrong-model": []}
+    cover = {"right": [], "wrong": []}
+    for _ in range(30):
+        theta = rng.normal(1.5, 0.5)
+        y = (rng.random(J) < expit(a * theta + b)).astype(int)
+        truth = y.mean()
+        for name, bank in (("right", right), ("wrong", wrong)):
+            for _ in range(2):
+                s = run(bank, y, n, rng=rng)
+                dr = s.predicted_score(by=False)
+                model = s.predicted_score(method="model", by=False)
+                assert dr.method == "doubly-robust"
+                err[f"{name}-dr"].append(dr.accuracy - truth)
+                err[f"{name}-model"].append(model.accuracy - truth)
+                cover[name].append(dr.low <= truth <= dr.high)
+    mae = {k: float(np.mean(np.abs(v))) for k, v in err.items()}
+    bias = {k: float(np.mean(v)) for k, v in err.items()}
+    print({k: round(v, 4) for k, v in mae.items()}, {k: round(v, 4) for k, v in bias.items()},
+          {k: round(float(np.mean(v)), 3) for k, v in cover.items()})
+    assert mae["right-dr"] <= 1.10 * mae["right-model"]
+    assert bias["wrong-model"] < -0.15  # the wrong bank under-predicts
+    assert abs(bias["wrong-dr"]) < 0.7 * abs(bias["wrong-model"])
+    assert mae["wrong-dr"] < mae["wrong-model"]
+    assert np.mean(cover["right"]) >= 0.90 and np.mean(cover["wrong"]) >= 0.90
+
+
+def test_randomised_sessions_keep_the_design_estimate():
+    J = 50
+    rng = np.random.default_rng(2)
+    bank = bank_2pl(J, rng.lognormal(0, 0.3, J), rng.normal(0, 1, J))
+    s = run(bank, (rng.random(J) < 0.6).astype(int), 10, selector=RandomisedSelection(), rng=3)
+    assert all(r.design for r in s.history)
+    assert s.predicted_score(by=False).method == "design"
