@@ -29,11 +29,10 @@ from catengine.selection.base import ItemSelector, ItemTable, SelectionState, ch
 from catengine.selection.randomised import RandomisedSelection
 
 
-def _check_share(name, value, low_open: bool):
+def _check_share(name, value):
     ok = not isinstance(value, bool) and isinstance(value, (int, float, np.integer, np.floating)) and math.isfinite(value)
-    if not ok or not ((0.0 < value) if low_open else (0.0 <= value)) or value > 1.0:
-        bound = "(0, 1]" if low_open else "[0, 1]"
-        raise ValueError(f"{name} must lie in {bound}, got {value!r}")
+    if not ok or not 0.0 < value <= 1.0:
+        raise ValueError(f"{name} must lie in (0, 1], got {value!r}")
 
 
 def scheduled_design_draw(n_answered: int, share: float) -> bool:
@@ -69,8 +68,8 @@ class DoublyRobustSelection(ItemSelector):
             raise ValueError("adaptive cannot itself be a DoublyRobustSelection")
         if not isinstance(self.design, RandomisedSelection):
             raise TypeError(f"design must be a RandomisedSelection (known probabilities), got {type(self.design).__name__}")
-        _check_share("share", self.share, low_open=True)
-        _check_share("extrapolation_share", self.extrapolation_share, low_open=True)
+        _check_share("share", self.share)
+        _check_share("extrapolation_share", self.extrapolation_share)
         if self.extrapolation_share < self.share:
             raise ValueError(f"extrapolation_share ({self.extrapolation_share!r}) must be at least share ({self.share!r})")
 

@@ -4,6 +4,7 @@ calls the numerics of ``catengine.scoring`` (``CATSession.predicted_score`` is t
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from functools import lru_cache
 
 import numpy as np
@@ -334,27 +335,22 @@ def session_standing(session):
 
 
 def _with_standing(score: ScoreEstimate, standing, n_design: int = 0) -> ScoreEstimate:
-    from dataclasses import replace
-
     if standing is None:
         return replace(score, n_design=n_design)
     return replace(score, n_design=n_design, percentile=standing.percentile, extrapolation=standing.extrapolation)
 
 
-def _combined(model: ScoreEstimate, design: ScoreEstimate, n_draws: int, extrapolating: bool, level: float,
-              lower: float, upper: float) -> ScoreEstimate:
+def _combined(model: ScoreEstimate, design: ScoreEstimate, n_draws: int, level: float, lower: float, upper: float) -> ScoreEstimate:
     """One group's doubly robust ScoreEstimate from its model and design estimates (proportion units)."""
-    from dataclasses import replace
-
     from catengine.scoring.doubly_robust import combine_model_and_design
 
     acc = combine_model_and_design(model.accuracy, model.sd, model.low, model.high, design.accuracy, design.sd, n_draws,
-                                   level=level, bounds=(lower, upper), extrapolating=extrapolating)
+                                   level=level, bounds=(lower, upper))
     kwargs = {}
     if model.cot_total is not None and design.cot_total is not None and model.cot_total_sd is not None:
         cot = combine_model_and_design(model.cot_total, model.cot_total_sd, model.cot_total_low, model.cot_total_high,
                                        design.cot_total, design.cot_total_sd, n_draws, level=level,
-                                       bounds=(0.0, math.inf), extrapolating=extrapolating)
+                                       bounds=(0.0, math.inf))
         kwargs = {"cot_total": cot.mean, "cot_total_sd": cot.sd, "cot_total_low": cot.low, "cot_total_high": cot.high}
     return replace(model, accuracy=acc.mean, sd=acc.sd, low=acc.low, high=acc.high, method="doubly-robust",
                    n_design=n_draws, **kwargs)
@@ -366,11 +362,9 @@ def doubly_robust_score(session, *, level=0.95, by=None) -> ScoreEstimate:
     design = design_score(session, level=level, by=by)
     model = model_score(session, level=level, by=by)
     standing = session_standing(session)
-    # the precision weight beyond the calibration population (combine_model_and_design's extrapolating)
-    # corrected MATH500's strength-ordered split (1.42x -> 1.02x random's error at 25 items) but let
-    # the design's noise into right-model sessions of strong LLMs (19% more error in
-    # tests/test_scoring_doubly_robust.py): off until the strength-ordered check can tell them apart
-    extrapolating = False
+    # combine_model_and_design(extrapolating=True), the precision weight beyond the calibration
+    # population, is not used: it let the design's noise into right-model sessions of strong LLMs
+    # (docs/validation.md)
     n_draws = sum(1 for r in session.history if r.design)
     _, order, correct = _records(session)
 
@@ -379,7 +373,7 @@ def doubly_robust_score(session, *, level=0.95, by=None) -> ScoreEstimate:
         return known / est.n_items, (known + est.n_items - est.n_observed) / est.n_items
 
     everything = np.ones(session.params.n_items, dtype=bool)
-    top = _combined(model, design, n_draws, extrapolating, level, *bounds(model, everything))
+    top = _combined(model, design, n_draws, level, *bounds(model, everything))
     by_category = {}
     if model.by_category:
         field = model.category_field
@@ -387,10 +381,8 @@ def doubly_robust_score(session, *, level=0.95, by=None) -> ScoreEstimate:
         position = {str(label): g for g, label in enumerate(labels)}
         for label, m in model.by_category.items():
             member = codes == position[label]
-            by_category[label] = _with_standing(_combined(m, design.by_category[label], n_draws, extrapolating, level,
+            by_category[label] = _with_standing(_combined(m, design.by_category[label], n_draws, level,
                                                           *bounds(m, member)), standing, n_draws)
-    from dataclasses import replace
-
     return _with_standing(replace(top, by_category=by_category), standing, n_draws)
 
 
