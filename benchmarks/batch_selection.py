@@ -5,7 +5,7 @@
     python benchmarks/batch_selection.py --method cbmm --selector pwi  # posterior-weighted information
     python benchmarks/batch_selection.py --folds 3 --targets 0.3 0.2 0.1
 
-Real data: the LaRT paper's MATH500 runs (``../shared/data/lart``, 500 items x the real LLMs,
+Real data: the LaRT paper's MATH500 runs (``data/lart``, 500 items x the real LLMs,
 correctness + CoT length). The LLMs are split into ``--folds`` groups; for each fold a bank is
 calibrated on the other folds (cross-fitting: no LLM is scored by a bank that saw it) and every
 held-out LLM is replayed adaptively from its *recorded* answers (and CoT lengths), once per batch
@@ -34,15 +34,13 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-DATA = ROOT.parent / "shared" / "data" / "lart"
-if not DATA.exists():
-    DATA = Path("/work/shared/data/lart")
+from _paths import LART as DATA  # noqa: E402
 
 
 def _load(data_dir: Path):
     from calibration.data import ResponseData
 
-    return ResponseData.from_wide_csv(data_dir / "accuracy_math500.csv", data_dir / "cot_length_math500.csv")
+    return ResponseData.from_wide_csv(data_dir / "accuracy_math500.csv.gz", data_dir / "cot_length_math500.csv.gz")
 
 
 def _fit_bank(method: str, data, seed: int, bank_id: str):
@@ -93,7 +91,7 @@ def _full_estimate(bank, data, row: int, use_cot: bool) -> float:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--data", type=Path, default=DATA, help="folder with accuracy_math500.csv and cot_length_math500.csv")
+    ap.add_argument("--data", type=Path, default=DATA, help="folder with accuracy_math500.csv.gz and cot_length_math500.csv.gz")
     ap.add_argument("--method", choices=("saem", "cbmm"), default="saem")
     ap.add_argument("--folds", type=int, default=2)
     ap.add_argument("--ks", type=int, nargs="+", default=[1, 5, 20])
@@ -102,7 +100,7 @@ def main(argv=None) -> int:
     ap.add_argument("--selector", default=None, help="selector name (default: the bank's default)")
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv)
-    if not (args.data / "accuracy_math500.csv").exists():
+    if not (args.data / "accuracy_math500.csv.gz").exists():
         print(f"no MATH500 data under {args.data}", file=sys.stderr)
         return 2
     from catengine.selection import SELECTORS

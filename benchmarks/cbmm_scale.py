@@ -1,6 +1,7 @@
 """cBMM at leaderboard scale, side by side with scipy's L-BFGS-B on the same objective (issue 3).
 
-    python benchmarks/cbmm_scale.py                   # the five shapes + MATH500 gap
+    python benchmarks/cbmm_scale.py                   # issue 33's table (kernels, fits, baselines) + the five shapes + MATH500
+    python benchmarks/cbmm_scale.py --table-only      # only issue 33's table, every row beside its baseline
     python benchmarks/cbmm_scale.py --shapes 1000x1000 2211x541 --repeat 3
     python benchmarks/cbmm_scale.py --huge            # + 11,785 x 36,259 (cBMM only; ~0.5 GB int8)
     python benchmarks/cbmm_scale.py --peers           # + mirt / girth (pip-installed on demand)
@@ -21,6 +22,16 @@ For every shape:
   Its time excludes building the float64 +-1 matrix it works on (one pass, done before timing).
 * Both final losses are evaluated by the same numpy objective; Spearman correlations of theta,
   a, b with the truth; the ratio is L-BFGS-B time / cBMM time.
+
+Issue 33's table (printed first): per shape 2211 x 1324 and 2211 x 12032, the cBMM fit with the
+default empirical-Bayes prior and with ``prior="none"`` (joint ML; median of ``--repeat`` fits),
+L-BFGS-B at cBMM's joint-ML loss (the baseline of the fit rows), and the two streaming passes of a
+sweep (``col_pass_r1`` with and without the loss, ``row_pass_r1``; priors on, the problem built as
+a fit builds it) beside two measured baselines over the same int8 cells: a numba parallel sum of
+the transposed matrix (the memory limit: GB/s of int8 read) and a parallel sum of sigmoid(theta_i
+a_j + b_j) over the observed cells (the compute floor: the one exp and one division per cell that
+any pass needs). Kernel timings interleave the candidates round-robin and report medians, so a
+shared machine's load falls on all of them alike; the ratios are the figures to quote.
 
 Timings are wall-clock on whatever machine runs this; state its load when quoting them. cBMM
 runs single-threaded below 2.1 M cells (``calibration.methods.cbmm.calibrator._PARALLEL_MIN_CELLS``). On a busy
@@ -338,6 +349,180 @@ def peers(shapes, args) -> None:
             print("  py-irt: skipped (pass --pyirt-python PATH: a Python with py-irt and CPU torch installed)")
 
 
+# ------------------------------------------------------------------------------ issue 33's table
+def _stream_kernels():
+    """The two baselines, compiled like the cBMM kernels (parallel, fastmath, no cache)."""
+    from numba import njit, prange
+
+    from calibration.methods.cbmm import _kernels as K
+
+    @njit(parallel=True, **K._OPTS)
+    def int8_sum(ct):  # the memory limit: every int8 cell read once
+        tot = 0
+        for j in prange(ct.shape[0]):
+            s = 0
+            for i in range(ct.shape[1]):
+                s += ct[j, i]
+            tot += s
+        return tot
+
+    @njit(parallel=True, **K._OPTS)
+    def sigmoid_sum(ct, theta, a, b, out):  # the compute floor: one exp and one division per cell
+        for j in prange(ct.shape[0]):
+            aj = a[j]
+            bj = b[j]
+            z = 0.0
+            for i in range(ct.shape[1]):
+                w = 1.0 if ct[j, i] >= 0 else 0.0
+                x = theta[i] * aj + bj
+                e = K._exp_neg(-abs(x))
+                q = 1.0 / (1.0 + e)
+                z += w * (q if x >= 0.0 else e * q)
+            out[j] = z
+
+    return int8_sum, sigmoid_sum
+
+
+def _medians(fns: dict, repeat: int) -> dict:
+    """Median wall time of each callable, run round-robin ``repeat`` times."""
+    times = {k: [] for k in fns}
+    for _ in range(repeat):
+        for k, f in fns.items():
+            t0 = time.perf_counter()
+            f()
+            times[k].append(time.perf_counter() - t0)
+    return {k: float(np.median(v)) for k, v in times.items()}
+
+
+def kernel_rows(data, repeat: int) -> dict:
+    """Per-cell cost of one column pass (with / without the loss) and one row pass at a converged
+    default-prior fit, with the two baselines; plus the per-call average inside a whole fit."""
+    import numba
+
+    from calibration.methods.cbmm import _kernels as K
+    from calibration.methods.cbmm.calibrator import _Problem, _find_extremes, _transposed
+
+    int8_sum, sigmoid_sum = _stream_kernels()
+    c = np.ascontiguousarray(data.correct, dtype=np.int8)
+    n, j = c.shape
+    cal = CBMMCalibrator(progress=False).fit(data)
+    ct = _transposed(c)
+    row_on, col_on, _, _ = _find_extremes(c, ct)
+    prob = _Problem(c, row_on, col_on, 1, ct=ct)
+    prob.prior = cal.prior_
+    th, a, b = (np.ascontiguousarray(x, dtype=np.float64) for x in (cal.raw_theta_, cal.raw_a_, cal.raw_b_))
+    an = np.where(prob.col_mask, a, 0.0)
+    db = np.zeros(j)
+    tn = th.copy()
+    out = np.zeros(j)
+    ridge = 0.0 if cal.prior_ is None else cal.prior_.theta_precision / 0.25
+    threads = numba.get_num_threads()
+    if c.size < 2_100_000:  # as the fit does (calibrator._PARALLEL_MIN_CELLS)
+        numba.set_num_threads(1)
+    try:
+        fns = {
+            "int8 sum": lambda: int8_sum(ct),
+            "sigmoid sum": lambda: sigmoid_sum(ct, th, a, b, out),
+            "col pass + loss": lambda: prob.col_pass(th, a, b, True),
+            "col pass": lambda: prob.col_pass(th, a, b, False),
+            "row pass": lambda: K.row_pass_r1(c, th, a, b, an, an * an, an * a, an * db, ridge, prob.rows, tn, prob.rsum),
+        }
+        for f in fns.values():
+            f()
+        med = _medians(fns, repeat)
+    finally:
+        numba.set_num_threads(threads)
+    # per-call averages inside real fits (what a profiler of a fit sees: loss and no-loss column passes mixed)
+    per_call = {}
+    for prior in ("empirical-bayes", "none"):
+        acc = {"col": [0.0, 0], "row": [0.0, 0]}
+        orig = {"col": K.col_pass_r1, "row": K.row_pass_r1}
+
+        def timed(name):
+            def f(*args):
+                t0 = time.perf_counter()
+                orig[name](*args)
+                acc[name][0] += time.perf_counter() - t0
+                acc[name][1] += 1
+            return f
+
+        K.col_pass_r1, K.row_pass_r1 = timed("col"), timed("row")
+        try:
+            CBMMCalibrator(progress=False, prior=prior).fit(data)
+        finally:
+            K.col_pass_r1, K.row_pass_r1 = orig["col"], orig["row"]
+        per_call[prior] = {k: (v[0] / max(v[1], 1), v[1]) for k, v in acc.items()}
+    return {"cells": n * j, "med": med, "per_call": per_call}
+
+
+def print_kernel_rows(shape: str, kr: dict) -> None:
+    cells, med = kr["cells"], kr["med"]
+    base, floor = med["int8 sum"], med["sigmoid sum"]
+    row = med["row pass"]
+    print(f"\n{shape}: one pass over the {cells / 1e6:.1f} M int8 cells (median of round-robin repeats)")
+    print(f"  {'pass':<16} {'ms':>8} {'ns/cell':>8} {'GB/s':>7} {'x int8 sum':>11} {'x sigmoid sum':>14} {'x row pass':>11}")
+    for k, t in med.items():
+        print(f"  {k:<16} {t * 1e3:8.2f} {t / cells * 1e9:8.3f} {cells / t / 1e9:7.2f} {t / base:11.2f} {t / floor:14.2f} "
+              f"{t / row:11.2f}")
+    for prior, pc in kr["per_call"].items():
+        (tc, nc), (tr, nr) = pc["col"], pc["row"]
+        print(f"  inside a fit (prior={prior}): col_pass_r1 {tc * 1e3:.2f} ms/call x {nc}, row_pass_r1 {tr * 1e3:.2f} ms/call "
+              f"x {nr}: column / row per cell {tc / tr:.2f} (target <= 1.3)")
+
+
+def _median_fit(data, repeat: int, **kw):
+    times = []
+    cal = None
+    for _ in range(repeat):
+        gc.collect()
+        cal = CBMMCalibrator(progress=False, **kw)
+        t0 = time.perf_counter()
+        cal.fit(data)
+        times.append(time.perf_counter() - t0)
+    return cal, float(np.median(times))
+
+
+def issue33_table(args) -> None:
+    """Every workload row of issue 33 beside its baseline, as ratios, in one run."""
+    print("\n== issue 33: cBMM fits, joint ML and default prior, beside L-BFGS-B at equal loss and the streaming passes ==")
+    summary = []
+    for text in args.table_shapes:
+        n, j = _shape(text)
+        data, _, _ = simulate(n, j, args.seed)
+        cal_ml, t_ml = _median_fit(data, args.repeat, prior="none", tol=args.tol)
+        cal_eb, t_eb = _median_fit(data, args.repeat, tol=args.tol)
+        line = {"shape": text, "ml": t_ml, "eb": t_eb, "ml_sweeps": cal_ml.n_iter_, "eb_sweeps": cal_eb.n_iter_}
+        if n * j <= args.table_lbfgs_max_cells:
+            obj = DenseObjective(data.correct, ~cal_ml.extreme_subjects_, ~cal_ml.perfect_items_)
+            target = obj(np.concatenate([cal_ml.raw_theta_, cal_ml.raw_a_, cal_ml.raw_b_]))[0]
+            _, t_lb, state = run_lbfgsb(obj, cal_ml.init_params_, target, args.lbfgs_time_limit)
+            line.update(lbfgs=t_lb, reached=state["reached"], target=target, lbfgs_loss=state["fun"])
+            del obj
+            gc.collect()
+        kr = kernel_rows(data, max(args.kernel_repeat, 3))
+        print_kernel_rows(text, kr)
+        line["kernels"] = kr
+        summary.append(line)
+    print("\n  issue 33 rows (this run; targets from the issue, an idle 2-core machine):")
+    for ln in summary:
+        lb = ""
+        if "lbfgs" in ln:
+            lb = (f"; L-BFGS-B at equal loss {ln['lbfgs']:.2f} s -> {ln['lbfgs'] / ln['ml']:.1f}x"
+                  f"{'' if ln['reached'] else ' (lower bound: time limit)'}")
+        print(f"  cBMM {ln['shape']}, joint ML (prior='none'): {ln['ml']:.3f} s ({ln['ml_sweeps']} sweeps){lb}")
+        print(f"  cBMM {ln['shape']}, default (empirical-Bayes prior): {ln['eb']:.3f} s ({ln['eb_sweeps']} sweeps), "
+              f"{ln['eb'] / ln['ml']:.2f}x the joint-ML fit")
+        med, cells = ln["kernels"]["med"], ln["kernels"]["cells"]
+        pc = ln["kernels"]["per_call"]["empirical-bayes"]
+        print(f"  cBMM {ln['shape']}, one column / one row pass: {med['col pass + loss'] * 1e3:.1f} (with loss) / "
+              f"{med['col pass'] * 1e3:.1f} / {med['row pass'] * 1e3:.1f} ms = {med['col pass + loss'] / cells * 1e9:.3f} / "
+              f"{med['col pass'] / cells * 1e9:.3f} / {med['row pass'] / cells * 1e9:.3f} ns per cell; int8 sum "
+              f"{med['int8 sum'] / cells * 1e9:.3f} ns/cell ({cells / med['int8 sum'] / 1e9:.1f} GB/s), sigmoid sum "
+              f"{med['sigmoid sum'] / cells * 1e9:.3f} ns/cell; per fit call column / row = {pc['col'][0] / pc['row'][0]:.2f}")
+    print("  targets: 2211x12032 <= 0.35 s default and <= 0.3 s joint ML; 2211x1324 joint ML >= 30x L-BFGS-B; "
+          "column pass <= 1.3x the row pass per cell, both <= 3x the streaming baseline")
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--shapes", nargs="*", default=SHAPES, help="N x J shapes, e.g. 2211x541 (none: skip)")
@@ -356,6 +541,12 @@ def main(argv=None) -> int:
     p.add_argument("--threading-layer", choices=("default", "omp", "workqueue", "tbb"), default="default",
                    help="numba threading layer (set before the first parallel kernel runs)")
     p.add_argument("--no-math500", action="store_true")
+    p.add_argument("--table-only", action="store_true", help="print issue 33's table only (no shapes, MATH500, peers)")
+    p.add_argument("--no-table", action="store_true", help="skip issue 33's table")
+    p.add_argument("--table-shapes", nargs="+", default=["2211x1324", "2211x12032"])
+    p.add_argument("--table-lbfgs-max-cells", type=float, default=5e6,
+                   help="run L-BFGS-B for the table's joint-ML rows up to this many cells")
+    p.add_argument("--kernel-repeat", type=int, default=9, help="round-robin repeats of the pass timings (median)")
     args = p.parse_args(argv)
 
     import numba
@@ -368,6 +559,10 @@ def main(argv=None) -> int:
           f"cBMM tol {args.tol:g}; load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     warm, _, _ = simulate(1500, 800, 0)  # > the serial threshold: loads the parallel kernels too
     CBMMCalibrator(progress=False).fit(warm)  # load the compiled kernels (JIT cache) before timing
+    if not args.no_table:
+        issue33_table(args)
+    if args.table_only:
+        return 0
     rows = []
     for text in args.shapes:
         n, j = _shape(text)

@@ -1,6 +1,6 @@
 """Benchmarks of the online engine, printed side by side (not timed tests).
 
-Sections (``python benchmarks/engine.py [step|compare|math500|all] [--quick]``):
+Sections (``python benchmarks/engine.py [step|compare|throughput|serve|math500|all] [--quick]``):
 
 * ``step``    — one step (record + MAP update + next-item selection) on 30,000-item banks:
                 p50 / p99 per step, for point and posterior-expected information (2PL, 4PL, LaRT),
@@ -18,7 +18,12 @@ Sections (``python benchmarks/engine.py [step|compare|math500|all] [--quick]``):
                 1,000 subjects x 100 answers (``--quick``: 100 x 50), answers per second with and
                 without fsync, and the p99 of one record + next step. Target: >= 10,000 answers/s
                 without fsync.
-* ``math500`` — adaptive efficiency on the real MATH500 data (../shared/data/lart): calibrate LaRT
+* ``serve``   — ``record`` replies of ``catengine serve`` (estimate and predicted full-benchmark score)
+                on 1,000,000-item 2PL and LaRT banks (``--quick``: 100,000), for an adaptive and a
+                doubly robust session: p50 / p95 per reply and peak memory, side by side with the
+                model-based score computed from scratch (a pass over every item at every node).
+                Target: p50 <= 50 ms.
+* ``math500`` — adaptive efficiency on the real MATH500 data (data/lart): calibrate LaRT
                 (SAEM, with CoT) and IRT-only (SAEM, probit, no CoT) banks on 120 LLMs, replay the
                 real answers and CoT lengths of the other 38 adaptively, and report Kendall tau
                 between the adaptive estimate after 25 / 50 / 100 items and the full-500-item
@@ -56,7 +61,7 @@ from catengine.selection import (  # noqa: E402
 from catengine.session import CATSession  # noqa: E402
 from catengine.stopping import MaxItems  # noqa: E402
 
-DATA = ROOT.parent / "shared" / "data" / "lart"
+from _paths import lart_files  # noqa: E402
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -318,16 +323,13 @@ def bench_math500(quick: bool) -> None:
     from calibration.audit.replay import replay_metrics
 
     print("\n== adaptive efficiency on the real MATH500 data (LaRT paper, 158 LLMs x 500 items) ==")
-    if not (DATA / "accuracy_math500.csv").exists():
-        print(f"skipped: {DATA} is not available")
-        return
     try:
         from calibration.data import ResponseData
         from calibration.methods.lart.calibrator import LaRTSAEMCalibrator
     except ImportError as exc:
         print(f"skipped: the LaRT SAEM calibrator is not available yet ({exc})")
         return
-    data = ResponseData.from_wide_csv(DATA / "accuracy_math500.csv", DATA / "cot_length_math500.csv")
+    data = ResponseData.from_wide_csv(*lart_files("math500"))
     rng = np.random.default_rng(2024)
     perm = rng.permutation(data.n_subjects)
     cal_ids = [data.subject_ids[k] for k in perm[:120]]
@@ -466,9 +468,84 @@ def bench_throughput(quick: bool) -> None:
         print(f"{str(fsync):<6} {len(steps) / total:>10,.0f} {len(steps) / cpu:>10,.0f} {_pct(steps, 50) * 1e3:>8.3f} {_pct(steps, 99) * 1e3:>8.3f} {size:>7.1f}")
 
 
+# ----------------------------------------------------------------------------- section: serve
+def _serve_replies(bank, selector, n_replies, rng_seed, from_scratch):
+    """Wall time and peak traced memory of each ``record`` reply of one serve subject (the reply
+    includes the predicted full-benchmark score), the model-based part from the bank's summed
+    curves or, with ``from_scratch``, by a pass over every item at every node."""
+    import tracemalloc
+    from contextlib import ExitStack
+    from unittest import mock
+
+    from catengine.scoring import predict_accuracy, predict_cot_total
+    from catengine.session import Engine
+    from catengine.session import scoring as session_scoring
+    from catengine.session.serve import handle
+
+    params = bank.params
+    rng = np.random.default_rng(rng_seed)
+    correct, tokens = _answers(params, 0.4, -0.3, rng)
+    engine = Engine(bank, selector=selector, stopping=MaxItems(n_replies + 1), rng=rng_seed)
+    times, peaks, method = [], [], None
+    with ExitStack() as stack:
+        if from_scratch:
+            uncertainty = session_scoring.item_uncertainty(bank, engine.items)
+
+            def accuracy(curves, theta, sd, observed, values, **kw):
+                return predict_accuracy(params, theta, sd, observed, values, codes=curves.codes if curves.n_groups else None,
+                                        n_groups=curves.n_groups, **uncertainty, **kw)
+
+            def cot(curves, params_, tau, sd, observed, values, **kw):
+                return predict_cot_total(params_, tau, sd, observed, values, codes=curves.codes if curves.n_groups else None,
+                                         n_groups=curves.n_groups, **kw)
+
+            stack.enter_context(mock.patch.object(session_scoring, "predict_accuracy_from_curves", accuracy))
+            stack.enter_context(mock.patch.object(session_scoring, "predict_cot_total_from_curves", cot))
+        for _ in range(n_replies):
+            item = handle(engine, {"op": "next", "subject": "llm"})["item"]
+            j = bank.index_of(item)
+            req = {"op": "record", "subject": "llm", "item": item, "correct": int(correct[j])}
+            if tokens is not None:
+                req["cot_length"] = float(tokens[j])
+            tracemalloc.start()
+            t0 = time.perf_counter()
+            reply = handle(engine, req)
+            times.append(time.perf_counter() - t0)
+            peaks.append(tracemalloc.get_traced_memory()[1])
+            tracemalloc.stop()
+            method = reply["score"]["method"]
+    engine.close()
+    return np.array(times), np.array(peaks), method
+
+
+def bench_serve(quick: bool) -> None:
+    from catengine.selection import DoublyRobustSelection
+
+    n_items = 100_000 if quick else 1_000_000
+    n_replies, n_baseline = (12, 3) if quick else (30, 3)
+    print(f"\n== serve: one subject's record replies (estimate + predicted full-benchmark score) on {n_items:,}-item "
+          f"banks, {n_replies} replies (the first builds the bank's interpolation panels, shared by later sessions); "
+          f"from scratch: {n_baseline} replies ==")
+    print("(memory: peak traced allocation during one reply, tracemalloc)")
+    print(f"{'bank':<8} {'selector':<24} {'method':<14} {'p50 ms':>9} {'p95 ms':>9} {'first ms':>9} {'peak MB':>8} "
+          f"{'scratch p50 ms':>14} {'scratch MB':>10} {'ratio p50':>9}")
+    for model in ("2pl", "lart"):
+        t0 = time.perf_counter()
+        bank = _bank(model, n_items, seed=1, uncertainty="b")
+        built = time.perf_counter() - t0
+        for name, selector in (("adaptive (MFI)", MaxFisherInformation()), ("doubly-robust", DoublyRobustSelection())):
+            times, peaks, method = _serve_replies(bank, selector, n_replies, 5, from_scratch=False)
+            later = times[1:]
+            base, base_peaks, _ = _serve_replies(bank, selector, n_baseline, 5, from_scratch=True)
+            print(f"{model:<8} {name:<24} {method:<14} {_pct(later, 50) * 1e3:>9.1f} {_pct(later, 95) * 1e3:>9.1f} "
+                  f"{times[0] * 1e3:>9.0f} {peaks[1:].max() / 1e6:>8.1f} {_pct(base, 50) * 1e3:>14.0f} "
+                  f"{base_peaks.max() / 1e6:>10.0f} {_pct(base, 50) / _pct(later, 50):>9.0f}")
+        print(f"(bank of {n_items:,} items built in {built:.1f} s)")
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("section", nargs="?", default="all", choices=("step", "compare", "throughput", "math500", "all"))
+    parser.add_argument("section", nargs="?", default="all", choices=("step", "compare", "throughput", "serve", "math500", "all"))
     parser.add_argument("--quick", action="store_true", help="smaller runs (for smoke tests)")
     args = parser.parse_args(argv)
     print("catengine benchmarks; timings depend on the machine (wall clock, single thread)")
@@ -478,6 +555,8 @@ def main(argv=None) -> int:
         bench_compare(args.quick)
     if args.section in ("throughput", "all"):
         bench_throughput(args.quick)
+    if args.section in ("serve", "all"):
+        bench_serve(args.quick)
     if args.section in ("math500", "all"):
         bench_math500(args.quick)
     return 0

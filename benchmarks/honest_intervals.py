@@ -25,7 +25,7 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-DATA = ROOT.parent / "shared" / "data"
+from _paths import CHEMBENCH, PSN_IRT, exit_without_psn, lart_files  # noqa: E402
 
 
 def _data(name: str):
@@ -35,13 +35,15 @@ def _data(name: str):
     # the LaRT data: a zero-shot and a one-shot run per LLM; replay_audit and every check it runs
     # find the run suffixes and hold both runs of an LLM out together (calibration.folds.with_llm_groups)
     if name.startswith("math500"):
-        return load_responses(DATA / "lart/accuracy_math500.csv", cot=DATA / "lart/cot_length_math500.csv", wide=True)
+        accuracy, cot = lart_files("math500")
+        return load_responses(accuracy, cot=cot, wide=True)
     if name.startswith("amc23"):
-        return load_responses(DATA / "lart/accuracy_amc23.csv", cot=DATA / "lart/cot_length_amc23.csv", wide=True)
+        accuracy, cot = lart_files("amc23")
+        return load_responses(accuracy, cot=cot, wide=True)
     if name.startswith("chembench"):
-        return load_responses(DATA / "chembench/responses_models_x_items.csv.gz", wide=True)
+        return load_responses(CHEMBENCH / "responses_models_x_items.csv.gz", wide=True)
     if name.startswith("psn-irt"):
-        Y = np.loadtxt(DATA / "psn_irt/percent_0.7.csv.gz", delimiter=",").astype(np.int8)
+        Y = np.loadtxt(exit_without_psn(PSN_IRT / "percent_0.7.csv.gz"), delimiter=",").astype(np.int8)
         return ResponseData.from_arrays(Y)
     if name.startswith("sim2pl"):
         g = np.random.default_rng(2026)

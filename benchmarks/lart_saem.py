@@ -3,6 +3,14 @@
     python benchmarks/lart_saem.py                 # MATH500 (LaRT + IRT-only) and simulated 500 x 500
     python benchmarks/lart_saem.py --peer          # + mirt's ResponseTimeGibbsSampler on the simulated data
     python benchmarks/lart_saem.py --sim 500x50 --seeds 5     # other simulated shapes / several seeds
+    python benchmarks/lart_saem.py --table-only    # issue 33's SAEM / MATH500 rows beside their baselines
+    python benchmarks/lart_saem.py --no-check      # the table without the (slow) default interval checks
+
+Issue 33's rows (printed first): on MATH500, the LaRT SAEM fit (median of ``--repeat`` fits) beside
+the exact M-step (``_carry_tol = 0``: a full history pass per item and
+iteration) in the same run, with the largest differences of the two fits' a, b, rho and item SDs
+(same seed); the default interval check (``to_item_bank(interval_check=True)`` minus the bank
+without it) as a multiple of the fit; and cBMM's fit and check on the same data.
 
 Every fit is timed after a warm-up fit on a tiny problem (numba kernels are compiled and cached
 on first use; compilation is not counted). Times are wall-clock on whatever machine runs this:
@@ -61,6 +69,65 @@ def warm_up():
     data, _ = simulate_dataset("lart", 30, 5, rng=0, cot_offset=0.0)
     _fit(data, rng=0, cot_offset=0.0, max_iter=8, n_burnin=3)
     _fit(data, rng=0, cot_offset=0.0, max_iter=8, n_burnin=3, use_cot=False)
+
+
+def _median_time(fn, repeat):
+    times, out = [], None
+    for _ in range(repeat):
+        t = time.perf_counter()
+        out = fn()
+        times.append(time.perf_counter() - t)
+    return out, float(np.median(times)), times
+
+
+def _check_cost(cal, repeat=1):
+    """Seconds of the default interval check on a fitted calibrator: bank with it minus bank without."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        _, t_plain, _ = _median_time(lambda: cal.to_item_bank("bench", interval_check=False), repeat)
+        _, t_check, _ = _median_time(lambda: cal.to_item_bank("bench", interval_check=True), 1)
+    return max(t_check - t_plain, 0.0)
+
+
+def issue33_rows(seed: int, repeat: int, check: bool):
+    """Issue 33's MATH500 rows, each beside its baseline, in one run (ratios are the figures to quote)."""
+    from calibration.methods.cbmm.calibrator import CBMMCalibrator
+
+    acc, cot = DATA / "accuracy_math500.csv", DATA / "cot_length_math500.csv"
+    if not acc.exists():
+        print(f"issue 33 rows: MATH500 not found at {DATA}; skipped")
+        return
+    data = ResponseData.from_wide_csv(acc, cot)
+    print(f"== issue 33: MATH500 {data.n_subjects} x {data.n_items}, median of {repeat} fits (round-robin) ==")
+    keep = LaRTSAEMCalibrator._carry_tol
+    times = {"new": [], "exact": []}
+    cals = {}
+    try:
+        for _ in range(repeat):
+            for name, ct in (("new", keep), ("exact", 0.0)):
+                LaRTSAEMCalibrator._carry_tol = ct
+                cals[name], dt = _fit(data, rng=seed)
+                times[name].append(dt)
+    finally:
+        LaRTSAEMCalibrator._carry_tol = keep
+    t_new, t_exact = float(np.median(times["new"])), float(np.median(times["exact"]))
+    new, ref = cals["new"], cals["exact"]
+    print(f"  LaRT SAEM fit            : {t_new:6.2f} s ({new.n_iter_} iter, {new.newton_passes_} M-step passes; "
+          f"{_breakdown(new)}); target <= 2 s")
+    print(f"  baseline, exact M-step   : {t_exact:6.2f} s ({ref.n_iter_} iter, {ref.newton_passes_} M-step passes; "
+          f"{_breakdown(ref)}) -> fit / baseline {t_new / t_exact:.2f}x")
+    print(f"  same seed, new vs exact  : max|da| {np.abs(new.a_ - ref.a_).max():.1e}  max|db| {np.abs(new.b_ - ref.b_).max():.1e}  "
+          f"|drho| {abs(new.rho_ - ref.rho_):.1e}  max rel. d a_sd {np.abs(new.a_sd_ / ref.a_sd_ - 1).max():.1e}  "
+          f"(median a_sd {np.median(ref.a_sd_):.3f}: the Monte-Carlo scale)")
+    cb, t_cb, _ = _median_time(lambda: CBMMCalibrator(progress=False).fit(data), max(repeat, 3))
+    print(f"  cBMM fit                 : {t_cb:6.3f} s ({cb.n_iter_} sweeps)")
+    if check:
+        c_saem = _check_cost(new)
+        print(f"  SAEM default check       : {c_saem:6.1f} s = {c_saem / t_new:.1f}x the fit (target <= 3x)")
+        c_cb = _check_cost(cb)
+        print(f"  cBMM default check       : {c_cb:6.2f} s = {c_cb / t_cb:.0f}x the fit (target <= 2 s)")
+    else:
+        print("  default checks: skipped (--no-check)")
 
 
 def real_math500(seed: int):
@@ -147,10 +214,19 @@ def main(argv=None):
     ap.add_argument("--seeds", type=int, default=1, help="number of simulated seeds (default 1)")
     ap.add_argument("--no-real", action="store_true", help="skip the MATH500 fits")
     ap.add_argument("--peer", action="store_true", help="also fit the simulated data with mirt's Gibbs sampler")
+    ap.add_argument("--table-only", action="store_true", help="only issue 33's MATH500 rows")
+    ap.add_argument("--no-table", action="store_true", help="skip issue 33's MATH500 rows")
+    ap.add_argument("--no-check", action="store_true", help="issue 33's rows without the default interval checks")
+    ap.add_argument("--repeat", type=int, default=3, help="fits per timing in issue 33's rows (median)")
     args = ap.parse_args(argv)
     n, j = (int(x) for x in args.sim.lower().split("x"))
     print(f"# machine: {os.cpu_count()} logical CPUs; load average {os.getloadavg()[0]:.1f} at start")
     warm_up()
+    if not args.no_table:
+        issue33_rows(0, args.repeat, not args.no_check)
+    if args.table_only:
+        print(f"# load average {os.getloadavg()[0]:.1f} at end")
+        return 0
     if not args.no_real:
         real_math500(seed=0)
     simulated(n, j, range(args.seeds), args.peer)

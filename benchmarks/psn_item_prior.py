@@ -19,7 +19,7 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-DATA = ROOT.parent / "shared" / "data"
+from _paths import CHEMBENCH, PSN_IRT, exit_without_psn  # noqa: E402
 
 
 def main() -> int:
@@ -30,10 +30,10 @@ def main() -> int:
     if len(sys.argv) > 1 and sys.argv[1] == "psn-irt":
         from calibration import ResponseData
 
-        Y = np.loadtxt(DATA / "psn_irt" / "percent_0.7.csv.gz", delimiter=",").astype(np.int8)
+        Y = np.loadtxt(exit_without_psn(PSN_IRT / "percent_0.7.csv.gz"), delimiter=",").astype(np.int8)
         data, sizes = ResponseData.from_arrays(Y), (12, 11)
     else:
-        data, sizes = load_responses(DATA / "chembench" / "responses_models_x_items.csv.gz", wide=True), (22, 17, 14, 14, 12)
+        data, sizes = load_responses(CHEMBENCH / "responses_models_x_items.csv.gz", wide=True), (22, 17, 14, 14, 12)
     g = np.random.default_rng(1)
     print("LLMs  prior   seconds converged  |a| median / q99 / max  max|b|  n(|a|>10)  train loss  prior from epoch")
     for n in sizes:

@@ -48,7 +48,9 @@ from catengine.models import logistic
 from catengine.models.expected_information import expected_information
 from catengine.models.params import ItemParams
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "psn_irt"
+from _paths import PSN_IRT, psn_missing
+
+DATA = PSN_IRT  # not shipped (no license stated): read from beside the repository
 REF_THETA = np.array([2.431, 5.913, 3.664, 6.863, -7.312, 3.315, -3.164, 2.051, 1.131, -1.069, -4.578, 0.992])
 REF_LOSS = 0.3294
 PAPER_SATURATION = {"point": [70.2, 20.9, 44.4, 63.4, 88.0], "posterior": [9.3, 0.0, 0.0, 0.01, 6.5]}
@@ -242,8 +244,8 @@ def main(argv=None) -> int:
     ap.add_argument("--quick", action="store_true", help="3 epochs, no held-out retraining, small subset experiment")
     ap.add_argument("--float64", action="store_true", help="train in float64 (default float32, as torch)")
     args = ap.parse_args(argv)
-    if not (DATA / "percent_0.7.csv.gz").exists():
-        print(f"data not found under {DATA}; skipping")
+    if psn_missing(DATA / "percent_0.7.csv.gz") is not None:
+        print(f"skipping: {psn_missing(DATA / 'percent_0.7.csv.gz')}")
         return 0
     epochs = 3 if args.quick else args.epochs
     dtype = "float64" if args.float64 else "float32"

@@ -7,7 +7,7 @@ For each held-out LLM L of ChemBench (22 LLMs x 2,854 items): fit a cBMM bank on
 LLMs (defaults, responses kept), then ``calibration.recalibrate`` it with L's answers merged in
 (Stocking-Lord linking, default drift test). Nothing about the items changed, so every flagged
 item is a false alarm; the script prints the share of common items flagged per run and overall,
-and, side by side, the share the old rule (|da| or |db| > 0.5, no SEs) would flag on the same
+and, side by side, the share the plain threshold rule (|da| or |db| > 0.5, no SEs) would flag on the same
 pair of banks.
 """
 
@@ -26,7 +26,9 @@ from calibration.methods.cbmm.calibrator import CBMMCalibrator
 from calibration.recalibrate import RecalibrationConfig, recalibrate
 from catengine import open_item_bank, write_item_bank
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "chembench" / "responses_models_x_items.csv.gz"
+from _paths import CHEMBENCH
+
+DATA = CHEMBENCH / "responses_models_x_items.csv.gz"
 
 
 def load_chembench(path=DATA) -> ResponseData:
@@ -47,7 +49,7 @@ def one_run(data: ResponseData, held: int, prior, correction: str, workdir: Path
     result = recalibrate(config)
     old, new_bank = open_item_bank(workdir / "chem", version=1), open_item_bank(workdir / "chem", version=2)
     common = len(result.diff.drifted_items), result.diff.n_common
-    # the old rule on the same pair of banks
+    # the plain threshold rule on the same pair of banks
     a_o, b_o = old.params.a, old.params.b
     idx = np.array([new_bank.index_of(i) for i in old.item_ids])
     a_n, b_n = new_bank.params.a[idx], new_bank.params.b[idx]
@@ -62,9 +64,6 @@ def main(argv=None) -> int:
     p.add_argument("--correction", default="holm", choices=("holm", "bh"))
     p.add_argument("--variance", default="independent", choices=("independent", "nested"))
     args = p.parse_args(argv)
-    if not DATA.exists():
-        print(f"ChemBench matrix not found at {DATA}")
-        return 1
     data = load_chembench()
     rows = range(data.n_subjects) if args.held_out is None else args.held_out
     flagged = common = old_rule = 0

@@ -45,7 +45,8 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-DATA = ROOT.parent / "shared" / "data"
+from _paths import lart_files  # noqa: E402
+
 GRID = np.linspace(-5.0, 5.0, 201)
 
 
@@ -96,7 +97,8 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     warnings.simplefilter("ignore")
     t0 = time.perf_counter()
-    data = load_responses(DATA / "lart" / "accuracy_math500.csv", cot=DATA / "lart" / "cot_length_math500.csv")
+    accuracy, cot = lart_files("math500")
+    data = load_responses(accuracy, cot=cot)
     if not args.ungrouped:
         data = with_llm_groups(data)[0]  # both prompt runs of an LLM are held out together, as the checks do
     N, J, k = data.n_subjects, data.n_items, args.k

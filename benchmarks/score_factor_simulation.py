@@ -33,7 +33,7 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-DATA = ROOT.parent / "shared" / "data"
+from _paths import lart_files  # noqa: E402
 
 
 def session(select, score, y, k):
@@ -93,7 +93,7 @@ def simulate(args, seed: int) -> dict:
     from catengine.models.score_factors import ScoreFactors
 
     t0 = time.perf_counter()
-    data = load_responses(DATA / "lart" / "accuracy_math500.csv")
+    data = load_responses(lart_files("math500")[0])
     if not args.ungrouped:
         data = with_llm_groups(data)[0]  # both prompt runs of an LLM in one fold, as the library's checks split
     Y = data.correct

@@ -6,7 +6,7 @@ For each fold of LLMs a bank is calibrated on the other folds with the library's
 (MATH500: ``LaRTSAEMCalibrator`` with CoT lengths; ChemBench and the PSN-IRT matrix:
 ``CBMMCalibrator``, 2PL). MATH500's folds hold both runs of an LLM (its zero-shot and one-shot
 prompts) out together; ``--ungrouped`` splits runs instead, which lets a held-out run's sibling
-calibrate its bank and flattered every MATH500 figure measured before session 10. Each held-out LLM's recorded answers are then replayed, and after
+calibrate its bank and flatters every MATH500 figure. Each held-out LLM's recorded answers are then replayed, and after
 k = 10 / 25 / 50 / 100 items its full-benchmark accuracy (the mean of all its answers) is
 estimated by
 
@@ -50,9 +50,7 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-DATA = ROOT.parent.parent / "shared" / "data" if not (ROOT.parent / "shared").exists() else ROOT.parent / "shared" / "data"
-if not DATA.exists():
-    DATA = Path("/work/shared/data")
+from _paths import CHEMBENCH, PSN_IRT, exit_without_psn, lart_files  # noqa: E402
 
 LENGTHS = (10, 25, 50, 100)
 Z = 1.959963984540054
@@ -66,14 +64,15 @@ def load(name, grouped=True):
     from calibration.folds import with_llm_groups
 
     if name == "math500":
-        data = calibration.load_responses(DATA / "lart" / "accuracy_math500.csv", cot=DATA / "lart" / "cot_length_math500.csv")
+        accuracy, cot = lart_files("math500")
+        data = calibration.load_responses(accuracy, cot=cot)
         return with_llm_groups(data)[0] if grouped else data
     if name == "chembench":
-        return calibration.load_responses(DATA / "chembench" / "responses_models_x_items.csv.gz", wide=True)
+        return calibration.load_responses(CHEMBENCH / "responses_models_x_items.csv.gz", wide=True)
     if name == "psn":
         import pandas as pd
 
-        m = pd.read_csv(DATA / "psn_irt" / "combine.csv.gz", header=None).to_numpy()
+        m = pd.read_csv(exit_without_psn(PSN_IRT / "combine.csv.gz"), header=None).to_numpy()
         return calibration.ResponseData.from_arrays(m.astype(np.int8), subject_ids=[f"llm{i}" for i in range(m.shape[0])])
     raise ValueError(name)
 
@@ -279,7 +278,7 @@ def main(argv=None):
                     help="calibration method (default: saem for MATH500, cbmm otherwise)")
     ap.add_argument("--no-cot", action="store_true", help="LaRT banks: score the answers alone (use_cot=False)")
     ap.add_argument("--ungrouped", action="store_true", help="MATH500: treat each run as its own LLM (a held-out "
-                    "run's other-prompt sibling may then calibrate its bank: the split measured before session 10)")
+                    "run's other-prompt sibling may then calibrate its bank, which flatters the figures)")
     ap.add_argument("--out", type=Path, default=None, help="write the summary tables (and every replay) as JSON here")
     args = ap.parse_args(argv)
     names = ("math500", "chembench", "psn") if args.dataset == "all" else (args.dataset,)

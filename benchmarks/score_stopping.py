@@ -60,10 +60,10 @@ def main(argv=None) -> int:
     if args.benchmark == "amc23":
         import calibration
         from calibration.folds import with_llm_groups
-        from score_prediction import DATA
+        from _paths import lart_files
 
-        data = with_llm_groups(calibration.load_responses(DATA / "lart" / "accuracy_amc23.csv",
-                                                          cot=DATA / "lart" / "cot_length_amc23.csv"))[0]
+        accuracy, cot = lart_files("amc23")
+        data = with_llm_groups(calibration.load_responses(accuracy, cot=cot))[0]
     else:
         data = load(args.benchmark)
     N, J = data.shape

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import inspect
+import sys
 import time
 import warnings
 from abc import ABC, abstractmethod
@@ -163,8 +164,34 @@ def _json_value(value):
 # ----------------------------------------------------------------------------- template
 
 
+def progress_bar_visible(stream=None) -> bool:
+    """Whether a progress bar would be seen: ``stream`` (default stderr) is a terminal, or this
+    runs in a Jupyter kernel (where tqdm draws a widget). Logs, pipes and CI output get none."""
+    stream = sys.stderr if stream is None else stream
+    isatty = getattr(stream, "isatty", None)
+    try:
+        if isatty is not None and isatty():
+            return True
+    except (OSError, ValueError):  # a closed stream
+        return False
+    shell = getattr(sys.modules.get("IPython"), "get_ipython", lambda: None)()
+    return type(shell).__name__ == "ZMQInteractiveShell" and "ipykernel" in sys.modules
+
+
 class BaseCalibrator(ABC):
-    """Base class: declared settings, the ``fit`` template, provenance, config round trip."""
+    """Base class: declared settings, the ``fit`` template, provenance, config round trip.
+
+    Progress bars: a calibrator's bar shows when ``progress=True`` was passed (to the constructor
+    or :meth:`set_params`); when ``progress`` is left at its default, the bar shows only where it
+    can be seen (:func:`progress_bar_visible`: a terminal or a notebook), never in logs or pipes.
+    """
+
+    def __new__(cls, *args, **kwargs):
+        self = super().__new__(cls)
+        names = cls._param_names()
+        #: whether the caller chose ``progress`` (else its default applies only where a bar is seen)
+        self._progress_given = "progress" in kwargs or ("progress" in names and names.index("progress") < len(args))
+        return self
 
     #: registry name of the method (``calibration.methods.METHODS``), the bank's calibration_method
     method_name: str = ""
@@ -208,6 +235,8 @@ class BaseCalibrator(ABC):
             raise ValueError(f"unknown setting(s) {unknown} for {type(self).__name__}; allowed: {self._param_names()}")
         for name, value in params.items():
             setattr(self, name, value)
+        if "progress" in params:
+            self._progress_given = True
         return self
 
     def __repr__(self) -> str:
@@ -314,7 +343,16 @@ class BaseCalibrator(ABC):
         self.n_subjects_, self.n_items_ = data.n_subjects, data.n_items
         _check_informative(data)
         start = time.perf_counter()
-        self._fit(data)
+        chosen = getattr(self, "progress", None)
+        hide_bar = (isinstance(chosen, bool) and chosen and not getattr(self, "_progress_given", True)
+                    and not progress_bar_visible())
+        if hide_bar:  # the default: no bar where nobody can see it (the setting itself is kept)
+            self.progress = False
+        try:
+            self._fit(data)
+        finally:
+            if hide_bar:
+                self.progress = chosen
         self.elapsed_ = time.perf_counter() - start
         self.responses_sha256_ = data.sha256()
         self.training_data_ = data  # for the cross-fitted interval check of to_item_bank

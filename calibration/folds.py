@@ -28,7 +28,7 @@ def llm_folds(groups, folds: int, rng) -> list[np.ndarray]:
     ``numpy.random.Generator``. The groups are visited in a random order and each joins the fold
     with the fewest rows so far (the lowest-numbered on ties), so fold sizes differ by less than
     the largest group. With one row per group this is the plain split ``permutation(N)[k::folds]``
-    (the same rows for the same seed as before groups existed).
+    (the same rows for the same seed as a split that ignores groups).
     """
     groups = np.asarray(groups, dtype=np.int64)
     if groups.ndim != 1:

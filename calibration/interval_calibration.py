@@ -35,11 +35,15 @@ with its default ``bank="default"``), whose fold banks run their own check on th
 from __future__ import annotations
 
 import json
+import math
 import time
+import warnings
 
 import numpy as np
 
+from calibration.base import ConvergenceWarning
 from calibration.folds import llm_folds, n_llm_groups, with_llm_groups
+from calibration.score_factors import DEFAULT_TOL as DEFAULT_SCORE_FACTOR_TOL
 from calibration.score_factors import attach_score_factors
 
 from calibration.audit._common import Z95
@@ -57,6 +61,10 @@ NARROWING_CONFIDENCE = 0.7  # c(L) < 1 only by its upper confidence bound at thi
 MIN_LLMS_TO_NARROW = 24  # fewer held-out LLMs: c(L) >= 1 and z95(L) = 1.96 (no narrowing without evidence)
 Z95_BOUNDS = (1.0, 3.0)  # z95(L) is kept in this range
 MAD_TO_SD = 1.0 / 0.6744897501960817  # median |z| of Normal(0, 1) is 0.6745
+#: the fold refits' score factors stop at this relative change of the log posterior (the full fit: 1e-7);
+#: started from the full fit, their loadings are then within ~1e-4 of the optimum, against fold-to-full
+#: differences of order 1 (MATH500)
+REFIT_SCORE_FACTOR_TOL = 1e-6
 
 
 def fit_factors(diff: np.ndarray, sd: np.ndarray, full_sd: np.ndarray) -> dict:
@@ -211,7 +219,8 @@ def interval_multipliers(abs_z: np.ndarray) -> np.ndarray:
 
 def cross_fit_intervals(data, make_bank, *, folds: int = DEFAULT_FOLDS, test_lengths=DEFAULT_LENGTHS,
                         scoring: str | None = None, estimator: str = "map", rng=0,
-                        calibration_method: str = "", full_bank=None, widen_b_sd: bool = False) -> dict:
+                        calibration_method: str = "", full_bank=None, widen_b_sd: bool = False,
+                        random_at_lengths: bool = True) -> dict:
     """The ``interval_calibration`` record (a dict) of a calibration on ``data``.
 
     ``make_bank(train_data, rng, bank_id) -> (ItemBank, converged)`` refits the calibration on a
@@ -220,7 +229,9 @@ def cross_fit_intervals(data, make_bank, *, folds: int = DEFAULT_FOLDS, test_len
     fitted on all of ``data``) the item SDs are checked too (:func:`item_sd_factors`); with
     ``widen_b_sd`` (PSN banks) the fold banks' b_sd are widened by the measured factor (>= 1)
     before the replays, and the record's ``item_sd_factors["b_applied"]`` says by how much the full
-    bank's must be widened to match.
+    bank's must be widened to match. ``random_at_lengths`` (default): random-selection tests are
+    scored at the tabulated lengths only (:func:`_random_replays`); False replays them step by step
+    in sessions like the adaptive selectors (the reference ``benchmarks/check_cost.py`` compares with).
     """
     from calibration.audit.runner import stream
     from catengine.session import CATSession
@@ -259,7 +270,7 @@ def cross_fit_intervals(data, make_bank, *, folds: int = DEFAULT_FOLDS, test_len
     default_name = CATSession(fold_banks[0]).selector.name  # fold banks carry no check: the usual default
     first = [("default", None), ("random", _random())] + ([] if default_name == "mfi" else [("mfi", _mfi())])
     pooled, replayed = _replay_folds(fold_banks, fold_rows, first, default_name, data, n_obs, L, lengths,
-                                     scoring_used, estimator, seed)
+                                     scoring_used, estimator, seed, random_at_lengths)
     curves, score_curves = _fit_curves(pooled, replayed, data, lengths)
     if _loses_to_random(score_curves, default_name):
         # sessions of this bank will default to randomised selection (catengine.selection.default_selector_for):
@@ -297,7 +308,7 @@ def cross_fit_intervals(data, make_bank, *, folds: int = DEFAULT_FOLDS, test_len
 
 
 def _replay_folds(fold_banks, fold_rows, selectors, default_name, data, n_obs, L, lengths, scoring_used, estimator,
-                  seed):
+                  seed, random_at_lengths=True):
     """Replay every fold's held-out LLMs (those with at least L answers) against its fold bank with
     ``selectors``; pooled (diff, sd, full_sd) and replayed sessions per selector name."""
     from calibration.audit.replay import replay_llms
@@ -305,17 +316,73 @@ def _replay_folds(fold_banks, fold_rows, selectors, default_name, data, n_obs, L
     pooled: dict[str, list] = {}
     replayed: dict[str, list] = {}  # selector -> [(sessions, held-out rows)] per fold, for the score check
     idx = np.asarray(lengths) - 1
+    # random selection does not look at the answers: its tests are scored at the tabulated lengths
+    # only (_random_replays), the adaptive selectors step by step (replay_llms)
+    stepped = [(name, sel) for name, sel in selectors if name != "random" or not random_at_lengths]
     for k, bank in enumerate(fold_banks):
         test = [i for i in fold_rows[k] if n_obs[i] >= L]
         if not test:
             continue
-        raw = replay_llms(bank, data, test, selectors, [scoring_used], estimator, L, seed, k, keep_sessions=True)
-        for r, (name, _) in enumerate(selectors):
+        raw = replay_llms(bank, data, test, stepped, [scoring_used], estimator, L, seed, k, keep_sessions=True)
+        for r, (name, _) in enumerate(stepped):
             key = default_name if name == "default" else name
             pooled.setdefault(key, []).append((raw["est"][r, 0][:, idx] - raw["full"][0][:, None],
                                                raw["sd"][r, 0][:, idx], raw["full_sd"][r, 0]))
             replayed.setdefault(key, []).append((raw["sessions"][r][0], test))
+        if len(stepped) < len(selectors):
+            est, sd, sessions = _random_replays(bank, data, test, lengths, scoring_used, estimator, seed, k)
+            # fold banks carry no interval calibration, so SD_F is the same for every selector
+            pooled.setdefault("random", []).append((est - raw["full"][0][:, None], sd, raw["full_sd"][0, 0]))
+            replayed.setdefault("random", []).append((sessions, test))
     return pooled, replayed
+
+
+def _random_replays(bank, data, rows, lengths, scoring, estimator, seed, replication):
+    """Random-selection tests of the LLMs ``rows`` against ``bank``, scored at ``lengths`` only.
+
+    A random test is a uniformly random order of the LLM's answered items (what a session with
+    ``RandomSelection`` draws), and its estimate after L items is the MAP of those L answers, which
+    ``CATSession.estimate_from`` computes in one solve (the same posterior as recording them one
+    by one; tests/test_interval_calibration_fast.py compares the two). Returns est, sd (llm,
+    length) and one ``ReplayedSession`` per LLM whose history holds every administered item with
+    the estimate at the tabulated lengths (NaN at the other steps: the score check reads no other)."""
+    from calibration.audit.cat import _estimator
+    from calibration.audit.runner import stream
+    from calibration.score_calibration import ReplayedSession
+    from catengine.session import CATSession
+    from catengine.session.session import StepRecord
+
+    ids = list(bank.item_ids)
+    give_cot = scoring == "lart" and data.cot_length is not None
+    session = CATSession(bank, selector=_random(), estimator=_estimator(estimator, scoring == "lart"))
+    rng = np.random.default_rng(stream(seed, replication, "engine", "random", scoring))
+    L_max = int(lengths[-1])
+    est, sd = np.empty((len(rows), len(lengths))), np.empty((len(rows), len(lengths)))
+    sessions = []
+    nan = math.nan
+    for k, i in enumerate(rows):
+        order = rng.permutation(np.flatnonzero(data.correct[i] >= 0))[:L_max]
+        items = [ids[j] for j in order]
+        correct = [int(data.correct[i, j]) for j in order]
+        cots = [None] * len(order)
+        if give_cot:
+            cots = [None if np.isnan(data.cot_length[i, j]) else float(data.cot_length[i, j]) for j in order]
+        at = {}
+        for t, L in enumerate(lengths):
+            e = session.estimate_from(items[:L], correct[:L], cots[:L])
+            est[k, t], sd[k, t] = e.theta, e.theta_sd
+            at[L - 1] = e
+        history = []
+        for step in range(len(order)):
+            e = at.get(step)
+            history.append(StepRecord(
+                step=step + 1, item=items[step], correct=correct[step], cot_length=cots[step],
+                theta=nan if e is None else e.theta, theta_sd=nan if e is None else e.theta_sd,
+                tau=None if e is None else e.tau, tau_sd=None if e is None else e.tau_sd,
+                criterion=nan, proposed=True))
+        sessions.append(ReplayedSession(session.bank, session.items, session.params, session.estimator,
+                                        session.selector, session.cot_offset, tuple(history)))
+    return est, sd, sessions
 
 
 def _fit_curves(pooled, replayed, data, lengths):
@@ -370,22 +437,55 @@ def _randomised():
 
 class RefitBank:
     """``make_bank`` for a fitted calibrator: the same class and settings refitted on a subset, its
-    bank made without its own check (``interval_check=False``)."""
+    bank made without its own check (``interval_check=False``).
 
-    def __init__(self, calibrator, to_bank: dict | None = None, score_dims: int | None = None):
+    The refits start from the full fit: a calibrator with ``refit_start(rows)`` / ``fit_from(data,
+    start)`` begins at its own item parameters (LaRT SAEM: and its accuracy prior) and the training
+    subjects' traits, with the settings of its ``refit_settings()`` (SAEM: a short burn-in, a
+    tolerance ``REFIT_TOL_FACTOR`` times looser); a ``refit_start`` of None (cBMM with its
+    empirical-Bayes prior, whose result depends on the start) refits cold. The score factors begin at the full bank's
+    (``score_fit``) and stop at ``REFIT_SCORE_FACTOR_TOL``. The refit still maximises the training
+    folds' own likelihood; what the start saves is the way there (docs/math.md §7.5 and
+    ``benchmarks/check_cost.py``: the check's figures agree with cold-started refits within
+    their Monte-Carlo error). ``warm=False``: cold refits, as a plain ``fit``."""
+
+    def __init__(self, calibrator, to_bank: dict | None = None, score_dims: int | None = None, score_fit=None,
+                 score_ids=None, warm: bool = True):
         self.cls = type(calibrator)
         self.params = {k: v for k, v in calibrator.get_params().items() if k not in ("progress", "rng")}
         self.to_bank = dict(to_bank or {})
         #: the full bank's number of score factors (None: it has none); each fold bank fits its own
         self.score_dims = score_dims
+        self.full = calibrator if warm and hasattr(calibrator, "refit_start") else None
+        if self.full is not None:
+            self.params.update(getattr(calibrator, "refit_settings", dict)())
+        self.subject_rows = {str(s): k for k, s in enumerate(getattr(calibrator, "subject_ids_", ()) or ())}
+        #: the full bank's ScoreFactorFit and the subject ids of its rows: the fold fits' start
+        self.score_fit = score_fit if warm else None
+        self.score_rows = {str(s): k for k, s in enumerate(score_ids if score_ids is not None else ())}
 
     def __call__(self, data, rng, bank_id):
-        from calibration.audit.methods import _fitted
-
-        cal, converged = _fitted(self.cls, data, rng, self.params)
+        ids = [str(s) for s in data.subject_ids]
+        with warnings.catch_warnings(record=True) as caught:  # quiet, as calibration.audit.methods._fitted
+            warnings.simplefilter("always", ConvergenceWarning)
+            cal = self.cls(**{**self.params, "progress": False, "rng": rng})
+            start = None
+            if self.full is not None and all(i in self.subject_rows for i in ids):
+                start = self.full.refit_start([self.subject_rows[i] for i in ids])  # None: refit cold
+            if start is not None:
+                cal.fit_from(data, start)
+            else:
+                cal.fit(data)
+        converged = bool(getattr(cal, "converged_", True)) and not any(
+            issubclass(w.category, ConvergenceWarning) for w in caught)
         bank = cal.to_item_bank(bank_id, interval_check=False, **self.to_bank)
         if self.score_dims is not None:
-            bank = attach_score_factors(bank, data, dims=self.score_dims)
+            start, tol = None, DEFAULT_SCORE_FACTOR_TOL
+            fit = self.score_fit
+            if fit is not None and fit.dims == self.score_dims and all(i in self.score_rows for i in ids):
+                rows = [self.score_rows[i] for i in ids]
+                start, tol = (fit.traits[rows], fit.loadings, fit.intercepts), REFIT_SCORE_FACTOR_TOL
+            bank = attach_score_factors(bank, data, dims=self.score_dims, start=start, tol=tol)
         return bank, converged
 
 
@@ -393,12 +493,14 @@ class FoldFitError(ValueError):
     """A fold of the interval check whose training LLMs cannot be calibrated (the check is then skipped)."""
 
 
-def with_interval_check(calibrator, bank, interval_check="auto", **to_bank):
+def with_interval_check(calibrator, bank, interval_check="auto", *, cold_start: bool = False, **to_bank):
     """The hook every ``to_item_bank`` calls last: ``bank`` with its ``interval_calibration`` attribute.
 
     ``interval_check``: "auto" (default) runs the cross-fit when the calibrator kept its training
     data and it has at least ``MIN_SUBJECTS`` LLMs (else the bank records why not); True requires
     it; False skips it (the fold banks of the check itself). Costs ``folds`` refits plus replays.
+    The refits start from the full fit (:class:`RefitBank`); ``cold_start=True`` refits from
+    scratch and replays random tests step by step (the reference of ``benchmarks/check_cost.py``).
     """
     if interval_check is False or interval_check is None:
         return bank
@@ -419,11 +521,13 @@ def with_interval_check(calibrator, bank, interval_check="auto", **to_bank):
     data, groups_from = with_llm_groups(data)  # runs of one LLM are held out together, given or detected
     # score factors come with the check, never without: the check's score curves make their intervals honest
     without_factors = bank
-    bank = attach_score_factors(bank, data, rng=_seed_of(calibrator))
+    bank, score_fit = attach_score_factors(bank, data, rng=_seed_of(calibrator), keep_fit=True)
     dims = bank.score_factors.dims if bank.score_factors is not None else None
+    refit = RefitBank(calibrator, to_bank, score_dims=dims, score_fit=score_fit, score_ids=data.subject_ids,
+                      warm=not cold_start)
     try:
-        record = cross_fit_intervals(data, RefitBank(calibrator, to_bank, score_dims=dims), rng=_seed_of(calibrator),
-                                     calibration_method=method, full_bank=bank, widen_b_sd=psn)
+        record = cross_fit_intervals(data, refit, rng=_seed_of(calibrator), calibration_method=method,
+                                     full_bank=bank, widen_b_sd=psn, random_at_lengths=not cold_start)
     except FoldFitError as exc:  # e.g. one LLM holds all the information: no held-out check is possible
         if interval_check is True:
             raise ValueError(f"interval check impossible: {exc}") from None

@@ -432,8 +432,8 @@ class RecalibrationConfig:
             get_method(self.method)  # raises ValueError naming the allowed methods
         if self.drift_correction not in DRIFT_CORRECTIONS:
             raise ValueError(f"drift_correction must be one of {', '.join(DRIFT_CORRECTIONS)}, got {self.drift_correction!r}")
-        if not 0 < self.drift_alpha < 1:
-            raise ValueError(f"drift_alpha must lie in (0, 1), got {self.drift_alpha!r}")
+        if isinstance(self.drift_alpha, bool) or not isinstance(self.drift_alpha, (int, float)) or not 0 < self.drift_alpha < 1:
+            raise ValueError(f"drift_alpha must be a number in (0, 1), got {self.drift_alpha!r}")
         if self.drift_variance not in ("independent", "nested"):
             raise ValueError(f"drift_variance must be 'independent' or 'nested', got {self.drift_variance!r}")
         if self.on_conflict not in ("error", "new"):
@@ -441,6 +441,20 @@ class RecalibrationConfig:
         for name in ("interval_check", "wide", "items_as_rows"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be true or false, got {getattr(self, name)!r}")
+        for name in ("drift_threshold", "theta_threshold"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not (np.isfinite(value) and value >= 0):
+                raise ValueError(f"{name} must be a number >= 0, got {value!r}")
+        for name, low in (("min_common", 1), ("seed", 0)):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
+                raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
+        if self.method is not None and not isinstance(self.method, str):
+            raise ValueError(f"method must be a method name, got {self.method!r}")
+        if not isinstance(self.settings, dict):
+            raise ValueError(f"settings must be a table of calibrator settings, got {self.settings!r}")
+        if self.same_llm_pattern is not None and not isinstance(self.same_llm_pattern, str):
+            raise ValueError(f"same_llm_pattern must be a regular expression (a string), got {self.same_llm_pattern!r}")
 
     @classmethod
     def from_toml(cls, path, **overrides) -> "RecalibrationConfig":
@@ -462,12 +476,20 @@ class RecalibrationConfig:
         values = {**table, **given}
         base = path.parent  # paths written in the TOML file are relative to it
         if "bank" in table and "bank" not in given:
+            if not isinstance(table["bank"], str) or not table["bank"].strip():
+                raise ValueError(f"{path}: [recalibration] bank must be the path of a bank directory, got {table['bank']!r}")
             values["bank"] = base / table["bank"]
         for key in ("responses", "cot"):
             if key in table and key not in given:
                 raw = table[key]
-                values[key] = [base / p for p in ([raw] if isinstance(raw, str) else raw)]
-        return cls(**values)
+                paths = [raw] if isinstance(raw, str) else raw
+                if not isinstance(paths, list) or not all(isinstance(p, str) and p.strip() for p in paths):
+                    raise ValueError(f"{path}: [recalibration] {key} must be a path or a list of paths, got {raw!r}")
+                values[key] = [base / p for p in paths]
+        try:
+            return cls(**values)
+        except (ValueError, TypeError) as exc:
+            raise ValueError(f"{path}: [recalibration] {exc}") from None
 
 
 @dataclass(frozen=True)
@@ -530,10 +552,41 @@ def _stage(bar, name: str) -> None:
     bar.update(1)
 
 
+def recalibration_lock(directory: Path, bank_id: str) -> Path:
+    """The lock file that makes a bank directory single-writer for a recalibration."""
+    return Path(directory) / f".{bank_id}.recalibrate.lock"
+
+
 def _recalibrate(config: RecalibrationConfig, progress: bool, bar) -> RecalibrationResult:
+    from catengine import open_item_bank
+    from catengine.atomic import exclusive_lock
+
+    found = open_item_bank(config.bank)
+    directory = Path(found.source).parent
+    # read-merge-fit-write is single-writer: a second recalibration of this directory is refused
+    # at once (nothing read, nothing written) instead of writing a sibling of the same parent
+    with exclusive_lock(recalibration_lock(directory, found.bank_id), what=f"bank directory {directory}",
+                        advice="one recalibration at a time; nothing was written: run this recalibration again "
+                               "once that one has finished (its version then becomes the parent of yours)"):
+        return _recalibrate_locked(config, progress, bar, directory)
+
+
+def _latest_version(directory: Path) -> int:
+    from catengine.itembank import list_versions
+
+    return max(list_versions(directory), default=0)
+
+
+def _recalibrate_locked(config: RecalibrationConfig, progress: bool, bar, directory: Path) -> RecalibrationResult:
     from catengine import open_item_bank, write_item_bank
 
-    old = open_item_bank(config.bank)
+    old = open_item_bank(config.bank)  # read again under the lock: the latest version now
+    latest = _latest_version(directory)
+    if old.version != latest:
+        raise ValueError(
+            f"{old.source} is v{old.version} but {directory} holds v{latest}: a recalibration starts from the latest "
+            "version (pass the bank directory), otherwise the versions after it would drop out of the line of descent"
+        )
     old_method = old.attrs["calibration_method"]
     try:
         method = get_method(config.method or old_method).name
@@ -595,7 +648,14 @@ def _recalibrate(config: RecalibrationConfig, progress: bool, bar) -> Recalibrat
         change_log=json.dumps(change_log, sort_keys=True),
     )
     _stage(bar, "link")
-    path = write_item_bank(bank, Path(old.source).parent, parent=old.version)
+    latest = _latest_version(directory)
+    if latest != old.version:  # a writer that does not take the lock (e.g. `calibration fit --out` here)
+        raise ValueError(
+            f"{directory} gained v{latest} while this recalibration ran from v{old.version}; nothing was written "
+            f"(it would have been a second child of v{old.version}, dropping v{latest} from the line of descent): "
+            "run this recalibration again"
+        )
+    path = write_item_bank(bank, directory, parent=old.version)
     _stage(bar, "write")
     written = open_item_bank(path)
     diff = diff_banks(old, written, drift_threshold=config.drift_threshold, theta_threshold=config.theta_threshold,

@@ -78,8 +78,12 @@ def _objective(Y, M, T, G, h, slope_variance, intercept_variance) -> float:
 
 def fit_score_factors(correct, dims: int, *, slope_variance: float = SLOPE_VARIANCE,
                       intercept_variance: float = INTERCEPT_VARIANCE, max_iter: int = DEFAULT_MAX_ITER,
-                      tol: float = DEFAULT_TOL) -> ScoreFactorFit:
+                      tol: float = DEFAULT_TOL, start: tuple | None = None) -> ScoreFactorFit:
     """Joint MAP fit of the d-factor logistic model to ``correct`` (N, J; 0/1, -1 missing).
+
+    ``start``: (traits (N, d), loadings (J, d), intercepts (J,)) to start the sweeps from instead
+    of the principal components (the interval check's fold refits start from the full fit's
+    values of their rows); the fixed point is the same, the number of sweeps smaller.
 
     The sweeps re-standardise the traits after every step (see the module docstring). On a small,
     separable sample (e.g. 32 runs of 16 LLMs) that scheme can run away: each sweep spreads the
@@ -91,7 +95,12 @@ def fit_score_factors(correct, dims: int, *, slope_variance: float = SLOPE_VARIA
     if not (isinstance(dims, (int, np.integer)) and 1 <= dims <= MAX_SCORE_FACTORS):
         raise ValueError(f"dims must be an integer in 1..{MAX_SCORE_FACTORS}, got {dims!r}")
     Y, M = _check_matrix(correct)
-    start = _starting_values(Y, M, int(dims))
+    if start is None:
+        start = _starting_values(Y, M, int(dims))
+    else:
+        start = tuple(np.array(x, dtype=np.float64) for x in start)
+        if start[0].shape != (Y.shape[0], dims) or start[1].shape != (Y.shape[1], dims) or start[2].shape != (Y.shape[1],):
+            raise ValueError(f"start shapes {[x.shape for x in start]} do not fit a {Y.shape} matrix with {dims} factors")
     priors = (slope_variance, intercept_variance)
     try:
         fit = _standardised_sweeps(Y, M, *start, *priors, max_iter, tol)
@@ -277,15 +286,18 @@ def max_factor_count(n_llms: int) -> int:
     return int(max(1, min(MAX_SCORE_FACTORS, n_llms // LLMS_PER_FACTOR)))
 
 
-def attach_score_factors(bank, data, *, dims: int | None = None, rng=0):
+def attach_score_factors(bank, data, *, dims: int | None = None, rng=0, start: tuple | None = None,
+                         tol: float = DEFAULT_TOL, keep_fit: bool = False):
     """``bank`` with score factors fitted on ``data`` (a ``ResponseData``), or ``bank`` unchanged
     when ``data`` has fewer than ``MIN_SCORE_FACTOR_LLMS`` rows (LLM runs: two runs of one LLM count twice)
     and ``dims`` is None. ``dims`` None:
     chosen by :func:`choose_factor_count`; an integer: fixed, whatever the number of LLMs (the
-    interval check's fold banks use the full bank's, so that they select items as it does)."""
+    interval check's fold banks use the full bank's, so that they select items as it does).
+    ``start`` / ``tol``: passed to :func:`fit_score_factors` (the fold banks start from the full
+    fit). ``keep_fit``: return (bank, the :class:`ScoreFactorFit` or None)."""
     N = int(data.n_subjects)
     if dims is None and N < MIN_SCORE_FACTOR_LLMS:
-        return bank
+        return (bank, None) if keep_fit else bank
     if data.n_items != bank.n_items or list(map(str, data.item_ids)) != list(bank.item_ids):
         raise ValueError("the response data and the bank have different items: score factors need the bank's items, "
                          "in its order")
@@ -293,7 +305,7 @@ def attach_score_factors(bank, data, *, dims: int | None = None, rng=0):
     losses = {}
     if dims is None:
         dims, losses = choose_factor_count(data.correct, max_dims=max_factor_count(N), rng=rng, groups=data.llm_groups)
-    fit = fit_score_factors(data.correct, int(dims))
+    fit = fit_score_factors(data.correct, int(dims), tol=tol, start=start)
     record = {
         "version": 1,
         "model": "P(correct) = logistic(g_j . eta + h_j), eta ~ Normal(0, I_d); joint MAP (docs/score_prediction.md §2)",
@@ -309,4 +321,5 @@ def attach_score_factors(bank, data, *, dims: int | None = None, rng=0):
     }
     if "fallback" in fit.record:
         record["fallback"] = fit.record["fallback"]
-    return bank.with_score_factors(fit.loadings, fit.intercepts, record)
+    out = bank.with_score_factors(fit.loadings, fit.intercepts, record)
+    return (out, fit) if keep_fit else out

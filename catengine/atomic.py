@@ -1,7 +1,8 @@
 """Atomic file output: readers never see a partial file, and a failed write leaves nothing behind.
 
 Every file the library writes (bank versions, response files, audit records and manifests,
-simulated data) goes through :func:`atomic_output`.
+simulated data) goes through :func:`atomic_output`. :func:`exclusive_lock` makes a longer
+read-modify-write step (a recalibration of a bank directory) single-writer.
 
 Temporary files are named ``.<final name>.<host>-<pid>.<random>.tmp``. A writer killed with
 SIGKILL cannot remove its own; :func:`remove_stale_temp_files` (run by every ``atomic_output``
@@ -18,6 +19,11 @@ import socket
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - not POSIX: locks are not taken
+    fcntl = None
 
 
 def _umask() -> int:
@@ -99,3 +105,61 @@ def atomic_output(path, *, overwrite: bool = True, mode: int | None = None, fsyn
             os.link(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
+
+
+class LockHeldError(OSError):
+    """Another process holds the lock of :func:`exclusive_lock`; the message names it."""
+
+
+def _lock_holder_text(fd: int) -> str:
+    """Who holds a lock file, from the pid and host its holder wrote into it."""
+    try:
+        text = os.pread(fd, 200, 0).decode("ascii", "replace").split()
+    except OSError:
+        text = []
+    if len(text) >= 2 and text[0].isdigit():
+        return f"process {text[0]} on host {text[1]}"
+    return "another process (it has not written its pid yet)"
+
+
+@contextmanager
+def exclusive_lock(path, *, what: str, advice: str = ""):
+    """Hold an exclusive operating-system lock (``flock``) on the file ``path`` for the block.
+
+    The lock file is created for the block, holds the holder's pid and host, and is removed when
+    the block ends (a taker checks, once locked, that the name still points at the file it locked,
+    so removal cannot let two holders in). A second taker, in this process or another, gets
+    :class:`LockHeldError` at once: "<what> is in use by process <pid> on host <host> (lock file
+    <path>)", then ``advice``. The OS releases the lock of a killed process (its file stays and is
+    simply locked again). On a file system without ``flock`` the block runs unlocked.
+    """
+    path = Path(path)
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, DEFAULT_MODE)
+        try:
+            if fcntl is not None:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = _lock_holder_text(fd)
+            os.close(fd)
+            raise LockHeldError(f"{what} is in use by {holder} (lock file {path})"
+                                + (f"; {advice}" if advice else "")) from None
+        except OSError:  # no flock on this file system: run unlocked rather than refuse
+            pass
+        try:
+            same = os.path.samestat(os.fstat(fd), os.stat(path))
+        except FileNotFoundError:
+            same = False
+        if same:
+            break
+        os.close(fd)  # the holder before us removed the file after we opened it: take the new one
+    try:
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()} {_host_tag()}\n".encode("ascii"), 0)
+        yield path
+    finally:
+        try:
+            path.unlink()  # still locked: a taker that opened it finds the name gone and retries
+        except OSError:
+            pass
+        os.close(fd)  # closing releases the lock

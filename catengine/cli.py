@@ -26,14 +26,114 @@ def default_bank_directory() -> Path:
 # step; the registry is not imported here, so that `--help` stays fast)
 SELECTOR_HELP = (
     "mfi | pei | pwi | kl | random | randomised | lart-theta | lart-d | lart-a | lart-replication | score-factor-d | "
-    "doubly-robust (default: the bank's own: score-factor-d when it carries score factors, else lart-theta for LaRT banks, "
-    "pei for banks with item-parameter uncertainty, mfi otherwise; randomised instead when the bank's score check "
-    "found that choice's predicted score worse than the mean of as many random items; doubly-robust mixes the "
-    "default with known-probability draws for a doubly robust score)"
+    "doubly-robust (default: doubly-robust over the bank's own adaptive rule, which is score-factor-d when it "
+    "carries score factors, else lart-theta for LaRT banks, pei for banks with item-parameter uncertainty, "
+    "mfi otherwise; randomised instead when the bank's score check found that choice's predicted score worse "
+    "than the mean of as many random items)"
 )
 
-def _add_strategy_options(p: argparse.ArgumentParser, *, max_items: int | None = 50, target_sd: float | None = 0.3) -> None:
-    g = p.add_argument_group("selection, estimation and stopping")
+#: the stopping options: none given = catengine.stopping.default_stopping(n) for a bank of n items
+STOPPING_OPTIONS = ("target_sd", "score_within", "rivals", "min_items", "max_items", "min_information")
+
+
+def default_stopping_parts(n_items: int):
+    """(minimum items, precision rules, item cap) of ``catengine.stopping.default_stopping(n_items)``:
+    the rules of its ``AnyOf`` branches other than ``MaxItems``, with their ``MinItems`` floors taken
+    out (the largest floor is the minimum), and its item limit (None: it has none)."""
+    from catengine.stopping import AllOf, AnyOf, MaxItems, MinItems, default_stopping
+    from catengine.stopping.rules import item_limit
+
+    rule = default_stopping(n_items)
+    branches = rule.rules if isinstance(rule, AnyOf) else (rule,)
+    floor, precision = 0, []
+    for branch in branches:
+        if isinstance(branch, MaxItems):
+            continue
+        parts = branch.rules if isinstance(branch, AllOf) else (branch,)
+        floor = max([floor] + [p.n for p in parts if isinstance(p, MinItems)])
+        rest = [p for p in parts if not isinstance(p, MinItems)]
+        if rest:
+            precision.append(rest[0] if len(rest) == 1 else AllOf(*rest))
+    return floor, precision, item_limit(rule)
+
+
+def stopping_with_overrides(n_items: int, *, target_sd: float | None = None, score_within: float | None = None,
+                            rivals=None, min_items: int | None = None, max_items: int | None = None,
+                            min_information: float | None = None):
+    """``catengine.stopping.default_stopping(n_items)`` with the parts given here replacing its own
+    (None = keep the default's part), as the command-line options set them:
+
+    * ``target_sd`` (posterior SD of theta), ``score_within`` (half-width of the predicted accuracy's
+      95% interval) and ``rivals`` (a ``RivalOrderDecided``): given together or alone, they replace
+      the default's precision rule (the test stops on whichever is met first); 0 turns one off;
+    * ``min_items``: the floor before a precision rule may stop the test;
+    * ``max_items``: the item cap (0 = the whole bank; never more than the bank);
+    * ``min_information``: also stop when no eligible item has information above it.
+
+    With nothing given it is ``default_stopping(n_items)`` itself."""
+    from catengine.stopping import (AllOf, AnyOf, InformationBelow, MaxItems, MinItems, ScoreIntervalBelow,
+                                    StandardErrorBelow, default_stopping)
+
+    given = (target_sd, score_within, rivals, min_items, max_items, min_information)
+    if all(v is None for v in given):
+        return default_stopping(n_items)
+    floor, precision, cap = default_stopping_parts(n_items)
+    if (target_sd, score_within, rivals) != (None, None, None):
+        precision = [rule for rule in (StandardErrorBelow(target_sd) if target_sd else None,
+                                       ScoreIntervalBelow(score_within) if score_within else None, rivals) if rule]
+    if min_items is not None:
+        floor = min_items
+    if max_items is not None:
+        cap = max_items or n_items
+    rules = []
+    if precision:
+        rule = precision[0] if len(precision) == 1 else AnyOf(*precision)
+        rules.append(AllOf(MinItems(floor), rule) if floor else rule)
+    if min_information:
+        rules.append(InformationBelow(min_information))
+    rules.append(MaxItems(min(cap or n_items, n_items)))
+    return rules[0] if len(rules) == 1 else AnyOf(*rules)
+
+
+def _stopping_defaults_text() -> dict[str, str]:
+    """Each stopping option's default, in words, from default_stopping (for a bank larger than its cap)."""
+    from catengine.console import describe_stopping
+    from catengine.stopping import ScoreIntervalBelow, StandardErrorBelow, default_stopping
+
+    n = 10**6
+    floor, precision, cap = default_stopping_parts(n)
+    sd = next((r.target for r in precision if isinstance(r, StandardErrorBelow) and r.trait == "theta"), None)
+    within = next((r.half_width for r in precision if isinstance(r, ScoreIntervalBelow)), None)
+    return {"rule": describe_stopping(default_stopping(n)), "min_items": str(floor),
+            "max_items": "the whole bank" if cap is None or cap >= n else f"{cap}, or the whole bank when it is smaller",
+            "target_sd": "off" if sd is None else f"{sd:g}", "score_within": "off" if within is None else f"{within:g}"}
+
+
+def _add_stopping_options(p) -> None:
+    """--target-sd, --score-within, --min-items, --max-items: each replaces its part of default_stopping."""
+    d = _stopping_defaults_text()
+    p.add_argument("--score-within", type=float, default=None, metavar="W",
+                   help="stop when the predicted full-benchmark accuracy is known to within +-W (half the 95%% "
+                        f"interval, a proportion: 0.05 = 5 points) (default {d['score_within']}; 0 = off)")
+    p.add_argument("--target-sd", type=float, default=None,
+                   help=f"stop when the posterior SD of theta is at most this (default {d['target_sd']}; 0 = off); "
+                        "given with --score-within, whichever is met first")
+    p.add_argument("--min-items", type=int, default=None,
+                   help=f"never stop on precision before this many items (default {d['min_items']})")
+    p.add_argument("--max-items", type=int, default=None,
+                   help=f"stop after this many items at the latest (default {d['max_items']}; 0 = the whole bank)")
+
+
+def _stopping_description(*, rivals: bool = True) -> str:
+    d = _stopping_defaults_text()
+    precision = "--target-sd, --score-within and --rivals" if rivals else "--target-sd and --score-within"
+    return (f"Without stopping options the test uses catengine.stopping.default_stopping: {d['rule']} (the cap "
+            f"is never more than the bank). {precision} replace its precision rule (together: whichever is met "
+            "first); --min-items and --max-items replace its item counts.")
+
+
+def _add_strategy_options(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("selection, estimation and stopping", description=_stopping_description())
     g.add_argument("--selector", default=None, help=SELECTOR_HELP)
     g.add_argument("--estimator", default="map", choices=("map", "eap"), help="trait estimator (default map)")
     g.add_argument("--no-cot", action="store_true", help="LaRT banks: ignore CoT lengths when scoring (IRT-only)")
@@ -41,18 +141,13 @@ def _add_strategy_options(p: argparse.ArgumentParser, *, max_items: int | None =
                    help="scale the posterior SDs (intervals, --target-sd, rivals) by this instead of the bank's "
                         "cross-fitted factor c(L), e.g. by the ratio a replay audit measured on real LLMs "
                         "(calibration audit --kind replay); default 1: the bank's c(L) when it stores one, else none")
-    g.add_argument("--max-items", type=int, default=max_items,
-                   help=f"stop after this many items (default {max_items}; 0 = the whole bank)")
-    g.add_argument("--min-items", type=int, default=5, help="never stop on precision before this many items (default 5)")
-    g.add_argument("--target-sd", type=float, default=target_sd,
-                   help=f"stop when the posterior SD of theta is at most this (default {target_sd}; 0 = off)")
+    _add_stopping_options(g)
     g.add_argument("--min-information", type=float, default=None,
-                   help="stop when no eligible item has point information above this")
-    g.add_argument("--score-within", type=float, default=None, metavar="W",
-                   help="stop when the predicted full-benchmark accuracy is known to within +-W (half the 95%% interval, "
-                        "a proportion: 0.03 = 3 points); with --target-sd 0 it is the only precision rule")
+                   help="also stop when no eligible item has point information above this (default off)")
     g.add_argument("--rivals", default=None,
-                   help="comma-separated subject ids of the bank's calibration sample: stop once the order with each is decided")
+                   help="comma-separated subject ids of the bank's calibration sample: stop once the order with each "
+                        "is decided (replaces the default precision rule; with --score-within or --target-sd, "
+                        "whichever is met first)")
     g.add_argument("--rival-probability", type=float, default=0.95, help="probability that decides an order (default 0.95)")
     g.add_argument("--randomesque", type=int, default=1, help="propose a random one of the k best items (default 1 = off)")
     g.add_argument("--content-field", default=None, help="item metadata field to balance (e.g. benchmark)")
@@ -67,7 +162,8 @@ _OPTION_RULES = {
     "--max-items": ("max_items", lambda v: v >= 0, "an integer >= 0 (0 = the whole bank)"),
     "--min-items": ("min_items", lambda v: v >= 0, "an integer >= 0"),
     "--target-sd": ("target_sd", lambda v: math.isfinite(v) and v >= 0, "a number >= 0 (0 = off)"),
-    "--score-within": ("score_within", lambda v: math.isfinite(v) and v >= 0, "a number >= 0 (0 = off)"),
+    "--score-within": ("score_within", lambda v: math.isfinite(v) and 0 <= v < 0.5,
+                       "a proportion of the benchmark >= 0 and < 0.5 (0.05 = 5 points; 0 = off)"),
     "--min-information": ("min_information", lambda v: math.isfinite(v) and v >= 0, "a number >= 0"),
     "--randomesque": ("randomesque", lambda v: v >= 1, "an integer >= 1 (1 = off)"),
     "--seed": ("seed", lambda v: v >= 0, "an integer >= 0"),
@@ -85,8 +181,6 @@ def _check_strategy_options(args) -> None:
 def _strategies(args, bank) -> dict:
     from catengine.estimation import ESTIMATORS
     from catengine.selection import SELECTORS, ContentBalance, Randomesque, SympsonHetter, default_selector_for
-    from catengine.stopping import (AllOf, AnyOf, InformationBelow, MaxItems, MinItems, RivalOrderDecided,
-                                    ScoreIntervalBelow, StandardErrorBelow)
 
     _check_strategy_options(args)
     if args.selector is None:  # the session's own default for this bank
@@ -98,22 +192,7 @@ def _strategies(args, bank) -> dict:
     else:
         selector = SELECTORS[args.selector]()
     estimator = ESTIMATORS[args.estimator](use_cot=not args.no_cot, sd_scale=args.sd_scale)
-    precise = []
-    if args.target_sd:
-        precise.append(StandardErrorBelow(args.target_sd))
-    if args.score_within:
-        precise.append(ScoreIntervalBelow(args.score_within))
-    if args.rivals:
-        precise.append(RivalOrderDecided.from_bank(bank, [r.strip() for r in args.rivals.split(",") if r.strip()],
-                                                    probability=args.rival_probability))
-    rules = []
-    if precise:
-        rule = precise[0] if len(precise) == 1 else AnyOf(*precise)
-        rules.append(AllOf(MinItems(args.min_items), rule) if args.min_items else rule)
-    if args.min_information:
-        rules.append(InformationBelow(args.min_information))
-    rules.append(MaxItems(min(args.max_items or bank.n_items, bank.n_items)))
-    stopping = rules[0] if len(rules) == 1 else AnyOf(*rules)
+    stopping = _stopping(args, bank)
     exposure = []
     if args.content_field:
         if not args.content_targets:
@@ -132,6 +211,20 @@ def _strategies(args, bank) -> dict:
     return {"selector": selector, "estimator": estimator, "stopping": stopping, "exposure": tuple(exposure)}
 
 
+def _stopping(args, bank):
+    """The stopping rule the command-line options ask for (``stopping_with_overrides``; an option
+    that a command does not have counts as not given); the caller has checked the options
+    (``_check_strategy_options``)."""
+    from catengine.stopping import RivalOrderDecided
+
+    rivals = getattr(args, "rivals", None)
+    if rivals:
+        rivals = RivalOrderDecided.from_bank(bank, [r.strip() for r in rivals.split(",") if r.strip()],
+                                             probability=args.rival_probability)
+    return stopping_with_overrides(bank.n_items, rivals=rivals or None,
+                                   **{name: getattr(args, name, None) for name in STOPPING_OPTIONS if name != "rivals"})
+
+
 def _open_bank(path):
     from catengine import open_item_bank
 
@@ -144,9 +237,7 @@ def _fmt(v, spec):
 
 # ----------------------------------------------------------------------------- demo
 def _cmd_demo(args) -> int:
-    import numpy as np
-    from scipy.stats import norm
-
+    from catengine.console import calibration_size, describe_stopping, result_lines
     from catengine.demo import run_demo
 
     bank = _open_bank(args.bank)
@@ -155,13 +246,15 @@ def _cmd_demo(args) -> int:
         return 2
     from catengine.itembank.shipped import bank_card
 
+    _check_strategy_options(args)
+    stopping = _stopping(args, bank)
     card = bank_card(bank)
     print(f"bank {bank.bank_id} v{bank.version}: {bank.n_items} items, response model {bank.response_model}, rho = {bank.params.rho:+.2f}")
     if card["benchmark"] and card["n_subjects"]:
         print(f"  {card['benchmark']}, calibrated by {bank.attrs['calibration_method']} on {card['n_subjects']} LLM runs "
               f"({card['calibration_date'] or bank.attrs['created_at'][:10]}); license {card['license']}")
     print(f"evaluating a simulated new LLM drawn from the bank's population (seed {args.seed}); "
-          f"stop when SD(theta) <= {args.target_sd} or after {args.max_items} items\n")
+          f"{describe_stopping(stopping)}\n")
     width = max(10, max(len(i) for i in bank.item_ids))
     print(f"{'step':>4}  {'item':<{width}} {'answer':<9} {'CoT tokens':>10}   {'theta':>7} {'SD':>6}   {'tau':>7} {'SD':>6}")
 
@@ -171,34 +264,20 @@ def _cmd_demo(args) -> int:
             f"{step.cot_tokens:>10.0f}   {step.theta:>+7.3f} {step.theta_sd:>6.3f}   {step.tau:>+7.3f} {step.tau_sd:>6.3f}"
         )
 
-    (true_theta, true_tau), steps, session = run_demo(
-        bank, target_sd=args.target_sd, max_items=args.max_items, rng=args.seed, on_step=show, log=args.log,
-    )
+    (true_theta, true_tau), steps, session = run_demo(bank, stopping=stopping, rng=args.seed, on_step=show, log=args.log)
     last = steps[-1]
     lo, hi = session.estimate.interval(0.95)  # the bank's cross-fitted multiplier when it has one
-    print(
-        f"\nability theta = {last.theta:+.3f} +/- {last.theta_sd:.3f} (95% interval {lo:+.3f} .. {hi:+.3f}), "
-        f"from {last.step} of {bank.n_items} items ({100 * last.step / bank.n_items:.0f}%)"
-    )
-    print(f"speed   tau   = {last.tau:+.3f} +/- {last.tau_sd:.3f}")
-    print(f"ahead of {100 * norm.cdf(last.theta):.0f}% of the calibration population (standard normal ability scale)")
-    subjects = bank.subjects
-    if subjects is not None and subjects.sizes.get("subject", 0):
-        thetas = subjects["theta"].values
-        nearest = int(np.argmin(np.abs(thetas - last.theta)))
-        print(f"  ranks above {int(np.sum(thetas < last.theta))} of the {thetas.size} calibration LLMs; nearest: "
-              f"{subjects['subject'].values[nearest]} (theta {thetas[nearest]:+.3f})")
     score = session.predicted_score()
-    benchmark = card.get("benchmark") or bank.bank_id
-    text = (f"predicted {benchmark} accuracy over all {bank.n_items} items: {100 * score.accuracy:.1f}% "
-            f"(95% interval {100 * score.low:.1f}% .. {100 * score.high:.1f}%)")
+    print()
+    print("\n".join(result_lines(score, session.stop_reason, calibration_size(session))))
     if score.cot_total is not None:
-        text += (f"; running it in full would take about {score.cot_total / 1e6:.2f}M CoT tokens "
-                 f"({score.cot_total_low / 1e6:.2f}M .. {score.cot_total_high / 1e6:.2f}M)")
-    print(text)
+        print(f"running all {bank.n_items} items would take about {score.cot_total / 1e6:.2f}M CoT tokens "
+              f"({score.cot_total_low / 1e6:.2f}M .. {score.cot_total_high / 1e6:.2f}M)")
     if score.calibration:
         print(f"score interval: {score.calibration}")
-    print(f"stopped: {session.stop_reason}")
+    print(f"\nability theta = {last.theta:+.3f} +/- {last.theta_sd:.3f} (95% interval {lo:+.3f} .. {hi:+.3f}), "
+          f"from {last.step} of {bank.n_items} items")
+    print(f"speed   tau   = {last.tau:+.3f} +/- {last.tau_sd:.3f}")
     print(f"simulation truth: theta = {true_theta:+.3f}, tau = {true_tau:+.3f}")
     if session.estimate.interval_calibration:
         print(f"interval: {session.estimate.interval_calibration}")
@@ -233,10 +312,17 @@ def load_responses(path, subject: str | None = None, cot_path=None) -> dict[str,
 
 
 def _cmd_evaluate(args) -> int:
+    from catengine.console import calibration_size, describe_stopping, result_lines, standing_text
+    from catengine.itembank.ids import map_item_ids
     from catengine.session import CATSession
 
     bank = _open_bank(args.bank)
     responses = load_responses(args.responses, args.subject, args.cot)
+    # ids keyed by the benchmark's own positions (0 .. J-1) read with the bank's prefix: --item-prefix or automatically
+    ids = map_item_ids(responses, bank.item_ids, prefix=args.item_prefix, source=args.responses)
+    responses = ids.apply(responses)
+    if ids.mapping:
+        print(f"catengine evaluate: note: {ids.note(args.responses)}", file=sys.stderr)
     in_bank = set(bank.item_ids)
     known = [i for i in responses if i in in_bank]
     foreign = [i for i in responses if i not in in_bank]
@@ -245,6 +331,8 @@ def _cmd_evaluate(args) -> int:
 
         lead = (f"none of the {len(responses)} item ids in {args.responses} is in the bank" if not known
                 else f"{args.responses}")
+        if args.item_prefix:
+            lead += f", as given or with --item-prefix {args.item_prefix!r}"
         hint = "" if not known else " (--ignore-unknown-items scores the others)"
         print(f"catengine evaluate: error: {lead}: {foreign_ids_message(bank.bank_id, bank.item_ids, foreign)}{hint}",
               file=sys.stderr)
@@ -255,7 +343,8 @@ def _cmd_evaluate(args) -> int:
     if not args.json:
         print(f"bank {bank.bank_id} v{bank.version} ({bank.response_model}, {bank.n_items} items); "
               f"subject {args.subject or '-'}: {len(known)} answered items available")
-        print(f"selector {type(session.selector).__name__}, estimator {type(session.estimator).__name__}\n")
+        print(f"selector {type(session.selector).__name__}, estimator {type(session.estimator).__name__}; "
+              f"{describe_stopping(session.stopping)}\n")
         head = f"{'step':>4}  {'item':<14} {'answer':<7} {'criterion':>10}   {'theta':>7} {'SD':>6}"
         print(head + (f"   {'tau':>7} {'SD':>6}" if lart else ""))
     skipped = 0
@@ -294,36 +383,41 @@ def _cmd_evaluate(args) -> int:
                "full_theta": full.estimate.theta, "full_theta_sd": full.estimate.theta_sd, "score": score.to_dict(),
                "model_score": model.to_dict(), "design_score": None if design is None else design.to_dict(),
                "full_accuracy": full_accuracy,
-               "interval_calibration": est.interval_calibration, "person_fit": session.person_fit().to_dict()}
+               "interval_calibration": est.interval_calibration, "person_fit": session.person_fit().to_dict(),
+               "standing": standing_text(score, calibration_size(session)),
+               "stopping": describe_stopping(session.stopping)}
     if args.json:
         print(json.dumps({"summary": summary}))
-    else:
-        print(f"\nadaptive: theta = {est.theta:+.3f} +/- {est.theta_sd:.3f} (95% interval {lo:+.3f} .. {hi:+.3f}) "
-              f"from {est.n_items} items; stopped: {session.stop_reason}")
-        if est.tau is not None:
-            print(f"          tau   = {est.tau:+.3f} +/- {est.tau_sd:.3f}")
-        if est.interval_calibration:
-            print(f"          interval: {est.interval_calibration}")
-        print(f"          person fit: {session.person_fit().message}")
-        print(f"all {len(known)} answers: theta = {full.estimate.theta:+.3f} +/- {full.estimate.theta_sd:.3f}")
-        print(f"\npredicted full-benchmark score: {score}")
-        if model is not score:
-            print(f"          the model's prediction: {model}")
-        if model.calibration:
-            print(f"          model's interval: {model.calibration}")
-        for label, c in score.by_category.items():
-            print(f"  {score.category_field} {label}: {100 * c.accuracy:.1f}% ({100 * c.low:.1f}-{100 * c.high:.1f}%), "
-                  f"{c.n_observed} of {c.n_items} items answered")
-        print(f"observed accuracy on all {len(known)} answers in the file: {100 * full_accuracy:.1f}%")
-        if skipped:
-            print(f"({skipped} proposed item(s) had no answer in the file and were skipped)")
-        if foreign:
-            print(f"({len(foreign)} answer(s) to items not in the bank were ignored, first {foreign[0]!r})")
+        return 0
+    print()
+    print("\n".join(result_lines(score, session.stop_reason, calibration_size(session))))
+    print(f"\nscore: {score}")
+    if model is not score:
+        print(f"       the model's prediction: {model}")
+    if model.calibration:
+        print(f"       model's interval: {model.calibration}")
+    for label, c in score.by_category.items():
+        print(f"  {score.category_field} {label}: {100 * c.accuracy:.1f}% ({100 * c.low:.1f}-{100 * c.high:.1f}%), "
+              f"{c.n_observed} of {c.n_items} items answered")
+    print(f"adaptive: theta = {est.theta:+.3f} +/- {est.theta_sd:.3f} (95% interval {lo:+.3f} .. {hi:+.3f}) "
+          f"from {est.n_items} items")
+    if est.tau is not None:
+        print(f"          tau   = {est.tau:+.3f} +/- {est.tau_sd:.3f}")
+    if est.interval_calibration:
+        print(f"          interval: {est.interval_calibration}")
+    print(f"          person fit: {session.person_fit().message}")
+    print(f"all {len(known)} answers in the file: theta = {full.estimate.theta:+.3f} +/- {full.estimate.theta_sd:.3f}, "
+          f"observed accuracy {100 * full_accuracy:.1f}%")
+    if skipped:
+        print(f"({skipped} proposed item(s) had no answer in the file and were skipped)")
+    if foreign:
+        print(f"({len(foreign)} answer(s) to items not in the bank were ignored, first {foreign[0]!r})")
     return 0
 
 
 # ----------------------------------------------------------------------------- serve
 def _cmd_serve(args) -> int:
+    from catengine.console import describe_stopping
     from catengine.session import Engine, serve
 
     bank = _open_bank(args.bank)
@@ -333,9 +427,10 @@ def _cmd_serve(args) -> int:
         print(f"catengine serve: resumed {len(engine.sessions)} session(s) from {log} "
               "(the configuration is the one in the log)", file=sys.stderr)
     else:
-        engine = Engine(bank, rng=args.seed, log=log, **_strategies(args, bank))
+        strategies = _strategies(args, bank)
+        engine = Engine(bank, rng=args.seed, log=log, **strategies)
         print(f"catengine serve: bank {bank.bank_id} v{bank.version}, {bank.n_items} items; log {log or '(none)'}; "
-              "one JSON request per line", file=sys.stderr)
+              f"{describe_stopping(strategies['stopping'])}; one JSON request per line", file=sys.stderr)
     sys.stderr.flush()
     return serve(engine, sys.stdin, sys.stdout)
 
@@ -422,9 +517,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo = sub.add_parser("demo", help="adaptive evaluation of a simulated new LLM against a real shipped bank (MATH500, LaRT)")
     demo.add_argument("--bank", type=Path, default=None, help="bank directory or file, or a shipped bank id (default: math500_lart; `catengine banks` lists them)")
     demo.add_argument("--seed", type=int, default=7, help="seed of the simulated LLM and its answers (default 7)")
-    demo.add_argument("--target-sd", type=float, default=0.2,
-                      help="stop when the posterior SD of theta is at most this, after at least 5 items (default 0.2)")
-    demo.add_argument("--max-items", type=int, default=50, help="never administer more items than this (default 50)")
+    _add_stopping_options(demo.add_argument_group("stopping", description=_stopping_description(rivals=False)))
     demo.add_argument("--log", type=Path, default=None, help="append the session to this JSONL log")
     demo.set_defaults(func=_cmd_demo)
 
@@ -439,6 +532,10 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--json", action="store_true", help="print JSON lines instead of a table")
     ev.add_argument("--ignore-unknown-items", action="store_true",
                     help="skip answers to items that are not in the bank (default: an error naming them)")
+    ev.add_argument("--item-prefix", default=None, metavar="PREFIX",
+                    help="add PREFIX to the file's item ids that are not the bank's (e.g. math500/ for a file keyed "
+                         "0..499, as the benchmark's own data is); without it the bank's single id prefix is added "
+                         "when every id then is one of the bank's and the file names no other benchmark (a note says so)")
     _add_strategy_options(ev)
     ev.set_defaults(func=_cmd_evaluate)
 

@@ -1,7 +1,8 @@
 """The demo job: an adaptive evaluation of a simulated new LLM against a LaRT bank, run by the
-full engine (``CATSession``: MAP of (theta, tau) after every answer, theta-targeted selection on the
-2 x 2 precision, stop when the posterior SD of theta is small). Pure computation: printing is left
-to the caller.
+full engine (``CATSession``: MAP of (theta, tau) after every answer, the bank's default selection,
+and by default ``catengine.stopping.default_stopping``: stop once the predicted full-benchmark
+accuracy is known to within its stated half-width, or at its item cap). Pure computation: printing
+is left to the caller.
 """
 
 from __future__ import annotations
@@ -11,7 +12,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from catengine.session import CATSession, draw_traits, simulate_answer
-from catengine.stopping import AllOf, AnyOf, MaxItems, MinItems, StandardErrorBelow
 
 
 @dataclass(frozen=True)
@@ -27,18 +27,18 @@ class DemoStep:
     tau_sd: float
 
 
-def run_demo(bank, *, target_sd: float = 0.25, max_items: int = 50, min_items: int = 5, rng=None, on_step=None,
-             selector=None, estimator=None, log=None):
+def run_demo(bank, *, stopping=None, rng=None, on_step=None, selector=None, estimator=None, log=None):
     """Evaluate one simulated LLM adaptively. Returns (true (theta, tau), list of DemoStep, the session).
 
     The simulated LLM's traits are drawn from the bank's population; its answers and CoT lengths
-    from the bank's LaRT model. ``rng`` seeds both the LLM and the session.
+    from the bank's LaRT model. ``rng`` seeds both the LLM and the session. ``stopping``,
+    ``selector``, ``estimator``: as for ``CATSession`` (None: the session's defaults, e.g.
+    ``default_stopping(bank.n_items)``).
     """
     if bank.response_model != "lart":
         raise ValueError(f"the demo needs a lart bank; {bank.source} is {bank.response_model}")
     rng = np.random.default_rng(rng)
     true_theta, true_tau = draw_traits(bank.params, rng)
-    stopping = AnyOf(AllOf(MinItems(min_items), StandardErrorBelow(target_sd)), MaxItems(min(max_items, bank.n_items)))
     session = CATSession(bank, selector=selector, estimator=estimator, stopping=stopping, rng=rng,
                          subject="simulated-llm", log=log)
     steps = []

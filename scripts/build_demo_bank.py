@@ -1,7 +1,7 @@
 """Build the shipped demo item bank ``item_banks/demo_math500_lart``.
 
 A LaRT bank of 500 simulated items whose parameter distributions were chosen to resemble the
-MATH500 data of the LaRT paper (158 LLMs x 500 items, ../shared/data/lart):
+MATH500 data of the LaRT paper (158 LLMs x 500 items, data/lart):
 
 * item accuracy over the LLMs there has quantiles 5/50/95% = 0.08 / 0.53 / 0.68: with probit
   slopes a ~ LogNormal(0.3, 0.35) and intercepts b ~ Normal(-0.05, 0.8) the marginal accuracy

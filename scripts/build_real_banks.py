@@ -1,4 +1,4 @@
-"""Build the shipped real item banks from the public data under ``../shared/data``.
+"""Build the shipped real item banks from the public data in the repository's ``data/``.
 
 Four banks, each calibrated with the library's default calibration path
 (``Calibrator(rng=SEED).fit(data).to_item_bank(bank_id)``) and shipped with its calibration
@@ -32,7 +32,8 @@ on MATH500): both runs of an LLM are always held out together, in the audit and 
 calibration runs (``calibration.folds.with_llm_groups`` finds the run suffixes; the stored responses
 carry the groups).
 
-Usage (from the repository root; the data folder defaults to ``../shared/data``):
+Usage (from the repository root; the data folder defaults to ``data/``, where each source file is
+stored gzip-compressed; ``--data`` also reads an uncompressed copy):
     python scripts/build_real_banks.py                  # writes the next version of all four banks
     python scripts/build_real_banks.py chembench_2pl    # one bank
     python scripts/build_real_banks.py --check          # refit and compare with the latest shipped versions
@@ -51,7 +52,7 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_DATA = ROOT / ".." / "shared" / "data"
+DEFAULT_DATA = ROOT / "data"
 CALIBRATION_DATE = "2026-12-01"  # bumped by hand when the banks are recalibrated
 SEED = 20261201
 REPLAY_FOLDS = 4
@@ -130,7 +131,7 @@ def load_data(recipe: Recipe, data_root: Path = DEFAULT_DATA):
     folder = Path(data_root) / recipe.folder
     if not folder.is_dir():
         raise FileNotFoundError(f"data folder {folder} not found (pass --data, the folder holding lart/ and chembench/)")
-    paths = [folder / name for name in recipe.files]
+    paths = [source_file(folder, name) for name in recipe.files]
     raw = ResponseData.from_wide_csv(*paths)
     positions = [str(k) for k in range(raw.n_items)]
     if list(raw.item_ids) != positions:
@@ -146,6 +147,15 @@ def load_data(recipe: Recipe, data_root: Path = DEFAULT_DATA):
     # runs of one LLM (the LaRT data: a zero-shot and a one-shot run of each) named in the stored data, so that
     # the checks and any recalibration hold them out together
     return with_llm_groups(data)[0]
+
+
+def source_file(folder: Path, name: str) -> Path:
+    """The source file ``name`` in ``folder``: as named, or gzip-compressed (``<name>.gz``, as in ``data/``)."""
+    path = Path(folder) / name
+    if path.is_file() or name.endswith(".gz"):
+        return path
+    compressed = path.with_name(name + ".gz")
+    return compressed if compressed.is_file() else path
 
 
 def chembench_difficulty(path: Path, n_items: int) -> list[str]:

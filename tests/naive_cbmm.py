@@ -165,7 +165,7 @@ def extreme_theta(c, rows, a, b, col_on, target, lo, hi):
 
 
 def mm_sweep_dense(c, theta, a, b, sigma, rows, cols):
-    """One cBMM sweep exactly as written in MATH.md section 2 (rank 1, raw tempered parameters).
+    """One cBMM sweep exactly as written in docs/math.md §2.2 (rank 1, raw tempered parameters).
 
     Y~ = X~ + 4 sigma Y o sigmoid(-Y o X~ / sigma); then
     a_j = max(0, sum_i theta_i (Y~_ij - b_j) / sum_i theta_i^2), b_j = mean_i (Y~_ij - theta_i a_j),

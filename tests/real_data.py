@@ -39,5 +39,5 @@ def psn_missing(path: Path = PSN_IRT) -> str | None:
             f"place it in {PSN_DATA} (beside the repository) to run this")
 
 
-__all__ = ["CHEMBENCH", "DATA", "LART", "LRM_TOKEN_ECONOMY", "PSN_DATA", "PSN_IRT",
-           "REFERENCE", "ROOT", "lart_files", "psn_missing",]
+__all__ = ["CHEMBENCH", "DATA", "LART", "LRM_TOKEN_ECONOMY", "PSN_DATA", "PSN_IRT", "REFERENCE", "ROOT", "lart_files",
+           "psn_missing"]

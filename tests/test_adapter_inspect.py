@@ -33,30 +33,41 @@ def offline(monkeypatch, tmp_path):
             raise OSError(f"test is offline: connection to {address!r} refused")
         return real_connect(self, address)
 
+    real_getaddrinfo = socket.getaddrinfo
+
+    def guarded_lookup(host, *args, **kwargs):  # a name lookup fails before any connect
+        if host not in (None, "127.0.0.1", "::1", "localhost") and not str(host).startswith("127."):
+            attempts.append(host)
+            raise socket.gaierror(f"test is offline: lookup of {host!r} refused")
+        return real_getaddrinfo(host, *args, **kwargs)
+
     monkeypatch.setattr(socket.socket, "connect", guarded)
+    monkeypatch.setattr(socket, "getaddrinfo", guarded_lookup)
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path / "tiktoken-cache"))  # no tokenizer files cached
     yield tmp_path
     assert attempts == [], f"something tried to reach the network: {attempts}"
 
 
-def _world(seed=3):
-    """A LaRT bank, an Inspect task with one sample per item (ids = item ids), and a simulated LLM:
-    its recorded answer (correct, CoT tokens) to every item."""
+def _world(seed=3, n_items=N_ITEMS, n_samples=N_SAMPLES, subjects=None):
+    """A LaRT bank, an Inspect task with one sample per item (ids = item ids) for its first
+    ``n_samples`` items, and a simulated LLM: its recorded answer (correct, CoT tokens) to every item."""
     from inspect_ai import Task
     from inspect_ai.dataset import MemoryDataset, Sample
     from inspect_ai.scorer import match
     from inspect_ai.solver import generate
 
-    bank = naive.make_bank("lart", N_ITEMS, seed=seed)
+    bank = naive.make_bank("lart", n_items, seed=seed, subjects=subjects)
     oracle, _ = naive.make_oracle(bank.params, seed=seed + 1)
     samples = [Sample(input=f"[{bank.item_ids[j]}] What is {j} + 100?", target=str(j + 100), id=bank.item_ids[j])
-               for j in range(N_SAMPLES)]
+               for j in range(n_samples)]
     task = Task(dataset=MemoryDataset(samples), solver=generate(), scorer=match(), name="arith")
     return bank, oracle, task
 
 
-def _mock_model(bank, oracle, *, fail_items=(), calls=None):
+def _mock_model(bank, oracle, *, fail_items=(), calls=None, tokens_of=None, usage=True):
     """Inspect's mockllm/model answering like the simulated LLM: the right number when the oracle says
-    correct, a wrong one otherwise; the CoT length as the output's token usage."""
+    correct, a wrong one otherwise; the CoT length as the output's token usage (``tokens_of``: item ->
+    the output_tokens to report instead; ``usage=False``: no usage at all, as ModelOutput.from_content)."""
     from inspect_ai.model import ModelOutput, ModelUsage, get_model
 
     def answer(messages, tools, tool_choice, config):
@@ -70,7 +81,9 @@ def _mock_model(bank, oracle, *, fail_items=(), calls=None):
         correct, tokens = oracle[j]
         reply = f"Let me think step by step... the answer is {j + 100 if correct else j + 7}"
         out = ModelOutput.from_content("mockllm/model", reply)
-        out.usage = ModelUsage(input_tokens=20, output_tokens=int(tokens), total_tokens=20 + int(tokens))
+        if usage:
+            tokens = (tokens_of or {}).get(item, int(tokens))
+            out.usage = ModelUsage(input_tokens=20, output_tokens=tokens, total_tokens=20 + tokens)
         return out
 
     return get_model("mockllm/model", custom_outputs=answer)
@@ -124,6 +137,57 @@ def test_adapter_inspect_runs_a_task_adaptively_batch_by_batch(offline):
     resumed = CATSession.resume(log, bank)
     assert resumed.state_summary()["history"] == session.state_summary()["history"]
     resumed.close()
+
+
+def test_adapter_inspect_by_default_stops_by_the_default_rule_and_reports_the_score(offline):
+    """issue 32: a session created without stopping= runs default_stopping(n); the result says why it
+    stopped and words the predicted accuracy, the items used and the standing as every entry point does."""
+    import re
+
+    import numpy as np
+    import xarray as xr
+
+    from catengine.adapters.inspect import run_adaptive
+    from catengine.stopping import default_stopping
+    from catengine.stopping.rules import item_limit
+
+    subjects = xr.Dataset({"theta": ("subject", np.linspace(-2, 2, 30)), "theta_sd": ("subject", np.full(30, 0.2))},
+                          coords={"subject": [f"llm_{k}" for k in range(30)]})
+    n = 60
+    bank, oracle, task = _world(n_items=n, n_samples=n - 4, subjects=subjects)
+    session = CATSession(bank, rng=0)
+    rule = default_stopping(n)
+    assert session.stopping == rule
+    result = run_adaptive(task, session, model=_mock_model(bank, oracle), k=10, log_dir=str(offline / "inspect-logs"))
+    assert session.finished and result.stop_reason == session.stop_reason
+    assert session.n_items <= item_limit(rule) and result.rounds == len(result.eval_logs)
+    score = result.predicted_score
+    text = str(result).splitlines()
+    assert text[0] == (f"predicted full-benchmark accuracy {100 * score.accuracy:.1f}% (95% interval "
+                       f"{100 * score.low:.1f}-{100 * score.high:.1f}%, +-{50 * (score.high - score.low):.1f} points), "
+                       f"from {session.n_items} of {n} items")
+    assert text[1] == f"stopped: {session.stop_reason}"
+    assert re.fullmatch(r"standing: ahead of \d+% of the 30 calibration LLM runs(; (above|below) the calibration "
+                        r"population: the model extrapolates)?", text[2])
+    assert f"{100 * score.percentile:.0f}%" in text[2]
+
+
+def test_adapter_inspect_rounds_never_run_past_the_default_item_cap(offline):
+    """An unreachable precision keeps the default rule's cap: the rounds stop exactly at it, the last one
+    cut to what is left."""
+    from catengine.adapters.inspect import run_adaptive
+    from catengine.cli import default_stopping_parts, stopping_with_overrides
+
+    n = 130
+    _, _, cap = default_stopping_parts(n)
+    k = 40 if cap % 40 else 45  # a batch size that does not divide the cap
+    bank, oracle, task = _world(n_items=n, n_samples=n)
+    calls = []
+    session = CATSession(bank, rng=0, stopping=stopping_with_overrides(n, score_within=0.001))
+    result = run_adaptive(task, session, model=_mock_model(bank, oracle, calls=calls), k=k,
+                          log_dir=str(offline / "inspect-logs"))
+    assert session.n_items == len(calls) == cap and result.rounds == -(-cap // k)
+    assert result.stop_reason == session.stop_reason and str(cap) in result.stop_reason
 
 
 def test_adapter_inspect_resumes_a_half_answered_batch(offline):
@@ -191,3 +255,100 @@ def test_adapter_inspect_maps_items_to_sample_ids_and_checks_scores(offline):
 
     with pytest.raises(ValueError, match="'q0003'.*not binary"):
         _correct(_S(), None)
+
+
+def test_adapter_inspect_records_every_valid_answer_of_a_round_with_bad_token_counts(offline):
+    """issue 34 row 4: one sample reporting 2e9 (beyond the session's plausible range) and one -5
+    output tokens. Every valid answer of the round is recorded (none left pending to be paid for
+    again); the error names each bad sample, its value and the Inspect log; only the bad ones stay
+    pending, and the next run asks only them."""
+    from catengine.adapters.inspect import run_adaptive
+
+    bank, oracle, task = _world()
+    ref, batches = _reference(bank, oracle, 5, 10)
+    first = batches[0]
+    huge, negative = first[1], first[3]
+    session = CATSession(bank, rng=0, stopping=MaxItems(10), log=offline / "session.jsonl")
+    calls = []
+    with pytest.raises(CatEngineError) as info:
+        run_adaptive(task, session, model=_mock_model(bank, oracle, calls=calls,
+                                                      tokens_of={huge: 2_000_000_000, negative: -5}),
+                     k=5, log_dir=str(offline / "inspect-logs"))
+    message = str(info.value)
+    assert f"sample {huge!r}" in message and "output_tokens = 2e+09" in message
+    assert f"sample {negative!r}" in message and "output_tokens = -5" in message
+    logs = sorted((offline / "inspect-logs").glob("*.eval"))
+    assert len(logs) == 1 and logs[0].name in message
+    assert "3 valid answer(s) recorded" in message
+    from catengine.adapters.inspect import BatchAnswerError
+
+    assert isinstance(info.value, BatchAnswerError)
+    valid = [i for i in first if i not in (huge, negative)]
+    assert sorted(r.item for r in session.history) == sorted(valid)
+    assert sorted(info.value.recorded) == sorted(valid)
+    assert sorted(session.pending_items) == sorted([huge, negative]) == sorted(info.value.pending)
+    for rec in session.history:
+        assert (rec.correct, rec.cot_length) == oracle[bank.index_of(rec.item)]
+    # a fixed provider: only the two bad items are asked again, then the test goes on
+    calls.clear()
+    result = run_adaptive(task, session, model=_mock_model(bank, oracle, calls=calls), k=5,
+                          log_dir=str(offline / "inspect-logs"))
+    assert sorted(calls[:2]) == sorted([huge, negative]) and len(calls) == 2 + 5
+    assert session.n_items == 10 and result.rounds == 2
+    session.close()
+
+
+def test_adapter_inspect_mock_model_without_usage_runs_offline(offline):
+    """issue 34 row 10: mockllm/model outputs with usage=None (ModelOutput.from_content) make
+    Inspect count tokens with tiktoken, which downloads its tokenizer files; the adapter runs offline
+    (the fixture refuses every lookup and connection, and no tokenizer file is cached)."""
+    from catengine.adapters.inspect import run_adaptive
+
+    bank, oracle, task = _world()
+    session = CATSession(bank, rng=0, stopping=MaxItems(4))
+    result = run_adaptive(task, session, model=_mock_model(bank, oracle, usage=False), k=4,
+                          log_dir=str(offline / "inspect-logs"))
+    assert result.rounds == 1 and session.n_items == 4
+    assert [r.correct for r in session.history] == [oracle[bank.index_of(r.item)][0] for r in session.history]
+    # Inspect's mock reports the completion's length as its output tokens: recorded as the CoT length
+    assert all(r.cot_length is not None and r.cot_length > 0 for r in session.history)
+
+
+def test_read_inspect_logs_reads_the_eval_files_inspect_writes_in_a_fresh_process(offline):
+    """issue 34 row 5: the .eval logs inspect_ai writes are zip archives of zstd-compressed members;
+    read_inspect_logs reads them in a process that never imported inspect_ai (Python's zipfile
+    alone cannot), and a truncated .eval is an error naming the file."""
+    import json
+    import subprocess
+    import sys
+    import zipfile
+
+    from catengine.adapters.inspect import run_adaptive
+    from catengine.responses.readers import read_inspect_logs
+
+    bank, oracle, task = _world()
+    session = CATSession(bank, rng=0, stopping=MaxItems(3))
+    result = run_adaptive(task, session, model=_mock_model(bank, oracle), k=3, log_dir=str(offline / "inspect-logs"))
+    log = result.eval_logs[0]
+    with zipfile.ZipFile(log) as zf:
+        assert {i.compress_type for i in zf.infolist()} == {93}  # zstd: what the reader must handle
+    script = (
+        "import json, sys\n"
+        "from catengine.responses.readers import read_inspect_logs\n"
+        f"data = read_inspect_logs({log!r}, item_id='{{id}}')\n"
+        "assert 'inspect_ai' not in sys.modules and 'zipfile_zstd' not in sys.modules\n"
+        "print(json.dumps({'items': list(data.item_ids), 'correct': data.correct[0].tolist(),"
+        " 'cot': data.cot_length[0].tolist(), 'subjects': list(data.subject_ids)}))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    read = json.loads(done.stdout)
+    recorded = {r.item: (r.correct, r.cot_length) for r in session.history}
+    assert read["subjects"] == ["mockllm/model"]
+    assert {i: (c, t) for i, c, t in zip(read["items"], read["correct"], read["cot"])} == recorded
+    # a truncated .eval (an interrupted write, a partial copy) names the file
+    cut = offline / "cut.eval"
+    data = open(log, "rb").read()
+    cut.write_bytes(data[: len(data) // 2])
+    with pytest.raises(ValueError, match=r"cut\.eval: truncated or corrupt \.eval archive"):
+        read_inspect_logs(cut)

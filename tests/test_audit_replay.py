@@ -73,7 +73,7 @@ def test_honest_when_the_model_holds():
 def test_default_banks_are_honest_with_maximum_information_too():
     """The same data through the default path: each fold's bank is ``to_item_bank``'s, with its own
     cross-fitted interval check run on the fold's training LLMs only (nested), so maximum
-    information's intervals are honest as well (RMS ratio 0.96-0.97 when this test was written)."""
+    information's intervals are honest as well (RMS ratio 0.96-0.97 with these seeds)."""
     ds = replay_audit(_simulated(1), method="cbmm", folds=4, test_lengths=(10, 30), rng=1, progress=False, n_workers=1)
     assert int(ds["failed"].sum()) == 0
     m = ds.mean("replication").sel(scoring="irt")

@@ -79,10 +79,18 @@ def test_fantasised_precision_is_the_information_update():
     assert new.theta == est.theta and new.tau == est.tau
 
 
+def adaptive_default(bank):
+    """The bank's adaptive rule (what the default doubly robust selector uses on its adaptive steps)."""
+    from catengine.selection import DoublyRobustSelection
+    from catengine.session.bank_log import item_table
+
+    return DoublyRobustSelection().adaptive_for(item_table(bank))
+
+
 def test_point_information_batch_is_the_top_k():
     bank = naive.make_bank("4pl", 50, seed=7)
     oracle, _ = naive.make_oracle(bank.params, seed=8)
-    s = CATSession(bank, rng=0)
+    s = CATSession(bank, selector=adaptive_default(bank), rng=0)
     for j in (3, 11, 20):
         s.record(bank.item_ids[j], *oracle[j])
     batch = s.next_items(8)
@@ -95,7 +103,7 @@ def test_lart_batch_is_greedy_in_the_fantasised_posterior_variance():
     """Each slot minimises Var(theta) after the batch so far plus that item (brute force over the bank)."""
     bank = naive.make_bank("lart", 40, seed=9)
     oracle, _ = naive.make_oracle(bank.params, seed=10)
-    s = CATSession(bank, rng=0)
+    s = CATSession(bank, selector=adaptive_default(bank), rng=0)
     for j in (0, 5):
         s.record(bank.item_ids[j], *oracle[j])
     batch = [bank.index_of(i) for i in s.next_items(6)]
@@ -122,7 +130,7 @@ def test_lart_batch_stops_buying_cot_information_once_tau_is_pinned():
     phi = np.r_[np.full(10, 0.2), np.full(10, 3.0)]
     bank = ItemBank.from_params("lart", [f"i{k}" for k in range(n)], bank_id="t", a=a, b=np.zeros(n),
                                 omega=np.full(n, 6.0), phi=phi, lam=np.ones(n), rho=-0.8, cot_offset=1.0)
-    s = CATSession(bank, rng=0)
+    s = CATSession(bank, selector=adaptive_default(bank), rng=0)
     top = s.selector.candidates(bank.params, _state(s), s.rng, 6)[0]
     assert all(j >= 10 for j in top)  # sequential ranking: CoT-rich items only
     batch = [bank.index_of(i) for i in s.next_items(6)]
@@ -227,7 +235,7 @@ def test_half_answered_batch_resumes_from_the_log(tmp_path):
 
 def test_engine_proposes_batches_per_subject(tmp_path):
     bank = naive.make_bank("2pl", 40, seed=18)
-    with Engine(bank, rng=1, log=tmp_path / "e.jsonl") as eng:
+    with Engine(bank, selector=adaptive_default(bank), rng=1, log=tmp_path / "e.jsonl") as eng:
         b1 = eng.next_items("llm-a", 4)
         b2 = eng.next_items("llm-b", 4)
         assert b1 == b2 and len(set(b1)) == 4  # same prior, deterministic selector

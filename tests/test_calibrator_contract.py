@@ -196,6 +196,28 @@ def test_item_params_and_theta_share_one_scale(fitted):
     assert loglik(cal.theta_) > max(loglik(3 * cal.theta_), loglik(cal.theta_ / 3), loglik(cal.theta_ + 1))
 
 
+def test_theta_and_item_params_reproduce_the_banks_own_log_likelihood(fitted):
+    """theta_ and item_params_ are on the bank's scale: the answers' log-likelihood under the
+    fitted attributes equals the one under the bank's own items and stored thetas (PSN used to
+    report theta_ on its network's scale: SD 13.6 against the bank's 1.0)."""
+    from catengine.models import prob_correct
+
+    name, cal = fitted
+    data = _data(name)
+    seen = data.correct >= 0
+    y = data.correct
+
+    def loglik(params, theta):
+        p = np.clip(prob_correct(params, np.asarray(theta, dtype=float)), 1e-12, 1 - 1e-12)
+        return float(np.where(seen, y * np.log(p) + (1 - y) * np.log1p(-p), 0.0).sum())
+
+    bank = cal.to_item_bank("contract", interval_check=False)
+    bank_theta = bank.subjects["theta"].values
+    assert list(bank.subjects["subject"].values) == list(cal.subject_ids_)
+    assert loglik(cal.item_params_, cal.theta_) == pytest.approx(loglik(bank.params, bank_theta), rel=1e-9)
+    np.testing.assert_allclose(cal.theta_, bank_theta, rtol=1e-9, atol=1e-9)
+
+
 def test_same_seed_same_fit(fitted):
     name, cal = fitted
     again = _fit(name)

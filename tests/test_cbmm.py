@@ -163,7 +163,7 @@ def test_extreme_theta_kernel_matches_brentq():
 
 @pytest.mark.parametrize("sigma", [1.0, 0.5])
 def test_sweep_is_the_paper_sweep(sigma):
-    """The streamed sweep (two passes, algebraically rearranged) equals the dense MATH.md formulas."""
+    """The streamed sweep (two passes, algebraically rearranged) equals the dense formulas of docs/math.md §2.2."""
     rng = np.random.default_rng(11)
     n, j = 60, 45
     c = _random_problem(n, j, rng, missing=0.5)

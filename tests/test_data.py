@@ -10,9 +10,7 @@ import numpy as np
 import pytest
 
 from calibration.data import ResponseData
-
-DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data"
-LART = DATA / "lart"
+from real_data import lart_files
 
 
 def _write(path: Path, text: str) -> Path:
@@ -186,19 +184,12 @@ def test_row_is_observed_if_only_cot_present(tmp_path):
     assert d.correct[1, 0] == -1 and d.cot_length[1, 0] == 17
 
 
-def _require(path: Path):
-    if not path.exists():
-        pytest.skip(f"real data not available: {path} is absent (../shared/data is outside the repository)")
-
-
 @pytest.mark.parametrize(
     "name, shape, mean_acc",
     [("math500", (158, 500), 0.484), ("amc23", (156, 40), 0.400)],  # SOURCE.md table
 )
 def test_real_lart_data_loads(name, shape, mean_acc):
-    acc, cot = LART / f"accuracy_{name}.csv", LART / f"cot_length_{name}.csv"
-    _require(acc)
-    _require(cot)
+    acc, cot = lart_files(name)  # data/lart: gzip-compressed, read as they are
     d = ResponseData.from_wide_csv(acc, cot)
     assert d.shape == shape
     assert d.has_cot

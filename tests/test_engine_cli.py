@@ -2,6 +2,7 @@
 
 import csv
 import json
+import re
 import subprocess
 import sys
 
@@ -364,3 +365,172 @@ def test_selector_help_names_every_selector_and_the_default_rule():
     for phrase in ("score-factor-d when it carries score factors", "lart-theta for LaRT banks",
                    "pei for banks with item-parameter uncertainty", "mfi otherwise", "randomised instead when"):
         assert phrase in SELECTOR_HELP
+
+
+# ----------------------------------------------------------------------------- the default stop
+@pytest.fixture(scope="module")
+def ranked_bank(tmp_path_factory):
+    """A LaRT bank with calibration LLMs (their traits), so that sessions report a standing."""
+    import xarray as xr
+
+    thetas = np.linspace(-2.0, 2.0, 40)
+    subjects = xr.Dataset({"theta": ("subject", thetas), "theta_sd": ("subject", np.full(40, 0.2))},
+                          coords={"subject": [f"llm_{k}" for k in range(40)]})
+    root = tmp_path_factory.mktemp("ranked")
+    path = write_item_bank(naive.make_bank("lart", 60, seed=32, bank_id="rankedbank", subjects=subjects), root / "b")
+    return open_item_bank(path)
+
+
+RESULT = re.compile(r"^predicted full-benchmark accuracy (\d+\.\d)% \(95% interval (\d+\.\d)-(\d+\.\d)%, "
+                    r"\+-(\d+\.\d) points\), from (\d+) of (\d+) items$", flags=re.M)
+
+
+def _result(out: str):
+    """(accuracy, low, high, half-width, items used, bank size) of the printed result line, and the stop line."""
+    found = RESULT.findall(out)
+    assert len(found) == 1, out
+    stops = [line for line in out.splitlines() if line.strip().startswith("stopped: ")]
+    assert len(stops) == 1, out
+    acc, low, high, half, used, n = found[0]
+    return (float(acc), float(low), float(high), float(half), int(used), int(n)), stops[0].strip()[len("stopped: "):]
+
+
+def test_stopping_options_replace_their_part_of_the_default_rule():
+    """No stopping option = catengine.stopping.default_stopping(n); each option replaces its part."""
+    from catengine.cli import default_stopping_parts, stopping_with_overrides
+    from catengine.stopping import (AllOf, AnyOf, InformationBelow, MaxItems, MinItems, ScoreIntervalBelow,
+                                    StandardErrorBelow, default_stopping)
+    from catengine.stopping.rules import item_limit
+
+    n = 400
+    default = default_stopping(n)
+    floor, precision, cap = default_stopping_parts(n)
+    assert cap == item_limit(default) and precision
+    assert stopping_with_overrides(n) == default
+    assert stopping_with_overrides(n, max_items=cap, min_items=floor) == default  # the default's own values
+    assert stopping_with_overrides(n, score_within=0.1) == AnyOf(AllOf(MinItems(floor), ScoreIntervalBelow(0.1)),
+                                                                 MaxItems(cap))
+    assert stopping_with_overrides(n, target_sd=0.2, score_within=0.1) == AnyOf(
+        AllOf(MinItems(floor), AnyOf(StandardErrorBelow(0.2), ScoreIntervalBelow(0.1))), MaxItems(cap))
+    assert stopping_with_overrides(n, target_sd=0) == MaxItems(cap)  # every precision rule off: the cap alone
+    assert stopping_with_overrides(n, target_sd=0, max_items=0) == MaxItems(n)  # 0 = the whole bank
+    assert stopping_with_overrides(n, max_items=10 * n) == stopping_with_overrides(n, max_items=n)  # never past the bank
+    only = precision[0] if len(precision) == 1 else AnyOf(*precision)
+    assert stopping_with_overrides(n, min_items=0) == AnyOf(only, MaxItems(cap))
+    assert stopping_with_overrides(n, min_information=0.01) == AnyOf(AllOf(MinItems(floor), only),
+                                                                     InformationBelow(0.01), MaxItems(cap))
+
+
+def test_stopping_help_states_the_default_rule(capsys):
+    from catengine.cli import default_stopping_parts
+    from catengine.console import describe_stopping
+    from catengine.stopping import ScoreIntervalBelow, default_stopping
+
+    n = 10**6
+    floor, precision, cap = default_stopping_parts(n)
+    for command in (["evaluate"], ["serve"], ["demo"], ["lm-eval", "next"]):
+        with pytest.raises(SystemExit):
+            main([*command, "--help"])
+        text = " ".join(capsys.readouterr().out.split())
+        assert describe_stopping(default_stopping(n)) in text, command
+        assert f"(default {floor})" in text and f"(default {cap}, or the whole bank when it is smaller" in text
+        within = next((r.half_width for r in precision if isinstance(r, ScoreIntervalBelow)), None)
+        assert f"(default {'off' if within is None else format(within, 'g')}; 0 = off)" in text
+
+
+def test_evaluate_by_default_stops_by_the_default_rule_and_prints_the_score(tmp_path, ranked_bank, capsys):
+    from catengine.console import describe_stopping
+    from catengine.session import CATSession
+    from catengine.stopping import default_stopping
+    from catengine.stopping.rules import item_limit
+
+    acc, cot = _wide_files(tmp_path, ranked_bank)
+    log = tmp_path / "default.jsonl"
+    assert main(["evaluate", "--bank", ranked_bank.source, "--responses", str(acc), "--cot", str(cot),
+                 "--subject", "llm_0", "--seed", "4", "--log", str(log)]) == 0
+    out = capsys.readouterr().out
+    rule = default_stopping(ranked_bank.n_items)
+    assert describe_stopping(rule) in out
+    (accuracy, low, high, half, used, n), reason = _result(out)
+    replayed = CATSession.resume(log, ranked_bank)  # the session the command ran, from its log
+    assert replayed.stopping == rule and replayed.n_items == used <= item_limit(rule) and n == ranked_bank.n_items
+    assert reason == replayed.stop_reason
+    score = replayed.predicted_score()
+    assert (accuracy, low, high) == pytest.approx((100 * score.accuracy, 100 * score.low, 100 * score.high), abs=0.051)
+    assert half == pytest.approx(50 * (score.high - score.low), abs=0.051)
+    # one ranking statement: the score's percentile among the calibration LLM runs
+    assert f"standing: ahead of {100 * score.percentile:.0f}% of the 40 calibration LLM runs" in out
+    assert "ranks above" not in out and "% of the calibration population" not in out
+    replayed.close()
+    # --json: the same rule, reason and standing
+    assert main(["evaluate", "--bank", ranked_bank.source, "--responses", str(acc), "--cot", str(cot),
+                 "--subject", "llm_0", "--seed", "4", "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out.splitlines()[-1])["summary"]
+    assert summary["stopping"] == describe_stopping(rule) and summary["stop_reason"] == reason
+    assert summary["n_items"] == used and summary["standing"].startswith(f"ahead of {100 * score.percentile:.0f}% of")
+
+
+def test_serve_by_default_stops_by_the_default_rule(tmp_path, ranked_bank, capsys, monkeypatch):
+    """`serve` without stopping options runs default_stopping(n); the reply that finishes the test says
+    why, with the predicted score and its percentile among the calibration LLM runs."""
+    import io
+
+    from catengine.console import describe_stopping
+    from catengine.session import Engine
+    from catengine.session.serve import handle
+    from catengine.stopping import default_stopping
+    from catengine.stopping.rules import item_limit
+
+    log = tmp_path / "serve.jsonl"
+    monkeypatch.setattr(sys, "stdin", io.StringIO(json.dumps({"op": "start", "subject": "m"}) + "\n"))
+    assert main(["serve", "--bank", ranked_bank.source, "--log", str(log), "--seed", "2"]) == 0
+    rule = default_stopping(ranked_bank.n_items)
+    assert describe_stopping(rule) in capsys.readouterr().err
+    engine = Engine.resume(log, ranked_bank)
+    oracle, _ = naive.make_oracle(ranked_bank.params, seed=12)
+    reply = handle(engine, {"op": "next", "subject": "m"})
+    while not reply["finished"]:
+        c, t = oracle[ranked_bank.index_of(reply["item"])]
+        last = handle(engine, {"op": "record", "subject": "m", "item": reply["item"], "correct": c, "cot_length": t})
+        reply = handle(engine, {"op": "next", "subject": "m"})
+    session = engine.session("m")
+    assert session.stopping == rule and session.n_items <= item_limit(rule)
+    assert last["finished"] is True and last["reason"] == reply["reason"] == session.stop_reason
+    assert last["score"]["n_observed"] == session.n_items and 0 <= last["score"]["percentile"] <= 1
+    engine.close()
+
+
+def test_demo_by_default_stops_by_the_default_rule_and_prints_the_score(ranked_bank, capsys):
+    from catengine.console import describe_stopping
+    from catengine.demo import run_demo
+    from catengine.stopping import default_stopping
+    from catengine.stopping.rules import item_limit
+
+    assert main(["demo", "--bank", ranked_bank.source, "--seed", "5"]) == 0
+    out = capsys.readouterr().out
+    rule = default_stopping(ranked_bank.n_items)
+    assert describe_stopping(rule) in out
+    (_, _, _, _, used, n), reason = _result(out)
+    _, steps, session = run_demo(ranked_bank, rng=5)  # the same seeded run, from Python
+    assert session.stopping == rule and len(steps) == used <= item_limit(rule) and n == ranked_bank.n_items
+    assert reason == session.stop_reason
+    assert len([line for line in out.splitlines() if line[:4].strip().isdigit()]) == used
+    score = session.predicted_score()
+    assert f"standing: ahead of {100 * score.percentile:.0f}% of the 40 calibration LLM runs" in out
+    assert "ranks above" not in out and "% of the calibration population" not in out
+
+
+@pytest.mark.parametrize("command", ["evaluate", "demo"])
+@pytest.mark.parametrize("option, value, expected", [
+    ("--score-within", "0.5", "--score-within must be a proportion of the benchmark >= 0 and < 0.5 (0.05 = 5 points; "
+                              "0 = off), got 0.5"),
+    ("--min-items", "-2", "--min-items must be an integer >= 0, got -2"),
+    ("--max-items", "-1", "--max-items must be an integer >= 0 (0 = the whole bank), got -1"),
+])
+def test_stopping_options_out_of_range_are_named_by_their_flag(tmp_path, ranked_bank, capsys, command, option, value,
+                                                               expected):
+    answers = tmp_path / "a.csv"
+    answers.write_text("item,correct\n" + "".join(f"{i},1\n" for i in ranked_bank.item_ids[:3]))
+    extra = ["--responses", str(answers)] if command == "evaluate" else []
+    assert main([command, "--bank", ranked_bank.source, *extra, option, value]) == 2
+    assert expected in capsys.readouterr().err

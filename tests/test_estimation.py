@@ -137,7 +137,7 @@ def test_lart_map_hessian_and_gradient_match_math_1_5():
     _, g, h = lart.trait_derivatives(p, est.theta, est.tau, s.correct, s.log_cot, s.items)
     grad = g - prior_prec @ np.array([est.theta, est.tau])
     assert np.max(np.abs(grad)) < 1e-8
-    H = prior_prec - h  # MATH.md 1.5: Sigma^-1 + diag(sum a^2 m(x)(x + m(x)), F_T)
+    H = prior_prec - h  # docs/math.md §1.5: Sigma^-1 + diag(sum a^2 m(x)(x + m(x)), F_T)
     cov = np.linalg.inv(H)
     assert est.theta_sd == pytest.approx(math.sqrt(cov[0, 0]), rel=1e-10)
     assert est.tau_sd == pytest.approx(math.sqrt(cov[1, 1]), rel=1e-10)
@@ -151,7 +151,7 @@ def test_prior_precision_inverts_the_covariance(rho, st, su):
 
 
 def test_lart_profile_prior_is_lemma_1():
-    """With the standard prior, the Gaussian part for theta is Lemma 1's CoT-informed prior (MATH.md 1.3)."""
+    """With the standard prior, the Gaussian part for theta is Lemma 1's CoT-informed prior (docs/math.md §1.3)."""
     p = _params("lart", 20, 7)
     s = _state(p, 20, 8)
     gp = gaussian_part(p, s, TraitPrior.population(p))
@@ -163,8 +163,8 @@ def test_lart_profile_prior_is_lemma_1():
     assert 1 / gp.tau_precision == pytest.approx(t_var, rel=1e-12)
 
 
-def test_math_md_worked_example_variance():
-    """MATH.md 1.3 worked example: EAP of theta from the exact posterior: E 0.0276, Var 0.2929."""
+def test_lemma_1_worked_example_variance():
+    """A worked example of Lemma 1 (docs/math.md §1.3): EAP of theta from the exact posterior: E 0.0276, Var 0.2929."""
     p = ItemParams(
         "lart",
         a=[1.136962, 0.769787, 0.540974, 0.516528], b=[-0.267835, 0.180798, 0.652000, 0.473540],

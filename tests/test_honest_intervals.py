@@ -1,4 +1,4 @@
-"""Honest intervals (MATH.md 6.3-6.5): the uncertainty-aware trait SD against numerical integration
+"""Honest intervals (docs/math.md §7.3-7.5): the uncertainty-aware trait SD against numerical integration
 over item parameters, posterior-expected information over (a, b) against 2-D quadrature, lz against
 its definition, the stored interval calibration in sessions, and the default calibration path."""
 
@@ -18,7 +18,7 @@ from catengine.estimation.person_fit import LZ_THRESHOLD, person_fit
 from catengine.models.information import prob_correct
 from catengine.models.item_covariance import ItemCovariance
 from catengine.models.params import ItemParams
-from catengine.selection import RandomSelection
+from catengine.selection import MaxFisherInformation, RandomSelection
 from catengine.selection import _kernels as SK
 from catengine.session import CATSession
 from catengine.stopping import MaxItems
@@ -162,7 +162,8 @@ def test_posterior_expected_selection_is_the_brute_force_argmax_and_default():
     bank = ItemBank.from_params("2pl", [f"i{k}" for k in range(J)], bank_id="unc", a=a, b=b, a_sd=a_sd, b_sd=b_sd,
                                 ab_cov=corr * a_sd * b_sd)
     s = CATSession(bank, rng=1)
-    assert s.selector.name == "pei"
+    assert s.selector.name == "doubly-robust" and s.selector.adaptive_for(s.items).name == "pei"
+    s = CATSession(bank, selector=s.selector.adaptive_for(s.items), rng=1)
     for _ in range(8):
         item = s.next_item()
         theta = s.estimate.theta
@@ -220,21 +221,38 @@ def test_lz_flags_a_reversed_responder_not_a_fitting_one():
 
 
 # ----------------------------------------------------------------------------- 6.5: stored calibration
-def _calibration_json(c=(1.5, 2.0), lengths=(5, 20), name="mfi"):
+def _calibration_json(c=(2.0, 1.5), lengths=(5, 20), name="mfi"):
     return json.dumps({"version": 1, "folds": 4, "n_subjects": 40, "calibration_method": "cbmm", "selection": name,
                        "curves": {name: {"test_length": list(lengths), "c": list(c)},
-                                  "random": {"test_length": list(lengths), "c": [1.1, 1.3]}}})
+                                  "random": {"test_length": list(lengths), "c": [1.3, 1.1]}}})
 
 
 def test_interval_curve_interpolates_and_falls_back_to_the_largest():
     cal = IntervalCalibration.from_json(_calibration_json())
     cur = cal.curve("mfi")
-    assert cur.factor(0) == 1.0 and cur.factor(3) == 1.5 and cur.factor(5) == 1.5
-    assert cur.factor(12.5) == pytest.approx(1.75) and cur.factor(100) == 2.0
+    assert cur.factor(0) == 1.0 and cur.factor(3) == 2.0 and cur.factor(5) == 2.0
+    assert cur.factor(12.5) == pytest.approx(1.75) and cur.factor(100) == 1.5
     other = cal.curve("kl")
-    assert other.factor(20) == 2.0 and other.factor(5) == 1.5
+    assert other.factor(20) == 1.5 and other.factor(5) == 2.0
     with pytest.raises(ValueError, match="interval_calibration"):
         IntervalCalibration.from_json("{not json")
+
+
+def test_a_growing_stored_curve_is_applied_as_its_nonincreasing_envelope():
+    """c(L) = (1.2, 1.5, 1.4, 1.8) at L = (5, 10, 20, 40): sessions apply max over l >= L, so the
+    factor never grows with more answers and is never below the stored c; the same for z95."""
+    from catengine.estimation.interval_calibration import IntervalCurve, right_envelope
+
+    np.testing.assert_array_equal(right_envelope(np.array([1.2, 1.5, 1.4, 1.8, 1.0])), [1.8, 1.8, 1.8, 1.8, 1.0])
+    cur = IntervalCurve((5, 10, 20, 40), (1.2, 1.5, 1.4, 1.8), "mfi", "test", z95=(2.0, 1.9, 2.2, 2.1))
+    grid = np.arange(1, 80)
+    f = np.array([cur.factor(L) for L in grid])
+    z = np.array([cur.multiplier(L) for L in grid])
+    assert np.all(np.diff(f) <= 1e-15) and np.all(np.diff(z) <= 1e-15)
+    raw_c = np.interp(grid, (5, 10, 20, 40), (1.2, 1.5, 1.4, 1.8))
+    raw_z = np.interp(grid, (5, 10, 20, 40), (2.0, 1.9, 2.2, 2.1))
+    assert np.all(f >= raw_c - 1e-15) and np.all(z >= raw_z - 1e-15)
+    assert cur.factor(5) == 1.8 and cur.multiplier(30) == pytest.approx(2.15)
 
 
 def test_session_applies_the_stored_calibration_by_default_and_sd_scale_overrides():
@@ -246,7 +264,7 @@ def test_session_applies_the_stored_calibration_by_default_and_sd_scale_override
     answers = (rng.random(J) < 0.5).astype(int)
 
     def run(bank, **kwargs):
-        s = CATSession(bank, stopping=MaxItems(12), rng=0, **kwargs)
+        s = CATSession(bank, selector=MaxFisherInformation(), stopping=MaxItems(12), rng=0, **kwargs)
         while not s.finished:
             item = s.next_item()
             s.record(item, int(answers[bank.index_of(item)]))
@@ -254,7 +272,7 @@ def test_session_applies_the_stored_calibration_by_default_and_sd_scale_override
 
     base, cal = run(plain), run(calibrated)
     assert cal.theta == base.theta  # the same items: selection uses the mode
-    factor = 1.5 + 0.5 * (12 - 5) / 15
+    factor = 2.0 - 0.5 * (12 - 5) / 15
     assert cal.theta_sd == pytest.approx(base.theta_sd * factor) and cal.interval_factor == pytest.approx(factor)
     assert "cross-fitted on 40 calibration LLMs" in cal.interval_calibration and base.interval_calibration == ""
     over = run(calibrated, estimator=MAPEstimator(sd_scale=1.2))
@@ -362,12 +380,12 @@ def test_stored_multiplier_reaches_the_session_and_old_records_keep_196():
                                 b=rng.normal(0, 1, J))
     record = json.loads(_calibration_json())
     for cur in record["curves"].values():
-        cur["z95"] = [1.6 + 0.01 * k for k in range(len(cur["c"]))]
+        cur["z95"] = [1.7 - 0.01 * k for k in range(len(cur["c"]))]
     cal = IntervalCalibration.from_json(json.dumps(record))
     cur = cal.curve("mfi")
     L = cur.test_length
-    assert cur.multiplier(0) is None and cur.multiplier(L[0]) == pytest.approx(1.6)
-    assert cur.multiplier(L[-1] + 50) == pytest.approx(1.6 + 0.01 * (len(L) - 1))
+    assert cur.multiplier(0) is None and cur.multiplier(L[0]) == pytest.approx(1.7)
+    assert cur.multiplier(L[-1] + 50) == pytest.approx(1.7 - 0.01 * (len(L) - 1))
     assert cal.curve("not-measured").multiplier(L[0]) == pytest.approx(max(c.multiplier(L[0]) for c in cal.curves.values()))
     assert IntervalCalibration.from_json(_calibration_json()).curve("mfi").multiplier(10) is None
     s = CATSession(bank.replace_attrs(interval_calibration=json.dumps(record)), stopping=MaxItems(8), rng=0)

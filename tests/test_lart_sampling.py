@@ -1,4 +1,4 @@
-"""Exact posterior sampling of LaRT traits (calibration.methods.lart.sampling, MATH.md 1.3 / Lemma 1).
+"""Exact posterior sampling of LaRT traits (calibration.methods.lart.sampling, docs/math.md §1.3, Lemma 1).
 
 Distribution tests use many draws and a KS test at level 1e-3 (fixed seeds, so they are
 deterministic; the level only says how surprising a failure would be).
@@ -25,7 +25,7 @@ except ImportError:
 from catengine.models import lart as shared_lart
 from catengine.models.params import ItemParams
 
-# MATH.md 1.3 worked example (J = 4, rho = -0.8, R = (1, 0, 1, 1))
+# a worked example of Lemma 1 (docs/math.md §1.3): J = 4, rho = -0.8, R = (1, 0, 1, 1)
 EX = dict(
     a=np.array([1.136962, 0.769787, 0.540974, 0.516528]),
     b=np.array([-0.267835, 0.180798, 0.652000, 0.473540]),
@@ -76,7 +76,7 @@ def _joint_grid_moments(ex, n=801, half=6.0):
 
 def test_worked_example_prior_variance_and_posterior_moments():
     mu, v, s2, B = S.cot_informed_prior(EX["logt"][None], EX["omega"], EX["phi"], EX["lam"], EX["rho"])
-    # the corrected CoT-informed prior variance of MATH.md 1.3
+    # the corrected CoT-informed prior variance of docs/math.md §1.3
     assert v[0] == pytest.approx(0.529794, abs=1e-6)
     # Lemma 1 (1-D marginal via the corrected prior) equals the brute-force 2-D grid
     grid = _joint_grid_moments(EX)

@@ -201,3 +201,185 @@ def test_cli_half_ingested_batch_is_proposed_again_and_errors_are_clear(tmp_path
     assert json.loads(capsys.readouterr().out) == {"gsm8k": first[2:]}
     assert main(["lm-eval", "next", "--log", str(log), "--k", "6", "--item-id", "{task}#{doc_id}"]) == 2
     assert "does not match the item id template" in capsys.readouterr().err
+    assert main(["lm-eval", "next", "--log", str(log), "--k", "0"]) == 2
+    assert "--k (the batch size) must be an integer >= 1, got 0" in capsys.readouterr().err
+
+
+def _write_samples(path: Path, rows) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def _gsm_rows(docs, tokens, correct=None):
+    base = _fixture_line("gsm8k")
+    rows = []
+    for k, (doc, t) in enumerate(zip(docs, tokens)):
+        rec = copy.deepcopy(base)
+        rec.update({"doc_id": doc, "filter": "strict-match", "exact_match": float(1 if correct is None else correct[k]),
+                    "output_tokens": t})
+        rows.append(rec)
+    return rows
+
+
+def test_cli_ingest_checks_the_whole_batch_records_every_valid_answer_and_names_the_bad_one(tmp_path, capsys):
+    """issue 34 row 3: the third sample of a file has output_tokens 2e9 (beyond the session's plausible
+    range). Nothing is recorded before the whole file is checked; then every valid answer is recorded
+    (the two before it and the two after), and the error names the file, line, document and value
+    and says what was recorded. Ingesting the fixed file records the last one."""
+    bank_dir = write_item_bank(_bank([f"gsm8k/{i}" for i in range(20)], model="lart", seed=6), tmp_path / "banks" / "b")
+    log = tmp_path / "run.jsonl"
+    assert main(["lm-eval", "next", "--bank", str(bank_dir), "--log", str(log), "--k", "5", "--target-sd", "0"]) == 0
+    docs = json.loads(capsys.readouterr().out)["gsm8k"]
+    name = "samples_gsm8k_2026-12-01T09-00-00.000001.jsonl"
+    out = tmp_path / "out"
+    tokens = [120, 80, 2e9, 95, 60]
+    _write_samples(out / "my-model" / name, _gsm_rows(docs, tokens))
+    assert main(["lm-eval", "ingest", "--log", str(log), str(out)]) == 2
+    captured = capsys.readouterr()
+    assert f"{name} line 3 (doc_id {docs[2]}): item 'gsm8k/{docs[2]}': output_tokens = 2e+09" in captured.err
+    assert "4 valid answer(s) recorded" in captured.err and f"still pending: 'gsm8k/{docs[2]}'" in captured.err
+    stdout = json.loads(captured.out)  # the report of what was recorded, on stdout as on success
+    assert sorted(stdout["recorded"]) == sorted(f"gsm8k/{d}" for k, d in enumerate(docs) if k != 2)
+    assert stdout["pending"] == [f"gsm8k/{docs[2]}"] and len(stdout["problems"]) == 1
+    from catengine.session import Engine
+
+    engine = Engine.resume(log)
+    session = engine.session("model")
+    assert {r.item: r.cot_length for r in session.history} == {
+        f"gsm8k/{d}": float(t) for d, t in zip(docs, tokens) if t != 2e9}
+    engine.close()
+    # the fixed file: the four recorded answers are checked and skipped, the fifth is recorded
+    tokens[2] = 300
+    _write_samples(out / "my-model" / name, _gsm_rows(docs, tokens))
+    assert main(["lm-eval", "ingest", "--log", str(log), str(out)]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["recorded"] == [f"gsm8k/{docs[2]}"] and summary["already_recorded"] == 4 and summary["pending"] == []
+
+
+def test_ingest_bad_values_anywhere_in_a_batch_leave_the_valid_ones_recorded(tmp_path):
+    """Bad lines the reader itself rejects (a negative token count, a non-binary metric) are collected
+    too: the valid lines of the batch are recorded, each bad one is named."""
+    s = CATSession(_bank([f"gsm8k/{i}" for i in range(10)], model="lart", seed=7), rng=0)
+    rows = _gsm_rows([0, 1, 2, 3], [10, -5, 30, 40])
+    rows[2]["exact_match"] = 0.5
+    name = "samples_gsm8k_2026-12-01T09-00-00.jsonl"
+    _write_samples(tmp_path / name, rows)
+    with pytest.raises(ValueError) as info:
+        ingest_samples(s, tmp_path, DocIds())
+    message = str(info.value)
+    assert f"{name} line 2 (doc_id 1): recorded token count 'output_tokens' = -5" in message
+    assert f"{name} line 3 (doc_id 2): metric 'exact_match' = 0.5 is not binary" in message
+    assert sorted(r.item for r in s.history) == ["gsm8k/0", "gsm8k/3"] == sorted(info.value.recorded)
+    assert "2 valid answer(s) recorded" in message
+    from catengine.adapters.lm_eval import BatchAnswerError
+
+    assert isinstance(info.value, BatchAnswerError) and info.value.pending == s.pending_items
+
+
+def test_reingesting_an_item_with_a_different_cot_length_is_refused_naming_both_values(tmp_path):
+    """issue 34 row 8: a re-ingested answer whose CoT length differs from the recorded one was
+    silently skipped; it is refused, naming the item and both values (nothing recorded is changed)."""
+    s = CATSession(_bank([f"gsm8k/{i}" for i in range(10)], model="lart", seed=8), rng=0)
+    name = "samples_gsm8k_2026-12-01T09-00-00.jsonl"
+    _write_samples(tmp_path / "a" / name, _gsm_rows([0, 1], [100, 200]))
+    assert ingest_samples(s, tmp_path / "a", DocIds()).recorded == ["gsm8k/0", "gsm8k/1"]
+    _write_samples(tmp_path / "b" / name, _gsm_rows([0, 1, 2], [100, 250, 300]))
+    with pytest.raises(ValueError, match=r"line 2 \(doc_id 1\): item 'gsm8k/1' has output_tokens = 250 in the harness "
+                                         r"output, but the session of 'subject' already recorded CoT length 200"):
+        ingest_samples(s, tmp_path / "b", DocIds())
+    assert {r.item: r.cot_length for r in s.history} == {"gsm8k/0": 100.0, "gsm8k/1": 200.0, "gsm8k/2": 300.0}
+    # checking correctness only (use_cot=False) accepts it as the same answer
+    again = ingest_samples(s, tmp_path / "b", DocIds(), use_cot=False)
+    assert again.recorded == [] and again.already_recorded == 3
+
+
+def test_cli_next_and_ingest_print_the_predicted_full_benchmark_score(tmp_path, capsys):
+    """issue 32: the loop reports the predicted full-benchmark accuracy with its interval, not theta only."""
+    bank_dir = write_item_bank(_bank([f"gsm8k/{i}" for i in range(20)], model="lart", seed=9), tmp_path / "banks" / "b")
+    log = tmp_path / "run.jsonl"
+    assert main(["lm-eval", "next", "--bank", str(bank_dir), "--log", str(log), "--k", "4", "--target-sd", "0",
+                 "--max-items", "4"]) == 0
+    captured = capsys.readouterr()
+    docs = json.loads(captured.out)["gsm8k"]
+    assert "predicted full-benchmark accuracy" in captured.err and "95% interval" in captured.err
+    _write_samples(tmp_path / "out" / "samples_gsm8k_2026-12-01T09-00-00.jsonl", _gsm_rows(docs, [50] * 4))
+    assert main(["lm-eval", "ingest", "--log", str(log), str(tmp_path / "out")]) == 0
+    captured = capsys.readouterr()
+    estimate = json.loads(captured.out)["estimate"]
+    assert estimate["predicted_score"].startswith("accuracy ") and "95% interval" in estimate["predicted_score"]
+    assert estimate["accuracy_95"][0] <= estimate["accuracy"] <= estimate["accuracy_95"][1]
+    assert estimate["score"]["n_observed"] == 4 and estimate["score"]["n_items"] == 20
+    assert "predicted full-benchmark accuracy" in captured.err
+    assert main(["lm-eval", "next", "--log", str(log), "--k", "4"]) == 1
+    captured = capsys.readouterr()
+    assert "finished" in captured.err and "predicted full-benchmark accuracy" in captured.err
+    assert "from 4 of 20 items" in captured.err and "stopped: reached 4 items" in captured.err
+
+
+def _run_loop(tmp_path, capsys, bank_dir, answers, k, options=()):
+    """The next / harness / ingest loop until `next` exits 1; returns the batch sizes and the last stderr."""
+    log, out = tmp_path / "run.jsonl", tmp_path / "out"
+    batches = []
+    while True:
+        status = main(["lm-eval", "next", "--bank", str(bank_dir), "--log", str(log), "--k", str(k), "--seed", "3",
+                       *options])
+        captured = capsys.readouterr()
+        if status == 1:
+            return batches, captured.err, log
+        assert status == 0, captured.err
+        samples = json.loads(captured.out)
+        batches.append(sum(len(v) for v in samples.values()))
+        fake_harness(samples, out, answers, stamp=f"2026-12-01T10-00-{len(batches):02d}.000001")
+        assert main(["lm-eval", "ingest", "--log", str(log), str(out)]) == 0
+        capsys.readouterr()
+
+
+def test_cli_loop_by_default_stops_by_the_default_rule_and_prints_the_score(tmp_path, capsys):
+    """issue 32: without stopping options the loop runs catengine.stopping.default_stopping(n); once
+    finished, `next` prints the predicted accuracy with its interval and items used, and the stop."""
+    from catengine.console import describe_stopping
+    from catengine.session import Engine
+    from catengine.stopping import default_stopping
+    from catengine.stopping.rules import item_limit
+
+    ids = [f"gsm8k/{i}" for i in range(40)]
+    bank_dir = write_item_bank(_bank(ids, seed=11), tmp_path / "banks" / "b")
+    rng = np.random.default_rng(2)
+    answers = {("gsm8k", i): (int(rng.random() < 0.5), None) for i in range(40)}
+    rule = default_stopping(40)
+    log = tmp_path / "run.jsonl"
+    assert main(["lm-eval", "next", "--bank", str(bank_dir), "--log", str(log), "--k", "8", "--seed", "3"]) == 0
+    assert describe_stopping(rule) in capsys.readouterr().err  # the new log states its rule
+    log.unlink()
+    batches, err, log = _run_loop(tmp_path, capsys, bank_dir, answers, 8)
+    session = Engine.resume(log).session("model")
+    assert session.stopping == rule and sum(batches) == session.n_items <= item_limit(rule)
+    assert all(b <= 8 for b in batches)
+    assert "catengine lm-eval next: finished" in err and f"stopped: {session.stop_reason}" in err
+    score = session.predicted_score()
+    assert (f"predicted full-benchmark accuracy {100 * score.accuracy:.1f}% (95% interval "
+            f"{100 * score.low:.1f}-{100 * score.high:.1f}%, +-{50 * (score.high - score.low):.1f} points), "
+            f"from {session.n_items} of 40 items") in err
+    session.close()
+
+
+def test_cli_batches_never_run_past_the_default_item_cap(tmp_path, capsys):
+    """An unreachable precision (--score-within 0.001) keeps the default rule's floor and cap: the
+    batches stop exactly at the cap, the last one cut to what is left, and the stop says so."""
+    from catengine.cli import default_stopping_parts
+    from catengine.session import Engine
+    from catengine.stopping import MaxItems, StopState
+
+    n = 150
+    bank_dir = write_item_bank(_bank([f"gsm8k/{i}" for i in range(n)], seed=12), tmp_path / "banks" / "b")
+    rng = np.random.default_rng(4)
+    answers = {("gsm8k", i): (int(rng.random() < 0.5), None) for i in range(n)}
+    _, _, cap = default_stopping_parts(n)
+    k = 30 if cap % 30 else 35  # a batch size that does not divide the cap
+    batches, err, log = _run_loop(tmp_path, capsys, bank_dir, answers, k, options=("--score-within", "0.001"))
+    assert sum(batches) == cap and batches == [k] * (cap // k) + [cap % k]
+    session = Engine.resume(log).session("model")
+    assert session.n_items == cap
+    assert f"stopped: {MaxItems(cap).reason(StopState(cap, session.estimate, 0))}" in err
+    session.close()

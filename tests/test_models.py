@@ -1,5 +1,5 @@
 """Tests of catengine.models: kernels vs naive twins, information identities, derivatives, tails,
-and the Lemma-1 worked example of MATH.md 1.3."""
+and a worked example of Lemma 1 (docs/math.md §1.3)."""
 
 from __future__ import annotations
 
@@ -191,7 +191,7 @@ def test_3pl_information_matches_textbook_formula():
     theta = np.linspace(-3, 3, 7)
     p = logistic.prob_correct(params, theta)
     c = params.c
-    want = params.a**2 * ((p - c) / (1 - c)) ** 2 * (1 - p) / p  # MATH.md 5
+    want = params.a**2 * ((p - c) / (1 - c)) ** 2 * (1 - p) / p  # docs/math.md §5.1 (3PL: d = 1)
     np.testing.assert_allclose(logistic.item_information(params, theta), want, rtol=1e-12)
 
 
@@ -375,7 +375,7 @@ def test_log_cot_length():
     assert lart.log_cot_length(4.0, cot_offset=0.5) == pytest.approx(math.log(4.5))
 
 
-# ----------------------------------------------------------------------------- Lemma 1 worked example (MATH.md 1.3)
+# ----------------------------------------------------------------------------- Lemma 1 worked example (docs/math.md §1.3)
 
 WE = dict(
     a=[1.136962, 0.769787, 0.540974, 0.516528],
@@ -449,7 +449,7 @@ def test_worked_example_cot_part_gives_lemma1_step1(worked):
     assert v_tau == pytest.approx(t_var, abs=1e-6)
 
 
-# ----------------------------------------------------------------------------- precision of theta (MATH.md 1.5)
+# ----------------------------------------------------------------------------- precision of theta (docs/math.md §1.5)
 
 
 def test_theta_precision_forms():

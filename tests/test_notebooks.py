@@ -4,6 +4,10 @@ Each notebook is executed with nbclient in a fresh kernel of this interpreter (w
 notebooks/, as in JupyterLab), and any cell error fails the test. A notebook is skipped, with the
 reason, only while a library module it needs does not exist yet. The stored notebooks carry no
 outputs (they are executed here, never committed executed).
+
+The kernel runs with ``CATENGINE_NOTEBOOK_FAST=1`` (``FAST_PATH_ENV``): each notebook reads it in its
+first cell and then runs every cell, the same calls in the same order, on a slice of its data (fewer
+items and LLMs) or with fewer replications.
 """
 
 from __future__ import annotations
@@ -28,6 +32,9 @@ NOTEBOOKS = {
     "03_trust_audit.ipynb": ["calibration.audit", "calibration.widgets.audit_dashboard"],
     "04_uncertainty.ipynb": ["calibration.methods.psn", "calibration.methods.psn.laplace"],
 }
+
+# the notebooks' fast path (read in their first cell); the browser test sets it for its kernel too
+FAST_PATH_ENV = {"CATENGINE_NOTEBOOK_FAST": "1"}
 
 # generous per-cell limit: a runaway cell fails instead of hanging CI (each notebook's whole budget is
 # 3 minutes on a fresh install; they take well under one minute here)
@@ -64,13 +71,17 @@ def test_notebook_is_stored_without_outputs(name):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(NOTEBOOKS))
-def test_notebook_runs_top_to_bottom(name, tmp_path):
+def test_notebook_runs_top_to_bottom(name, tmp_path, monkeypatch):
     path = NOTEBOOK_DIR / name
     missing = _missing_modules(NOTEBOOKS[name])
     if missing:
         pytest.skip(f"{name} needs {', '.join(missing)}, which does not exist yet")
     assert path.exists(), f"{name} is missing although everything it needs exists"
     nb = nbformat.read(path, as_version=4)
+    assert any("CATENGINE_NOTEBOOK_FAST" in c.source for c in nb.cells if c.cell_type == "code"), \
+        f"{name} does not read the fast-path switch CATENGINE_NOTEBOOK_FAST"
+    for key, value in FAST_PATH_ENV.items():  # the kernel inherits this process's environment
+        monkeypatch.setenv(key, value)
     client = nbclient.NotebookClient(
         nb,
         timeout=CELL_TIMEOUT_S,

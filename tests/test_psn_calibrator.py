@@ -18,6 +18,7 @@ from calibration.methods.psn import (
     reliability_diagram,
 )
 from psn_cases import DATA, _sim
+from real_data import psn_missing
 
 # ============================================================================ calibrator
 
@@ -112,7 +113,8 @@ def test_item_bank_export_round_trip(fitted, tmp_path):
     s, i = np.nonzero(np.ones(data.shape, bool))
     np.testing.assert_allclose(P_bank[s, i], cal.predict_proba(s, i), rtol=1e-9, atol=1e-12)
     scale = back.scale
-    np.testing.assert_allclose(th, (cal.theta_ - scale["location"]) / scale["scale"], rtol=1e-12)
+    np.testing.assert_allclose(th, (cal.native_theta_ - scale["location"]) / scale["scale"], rtol=1e-12)
+    np.testing.assert_allclose(th, cal.theta_, rtol=1e-12, atol=1e-12)  # theta_ is on the bank's scale
     np.testing.assert_allclose(th.mean(), 0, atol=1e-12)
     # b posterior: b = b_offset + F @ w reproduces b at the mean, and draws reproduce b_sd
     post = back.posterior
@@ -148,7 +150,7 @@ def test_native_scale_export(fitted):
     widen = json.loads(bank.attrs["interval_calibration"])["item_sd_factors"]["b_applied"]
     assert widen >= 1.0
     np.testing.assert_allclose(bank.items["b_sd"].values, widen * np.abs(a_n) * cal.item_posterior_.marginal_sd(), rtol=1e-12)
-    np.testing.assert_allclose(bank.subjects["theta"].values, cal.theta_, rtol=1e-12)
+    np.testing.assert_allclose(bank.subjects["theta"].values, cal.native_theta_, rtol=1e-12)
 
 
 # ============================================================================ report
@@ -252,7 +254,7 @@ def test_recovery_informative_design():
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not DATA.exists(), reason="shared PSN-IRT data not available")
+@pytest.mark.skipif(psn_missing(DATA) is not None, reason=str(psn_missing(DATA)))
 def test_real_data_two_epochs():
     """percent_0.7 (12 x 29,309): two epochs train, the loss drops below the reference's epoch-2 level."""
     Y = np.loadtxt(DATA, delimiter=",").astype(np.int8)

@@ -376,3 +376,39 @@ def test_inspect_eval_zip_archive(tmp_path):
         zf.writestr("samples/9_epoch_1.json", '{"id": 9, "epoch": 1, "scores": {"match": {"val')
     with pytest.raises(ValueError, match=r"\.eval:samples/9_epoch_1.json: not valid JSON"):
         read_inspect_logs(path)
+
+
+def test_harness_missing_metric_names_the_values_the_line_has(tmp_path):
+    """issue 34 row 8: a line whose 'metrics' list names 'acc' but which has no 'acc' value said
+    "metric 'acc' is not recorded; this sample has: 'acc'" (the list of metric *names* was shown as
+    the line's values). It now lists the metric values the line has and says what the list claims."""
+    rows = records(ARC_B)
+    del rows[1]["acc"]
+    path = write_lines(tmp_path / ARC_B.name, rows)
+    with pytest.raises(ValueError) as info:
+        read_lm_eval_samples({"m": path}, metric="acc")
+    message = str(info.value)
+    assert message == (f"{ARC_B.name} line 2 (doc_id 1): metric 'acc' is not recorded; this sample has: 'acc_norm' "
+                       "(its 'metrics' list names 'acc', but the line has no 'acc' field)")
+    del rows[1]["acc_norm"]
+    with pytest.raises(ValueError, match=r"this sample has: no metric values \(its 'metrics' list names 'acc'"):
+        read_lm_eval_samples({"m": write_lines(path, rows)}, metric="acc")
+
+
+def test_inspect_truncated_or_undecodable_logs_name_the_file(tmp_path):
+    """issue 34 row 5: a truncated .eval gave a bare UnicodeDecodeError naming no file."""
+    log = load(INSPECT_MINI)
+    path = tmp_path / "run.eval"
+    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED) as zf:
+        zf.writestr("header.json", json.dumps({"version": 2, "status": log["status"], "eval": log["eval"]}))
+        for s in log["samples"]:
+            zf.writestr(f"samples/{s['id']}_epoch_{s['epoch']}.json", json.dumps(s))
+    data = path.read_bytes()
+    for cut in (len(data) - 10, len(data) // 2, 30):
+        path.write_bytes(data[:cut])
+        with pytest.raises(ValueError, match=r"run\.eval: truncated or corrupt \.eval archive"):
+            read_inspect_logs(path)
+    latin = tmp_path / "latin.json"
+    latin.write_bytes(b'{"eval": {"task": "caf\xe9"}}')
+    with pytest.raises(ValueError, match=r"latin\.json: not UTF-8 text"):
+        read_inspect_logs(latin)

@@ -1,8 +1,8 @@
 """The shipped real banks: cards, namespaced item ids, ``catengine banks``, foreign ids rejected, and
 rebuilding from ``scripts/build_real_banks.py`` reproduces them.
 
-Rebuild tests (they need ../shared/data and skip without it): the data each bank was fitted on
-hashes to the bank's ``responses_sha256`` (all four, cheap); refitting the parameters reproduces
+Rebuild tests, on the repository's ``data/``: the data each bank was fitted on hashes to the
+bank's ``responses_sha256`` (all four, cheap); refitting the parameters reproduces
 the stored ones (all four, slow: about 15 s); the full rebuild with the replay audit of the card
 reproduces ``chembench_2pl`` (slow: the replay audit of one bank, 15-30 s; the four take minutes).
 """
@@ -24,9 +24,9 @@ from calibration.score_factors import attach_score_factors
 
 from catengine import CATSession, list_banks, open_item_bank
 from catengine.session.errors import UnknownItemError
+from real_data import CHEMBENCH, DATA
 
 ROOT = Path(__file__).resolve().parents[1]
-DATA = ROOT / ".." / "shared" / "data"
 SCRIPT = runpy.run_path(str(ROOT / "scripts" / "build_real_banks.py"))
 RECIPES = SCRIPT["RECIPES"]
 EXPECTED = {  # bank id -> (benchmark, response model, method, items, LLMs, id prefix)
@@ -35,8 +35,6 @@ EXPECTED = {  # bank id -> (benchmark, response model, method, items, LLMs, id p
     "amc23_lart": ("AMC23", "lart", "saem", 40, 156, "amc23"),
     "chembench_2pl": ("ChemBench", "2pl", "cbmm", 2854, 22, "chembench"),
 }
-needs_data = pytest.mark.skipif(not (DATA / "lart").is_dir() or not (DATA / "chembench").is_dir(),
-                                reason=f"the real data folder {DATA} (lart/, chembench/) is absent")
 
 
 @pytest.fixture(scope="module")
@@ -86,10 +84,9 @@ def test_chembench_items_carry_the_human_difficulty_labels(banks):
     labels = banks["chembench_2pl"].item_metadata("difficulty")
     assert set(labels) <= {"easy", "intermediate", "hard", "unlabelled"}
     assert {"easy", "intermediate", "hard"} <= set(labels)
-    if (DATA / "chembench" / "difficulty_dict.json").is_file():
-        groups = json.loads((DATA / "chembench" / "difficulty_dict.json").read_text())
-        for label, indices in groups.items():
-            assert [k for k in range(labels.size) if labels[k] == label] == sorted(indices)
+    groups = json.loads((CHEMBENCH / "difficulty_dict.json").read_text())
+    for label, indices in groups.items():
+        assert [k for k in range(labels.size) if labels[k] == label] == sorted(indices)
 
 
 # ----------------------------------------------------------------------------- catengine banks
@@ -112,9 +109,10 @@ def test_catengine_banks_json_lists_the_four_with_their_cards(banks):
         assert c["replay_audit"] or c["interval_calibration"]
     text = _run("banks")
     assert text.returncode == 0 and f"math500_lart v{banks['math500_lart'].version}" in text.stdout
-    # banks of >= 40 LLMs carry score factors, so their default selector (and its check) is score-factor-d
+    # banks of >= 40 LLMs carry score factors, so the adaptive steps of their default (doubly robust)
+    # selector are score-factor-d, and the check measured that default
     assert banks["math500_lart"].score_factors is not None
-    assert "interval check (5 folds), score-factor-d" in text.stdout
+    assert "interval check (5 folds), doubly-robust" in text.stdout
 
 
 def test_banks_under_a_directory_and_from_the_environment_are_listed(tmp_path, banks, monkeypatch):
@@ -163,9 +161,13 @@ def test_evaluate_rejects_answers_keyed_to_another_benchmark(tmp_path):
     assert done.returncode == 2
     assert "40 item ids are not in bank 'math500_2pl'" in done.stderr
     assert "'chembench/0', 'chembench/1', 'chembench/2', 'chembench/3', 'chembench/4' and 35 more" in done.stderr
+    # the benchmark's own ids (positions) are read with the bank's prefix when all of them are its items
     bare = _long_csv(tmp_path / "bare.csv", [(str(k), k % 2) for k in range(40)])
-    done = _run("evaluate", "--bank", "math500_2pl", "--responses", str(bare))
-    assert done.returncode == 2 and "'0' would be 'math500/0'" in done.stderr
+    done = _run("evaluate", "--bank", "math500_2pl", "--responses", str(bare), "--max-items", "5")
+    assert done.returncode == 0 and "with the bank's prefix 'math500/'" in done.stderr
+    beyond = _long_csv(tmp_path / "beyond.csv", [(str(k), k % 2) for k in range(498, 502)])
+    done = _run("evaluate", "--bank", "math500_2pl", "--responses", str(beyond))
+    assert done.returncode == 2 and "'498' would be 'math500/498'" in done.stderr and "'chembench_2pl'" in done.stderr
     mixed = _long_csv(tmp_path / "mixed.csv", [(f"math500/{k}", k % 2) for k in range(30)] + [("chembench/9", 1)])
     done = _run("evaluate", "--bank", "math500_2pl", "--responses", str(mixed), "--max-items", "10")
     assert done.returncode == 2 and "'chembench/9'" in done.stderr and "--ignore-unknown-items" in done.stderr
@@ -198,13 +200,20 @@ def test_demo_runs_against_the_real_math500_bank():
     assert out.startswith("bank math500_lart v") and "MATH500, calibrated by saem on 158 LLM runs" in out
     steps = [line.split() for line in out.splitlines() if line[:4].strip().isdigit()]
     assert 5 <= len(steps) <= 8 and all(s[1].startswith("math500/") for s in steps)
-    assert "calibration LLMs; nearest:" in out
+    # the result as every entry point words it: the score with its interval and items used, the stop, and
+    # one ranking statement (the score's percentile among the calibration LLM runs, ScoreEstimate.percentile)
+    assert f"), from {len(steps)} of 500 items\n" in out and "predicted full-benchmark accuracy " in out
+    stops = [line for line in out.splitlines() if line.startswith("stopped: ")]
+    assert len(stops) == 1 and (len(steps) < 8 or stops[0] == "stopped: reached 8 items")
+    standing = [line for line in out.splitlines() if line.startswith("standing: ")]
+    assert len(standing) == 1 and standing[0].startswith("standing: ahead of ")
+    assert "% of the 158 calibration LLM runs" in standing[0]
+    assert "ranks above" not in out and "% of the calibration population" not in out
     if "replay_audit" in open_item_bank("math500_lart").attrs:
         assert "intervals were" in out and "too narrow" in out
 
 
 # ----------------------------------------------------------------------------- rebuild reproduces
-@needs_data
 @pytest.mark.parametrize("bank_id", EXPECTED)
 def test_the_data_of_each_bank_is_what_its_script_reads(banks, bank_id):
     from calibration import ResponseData
@@ -217,7 +226,6 @@ def test_the_data_of_each_bank_is_what_its_script_reads(banks, bank_id):
     assert SCRIPT["license_text"](RECIPES[bank_id], DATA) == bank.attrs["license_text"]
 
 
-@needs_data
 @pytest.mark.slow
 # chembench_2pl is rebuilt whole (parameters included) by the next test
 @pytest.mark.parametrize("bank_id", [b for b in EXPECTED if b != "chembench_2pl"])
@@ -232,7 +240,6 @@ def test_refitting_reproduces_the_shipped_parameters(banks, bank_id):
     assert np.max(np.abs(rebuilt.params.a - banks[bank_id].params.a)) <= SCRIPT["PARAMETER_ATOL"][recipe.method]
 
 
-@needs_data
 @pytest.mark.slow
 def test_full_rebuild_reproduces_chembench_2pl_with_its_replay_audit(banks):
     rebuilt, _ = SCRIPT["build_bank"]("chembench_2pl", DATA, replay=True, workers=1)

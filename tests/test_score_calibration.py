@@ -102,7 +102,7 @@ def test_sessions_widen_the_score_by_the_stored_curve_unless_the_estimator_opts_
         return s
 
     s = run(bank)
-    score = s.predicted_score(by=False)
+    score = s.predicted_score(method="model", by=False)  # the model's prediction, widened by the stored curve
     curve = ScoreCalibration.from_record(json.loads(bank.attrs["interval_calibration"]), "40 LLMs").curve(name)
     delta = curve.residual(10)
     assert delta == pytest.approx(0.02 + (0.06 - 0.02) * 5 / 15)
@@ -186,7 +186,9 @@ def test_the_score_factor_path_stores_a_check_that_restores_coverage():
     bank = CBMMCalibrator(rng=0, progress=False).fit(data).to_item_bank("two_d_factors")
     assert bank.score_factors is not None
     record = json.loads(bank.attrs["interval_calibration"])
-    curve = record["score_curves"]["score-factor-d"]
+    # the check measures the default selector: doubly robust, with score-factor-d on its adaptive steps
+    assert record["selection"] == "doubly-robust"
+    curve = record["score_curves"]["doubly-robust"]
     for model, calibrated in zip(curve["accuracy_coverage_model_normal"], curve["accuracy_coverage_calibrated_in_sample_normal"]):
         assert calibrated >= model - 1e-9
         assert calibrated >= 0.93 - 1e-9
@@ -240,7 +242,13 @@ def test_the_check_compares_the_model_with_random_items_and_a_losing_bank_defaul
     t = CATSession(plain, stopping=MaxItems(5), rng=0)
     while not t.finished:
         t.record(t.next_item(), 1)
-    assert t.predicted_score(by=False).method == "model"  # not randomised: the model's
+    assert t.predicted_score(by=False).method == "doubly-robust"  # the default: adaptive steps and design draws
+    from catengine.selection import MaxFisherInformation
+
+    u = CATSession(plain, selector=MaxFisherInformation(), stopping=MaxItems(5), rng=0)
+    while not u.finished:
+        u.record(u.next_item(), 1)
+    assert u.predicted_score(by=False).method == "model"  # no design draws: the model's
     one = CATSession(plain, selector=RandomisedSelection(), rng=0)
     one.record(one.next_item(), 1)
     assert one.predicted_score(by=False).method == "model"  # one draw is too few for the design

@@ -230,7 +230,9 @@ def test_selector_proposes_the_best_eligible_items_in_order():
 
 def test_banks_with_score_factors_select_by_them_by_default_and_others_cannot():
     bank = _bank()
-    assert isinstance(CATSession(bank).selector, ScoreFactorDOptimal)
+    session = CATSession(bank)  # the default: doubly robust, with the score-factor rule on its adaptive steps
+    assert session.selector.name == "doubly-robust"
+    assert isinstance(session.selector.adaptive_for(session.items), ScoreFactorDOptimal)
     assert isinstance(default_selector("2pl", score_factors=True), ScoreFactorDOptimal)
     assert SELECTORS["score-factor-d"] is ScoreFactorDOptimal
     plain = ItemBank.from_params("2pl", ["a", "b", "c"], bank_id="p", a=np.ones(3), b=np.zeros(3))
@@ -425,9 +427,10 @@ def test_calibrated_banks_carry_score_factors_checked_by_the_interval_check():
     bank = CBMMCalibrator(rng=0, progress=False).fit(data).to_item_bank("sf_check")
     assert bank.score_factors is not None and bank.score_factors.dims == 1
     record = json.loads(bank.attrs["interval_calibration"])
-    assert record["selection"] == "score-factor-d"
-    assert "score-factor-d" in record["curves"] and "score-factor-d" in record["score_curves"]
-    assert isinstance(CATSession(bank).selector, ScoreFactorDOptimal)
+    assert record["selection"] == "doubly-robust"  # the default selector, score-factor-d on its adaptive steps
+    assert "doubly-robust" in record["curves"] and "doubly-robust" in record["score_curves"]
+    session = CATSession(bank)
+    assert isinstance(session.selector.adaptive_for(session.items), ScoreFactorDOptimal)
     few = ResponseData.from_arrays(y[: MIN_SCORE_FACTOR_LLMS - 1], subject_ids=[f"m{i}" for i in range(MIN_SCORE_FACTOR_LLMS - 1)])
     small = CBMMCalibrator(rng=0, progress=False).fit(few).to_item_bank("sf_small")
     assert small.score_factors is None

@@ -1,4 +1,4 @@
-"""The model-based full-benchmark score (catengine.scoring, CATSession.predicted_score; MATH.md 6.6):
+"""The model-based full-benchmark score (catengine.scoring, CATSession.predicted_score; docs/math.md §7.6):
 against a dense theta grid, Monte Carlo draws, closed forms, and its category breakdown."""
 
 import json
@@ -65,7 +65,7 @@ def test_accuracy_and_sd_equal_a_theta_grid_average(model):
     bank = make_bank(model)
     s = answered_session(bank)
     est = s.estimate
-    score = s.predicted_score(by=False)
+    score = s.predicted_score(method="model", by=False)  # the model's prediction
     # dense grid over the reported posterior Normal(theta, SD^2): trapezoid weights
     grid = est.theta + est.theta_sd * np.linspace(-12, 12, 24001)
     w = norm.pdf(grid, est.theta, est.theta_sd)
@@ -149,7 +149,7 @@ def test_bank_b_sd_is_wired_into_the_session_score():
     s_plain = answered_session(make_bank("2pl"))
     s_unc = answered_session(make_bank("2pl", b_sd=0.5))
     assert [r.item for r in s_plain.history] == [r.item for r in s_unc.history]
-    a, b = s_plain.predicted_score(by=False), s_unc.predicted_score(by=False)
+    a, b = s_plain.predicted_score(method="model", by=False), s_unc.predicted_score(method="model", by=False)
     idx, y = observed(s_plain)
     est = s_unc.estimate
     direct = predict_accuracy(s_plain.params, est.theta, est.theta_sd, idx, y, b_sd=np.full(J, 0.5))[0]
@@ -182,7 +182,7 @@ def test_cot_total_matches_closed_form_mean_and_monte_carlo_spread():
 @pytest.mark.parametrize("model", ["2pl", "lart"])
 def test_by_category_sums_back_to_the_total(model):
     s = answered_session(make_bank(model), n=10)
-    score = s.predicted_score()
+    score = s.predicted_score(method="model")  # the model's categories partition its total exactly
     assert score.category_field == "subject"  # chosen automatically: 'source' has one value only
     cats = score.by_category
     assert sorted(cats) == sorted(AREAS)

@@ -296,7 +296,7 @@ def test_corrupt_lines_and_wrong_bank(tmp_path):
     with pytest.raises(FileExistsError):
         CATSession(bank, log=log)
     contents = read_log(log)
-    assert contents.header["config"]["selector"] == {"type": "mfi"}
+    assert contents.header["config"]["selector"]["type"] == "doubly-robust"  # the default
     assert [e["event"] for e in contents.events][:3] == ["open", "propose", "record"]
 
 

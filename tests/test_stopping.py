@@ -48,7 +48,10 @@ def test_composition():
     assert not rule.is_met(_state(n=19, sd=0.5))
     assert "20" in rule.reason(_state(n=20, sd=0.5))
     assert AnyOf([MaxItems(2), MaxItems(3)]) == AnyOf(MaxItems(2), MaxItems(3))  # a list works too
-    assert default_stopping(10) == AnyOf(AllOf(MinItems(5), StandardErrorBelow(0.3)), MaxItems(10))
+    # the default: the predicted score within 5 points after 10 items, or 100 items, both capped at the bank size
+    assert default_stopping(500) == AnyOf(AllOf(MinItems(10), ScoreIntervalBelow(0.05)), MaxItems(100))
+    assert default_stopping(40) == AnyOf(AllOf(MinItems(10), ScoreIntervalBelow(0.05)), MaxItems(40))
+    assert default_stopping(6) == AnyOf(AllOf(MinItems(6), ScoreIntervalBelow(0.05)), MaxItems(6))
 
 
 def test_validation():

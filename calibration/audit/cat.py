@@ -210,7 +210,7 @@ def cat_audit(
     ability_sample=None,
     out=None,
     n_workers: int = 2,
-    progress: bool = True,
+    progress: bool | None = None,
     scheduler=None,
 ):
     """Adaptive-testing audit of ``bank`` (an ItemBank or a path).

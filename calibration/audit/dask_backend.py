@@ -7,6 +7,10 @@ dask. A scheduler is
   each, started here and closed when the audit ends;
 * ``"tcp://host:port"`` (any ``"<protocol>://..."`` address) -- an existing scheduler;
 * the path of a scheduler file (``dask scheduler --scheduler-file PATH``) -- the same;
+
+An address or file is checked before any record: an empty or malformed scheduler file, or an
+address where nothing answers within :data:`CONNECT_TIMEOUT_S` seconds (connection refused, no such
+host), is an error naming it and the reason;
 * a :class:`distributed.Client` -- used as it is and left open.
 
 Each record is one task. Tasks are submitted in a bounded window (a few per worker thread, so an
@@ -39,6 +43,8 @@ __all__ = ["connect", "dashboard_link", "run_on_dask"]
 TASKS_PER_THREAD = 2
 #: seconds between looks at the cluster's size
 WINDOW_RECHECK_S = 5.0
+#: seconds to wait for a scheduler to accept a connection (distributed's own default is 30)
+CONNECT_TIMEOUT_S = 5.0
 
 
 def _import_distributed():
@@ -82,17 +88,79 @@ def connect(scheduler, n_workers: int = 2):
             yield client
         return
     if "://" in text:
-        with distributed.Client(text) as client:
-            yield client
-        return
-    path = Path(text)
-    if not path.is_file():
-        raise ValueError(
-            f"scheduler {text!r} is neither 'local', an address such as 'tcp://host:8786', nor an existing "
-            "scheduler file"
-        )
-    with distributed.Client(scheduler_file=str(path)) as client:
+        address, source = text, f"scheduler {text}"
+    else:
+        path = Path(text)
+        if not path.is_file():
+            raise ValueError(
+                f"scheduler {text!r} is neither 'local', an address such as 'tcp://host:8786', nor an existing "
+                "scheduler file"
+            )
+        address = scheduler_file_address(path)
+        source = f"scheduler {address} (from the scheduler file {path})"
+    check_reachable(address, source)
+    try:
+        client = distributed.Client(address, timeout=CONNECT_TIMEOUT_S)
+    except (OSError, TimeoutError) as exc:
+        raise ConnectionError(f"cannot connect to the Dask {source} within {CONNECT_TIMEOUT_S:g} s: "
+                              f"{_reason(exc)}") from None
+    with client:
         yield client
+
+
+def scheduler_file_address(path: Path) -> str:
+    """The scheduler address a scheduler file (``dask scheduler --scheduler-file PATH``) holds;
+    ValueError naming the file when it is empty, not JSON, or lacks an address."""
+    import json
+
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ValueError(f"scheduler file {path} cannot be read ({type(exc).__name__}: {exc})") from None
+    if not text.strip():
+        raise ValueError(f"scheduler file {path} is empty (is the scheduler still starting? it writes the file once "
+                         "it listens)")
+    try:
+        info = json.loads(text)
+    except ValueError as exc:
+        raise ValueError(f"scheduler file {path} is not a scheduler file: not JSON ({exc})") from None
+    address = info.get("address") if isinstance(info, dict) else None
+    if not isinstance(address, str) or "://" not in address:
+        raise ValueError(f"scheduler file {path} is not a scheduler file: it has no \"address\" such as "
+                         f"\"tcp://host:8786\" (got {address!r})")
+    return address
+
+
+def _reason(exc: BaseException) -> str:
+    """The innermost cause of a connection failure, e.g. 'ConnectionRefusedError: ...'."""
+    while exc.__cause__ is not None or exc.__context__ is not None:
+        exc = exc.__cause__ or exc.__context__
+    return f"{type(exc).__name__}: {exc}"
+
+
+def check_reachable(address: str, source: str) -> None:
+    """For a ``tcp://host:port`` address: fail fast, naming the reason (connection refused, no such
+    host, timed out after :data:`CONNECT_TIMEOUT_S`), when nothing listens there."""
+    import socket
+    from urllib.parse import urlsplit
+
+    if not address.startswith("tcp://"):
+        return  # other protocols (tls, ucx, inproc): distributed itself tries, within the timeout
+    try:
+        parts = urlsplit(address)
+        host, port = parts.hostname, parts.port
+    except ValueError as exc:
+        raise ValueError(f"{source}: not a valid address ({exc})") from None
+    if not host or port is None:
+        raise ValueError(f"{source}: the address needs a host and a port, such as tcp://host:8786")
+    try:
+        with socket.create_connection((host, port), timeout=CONNECT_TIMEOUT_S):
+            pass
+    except OSError as exc:
+        reason = "connection refused (is the scheduler running?)" if isinstance(exc, ConnectionRefusedError) else \
+            f"timed out after {CONNECT_TIMEOUT_S:g} s" if isinstance(exc, (TimeoutError, socket.timeout)) else \
+            f"{type(exc).__name__}: {exc}"
+        raise ConnectionError(f"cannot connect to the Dask {source}: {reason}") from None
 
 
 def _has_bokeh() -> bool:

@@ -145,6 +145,17 @@ METHODS = {
 NEEDS_COT = frozenset(name for name, m in REGISTRY.items() if m.needs_cot)
 
 
+def calibrator_class(name: str):
+    """The calibrator class behind audit method ``name`` (a registered method or one of its
+    variants, e.g. ``saem-irt``), or None for a name that is neither (a caller's fit function)."""
+    if name in REGISTRY:
+        return REGISTRY[name].calibrator
+    for parent, variants in _VARIANTS.items():
+        if name in variants:
+            return REGISTRY[parent].calibrator
+    return None
+
+
 def resolve_method(method) -> tuple[str, object]:
     """(name, fit function) of a method given by name, by ``(name, function)`` or as a function."""
     if isinstance(method, str):

@@ -200,7 +200,7 @@ def recovery_audit(
     ability_sample=None,
     out=None,
     n_workers: int = 2,
-    progress: bool = True,
+    progress: bool | None = None,
     scheduler=None,
 ):
     """Recovery audit of ``bank`` (an ItemBank or a path): simulate from it, refit, compare.
@@ -221,7 +221,7 @@ def recovery_audit(
         from what exists; None keeps the records in memory.
     n_workers : worker processes (2 = both cores; 0 or 1 = this process), of the local process
         pool or of ``scheduler="local"``.
-    progress : show a tqdm progress bar.
+    progress : show a tqdm progress bar (default None: only on a terminal or in a notebook).
     scheduler : None (the local process pool) or a Dask scheduler: ``"local"`` (a LocalCluster of
         ``n_workers`` processes), ``"tcp://host:port"``, a scheduler file's path or a
         ``distributed.Client`` (see :mod:`calibration.audit.dask_backend`). Same results either way.

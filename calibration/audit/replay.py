@@ -241,7 +241,7 @@ def replay_audit(
     rng=None,
     out=None,
     n_workers: int = 2,
-    progress: bool = True,
+    progress: bool | None = None,
     scheduler=None,
 ):
     """Replay real LLMs' recorded answers through adaptive tests against cross-fitted banks.

@@ -64,7 +64,7 @@ def _call(fn, payload):
     return fn(payload)
 
 
-def run_tasks(tasks, fn, store, *, n_workers: int = 2, progress: bool = True, desc: str = "audit",
+def run_tasks(tasks, fn, store, *, n_workers: int = 2, progress: bool | None = None, desc: str = "audit",
               scheduler=None) -> dict:
     """Run ``fn(payload)`` for every ``(key, payload)`` whose record is not in ``store`` yet.
 
@@ -75,6 +75,9 @@ def run_tasks(tasks, fn, store, *, n_workers: int = 2, progress: bool = True, de
     ``fn`` must be a module-level function (it is sent to worker processes by reference) that
     returns the record (an ``xarray.Dataset``); it should catch its own errors and return a record
     flagging the failure. Returns ``{"total", "skipped", "ran"}`` counts.
+
+    ``progress``: True / False show / hide the bar; None (the default) shows it only where it can
+    be seen, a terminal or a notebook (:func:`calibration.base.progress_bar_visible`).
     """
     from calibration.audit.store import record_name
 
@@ -86,6 +89,10 @@ def run_tasks(tasks, fn, store, *, n_workers: int = 2, progress: bool = True, de
     if not todo:
         return counts
     bar = None
+    if progress is None:
+        from calibration.base import progress_bar_visible
+
+        progress = progress_bar_visible()
     if progress:
         from tqdm.auto import tqdm
 

@@ -146,7 +146,7 @@ def short_form_audit(
     ability_sample=None,
     out=None,
     n_workers: int = 2,
-    progress: bool = True,
+    progress: bool | None = None,
     scheduler=None,
 ):
     """Fisher-information short forms vs random subsets on held-out simulated LLMs.

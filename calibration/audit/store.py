@@ -8,7 +8,9 @@ Layout of an output directory::
 
 Every record is written to a temporary file in the same directory and moved into place with
 ``os.replace`` (atomic on POSIX), so a record is either complete or absent: an interrupted audit is
-resumed by running it again, which skips the records that exist. :meth:`ResultStore.load`
+resumed by running it again, which skips the records that exist. A record that flags a failed
+computation (``failed`` = 1) is stored as ``<name>.failed.nc`` and does not count as done: a rerun
+retries it (and a success replaces it). :meth:`ResultStore.load`
 assembles all records into one ``xarray.Dataset`` with dims ``("replication", *cell dims, *record
 dims)``; cells not (yet) computed hold NaN and ``done = False``.
 
@@ -62,6 +64,20 @@ def record_name(key: dict) -> str:
     return f"{stem}__{digest}.nc"
 
 
+FAILED_SUFFIX = ".failed.nc"
+
+
+def record_failed(record) -> bool:
+    """Whether a record flags its computation as failed (``failed`` = 1): such records are kept
+    for the report but do not count as done, so a rerun retries them."""
+    flag = record.get("failed") if hasattr(record, "get") else None
+    return flag is not None and int(np.asarray(flag.values).max(initial=0)) == 1
+
+
+def _failed_name(name: str) -> str:
+    return name[: -len(".nc")] + FAILED_SUFFIX
+
+
 class _BaseStore:
     def __init__(self, layout: dict):
         #: {"kind", "cell_dims": {name: [values]}, "record_dims": {name: [values]}, "replications"}
@@ -83,7 +99,7 @@ class MemoryStore(_BaseStore):
         self._data: dict[str, object] = {}
 
     def done(self) -> set[str]:
-        return set(self._data)
+        return {name for name, record in self._data.items() if not record_failed(record)}
 
     def write(self, key: dict, record) -> None:
         record = record.copy()
@@ -147,22 +163,33 @@ class ResultStore(_BaseStore):
         return self.records_dir / record_name(key)
 
     def done(self) -> set[str]:
-        return {p.name for p in self.records_dir.glob("*.nc")}
+        """Names of the records computed successfully; a failed record (stored as
+        ``<name>.failed.nc``) is not done, so a rerun computes it again."""
+        return {p.name for p in self.records_dir.glob("*.nc") if not p.name.endswith(FAILED_SUFFIX)}
 
     def write(self, key: dict, record) -> Path:
-        """Write one record atomically (temporary file in the same directory, then ``os.replace``)."""
+        """Write one record atomically (temporary file in the same directory, then ``os.replace``).
+        A failed record goes to ``<name>.failed.nc``; a later success replaces it."""
         path = self.path_for(key)
+        failed_path = path.with_name(_failed_name(path.name))
+        if record_failed(record):
+            path = failed_path
         record = record.copy()
         record.attrs["key"] = _canonical(key)
         with atomic_output(path) as tmp:
             record.to_netcdf(tmp, engine="netcdf4")
+        if path != failed_path:
+            failed_path.unlink(missing_ok=True)  # the retry succeeded: the failure is history
         return path
 
     def _records(self):
         import xarray as xr
 
         out = []
+        names = {p.name for p in self.records_dir.glob("*.nc")}
         for path in sorted(self.records_dir.glob("*.nc")):
+            if path.name.endswith(FAILED_SUFFIX) and path.name[: -len(FAILED_SUFFIX)] + ".nc" in names:
+                continue  # a retry succeeded and its failed predecessor was not removed yet
             with xr.open_dataset(path, engine="netcdf4") as ds:
                 out.append(ds.load())
         return out

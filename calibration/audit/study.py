@@ -32,19 +32,20 @@ The file (paths relative to the file)::
 
 from __future__ import annotations
 
+import os
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
-from calibration.audit._common import check_replications, open_store
+from calibration.audit._common import check_replications, open_store, parse_abilities
 from calibration.audit.methods import METHODS
 from calibration.audit.recovery import _recovery_task, applicable, describe, plan_recovery
 from calibration.audit.runner import run_tasks
 from calibration.simulate import MISSINGNESS
 
-__all__ = ["Study", "load_study", "parse_missingness", "run_study", "study_tasks"]
+__all__ = ["Study", "load_study", "parse_missingness", "run_study", "study_design", "study_tasks"]
 
 NO_MISSINGNESS = "none"
 _KEYS = {"name", "replications", "seed", "banks", "methods", "n_subjects", "abilities", "missingness", "out",
@@ -108,9 +109,94 @@ class Study:
     def _where(self) -> str:
         return str(self.source) if self.source else f"study {self.name!r}"
 
-    def n_records(self) -> int:
-        """Records of the whole grid (inapplicable bank x method cells excluded)."""
-        return len(study_tasks(self, 0)[2])
+    def n_records(self, plans=None) -> int:
+        """Records of the whole grid (inapplicable bank x method cells excluded), counted, never listed."""
+        plans = self.plans() if plans is None else plans
+        return self.replications * sum(len(plan.methods) * len(plan.n_subjects) * len(plan.abilities)
+                                       for _, _, plan in plans)
+
+    def validate(self) -> list:
+        """Check everything a record would need before the first one runs; returns ``plans()``.
+
+        Every bank x missingness pair is planned (banks open, methods apply), every ability
+        distribution draws, every method's options build a calibrator whose settings check, and
+        one record fits in memory (:data:`BYTES_PER_CELL` per simulated answer, against this
+        machine's physical memory; :meth:`check_runnable` checks the whole grid's list of records
+        before a run). Errors name the study file and the key."""
+        where = self._where()
+        plans = self.plans()
+        for _, _, plan in plans:
+            for spec in plan.abilities:
+                try:
+                    spec.draw(4, np.random.default_rng(0), plan.ability_sample)
+                except (ValueError, TypeError) as exc:
+                    raise ValueError(f"{where}: 'abilities': {spec.label!r} cannot be drawn ({exc})") from None
+        for name in self.methods:
+            check_method_options(name, self.method_options.get(name, {}), f"{where}: [method_options.{name}]")
+        memory = physical_memory()
+        if memory:
+            n_items = max(plan.bank.n_items for _, _, plan in plans)
+            largest = max(self.n_subjects)
+            need = largest * n_items * BYTES_PER_CELL
+            if need > memory:
+                raise ValueError(
+                    f"{where}: 'n_subjects' = {largest} cannot fit in memory: one record simulates and fits "
+                    f"{largest} x {n_items} answers, about {_bytes(need)} ({BYTES_PER_CELL} bytes per answer), "
+                    f"and this machine has {_bytes(memory)}")
+        return plans
+
+    def check_runnable(self, plans) -> None:
+        """Raise ValueError naming the file unless the list of the grid's records fits in memory
+        (a dry run of any size only counts them)."""
+        memory = physical_memory()
+        n_records = self.n_records(plans)
+        need = n_records * BYTES_PER_TASK
+        if memory and need > memory:
+            raise ValueError(
+                f"{self._where()}: 'replications' = {self.replications} gives {n_records} records; listing them needs "
+                f"about {_bytes(need)} ({BYTES_PER_TASK} bytes per record) and this machine has {_bytes(memory)}: "
+                "run fewer replications per study (a rerun with more replications resumes)")
+
+
+#: memory one simulated answer costs a record, at least (the int8 answer, a float64 CoT length,
+#: and the fits' float64 working copies of the response matrix)
+BYTES_PER_CELL = 64
+#: memory one record of the grid costs while the study lists its tasks (key and payload)
+BYTES_PER_TASK = 2048
+
+
+def physical_memory() -> int | None:
+    """Bytes of physical memory of this machine (None where the OS does not say)."""
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE")) * int(os.sysconf("SC_PHYS_PAGES"))
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def _bytes(n: float) -> str:
+    for unit in ("B", "KB", "MB", "GB", "TB", "PB"):
+        if n < 1000 or unit == "PB":
+            return f"{n:.3g} {unit}"
+        n /= 1000
+    return f"{n:.3g} PB"  # pragma: no cover
+
+
+def check_method_options(name: str, options: dict, where: str) -> None:
+    """Raise ValueError naming ``where`` unless ``options`` build the calibrator of audit method
+    ``name`` with settings that pass its own checks (unknown names, wrong types, bad values)."""
+    from calibration.audit.methods import calibrator_class
+
+    cls = calibrator_class(name)
+    if cls is None:  # a fit function of the caller's: its options are its own business
+        return
+    try:
+        calibrator = cls(**{"progress": False, **options})
+        calibrator.validated_settings()  # each setting's own check, then the cross-setting ones
+    except TypeError as exc:
+        allowed = ", ".join(s for s in cls._param_names() if s not in ("rng", "progress"))
+        raise ValueError(f"{where}: {exc}; allowed: {allowed}") from None
+    except ValueError as exc:
+        raise ValueError(f"{where}: {exc}") from None
 
 
 def _list(raw: dict, key: str, where: str, kind=str) -> list:
@@ -171,10 +257,28 @@ def load_study(path) -> Study:
     if not isinstance(name, str) or not name.strip():
         raise ValueError(f"{where}: 'name' must be a non-empty string")
     out = raw.get("out")
-    return Study(name=name, banks=banks, methods=methods, n_subjects=_list(raw, "n_subjects", where, int),
-                 abilities=_list(raw, "abilities", where), missingness=missingness, replications=reps, seed=seed,
-                 method_options={k: dict(v) for k, v in options.items()},
-                 out=None if out is None else (base / out).resolve(), source=path)
+    if out is not None and (not isinstance(out, str) or not out.strip()):
+        raise ValueError(f"{where}: 'out' must be the path of an output directory (a string), got {out!r}")
+    out_dir = None if out is None else (base / out).resolve()
+    if out_dir is not None and out_dir.exists() and not out_dir.is_dir():
+        raise ValueError(f"{where}: 'out' = {out!r} is a file, not an output directory")
+    description = raw.get("description")
+    if description is not None and not isinstance(description, str):
+        raise ValueError(f"{where}: 'description' must be a string, got {description!r}")
+    n_subjects = _list(raw, "n_subjects", where, int)
+    bad = [n for n in n_subjects if n < 2]
+    if bad:
+        raise ValueError(f"{where}: 'n_subjects' must hold integers >= 2 (a fit needs two subjects), got {bad[0]!r}")
+    abilities = _list(raw, "abilities", where)
+    try:
+        parse_abilities(abilities)
+    except ValueError as exc:
+        raise ValueError(f"{where}: 'abilities': {exc}") from None
+    study = Study(name=name, banks=banks, methods=methods, n_subjects=n_subjects,
+                  abilities=abilities, missingness=missingness, replications=reps, seed=seed,
+                  method_options={k: dict(v) for k, v in options.items()}, out=out_dir, source=path)
+    study.validate()  # the whole configuration, before anything runs (a dry run included)
+    return study
 
 
 def study_tasks(study: Study, seed):
@@ -183,31 +287,52 @@ def study_tasks(study: Study, seed):
     ``config`` (what the manifest pins, the seed aside) and ``layout`` do not depend on the seed.
     Tasks are ordered replication first, so early results cover the whole grid.
     """
-    plans = study.plans()
+    config, layout, plans = study_design(study)
+    return config, layout, _tasks(study, plans, seed), plans
+
+
+def _tasks(study: Study, plans, seed) -> list:
+    tasks = []
+    for b, m, plan in plans:
+        tasks += plan.tasks(study.replications, seed, {"bank": b, "missingness": m})
+    tasks.sort(key=lambda t: t[0]["replication"])  # stable: grid order within a replication
+    return tasks
+
+
+def study_design(study: Study, plans=None):
+    """(config, layout, plans) of a study, without listing its tasks."""
+    plans = study.plans() if plans is None else plans
     bank_ids = list(dict.fromkeys(b for b, _, _ in plans))
     config = {"study": study.name, "cells": {f"{b}|{m}": plan.config for b, m, plan in plans}}
     layout = {"cell_dims": {"bank": bank_ids, "missingness": list(study.missingness), "method": list(study.methods),
                             "n_subjects": list(study.n_subjects), "ability": list(study.abilities)},
               "record_dims": {}, "replications": study.replications}
-    tasks = []
-    for b, m, plan in plans:
-        tasks += plan.tasks(study.replications, seed, {"bank": b, "missingness": m})
-    tasks.sort(key=lambda t: t[0]["replication"])  # stable: grid order within a replication
-    return config, layout, tasks, plans
+    return config, layout, plans
 
 
-def run_study(study, out=None, *, n_workers: int = 2, scheduler=None, progress: bool = True):
+def _output_directory(out, study) -> Path:
+    if not isinstance(out, (str, os.PathLike)) or not str(out).strip():
+        raise ValueError(f"{study._where()}: the output directory must be a path, got {out!r}")
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"{study._where()}: the output directory {out} is a file")
+    return out
+
+
+def run_study(study, out=None, *, n_workers: int = 2, scheduler=None, progress: bool | None = None):
     """Run a study (a :class:`Study` or the path of its TOML file) into ``out`` (default: the
     file's ``out``); returns the Dataset (see the module docstring). Rerun to resume."""
     if not isinstance(study, Study):
         study = load_study(study)
-    out = Path(out) if out is not None else study.out
+    out = out if out is not None else study.out
     if out is None:
         raise ValueError(f"{study._where()}: give an output directory (out = ... in the file, or --out)")
-    config, layout, _, plans = study_tasks(study, 0)  # validates everything before a file is written
+    out = _output_directory(out, study)
+    plans = study.validate()  # everything, before a file is written
+    study.check_runnable(plans)
+    config, layout, _ = study_design(study, plans)
     store, seed = open_store("recovery", out, config, layout, study.seed)
-    tasks = [t for p in plans for t in p[2].tasks(study.replications, seed, {"bank": p[0], "missingness": p[1]})]
-    tasks.sort(key=lambda t: t[0]["replication"])
+    tasks = _tasks(study, plans, seed)
     run_tasks(tasks, _recovery_task, store, n_workers=n_workers, progress=progress, scheduler=scheduler,
               desc=f"study {study.name}")
     ds = store.load()

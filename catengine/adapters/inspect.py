@@ -1,20 +1,24 @@
 """Run an Inspect AI ``Task`` adaptively against an item bank (needs the ``[inspect]`` extra).
 
-    from inspect_ai.model import get_model
     from catengine import open_item_bank, CATSession
     from catengine.adapters.inspect import run_adaptive
+    from catengine.adapters.examples.inspect_math500 import math500_task, simulated_llm   # offline example
 
-    bank = open_item_bank("item_banks/math500_lart")
+    bank = open_item_bank("math500_lart")
     session = CATSession(bank, log="run.jsonl", subject="my-model")     # or CATSession.resume("run.jsonl")
-    result = run_adaptive(my_task(), session, model=get_model("openai/gpt-4o-mini"), k=20)
-    result.estimate, result.predicted_score, result.eval_logs
+    result = run_adaptive(math500_task(bank), session, model=simulated_llm(), k=20)   # or get_model("openai/...")
+    print(result)    # predicted full-benchmark accuracy with its interval, items used, the stop, the standing
+    result.estimate, result.predicted_score, result.stop_reason, result.eval_logs
 
 Each round asks the session for the next batch (``CATSession.next_items(k)``), runs exactly those
 samples through Inspect's own ``eval(task, model=..., sample_id=[...])`` (Inspect's solvers,
 scorer, limits, retries and logs stay in charge; every round writes an ordinary Inspect log), and
 records each sample's score and CoT length into the session; until the session's stopping rule is
-met. The session log is durable, so an interrupted run resumes with ``CATSession.resume(log)``:
-only the unanswered items of a half-answered batch are run again.
+met (a session created without ``stopping=`` uses ``catengine.stopping.default_stopping``: the
+predicted accuracy known to within a stated half-width, or an item cap). A round never runs past
+the rule's item cap (``CATSession.next_items``): the last one is cut to what is left. The session
+log is durable, so an interrupted run resumes with ``CATSession.resume(log)``: only the unanswered
+items of a half-answered batch are run again.
 
 * Items <-> samples: by default bank item ``i`` is the sample whose id is ``i`` (string ids, or
   integer ids written as digits); pass ``sample_ids`` (a mapping or a function item id -> sample
@@ -31,6 +35,12 @@ only the unanswered items of a half-answered batch are run again.
   its log), and the next ``run_adaptive`` (or a resumed session) runs only those items. A sample
   that errors in an eval that still succeeds (``fail_on_error`` tolerance) is excluded from the
   session (listed in :attr:`InspectRun.failed`).
+* Each round is checked whole before any of it is recorded: every valid answer is recorded, and
+  samples that cannot be (a token count outside the session's plausible range, e.g. 2e9 or -5; a
+  partial-credit score) raise one :class:`BatchAnswerError` naming each sample, its value and the
+  round's Inspect log; those items stay pending (the next call runs only them).
+* Inspect's mock model (``mockllm/model``) counts tokens with tiktoken when an output reports no
+  usage, which downloads tokenizer files; ``run_adaptive`` gives the mock a network-free count.
 """
 
 from __future__ import annotations
@@ -40,9 +50,10 @@ import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
+from catengine.adapters._batch import BatchAnswerError, check_answer, format_cot, summary_of
 from catengine.errors import CatEngineError
 
-__all__ = ["InspectRun", "run_adaptive"]
+__all__ = ["BatchAnswerError", "InspectRun", "run_adaptive"]
 
 _GLOB = str.maketrans({"*": "[*]", "?": "[?]", "[": "[[]"})
 
@@ -50,7 +61,11 @@ _GLOB = str.maketrans({"*": "[*]", "?": "[?]", "[": "[[]"})
 @dataclass
 class InspectRun:
     """The outcome of :func:`run_adaptive`: the session (its log holds every answer), the final
-    estimate, the predicted score (if the session provides one), the Inspect log of each round."""
+    estimate, the predicted score (if the session provides one), why the test stopped
+    (``stop_reason``, the stopping rule's reason; None when ``max_rounds`` ended the run first), the
+    Inspect log of each round. ``str(run)`` is the result as every entry point words it: the
+    predicted full-benchmark accuracy with its interval and the items used, the stop, and the
+    standing among the bank's calibration LLM runs (``catengine.console.result_lines``)."""
 
     session: object
     estimate: object
@@ -59,6 +74,14 @@ class InspectRun:
     rounds: int = 0
     excluded: list[str] = field(default_factory=list)
     failed: list[str] = field(default_factory=list)
+    stop_reason: str | None = None
+
+    def __str__(self) -> str:
+        from catengine.console import calibration_size, result_lines, stop_statement
+
+        if self.predicted_score is None:
+            return f"{self.estimate}\n{stop_statement(self.stop_reason)}"
+        return "\n".join(result_lines(self.predicted_score, self.stop_reason, calibration_size(self.session)))
 
 
 def _key(sample_id) -> str:
@@ -126,18 +149,49 @@ def _correct(sample, score: str | None) -> int:
     return int(x)
 
 
-def _cot(sample, cot_tokens) -> float | None:
+def _cot(sample, cot_tokens):
+    """The sample's CoT length as reported (checked by the caller); None when unknown."""
     if cot_tokens is None:
         return None
     if callable(cot_tokens):
-        value = cot_tokens(sample)
-        return None if value is None else float(value)
+        return cot_tokens(sample)
     usage = getattr(sample.output, "usage", None) if sample.output is not None else None
     if usage is None:
         return None
     if cot_tokens == "reasoning" and usage.reasoning_tokens is not None:
-        return float(usage.reasoning_tokens)
-    return float(usage.output_tokens)
+        return usage.reasoning_tokens
+    return usage.output_tokens
+
+
+def _cot_label(cot_tokens) -> str:
+    if callable(cot_tokens):
+        return f"CoT length from {getattr(cot_tokens, '__name__', 'cot_tokens')}()"
+    return "reasoning_tokens" if cot_tokens == "reasoning" else "output_tokens"
+
+
+async def _offline_text_tokens(text: str) -> int:
+    """A network-free token estimate (about 4 characters per token) for Inspect's mock model."""
+    return max(1, math.ceil(len(text) / 4))
+
+
+def _offline_safe(model, eval_kwargs):
+    """Inspect's mock model (``mockllm/model``) fills in a missing token usage (``usage=None``, as in
+    ``ModelOutput.from_content``) by counting the input with tiktoken, which downloads its tokenizer
+    files on first use: an offline run fails. For that model only (and only when its token counter is
+    Inspect's default), count with a network-free estimate instead. Any other model is left alone."""
+    try:
+        from inspect_ai.model import Model, get_model
+        from inspect_ai.model._model import ModelAPI
+        from inspect_ai.model._providers.mockllm import MockLLM
+    except ImportError:  # pragma: no cover - a future inspect_ai that moved them: nothing to adapt
+        return model
+    if isinstance(model, str) and model.startswith("mockllm/") and not {"model_args", "model_base_url"} & set(eval_kwargs):
+        model = get_model(model)
+    api = getattr(model, "api", None) if isinstance(model, Model) else None
+    if (isinstance(api, MockLLM) and type(api).count_text_tokens is ModelAPI.count_text_tokens
+            and "count_text_tokens" not in vars(api)):
+        api.count_text_tokens = _offline_text_tokens
+    return model
 
 
 def _predicted_score(session):
@@ -161,13 +215,15 @@ def run_adaptive(task, session, *, model, k: int = 10, sample_ids: Mapping | Cal
     try:
         from inspect_ai import eval as inspect_eval
     except ImportError as exc:  # pragma: no cover - exercised without the extra only
-        raise ImportError("catengine.adapters.inspect needs inspect-ai: pip install 'irt-llm-eval[inspect]'") from exc
+        raise ImportError("catengine.adapters.inspect needs inspect-ai: pip install 'irt-llm-eval[inspect]' "
+                          "(from a clone: pip install -e '.[inspect]')") from exc
     if eval_kwargs.get("epochs") not in (None, 1):
         raise ValueError("run_adaptive records one answer per item: run with epochs=1")
     for reserved in ("sample_id", "limit", "tasks"):
         if reserved in eval_kwargs:
             raise ValueError(f"run_adaptive chooses the samples itself: do not pass {reserved}=")
     forward, backward = _sample_map(task, session, sample_ids)
+    model = _offline_safe(model, eval_kwargs)
     result = InspectRun(session=session, estimate=session.estimate)
     answered = set(session.administered)
     for item in session.items.item_ids:
@@ -189,8 +245,8 @@ def run_adaptive(task, session, *, model, k: int = 10, sample_ids: Mapping | Cal
         result.rounds += 1
         result.eval_logs.append(str(log.location))
         ok = log.status == "success"
-        seen, errored = set(), []
-        for sample in log.samples or []:
+        seen, errored, valid, problems = set(), [], [], []
+        for sample in log.samples or []:  # the whole round is checked before any of it is recorded
             item = backward.get(_key(sample.id))
             if item is None or item not in batch:
                 raise CatEngineError(f"Inspect returned sample {sample.id!r}, which is not in the batch {batch}")
@@ -203,21 +259,42 @@ def run_adaptive(task, session, *, model, k: int = 10, sample_ids: Mapping | Cal
                     session.exclude(item)
                     result.failed.append(item)
                 continue
+            where = f"sample {sample.id!r} (item {item!r}) of Inspect log {log.location}"
+            try:
+                y = _correct(sample, score)
+            except ValueError as exc:
+                problems.append(f"{where}: {exc}")
+                continue
             cot = _cot(sample, cot_tokens) if lart else None
-            if cot is not None and not math.isfinite(cot):
-                cot = None
-            session.record(item, _correct(sample, score), cot)
+            try:
+                y, cot = check_answer(session, y, cot)
+            except ValueError as exc:
+                problems.append(f"{where}: {_cot_label(cot_tokens)} = {format_cot(cot)} is not recorded: {exc}")
+                continue
+            valid.append((item, y, cot))
+        for item, y, cot in valid:  # every valid answer that came back, whatever else went wrong
+            session.record(item, y, cot)
+        recorded = [item for item, _, _ in valid]
         if not ok:  # answers that came back are recorded; the rest of the batch stays pending in the log
             message = log.error.message if log.error is not None else ""
             raise CatEngineError(
                 f"Inspect eval of items {batch} ended with status {log.status!r} ({message}); "
-                f"{len(batch) - len(errored) - len(set(batch) - seen)} answer(s) recorded, "
+                f"{len(recorded)} answer(s) recorded, "
                 f"{session.pending_items} still pending: fix the cause and call run_adaptive again "
                 "(or resume the session from its log)"
+                + ("\n" + summary_of(recorded, problems, [], what="this round") if problems else "")
             )
+        if problems:
+            result.estimate = session.estimate
+            raise BatchAnswerError(
+                f"Inspect log {log.location}: " + summary_of(recorded, problems, session.pending_items, what="this round")
+                + "\nThe items not recorded stay pending: fix the cause (e.g. session.max_cot_length, cot_tokens=, "
+                "score=) and call run_adaptive again to run only those, or session.exclude() them.",
+                problems=problems, recorded=recorded, pending=session.pending_items, report=result)
         missing = [item for item in batch if item not in seen]
         if missing:
             raise CatEngineError(f"Inspect's log {log.location} has no sample for items {missing} of the batch")
     result.estimate = session.estimate
     result.predicted_score = _predicted_score(session)
+    result.stop_reason = session.stop_reason
     return result

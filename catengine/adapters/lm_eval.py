@@ -15,8 +15,18 @@ indices[k]`` (lm_eval/evaluator.py), which is that document's own index only whe
 sorted. ``ingest`` reads the ``samples_<task>_<timestamp>.jsonl`` files the harness writes under
 ``--output_path`` with ``--log_samples`` (one line per document and filter; correctness is one binary
 metric; CoT length a recorded token count or the length of the generated text), through the same
-parser as ``calibration.read_lm_eval_samples``, and records every answer the session does not have
-yet (answers already recorded are checked and skipped, so re-ingesting a directory is harmless).
+parser as ``calibration.read_lm_eval_samples``, checks the whole output, then records every valid
+answer the session does not have yet and names each line it could not record (file, line,
+document, value; :class:`BatchAnswerError`). Answers already recorded are checked (correctness and
+CoT length) and skipped, so re-ingesting a directory is harmless. ``next`` and ``ingest`` print, on
+stderr, the predicted full-benchmark accuracy with its interval and the items used
+(``CATSession.predicted_score()``), whether and why the test stopped, and the LLM's standing among
+the bank's calibration LLM runs (``catengine.console.result_lines``).
+
+The stopping rule is set when ``next`` creates the log: by default
+``catengine.stopping.default_stopping`` (the predicted accuracy known to within a stated half-width,
+or an item cap), or the stopping options of ``catengine evaluate``. A batch never runs past the
+rule's item cap (``CATSession.next_items``): the last one is cut to what is left.
 
 Item ids <-> documents: ``DocIds(template, task)``; the template has the fields ``{task}`` and
 ``{doc_id}`` (default ``"{task}/{doc_id}"``; for ids such as ``math500/17`` run with the harness
@@ -32,7 +42,9 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["DocIds", "IngestReport", "ingest_samples", "next_samples", "sample_files"]
+from catengine.adapters._batch import BatchAnswerError, check_answer, format_cot, summary_of
+
+__all__ = ["BatchAnswerError", "DocIds", "IngestReport", "ingest_samples", "next_samples", "sample_files"]
 
 
 class DocIds:
@@ -111,25 +123,38 @@ def sample_files(output, task: str | None = None) -> list[Path]:
 def _reader():
     # The harness log parser lives in catengine/responses/readers/lm_eval_harness.py (shared with
     # calibration.read_lm_eval_samples); imported lazily, only when a log is ingested.
-    from catengine.responses.readers.lm_eval_harness import read_lm_eval_samples
+    from catengine.responses.readers.lm_eval_harness import read_lm_eval_cells
 
-    return read_lm_eval_samples
+    return read_lm_eval_cells
 
 
 @dataclass
 class IngestReport:
     """What :func:`ingest_samples` did: items recorded, answers already in the session (skipped),
-    answers to items the engine had not proposed, the files read, the items still pending."""
+    answers to items the engine had not proposed, the files read, the items still pending, and the
+    answers that could not be recorded (``problems``: one message each, naming file, line, document
+    and value)."""
 
     recorded: list[str] = field(default_factory=list)
     already_recorded: int = 0
     unproposed: list[str] = field(default_factory=list)
     files: list[str] = field(default_factory=list)
     pending: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict:
         return {"recorded": self.recorded, "already_recorded": self.already_recorded, "unproposed": self.unproposed,
-                "files": self.files, "pending": self.pending}
+                "files": self.files, "pending": self.pending, "problems": self.problems}
+
+
+def _same_cot(a, b) -> bool:
+    if a is None or b is None:
+        return a is None and b is None
+    return math.isclose(float(a), float(b), rel_tol=1e-12, abs_tol=1e-12)
+
+
+def _cot_text(value) -> str:
+    return "none" if value is None else format_cot(value)
 
 
 def ingest_samples(session, output, doc_ids: DocIds, *, metric=None, filter_name=None, tokenizer=None,
@@ -138,39 +163,75 @@ def ingest_samples(session, output, doc_ids: DocIds, *, metric=None, filter_name
 
     ``metric`` / ``filter_name`` / ``tokenizer`` / ``cot_field``: as ``calibration.read_lm_eval_samples``
     (default: the only binary metric of each file; the filter must be named when a file has
-    several). Documents outside the bank raise (naming them). An answer the session already has is
-    skipped if it agrees and raises if it does not. ``use_cot=False`` records no CoT lengths.
+    several). ``use_cot=False`` records no CoT lengths.
+
+    The whole output is read and checked before anything is recorded: problems of a whole file
+    (unreadable JSON, documents outside the bank, an ambiguous metric or filter) raise with nothing
+    recorded. Then every valid answer is recorded, and the answers that cannot be (a metric value
+    that is not 0/1, a token count that is not a number or outside the session's plausible range,
+    an answer or CoT length that differs from the one the session already has) raise one
+    :class:`~catengine.adapters._batch.BatchAnswerError` naming each one's file, line, document and
+    value and listing what was recorded (``exc.report`` is the :class:`IngestReport`). An answer the
+    session already has, with the same correctness and CoT length, is skipped, so re-ingesting a
+    directory is harmless.
     """
     files = sample_files(output, doc_ids.task)
-    data = _reader()(
+    cells = _reader()(
         {session.subject: files}, metric=metric, filter_name=filter_name, tokenizer=tokenizer, cot_field=cot_field,
         item_id=doc_ids.template,
         expected_items=list(session.items.item_ids),
     )
     report = IngestReport(files=[str(p) for p in files])
-    known = {r.item: r.correct for r in session.history}
+    problems = [str(p) for p in cells.problems]
+    known = {r.item: r for r in session.history}
     pending = set(session.pending_items)
     lart = session.params.response_model == "lart"
-    correct = data.correct[0]
-    cot = data.cot_length[0] if data.cot_length is not None else None
-    for j in np.flatnonzero(correct >= 0):
-        item, y = data.item_ids[j], int(correct[j])
-        if item in known:
-            if known[item] != y:
-                raise ValueError(
-                    f"{output}: item {item!r} has correct={y} in the harness output, but the session of "
-                    f"{session.subject!r} already recorded correct={known[item]} for it"
-                )
-            report.already_recorded += 1
-            continue
-        tokens = None
-        if lart and use_cot and cot is not None and not math.isnan(float(cot[j])):
-            tokens = float(cot[j])
+    valid: list[tuple[str, int, float | None]] = []
+    data = cells.data
+    if data is not None:
+        correct = data.correct[0]
+        cot = data.cot_length[0] if data.cot_length is not None else None
+        for j in np.flatnonzero(correct >= 0):
+            item, y = data.item_ids[j], int(correct[j])
+            origin = cells.origins.get((session.subject, item))
+            where = (f"{origin.where} (doc_id {origin.sample!r}): item {item!r}" if origin is not None
+                     else f"item {item!r}")
+            tokens = None
+            if lart and use_cot and cot is not None and not math.isnan(float(cot[j])):
+                tokens = float(cot[j])
+            source = origin.cot_source if origin is not None else "none"
+            field_name = source.split(":", 1)[1] if source.startswith("recorded:") else f"CoT length ({source})"
+            if item in known:
+                rec = known[item]
+                if rec.correct != y:
+                    problems.append(f"{where} has correct={y} in the harness output, but the session of "
+                                    f"{session.subject!r} already recorded correct={rec.correct} for it")
+                elif lart and use_cot and not _same_cot(rec.cot_length, tokens):
+                    problems.append(f"{where} has {field_name} = {_cot_text(tokens)} in the harness output, but the session "
+                                    f"of {session.subject!r} already recorded CoT length {_cot_text(rec.cot_length)} "
+                                    "for it (a recorded answer is never changed; ingest with --no-cot / use_cot=False "
+                                    "to check correctness only)")
+                else:
+                    report.already_recorded += 1
+                continue
+            try:
+                y, tokens = check_answer(session, y, tokens)
+            except ValueError as exc:
+                problems.append(f"{where}: {field_name} = {_cot_text(tokens)} is not recorded: {exc}")
+                continue
+            valid.append((item, y, tokens))
+    for item, y, tokens in valid:
         if item not in pending:
             report.unproposed.append(item)
         session.record(item, y, tokens)
         report.recorded.append(item)
     report.pending = session.pending_items
+    report.problems = problems
+    if problems:
+        raise BatchAnswerError(
+            f"{output}: " + summary_of(report.recorded, problems, report.pending, what="the harness output")
+            + "\nFix those lines (or the session's limits) and ingest again: answers recorded now are checked and skipped.",
+            problems=problems, recorded=report.recorded, pending=report.pending, report=report)
     return report
 
 
@@ -196,7 +257,8 @@ def add_subcommand(sub, *, add_strategy_options, strategies, open_bank) -> None:
                                      "The selection, estimation and stopping options and --seed apply when the log is "
                                      "created; a resumed log keeps the configuration it records.")
     common(nx)
-    nx.add_argument("--k", type=int, default=20, help="batch size (default 20)")
+    nx.add_argument("--k", type=int, default=20,
+                    help="batch size (default 20; a batch never runs past the stopping rule's item cap)")
     nx.add_argument("--force", action="store_true", help="propose items even if the stopping rule is met")
     add_strategy_options(nx)
     nx.set_defaults(func=lambda args: _cmd_next(args, strategies, open_bank))
@@ -222,28 +284,57 @@ def _engine(args, strategies, open_bank, *, create: bool):
     return Engine(bank, rng=args.seed, log=log, **strategies(args, bank))
 
 
-def _summary(session) -> dict:
+def _summary_and_result_lines(session) -> tuple[dict, list[str]]:
+    """The session's state as JSON (predicted score, standing, theta, stop reason) and the result lines
+    every entry point prints (``catengine.console.result_lines``)."""
+    from catengine.console import calibration_size, result_lines, standing_text
+
     est = session.estimate
     lo, hi = est.interval(0.95)
-    out = {"subject": session.subject, "n_items": est.n_items, "theta": est.theta, "theta_sd": est.theta_sd,
+    score = session.predicted_score()
+    out = {"subject": session.subject, "n_items": est.n_items,
+           "predicted_score": str(score), "accuracy": score.accuracy, "accuracy_95": [score.low, score.high],
+           "standing": standing_text(score, calibration_size(session)),
+           "theta": est.theta, "theta_sd": est.theta_sd,
            "theta_95": [lo, hi], "finished": session.finished, "reason": session.stop_reason}
     if est.tau is not None:
         out["tau"], out["tau_sd"] = est.tau, est.tau_sd
-    return out
+    out["score"] = score.to_dict()
+    return out, result_lines(score, session.stop_reason, calibration_size(session))
+
+
+def _print_result(prog: str, head: str, lines) -> None:
+    import sys
+
+    print(f"{prog}: {head}", file=sys.stderr)
+    for line in lines:
+        print(f"  {line}", file=sys.stderr)
 
 
 def _cmd_next(args, strategies, open_bank) -> int:
     import json
     import sys
 
+    from catengine.console import describe_stopping
+
+    if args.k < 1:
+        raise ValueError(f"--k (the batch size) must be an integer >= 1, got {args.k}")
     doc_ids = DocIds(args.item_id, args.task)
+    created = not (args.log.exists() and args.log.stat().st_size > 0)
     engine = _engine(args, strategies, open_bank, create=True)
     try:
         session = engine.start(args.subject)
+        if created:
+            print(f"catengine lm-eval next: new session log {args.log}; {describe_stopping(session.stopping)}",
+                  file=sys.stderr)
         samples = next_samples(session, args.k, doc_ids, force=args.force)
+        summary, lines = _summary_and_result_lines(session)
         if not samples:
-            print(f"catengine lm-eval next: finished ({session.stop_reason}): {json.dumps(_summary(session))}", file=sys.stderr)
+            _print_result("catengine lm-eval next", f"finished after {session.n_items} answers", lines)
+            print(json.dumps(summary), file=sys.stderr)
             return 1
+        n = sum(len(v) for v in samples.values())
+        print(f"catengine lm-eval next: {n} document(s) to run; so far: {lines[0]}", file=sys.stderr)
         print(json.dumps(samples))
         return 0
     finally:
@@ -257,9 +348,16 @@ def _cmd_ingest(args, open_bank) -> int:
     engine = _engine(args, None, open_bank, create=False)
     try:
         session = engine.session(args.subject)
-        report = ingest_samples(session, args.output, doc_ids, metric=args.metric, filter_name=args.filter,
-                                use_cot=not args.no_cot)
-        print(json.dumps({**report.to_dict(), "estimate": _summary(session)}))
+        try:
+            report = ingest_samples(session, args.output, doc_ids, metric=args.metric, filter_name=args.filter,
+                                    use_cot=not args.no_cot)
+        except BatchAnswerError as exc:  # the valid answers are recorded: say so on stdout too, then fail
+            print(json.dumps({**exc.report.to_dict(), "estimate": _summary_and_result_lines(session)[0]}))
+            raise
+        summary, lines = _summary_and_result_lines(session)
+        print(json.dumps({**report.to_dict(), "estimate": summary}))
+        _print_result("catengine lm-eval ingest", f"{len(report.recorded)} answer(s) recorded, {session.n_items} in all",
+                      lines)
         return 0
     finally:
         engine.close()

@@ -16,6 +16,14 @@ z95(L) SD instead of +- 1.96 SD (interpolated like c; banks without it use 1.96)
 L; below the first and beyond the last it is held constant; with no answer (L = 0) it is 1 (the
 population prior needs no correction). A session uses the curve of its own selector's name, and,
 for a selector the check did not run, the pointwise largest of the stored curves (conservative).
+
+Sessions apply the nonincreasing envelopes of the stored tables, c'(L) = max over l >= L of c(l)
+(and the same for z95), never the raw tables: a stored c(L) that grows with L (the error that
+item-parameter uncertainty adds does not shrink with more answers, while the posterior SD does)
+would otherwise make the reported interval shrink more slowly than the model's posterior, or
+even widen with more answers. With the envelope the reported SD c'(L) SD_L shrinks at least as
+fast as the posterior SD_L, and it is never below c(L) SD_L, so the check's coverage at every
+length is kept (at the price of wider intervals at the lengths before the largest c).
 """
 
 from __future__ import annotations
@@ -25,7 +33,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["IntervalCalibration", "IntervalCurve"]
+__all__ = ["IntervalCalibration", "IntervalCurve", "right_envelope"]
+
+
+def right_envelope(values: np.ndarray) -> np.ndarray:
+    """max(values[i:]) for every i: the smallest nonincreasing sequence at or above ``values``."""
+    return np.maximum.accumulate(np.asarray(values, dtype=float)[::-1])[::-1].copy()
 
 
 @dataclass(frozen=True)
@@ -52,7 +65,8 @@ class IntervalCurve:
             z = np.asarray(self.z95, dtype=float)
             if z.shape != c.shape or not np.all(np.isfinite(z)) or np.any(z <= 0):
                 raise ValueError(f"z95 must be finite, > 0 and match test_length, got {self.z95!r}")
-        object.__setattr__(self, "_tables", (L, c, z))  # as arrays once: sessions read them every step
+        # what sessions apply: the nonincreasing envelopes (module docstring), as arrays once (read every step)
+        object.__setattr__(self, "_tables", (L, right_envelope(c), None if z is None else right_envelope(z)))
 
     def factor(self, n_items: int) -> float:
         if n_items <= 0:
@@ -119,7 +133,6 @@ class IntervalCalibration:
             return self.curves[selector_name]
         grid = sorted(set().union(*(c.test_length for c in self.curves.values())))
         c = [max(cur.factor(L) for cur in self.curves.values()) for L in grid]
-        c = list(np.maximum.accumulate(c))
         z95 = None
         if all(cur.z95 is not None for cur in self.curves.values()):
             z95 = tuple(max(cur.multiplier(L) for cur in self.curves.values()) for L in grid)

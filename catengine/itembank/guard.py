@@ -22,6 +22,9 @@ mutex) can deadlock or crash. So the fork is used only when the process has one 
 and where ``os.fork`` is unavailable, the probe runs :func:`read_everything` in a fresh
 ``python -c`` subprocess that imports netCDF4 only (about 0.3 s slower, same guarantee). ``PROBE_TIMEOUT`` (seconds) bounds it; set ``CATENGINE_BANK_PROBE=0`` to skip the
 probe for trusted files.
+
+The probe process dies with its caller (:func:`die_with_parent`): a caller killed while a probe
+reads a looping file leaves no reader process behind.
 """
 
 from __future__ import annotations
@@ -111,11 +114,13 @@ def _choose_probe():
 
 def _probe_fork(path: str, timeout: float, what: str = "netCDF4 file") -> str | None:
     read_fd, write_fd = os.pipe()
+    parent = os.getpid()
     pid = os.fork()
     if pid == 0:  # child: read the file, report, exit without running any cleanup of the parent's
         os.close(read_fd)
         code = 0
         try:
+            die_with_parent(parent, timeout)
             read_everything(path)
         except BaseException as exc:  # noqa: BLE001 - everything is reported to the parent
             code = 1
@@ -151,11 +156,41 @@ def _probe_fork(path: str, timeout: float, what: str = "netCDF4 file") -> str | 
     return None
 
 
+def die_with_parent(parent: int, timeout: float) -> None:
+    """Make this probe process end when its parent ``parent`` does, even while it is stuck in the
+    netCDF library holding the GIL (no Python code runs then, so no thread could notice):
+
+    * Linux: ``prctl(PR_SET_PDEATHSIG, SIGKILL)`` - the kernel kills it the moment the parent dies
+      (checked against a parent that died before the call);
+    * everywhere: ``SIGALRM`` with its default action (end the process) after ``timeout`` + 5 s,
+      so an orphan cannot outlive the deadline its parent would have enforced.
+
+    Runs in the probe process itself (the forked child, or the ``python -c`` subprocess, which
+    gets this function's source), so it imports only the standard library."""
+    import os
+    import signal
+
+    signal.signal(signal.SIGALRM, signal.SIG_DFL)  # not the parent's Python handler: it could never run
+    signal.alarm(int(timeout) + 5)
+    if sys.platform.startswith("linux"):
+        try:
+            import ctypes
+
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # 1 = PR_SET_PDEATHSIG
+        except (OSError, AttributeError):  # no usable libc: the alarm still bounds the orphan's life
+            pass
+    if os.getppid() != parent:  # the parent died before the request took effect
+        os._exit(1)
+
+
 def _probe_subprocess(path: str, timeout: float, what: str = "netCDF4 file") -> str | None:
     # the reader's own source, run without importing this package (a fast start)
-    code = f"import sys\n{inspect.getsource(read_everything)}\nread_everything(sys.argv[1])"
+    code = (f"import sys\n{inspect.getsource(die_with_parent)}\n{inspect.getsource(read_everything)}\n"
+            "die_with_parent(int(sys.argv[2]), float(sys.argv[3]))\nread_everything(sys.argv[1])")
     try:
-        proc = subprocess.run([sys.executable, "-c", code, path], capture_output=True, text=True, timeout=timeout)
+        proc = subprocess.run([sys.executable, "-c", code, path, str(os.getpid()), repr(float(timeout))],
+                              capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
         return f"reading it did not finish within {timeout:.0f} s (the file is damaged: its structure loops)"
     if proc.returncode != 0:

@@ -3,7 +3,9 @@
 Layout: ``<directory>/<bank_id>_v<N>.nc``. Writing goes to a temporary file in the same directory
 and is then hard-linked to its final name, which fails if that name exists, so a version is never
 overwritten even by two writers racing; a failed write leaves nothing behind
-(:func:`catengine.atomic.atomic_output`).
+(:func:`catengine.atomic.atomic_output`). The temporary file is read back with every check of
+:func:`open_item_bank` before it gets its final name: a version that would not open is never
+published.
 """
 
 from __future__ import annotations
@@ -64,7 +66,11 @@ def open_item_bank(path_or_dir, version="latest") -> ItemBank:
     Raises :class:`ItemBankSchemaError` listing every problem when the file is not a valid bank
     (truncated, not netCDF, missing variables, NaN parameters, unknown schema version, ...).
     """
-    path = _resolve(path_or_dir, version)
+    return _read_checked(_resolve(path_or_dir, version))
+
+
+def _read_checked(path: Path) -> ItemBank:
+    """The bank in ``path`` with every check of :func:`open_item_bank` (schema, checksums, name)."""
     # read under a guard: a damaged file that would hang or crash the netCDF library is refused
     tree = open_datatree_guarded(path)
     try:
@@ -147,10 +153,30 @@ def write_item_bank(bank: ItemBank, directory, *, version: int | None = None, pa
         with atomic_output(final, overwrite=False, mode=0o444, fsync=True) as tmp:
             tree.to_netcdf(tmp, engine="netcdf4", encoding=_encoding(tree))
             stamp_file_hash(tmp)  # lets open_item_bank skip its guard probe (catengine.itembank.guard)
+            _verify_read_back(tmp, final, stamped)  # publish only what reads back as written
     except FileExistsError:
         raise ItemBankVersionExistsError(f"{final} already exists; bank versions are never overwritten") from None
     _fsync_dir(directory)
     return final
+
+
+def _verify_read_back(written: Path, final: Path, bank: ItemBank) -> None:
+    """Raise ItemBankSchemaError naming ``final`` unless the file ``written`` opens as
+    :func:`open_item_bank` would open ``final`` and holds ``bank``'s identity; the caller then
+    never publishes it, so a version that fails its own read-back is never the latest."""
+    try:
+        back = _read_checked(written)
+        problems = []
+        if back.bank_id != bank.bank_id or back.version != bank.version:
+            problems.append(f"reads back as bank {back.bank_id!r} v{back.version}, "
+                            f"not {bank.bank_id!r} v{bank.version}")
+    except ItemBankSchemaError as exc:
+        problems = list(exc.problems) if getattr(exc, "problems", None) else [str(exc)]
+    if problems:
+        raise ItemBankSchemaError(str(final), [
+            "not written: the new version failed its own read-back, so the latest version is unchanged",
+            *problems,
+        ])
 
 
 def _fsync_dir(directory: Path) -> None:

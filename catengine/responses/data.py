@@ -25,6 +25,7 @@ import io
 import json
 import math
 import os
+import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -52,18 +53,39 @@ def _position(k: int) -> str:
     return f"position {k} (0-based)"
 
 
+#: characters no id may hold: C0 and C1 control characters (NUL, tab, newline, escape, ...), DEL and
+#: lone surrogates. netCDF cuts strings at a NUL and terminals and CSV files mangle the others, so an
+#: id holding one would not survive a round trip through a bank or a response file.
+_CONTROL_CHARACTERS = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
+
+
+def control_character_problem(value: str, kind: str) -> str | None:
+    """Why ``value`` (a ``kind`` id) is refused for a control character, or None."""
+    match = _CONTROL_CHARACTERS.search(value)
+    if match is None:
+        return None
+    return (f"{kind} id {value!r} contains the control character {match.group()!r} "
+            f"(U+{ord(match.group()):04X}); ids must be printable text")
+
+
 def _ids(values, n: int, kind: str, prefix: str, where=_position) -> tuple[str, ...]:
-    """The ids (or ``prefix0, prefix1, ...``), checked: one per row / column, none empty, none twice.
-    ``where(k)`` says where id k is (a file reader passes its line and column)."""
+    """The ids (or ``prefix0, prefix1, ...``), checked: one per row / column, none empty, none
+    twice, no control characters. ``where(k)`` says where id k is (a file reader passes its line
+    and column)."""
     if values is None:
         return tuple(f"{prefix}{k}" for k in range(n))
     ids = tuple(str(v) for v in values)
     if len(ids) != n:
         raise ValueError(f"{len(ids)} {kind} ids given for {n} {kind}s (one id per {'row' if kind == 'subject' else 'column'})")
+    check_controls = _CONTROL_CHARACTERS.search("".join(ids)) is not None  # the clean case in one pass
     seen: dict[str, int] = {}
     for k, v in enumerate(ids):
         if v == "":
             raise ValueError(f"{kind} id at {where(k)} is empty")
+        if check_controls:
+            problem = control_character_problem(v, kind)
+            if problem:
+                raise ValueError(f"{where(k)}: {problem}")
         if v in seen:
             raise ValueError(f"duplicate {kind} id {v!r} at {where(seen[v])} and {where(k)}")
         seen[v] = k
@@ -531,6 +553,9 @@ def _id_value(value, column: str, where: str) -> str:
     text = str(value).strip()
     if text == "":
         raise ValueError(f"{where}: {column} is empty (every row needs a {column} id)")
+    problem = control_character_problem(text, column)
+    if problem:
+        raise ValueError(f"{where}: {problem}")
     return text
 
 
@@ -603,6 +628,9 @@ class ResponseData:
             empty = [k for k, g in enumerate(groups) if not g.strip()]
             if empty:
                 raise ValueError(f"subject {subject_ids[empty[0]]!r} (row {empty[0]}) has an empty subject group")
+            if _CONTROL_CHARACTERS.search("".join(groups)):
+                k = next(k for k, g in enumerate(groups) if _CONTROL_CHARACTERS.search(g))
+                raise ValueError(f"subject {subject_ids[k]!r} (row {k}): {control_character_problem(groups[k], 'subject group')}")
         correct.flags.writeable = False
         if cot is not None:
             cot = cot.copy() if cot is self.cot_length else cot

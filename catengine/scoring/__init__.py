@@ -8,6 +8,7 @@ from catengine.scoring.design import (
     design_estimate,
     design_terms,
     model_variance_terms,
+    power_tuning,
 )
 from catengine.scoring.estimate import ScoreEstimate
 from catengine.scoring.model_based import (
@@ -39,6 +40,7 @@ __all__ = [
     "expected_cot_lengths",
     "expected_probabilities",
     "model_variance_terms",
+    "power_tuning",
     "predict_accuracy",
     "predict_accuracy_factors",
     "predict_cot_total",

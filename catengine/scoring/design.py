@@ -102,7 +102,8 @@ def design_terms(order, outcomes, design_step, probabilities, predictions, *, me
     return out
 
 
-def model_variance_terms(predictions, probabilities, remaining, *, member=None, variances=None) -> np.ndarray:
+def model_variance_terms(predictions, probabilities, remaining, *, member=None, variances=None,
+                         weight: float = 1.0) -> np.ndarray:
     """Per design step and group, the variance of D_t the model expects: shape (n_draws, G).
 
     Given the past, D_t varies only through its correction term; if y_j ~ Bernoulli(f_j),
@@ -110,7 +111,9 @@ def model_variance_terms(predictions, probabilities, remaining, *, member=None, 
     (up to the squared mean correction, which is 0 under the model). ``predictions`` (n_draws, J)
     the f_t, ``probabilities`` (n_draws, J) the design's pi_t over every item, ``remaining``
     (n_draws, J) bool, the items not yet answered at step t. ``variances`` (n_draws, J): each
-    outcome's variance in place of f (1 - f), for outcomes that are not 0/1 (CoT tokens)."""
+    outcome's variance in place of f (1 - f), for outcomes that are not 0/1 (CoT tokens).
+    ``weight`` lam: the variance of the terms built with predictions lam f (:func:`power_tuning`),
+    sum_{R_t in G} (Var y_j + ((1 - lam) f_j)^2) / pi_t(j) - (sum_{R_t in G} (1 - lam) f_j)^2, over |G|^2."""
     f = np.asarray(predictions, dtype=np.float64)
     pi = np.asarray(probabilities, dtype=np.float64)
     rem = np.asarray(remaining, dtype=bool)
@@ -119,8 +122,38 @@ def model_variance_terms(predictions, probabilities, remaining, *, member=None, 
     var = f * (1.0 - f) if variances is None else np.asarray(variances, dtype=np.float64)
     if var.shape != f.shape:
         raise ValueError(f"variances must have the predictions' shape {f.shape}, got {var.shape}")
-    ratio = np.where(rem & (pi > 0), var / np.where(pi > 0, pi, 1.0), 0.0)
-    return (ratio @ member) / member.sum(axis=0) ** 2
+    if not 0.0 <= float(weight) <= 1.0:
+        raise ValueError(f"weight must lie in [0, 1], got {weight!r}")
+    off = (1.0 - float(weight)) * f  # E_t(y_j - lam f_j) under the model
+    ratio = np.where(rem & (pi > 0), (var + off * off) / np.where(pi > 0, pi, 1.0), 0.0)
+    mean_correction = np.where(rem, off, 0.0) @ member
+    return (ratio @ member - mean_correction**2) / member.sum(axis=0) ** 2
+
+
+def power_tuning(terms_without, terms_with) -> float:
+    """The weight lam in [0, 1] of the model's predictions that minimises the variance of the
+    design terms, D_t(lam) = D_t(0) + lam (D_t(1) - D_t(0)), estimated from the draws themselves
+    (power tuning, as in PPI++, Angelopoulos et al. 2023): lam = -Cov(D(0), D(1) - D(0)) / Var(D(1) - D(0)).
+
+    ``terms_without``: the D_t computed with f_t = 0 (Horvitz-Thompson: no model at all);
+    ``terms_with``: the D_t with the model's f_t. The D_t are linear in f_t, so any lam gives
+    terms of the same form with predictions lam f_t, and every fixed lam keeps the estimate
+    unbiased; choosing lam from the same draws adds a bias of order 1/n. A right model gets lam near
+    1 (its predictions absorb the spread of the outcomes); a model whose predictions are worse
+    than none gets lam near 0, so a wrong model cannot make the design estimate noisier than the
+    Horvitz-Thompson estimate of the same draws. With fewer than 3 draws, or no spread in the
+    difference, lam = 1."""
+    a = np.asarray(terms_without, dtype=np.float64).reshape(-1)
+    b = np.asarray(terms_with, dtype=np.float64).reshape(-1) - a
+    if a.size != b.size:
+        raise ValueError("terms_without and terms_with must hold one value per draw each")
+    if a.size < 3:
+        return 1.0
+    vb = float(np.var(b))
+    if not vb > 1e-14 * max(1.0, float(np.var(a))):
+        return 1.0
+    lam = -float(np.mean((a - a.mean()) * (b - b.mean()))) / vb
+    return float(min(1.0, max(0.0, lam)))
 
 
 MODEL_VARIANCE_RULES = ("moderated", "floor")

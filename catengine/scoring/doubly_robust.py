@@ -13,15 +13,21 @@ plus noise of variance about P + s^2.
   the design's noise into sessions whose model was right: 26% more error in
   tests/test_scoring_doubly_robust.py); the further they disagree, the closer the score moves to
   the design estimate. It is a compromise, not an unbiased estimator: a bias the draws cannot yet
-  tell from noise stays in the point estimate (the interval below carries it). When the LLM
-  stands beyond the calibration population (``extrapolating``), where the model's own P is least
-  trustworthy, the weight is at least the precision weight w_e = P_e / (P_e + s^2) of the moment
-  estimate P_e = max(P, d^2 - s^2) of the model's squared error.
-* Interval: the hull of the model's interval and the interval of that precision-weighted
-  combination, M + w_e d +- q sqrt(P_e s^2 / (P_e + s^2)) with w_e = P_e / (P_e + s^2) and q the
-  Student-t quantile with n - 1 degrees of freedom. It is never narrower than the model's
-  interval, and it widens exactly when the residuals on the design draws disagree with the model
-  (P_e grows with d^2). Both ends are projected onto the attainable range.
+  tell from noise stays in the point estimate (the interval below carries it).
+* Beyond the calibration population (``extrapolating``: the LLM's trait lies outside the
+  calibration LLMs' 5th-95th percentiles, ``catengine.scoring.standing``) the model's prediction
+  of the unasked items cannot be checked against any calibration LLM like this one, and its bias
+  there is systematic (it saturates at the calibration LLMs' ceiling). There the point estimate is
+  the design estimate itself, w = 1, unbiased whatever the model gets wrong; the model still
+  serves as the design estimate's control variate (the residuals y - f), so a right model still
+  makes it less noisy.
+* Interval: the hull of the model's interval and the interval of the precision-weighted
+  combination, M + w_e d +- q sqrt(P_e s^2 / (P_e + s^2)) with w_e = P_e / (P_e + s^2), P_e =
+  max(P, d^2 - s^2) the moment estimate of the model's squared error and q the Student-t quantile
+  with n - 1 degrees of freedom; when extrapolating, also the design estimate's own interval
+  D +- q s. It is never narrower than the model's interval, and it widens exactly when the
+  residuals on the design draws disagree with the model (P_e grows with d^2). Both ends are
+  projected onto the attainable range.
 
 The SD reported with it is the interval's half-width divided by the normal quantile (the SD of a normal
 interval as wide). Measured on real LLMs,
@@ -70,9 +76,10 @@ def combine_model_and_design(model_mean: float, model_sd: float, model_low: floa
     P_e = max(P, d2 - s2)
     total = P_e + s2
     w_e = P_e / total if total > 0 else 0.0
-    w = max(0.0, 1.0 - EVIDENCE**2 * (P + s2) / d2) if d2 > 0 else 0.0
-    if extrapolating:  # opt-in: at least the precision weight beyond the calibration population
-        w = max(w, w_e)
+    if extrapolating:  # beyond the calibration population: the design estimate (module docstring)
+        w = 1.0
+    else:
+        w = max(0.0, 1.0 - EVIDENCE**2 * (P + s2) / d2) if d2 > 0 else 0.0
     mean = float(model_mean) + w * d
     q = float(student_t.ppf(0.5 + level / 2.0, int(n_draws) - 1))
     centre = float(model_mean) + w_e * d
@@ -80,7 +87,9 @@ def combine_model_and_design(model_mean: float, model_sd: float, model_low: floa
     lo_b, hi_b = float(bounds[0]), float(bounds[1])
     m_lo = float(model_low) if math.isfinite(model_low) else float(model_mean) - z_quantile(level) * float(model_sd)
     m_hi = float(model_high) if math.isfinite(model_high) else float(model_mean) + z_quantile(level) * float(model_sd)
-    low = max(lo_b, min(m_lo, centre - half))
-    high = min(hi_b, max(m_hi, centre + half))
+    low, high = min(m_lo, centre - half), max(m_hi, centre + half)
+    if extrapolating:
+        low, high = min(low, float(design_mean) - q * math.sqrt(s2)), max(high, float(design_mean) + q * math.sqrt(s2))
+    low, high = max(lo_b, low), min(hi_b, high)
     mean = min(max(mean, low), high)
     return DoublyRobustEstimate(mean, (high - low) / (2.0 * z_quantile(level)), low, high, w)

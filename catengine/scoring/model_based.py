@@ -59,6 +59,7 @@ from catengine.models.score_factors import product_nodes
 DEFAULT_SCORE_NODES = 61
 MIN_SMEARING_ITEMS = 5  # recorded CoT lengths below which the log-normal moments are used
 RESIDUAL_MOMENTS = ("smearing", "lognormal")
+MAX_BISECTIONS = 2200  # halvings of a mixture quantile's bracket: enough to reach adjacent floats from any width
 
 
 @dataclass(frozen=True)
@@ -84,9 +85,16 @@ def z_quantile(level: float) -> float:
     return float(ndtri(0.5 + level / 2.0))
 
 
+def _item_index(items):
+    """An index into per-item arrays: every item (None), a slice, or integer indices."""
+    if items is None:
+        return slice(None)
+    return items if isinstance(items, slice) else np.asarray(items)
+
+
 def response_and_slope(params: ItemParams, theta: np.ndarray, items=None) -> tuple[np.ndarray, np.ndarray]:
     """P_j(theta) and dP_j/dz (z = a theta + b) for nodes ``theta`` (K,) and items: shapes (K, n)."""
-    idx = slice(None) if items is None else np.asarray(items)
+    idx = _item_index(items)
     a, b = params.a[idx], params.b[idx]
     z = np.asarray(theta, dtype=np.float64)[:, None] * a[None, :] + b[None, :]
     if params.response_model == "lart":
@@ -101,29 +109,32 @@ def response_and_slope(params: ItemParams, theta: np.ndarray, items=None) -> tup
 
 
 def item_averaged_response(params: ItemParams, theta: np.ndarray, a_sd=None, b_sd=None, ab_cov=None,
-                           n_nodes: int = 9) -> np.ndarray:
-    """E_psi P_j(theta; psi_j) over a Gaussian posterior of each item's (a_j, b_j), shape (K, J).
+                           n_nodes: int = 9, items=None) -> np.ndarray:
+    """E_psi P_j(theta; psi_j) over a Gaussian posterior of each item's (a_j, b_j), shape (K, n).
 
     At a fixed theta, z = a theta + b is Normal(a^ theta + b^, v) with v = theta^2 a_sd^2 +
     2 theta ab_cov + b_sd^2, so the average is one-dimensional: Phi(mu / sqrt(1 + v)) for the
     probit (LaRT) response, ``n_nodes``-point Gauss-Hermite in z for the logistic ones.
+    ``items``: indices of the items (default: every item; ``a_sd``... hold one entry per bank item).
     """
-    J = params.n_items
+    idx = _item_index(items)
+    a, b = params.a[idx], params.b[idx]
     theta = np.asarray(theta, dtype=np.float64)
-    zero = np.zeros(J)
-    a_var = zero if a_sd is None else np.asarray(a_sd, dtype=np.float64) ** 2
-    b_var = zero if b_sd is None else np.asarray(b_sd, dtype=np.float64) ** 2
-    cov = zero if ab_cov is None else np.asarray(ab_cov, dtype=np.float64)
-    v = np.maximum(theta[:, None] ** 2 * a_var + 2.0 * theta[:, None] * cov + b_var, 0.0)  # (K, J)
-    mu = theta[:, None] * params.a[None, :] + params.b[None, :]
+    zero = np.zeros(a.size)
+    a_var = zero if a_sd is None else np.asarray(a_sd, dtype=np.float64)[idx] ** 2
+    b_var = zero if b_sd is None else np.asarray(b_sd, dtype=np.float64)[idx] ** 2
+    cov = zero if ab_cov is None else np.asarray(ab_cov, dtype=np.float64)[idx]
+    v = np.maximum(theta[:, None] ** 2 * a_var + 2.0 * theta[:, None] * cov + b_var, 0.0)  # (K, n)
+    mu = theta[:, None] * a[None, :] + b[None, :]
     if params.response_model == "lart":
         return ndtr(mu / np.sqrt(1.0 + v))
     x, w = gauss_hermite_normal(n_nodes)
-    s = expit(mu[..., None] + np.sqrt(v)[..., None] * x)  # (K, J, n)
+    s = expit(mu[..., None] + np.sqrt(v)[..., None] * x)  # (K, n, n_nodes)
     s = s @ w
     if params.response_model == "2pl":
         return s
-    return params.c + (params.d - params.c) * s
+    c, d = params.c[idx], params.d[idx]
+    return c + (d - c) * s
 
 
 def expected_probabilities(params: ItemParams, theta: float, theta_sd: float, n_nodes: int = 21) -> np.ndarray:
@@ -153,17 +164,25 @@ def _check_sd_array(name, values, n):
 def _mixture_intervals(weights, means, variances, level, lo_bound, hi_bound):
     """Central intervals of the mixtures sum_k w_k Normal(means[k, g], variances[k, g]), one per
     column g, by bisection on the mixture CDF, clipped to [lo_bound[g], hi_bound[g]]."""
-    sds = np.sqrt(np.maximum(variances, 0.0))  # (K, G)
     alpha = 0.5 - level / 2.0
+    # nodes whose weight is below a float's resolution of the tail probability cannot move the
+    # quantiles: the bracket and the CDF use the others
+    keep = weights >= 1e-16 * alpha * weights.max()
+    weights, means = weights[keep], means[keep]
+    sds = np.sqrt(np.maximum(variances[keep], 0.0))  # (K, G)
     targets = np.array([alpha, 1.0 - alpha])[:, None]  # (2, 1)
-    safe = np.where(sds > 0, sds, 1.0)
+    inverse = 1.0 / np.where(sds > 0, sds, 1.0)
+    point_mass = not np.all(sds > 0)
     span = 10.0 * sds.max(axis=0) + 1e-12
     lo = np.broadcast_to(means.min(axis=0) - span, (2, means.shape[1])).copy()
     hi = np.broadcast_to(means.max(axis=0) + span, (2, means.shape[1])).copy()
-    for _ in range(60):
+    for _ in range(MAX_BISECTIONS):  # to adjacent floats: the result does not depend on the bracket
         mid = 0.5 * (lo + hi)
-        z = (mid[:, None, :] - means[None, :, :]) / safe[None, :, :]
-        cdf = np.where(sds[None] > 0, ndtr(z), (means[None] <= mid[:, None, :]).astype(float))
+        if np.all((mid == lo) | (mid == hi)):
+            break
+        cdf = ndtr((mid[:, None, :] - means[None, :, :]) * inverse[None, :, :])
+        if point_mass:
+            cdf = np.where(sds[None] > 0, cdf, (means[None] <= mid[:, None, :]).astype(float))
         below = np.einsum("k,tkg->tg", weights, cdf) < targets
         lo = np.where(below, mid, lo)
         hi = np.where(below, hi, mid)
@@ -196,19 +215,30 @@ def _predict_groups(weights, cond_mean, cond_var, known_sum, n_known, n_unknown,
     items); the reported mean is then that plug-in total and the SD its root mean square error
     under the posterior, sqrt(Var + (posterior mean - plug-in)^2) (``intervals="normal"`` only).
     """
-    m = cond_mean @ member + known_sum[None, :]  # (K, G)
-    v = cond_var @ member
-    if common is not None and common_rel_var > 0.0:
-        v = v + common_rel_var * (common @ member) ** 2
+    return predict_from_sums(weights, cond_mean @ member, cond_var @ member, known_sum, n_known, n_unknown, level,
+                             unit_bound, None if common is None else common @ member, common_rel_var, intervals,
+                             None if point_mean is None else point_mean @ member)
+
+
+def predict_from_sums(weights, mean_sums, var_sums, known_sum, n_known, n_unknown, level, unit_bound,
+                      common_sums=None, common_rel_var=0.0, intervals=True, point_sums=None):
+    """The GroupPredictions from the unknown items' sums per node and group (what
+    :func:`_predict_groups` reduces its (K, J) arrays to): ``mean_sums`` (K, G), ``var_sums`` (K, G)
+    the sums of the conditional means and variances, ``common_sums`` (K, G) of the common factor's
+    parts, ``point_sums`` (G,) of the plug-in predictions; the other arguments as there."""
+    m = mean_sums + known_sum[None, :]  # (K, G)
+    v = var_sums
+    if common_sums is not None and common_rel_var > 0.0:
+        v = v + common_rel_var * common_sums ** 2
     mean = weights @ m
     var = weights @ v + weights @ (m - mean[None, :]) ** 2
-    if point_mean is not None:
+    if point_sums is not None:
         if intervals not in ("normal", False):
             raise ValueError("a plug-in centre (point_mean) takes the normal interval or none")
-        point = point_mean @ member + known_sum
+        point = point_sums + known_sum
         var = var + (mean - point) ** 2
         mean = point
-    hi_bound = known_sum + np.where(n_unknown > 0, unit_bound * n_unknown, 0.0)
+    hi_bound = known_sum + np.where(n_unknown > 0, unit_bound * np.maximum(n_unknown, 1.0), 0.0)  # no inf * 0
     if intervals == "normal":
         z = z_quantile(level)
         sd = np.sqrt(np.maximum(var, 0.0))
@@ -218,7 +248,7 @@ def _predict_groups(weights, cond_mean, cond_var, known_sum, n_known, n_unknown,
     else:
         low = high = np.full(m.shape[1], math.nan)
     out = []
-    for g in range(member.shape[1]):
+    for g in range(m.shape[1]):
         out.append(GroupPrediction(float(mean[g]), math.sqrt(max(float(var[g]), 0.0)), float(low[g]), float(high[g]),
                                    int(n_known[g]), int(n_known[g] + n_unknown[g])))
     return out
@@ -392,3 +422,264 @@ def predict_cot_total(params: ItemParams, tau: float, tau_sd: float, observed, c
         rel_var = (1.0 + rel_var) * math.exp(log_extra_sd**2) - 1.0
     return _group_totals(w, cond_mean, cond_var, observed, tokens, unknown, codes, n_groups, level, math.inf,
                          common, rel_var, intervals)
+
+
+# ----------------------------------------------------------------------------- sums over the bank by trait
+SUM_TOL = 1e-14  # tail of the Chebyshev coefficients accepted, relative to the panel's scale
+CHEBYSHEV_DEGREES = (8, 16, 32, 64)  # nested: each degree's points include the previous one's
+SUM_CHUNK = 8192  # items per block of an exact pass over the bank
+
+
+def _chebyshev_coefficients(values: np.ndarray) -> np.ndarray:
+    """Chebyshev coefficients along axis 1 of values at the p + 1 points cos(pi k / p), k = 0..p."""
+    from scipy.fft import dct
+
+    p = values.shape[1] - 1
+    c = dct(values, type=1, axis=1) / p
+    c[:, 0] /= 2.0
+    c[:, p] /= 2.0
+    return c
+
+
+class SummedCurves:
+    """Per group (the bank, then each category), the sums over the items of a few smooth per-item
+    functions of one scalar trait t: S_fg(t) = sum_{j in g} h_f(t; item j).
+
+    A prediction needs these sums at the Gauss-Hermite nodes of the trait posterior, which move
+    with every answer; computing them directly costs one pass over every item per node. Here each
+    S_fg is interpolated on panels [i w, (i + 1) w] of the trait axis by its Chebyshev interpolant
+    at degree 8, 16, 32 or 64: the first whose trailing coefficients fall below ``tol`` times the
+    panel's scale (per function: ``unit`` times the group's size, plus the largest |S_fg| on the
+    panel). A panel is built, from exact sums over every item, the first time a node falls in it,
+    and serves every later prediction on the bank; on a panel where degree 64 does not converge the
+    sums are computed exactly at each node. The interpolant is exact at its points and within
+    about ``tol`` of the sums elsewhere. Sums over a few items (the answered ones) are exact:
+    :meth:`subset_sums`.
+
+    ``item_values(points, items)``: the values (F, P, n) of the F functions at the P points for
+    the items ``items`` (a slice or indices); ``codes`` (J,) the category of each item (None: no
+    categories); ``width``: the panel width; ``unit`` (F,): each function's largest value per item
+    (0 where unbounded). Pure numpy (no session, no I/O)."""
+
+    def __init__(self, item_values, n_items: int, codes, n_groups: int, n_functions: int, width: float,
+                 unit, tol: float = SUM_TOL, chunk: int = SUM_CHUNK):
+        if not (math.isfinite(width) and width > 0):
+            raise ValueError(f"the panel width must be a finite number > 0, got {width!r}")
+        self._item_values = item_values
+        self.n_items = int(n_items)
+        self.codes, self.n_groups = _groups(codes, n_groups, self.n_items)
+        self.n_functions = int(n_functions)
+        self.width = float(width)
+        self.tol = float(tol)
+        self._chunk = int(chunk)
+        self.sizes = self._member(slice(None)).sum(axis=0)
+        self._unit = np.asarray(unit, dtype=np.float64).reshape(self.n_functions, 1, 1)
+        self._panels: dict[int, tuple | None] = {}
+
+    def _member(self, items) -> np.ndarray:
+        """(n, 1 + G) 0/1 membership of the items ``items``: column 0 the bank, 1 + g category g."""
+        codes = self.codes[items]
+        member = np.zeros((codes.size, 1 + self.n_groups))
+        member[:, 0] = 1.0
+        if self.n_groups:
+            member[np.arange(codes.size), 1 + codes] = 1.0
+        return member
+
+    def subset_sums(self, points, items) -> np.ndarray:
+        """Exact sums (F, P, 1 + G) of the functions at ``points`` over the items ``items`` (indices)."""
+        points = np.asarray(points, dtype=np.float64).reshape(-1)
+        items = np.asarray(items, dtype=np.int64).reshape(-1)
+        out = np.zeros((self.n_functions, points.size, 1 + self.n_groups))
+        for start in range(0, items.size, self._chunk):
+            block = items[start:start + self._chunk]
+            out += self._block_sums(points, block, self._member(block))
+        return out
+
+    def _block_sums(self, points, items, member) -> np.ndarray:
+        values = np.asarray(self._item_values(points, items), dtype=np.float64)
+        F, P, n = values.shape
+        return (values.reshape(F * P, n) @ member).reshape(F, P, member.shape[1])
+
+    def exact_sums(self, points) -> np.ndarray:
+        """Exact sums (F, P, 1 + G) over every item of the bank at ``points`` (one pass over the items)."""
+        points = np.asarray(points, dtype=np.float64).reshape(-1)
+        out = np.zeros((self.n_functions, points.size, 1 + self.n_groups))
+        for start in range(0, self.n_items, self._chunk):
+            block = slice(start, min(start + self._chunk, self.n_items))
+            out += self._block_sums(points, block, self._member(block))
+        return out
+
+    def _build(self, i: int):
+        """Panel i: (points, values (F, p + 1, 1 + G)) of the first converged degree, or None."""
+        lo = i * self.width
+        half = 0.5 * self.width
+        values = None
+        for p in CHEBYSHEV_DEGREES:
+            x = np.cos(np.pi * np.arange(p + 1) / p)
+            points = lo + half + half * x
+            if values is None:
+                values = self.exact_sums(points)
+            else:  # the previous degree's values sit at the even points
+                grown = np.empty((self.n_functions, p + 1, 1 + self.n_groups))
+                grown[:, 0::2] = values
+                grown[:, 1::2] = self.exact_sums(points[1::2])
+                values = grown
+            if not np.all(np.isfinite(values)):
+                return None
+            scale = self._unit * self.sizes[None, None, :] + np.abs(values).max(axis=1, keepdims=True)
+            tail = np.abs(_chebyshev_coefficients(values)[:, -(p // 4 + 1):, :])
+            if np.all(tail <= self.tol * scale):
+                return points, values
+        return None
+
+    def __call__(self, points) -> np.ndarray:
+        """The sums (F, P, 1 + G) over every item at ``points``."""
+        points = np.asarray(points, dtype=np.float64).reshape(-1)
+        out = np.empty((self.n_functions, points.size, 1 + self.n_groups))
+        panel = np.floor(points / self.width)
+        if not np.all(np.isfinite(panel)):
+            raise ValueError(f"trait values must be finite, got {points[~np.isfinite(panel)][:3]}")
+        for i in np.unique(panel).astype(np.int64):
+            at = np.flatnonzero(panel == i)
+            key = int(i)
+            if key not in self._panels:
+                self._panels[key] = self._build(key)
+            built = self._panels[key]
+            if built is None:
+                out[:, at] = self.exact_sums(points[at])
+                continue
+            out[:, at] = _barycentric(built[0], built[1], points[at])
+        return out
+
+    def unknown_sums(self, points, known) -> np.ndarray:
+        """The sums (F, P, 1 + G) over the items not in ``known`` (distinct indices): the bank's
+        sums less the known items' while those are at most half the bank, else summed directly."""
+        known = np.asarray(known, dtype=np.int64).reshape(-1)
+        if 2 * known.size <= self.n_items:
+            return self(points) - self.subset_sums(points, known) if known.size else self(points)
+        rest = np.ones(self.n_items, dtype=bool)
+        rest[known] = False
+        return self.subset_sums(points, np.flatnonzero(rest))
+
+    def group_totals(self, items, values) -> np.ndarray:
+        """(1 + G,) sums of ``values`` over the items ``items``, per group (exact)."""
+        items = np.asarray(items, dtype=np.int64).reshape(-1)
+        values = np.asarray(values, dtype=np.float64).reshape(-1)
+        return values @ self._member(items)
+
+
+def _barycentric(nodes, values, points):
+    """The Chebyshev interpolant through (nodes, values (F, p + 1, G)) at ``points`` (second-kind
+    barycentric formula; exact at the nodes)."""
+    p = nodes.size - 1
+    weights = np.where(np.arange(p + 1) % 2 == 0, 1.0, -1.0)
+    weights[0] *= 0.5
+    weights[p] *= 0.5
+    diff = points[:, None] - nodes[None, :]  # (Q, p + 1)
+    hit = diff == 0.0
+    safe = np.where(hit, 1.0, diff)
+    kernel = weights[None, :] / safe
+    out = np.einsum("qk,fkg->fqg", kernel, values) / kernel.sum(axis=1)[None, :, None]
+    rows, cols = np.nonzero(hit)
+    if rows.size:
+        out[:, rows] = values[:, cols]
+    return out
+
+
+def accuracy_curves(params: ItemParams, *, codes=None, n_groups: int = 0, a_sd=None, b_sd=None,
+                    ab_cov=None) -> SummedCurves:
+    """The bank's sums of pbar_j(theta) and pbar_j (1 - pbar_j) (``predict_accuracy``'s conditional
+    moments) as :class:`SummedCurves` of theta."""
+    J = params.n_items
+    a_sd, b_sd, ab_cov = (_check_sd_array(n, v, J) for n, v in (("a_sd", a_sd), ("b_sd", b_sd), ("ab_cov", ab_cov)))
+    plain = a_sd is None and b_sd is None and ab_cov is None
+
+    def values(points, items):
+        if plain:
+            p, _ = response_and_slope(params, points, items)
+        else:
+            p = item_averaged_response(params, points, a_sd, b_sd, ab_cov, items=items)
+        return np.stack([p, p * (1.0 - p)])
+
+    steep = np.abs(params.a)
+    if a_sd is not None and params.response_model != "lart":
+        steep = steep + float(gauss_hermite_normal(9)[0].max()) * a_sd
+    width = 2.0 / max(float(steep.max(initial=0.0)), 0.5)
+    return SummedCurves(values, J, codes, n_groups, 2, width, unit=(1.0, 0.25))
+
+
+def cot_curves(params: ItemParams, *, codes=None, n_groups: int = 0) -> SummedCurves:
+    """The bank's sums of exp(mu_j), exp(mu_j)^2, exp(mu_j + lam_j^2 / 2) and
+    (exp(lam_j^2) - 1) exp(2 mu_j + lam_j^2), mu_j = omega_j - phi_j tau (``predict_cot_total``'s
+    conditional moments), as :class:`SummedCurves` of tau (LaRT banks)."""
+    if params.response_model != "lart":
+        raise ValueError(f"CoT totals need a lart bank, not {params.response_model!r}")
+
+    def values(points, items):
+        idx = _item_index(items)
+        log_mu = params.omega[idx][None, :] - params.phi[idx][None, :] * points[:, None]
+        lam2 = params.lam[idx] ** 2
+        base = np.exp(log_mu)
+        return np.stack([base, base * base, np.exp(log_mu + 0.5 * lam2), np.expm1(lam2) * np.exp(2.0 * log_mu + lam2)])
+
+    width = 2.0 / max(float(np.abs(params.phi).max(initial=0.0)), 0.5)
+    return SummedCurves(values, params.n_items, codes, n_groups, 4, width, unit=(0.0, 0.0, 0.0, 0.0))
+
+
+def _observed_from(curves, observed, values, centre, sd, *, what, trait, n_nodes):
+    """Checked inputs, per-group known sums and counts, and the posterior's nodes (the start of
+    the predictions from curves)."""
+    observed = np.asarray(observed, dtype=np.int64).reshape(-1)
+    values = np.asarray(values, dtype=np.float64).reshape(-1)
+    if observed.shape != values.shape:
+        raise ValueError(f"{observed.size} {what} but {values.size} values")
+    if not (math.isfinite(centre) and math.isfinite(sd) and sd >= 0):
+        raise ValueError(f"the {trait} posterior must have a finite mean and SD >= 0, got {centre}, SD={sd}")
+    if observed.size and (observed.min() < 0 or observed.max() >= curves.n_items or np.unique(observed).size != observed.size):
+        raise ValueError(f"{what} must be distinct item indices in 0..{curves.n_items - 1}")
+    n_known = curves.group_totals(observed, np.ones(observed.size))
+    x, w = gauss_hermite_normal(n_nodes)
+    return observed, curves.group_totals(observed, values), n_known, curves.sizes - n_known, float(centre) + float(sd) * x, w
+
+
+def predict_accuracy_from_curves(curves: SummedCurves, theta: float, theta_sd: float, observed, correct, *,
+                                 level: float = 0.95, residual_sd: float = 0.0, n_nodes: int = DEFAULT_SCORE_NODES,
+                                 intervals: bool = True) -> list[GroupPrediction]:
+    """:func:`predict_accuracy` from the bank's :func:`accuracy_curves` (which carry the
+    categories and the item uncertainty): the same predictions, each costing the answered items
+    and the nodes instead of a pass over the bank per node."""
+    _non_negative("residual_sd", residual_sd)
+    observed, known_sum, n_known, n_unknown, nodes, w = _observed_from(
+        curves, observed, correct, theta, theta_sd, what="observed items", trait="trait (theta)", n_nodes=n_nodes)
+    sums = curves.unknown_sums(nodes, observed)
+    common = np.broadcast_to(float(residual_sd) * n_unknown, sums[0].shape) if residual_sd > 0 else None
+    return predict_from_sums(w, sums[0], sums[1], known_sum, n_known, n_unknown, level, 1.0, common, 1.0, intervals)
+
+
+def predict_cot_total_from_curves(curves: SummedCurves, params: ItemParams, tau: float, tau_sd: float, observed,
+                                  cot_tokens, *, cot_offset: float, level: float = 0.95, residuals: str = "smearing",
+                                  log_extra_sd: float = 0.0, n_nodes: int = DEFAULT_SCORE_NODES,
+                                  intervals: bool = True) -> list[GroupPrediction]:
+    """:func:`predict_cot_total` from the bank's :func:`cot_curves`: the same predictions."""
+    if residuals not in RESIDUAL_MOMENTS:
+        raise ValueError(f"residuals must be one of {RESIDUAL_MOMENTS}, got {residuals!r}")
+    _non_negative("log_extra_sd", log_extra_sd)
+    observed, tokens_sum, n_known, n_unknown, nodes, w = _observed_from(
+        curves, observed, cot_tokens, tau, tau_sd, what="items with CoT lengths", trait="speed (tau)", n_nodes=n_nodes)
+    base, base_sq, lognormal_mean, lognormal_var = curves.unknown_sums(nodes, observed)
+    common, rel_var = None, 0.0
+    if residuals == "smearing" and observed.size >= MIN_SMEARING_ITEMS:
+        m1, m2, n = smearing_moments(params, tau, observed, cot_tokens, cot_offset)
+        mean_sums = base * m1 - cot_offset * n_unknown
+        var_sums = base_sq * max(m2 - m1 * m1, 0.0)
+        common = base * m1
+        rel_var = max(m2 - m1 * m1, 0.0) * n / max(n - 1, 1) / (n * m1 * m1)
+    else:
+        mean_sums = lognormal_mean - cot_offset * n_unknown
+        var_sums = lognormal_var
+    if log_extra_sd > 0.0:
+        if common is None:
+            common = lognormal_mean
+        rel_var = (1.0 + rel_var) * math.exp(log_extra_sd**2) - 1.0
+    return predict_from_sums(w, mean_sums, var_sums, tokens_sum, n_known, n_unknown, level, math.inf, common,
+                             rel_var, intervals)

@@ -80,18 +80,23 @@ def default_selector(response_model: str, item_uncertainty: bool = False, score_
 def default_selector_for(items: ItemTable) -> ItemSelector:
     """The default selector of the bank behind ``items`` (what sessions and the CLI use).
 
-    :func:`default_selector`, unless the bank's own cross-fitted score check found that selector's
-    model-based full-benchmark accuracy worse than the plain mean of as many random items at the
-    longest length it checked (``ScoreCalibration.loses_to_random``; seen on banks calibrated on 8-22
-    LLMs): then :class:`RandomisedSelection`, whose design-based estimate (``predicted_score()``'s
-    default for such sessions) does not rely on the model being right. :class:`DoublyRobustSelection`
-    (``selector="doubly-robust"``) mixes the adaptive rule with known-probability draws for the doubly
-    robust score (docs/math.md §7.8); it is opt-in while its figures are measured
-    (docs/validation.md)."""
-    choice = default_selector(items.params.response_model, items.covariance is not None, items.score_factors is not None)
+    :class:`DoublyRobustSelection` with the bank's adaptive rule (:func:`default_selector`): half of
+    the steps adaptive, the others drawn with known probabilities, and every step drawn once the
+    LLM stands beyond the calibration population, so that ``predicted_score()`` can correct the
+    model's prediction of the unasked items where it is wrong (the doubly robust score,
+    docs/math.md §7.8). :class:`RandomisedSelection` instead when the bank's own cross-fitted score
+    check found that default's model-based full-benchmark accuracy worse than the plain mean of as
+    many random items at the longest length it checked (``ScoreCalibration.loses_to_random``; seen
+    on banks calibrated on 8-22 LLMs; a check that did not measure the doubly robust rule decides by
+    its adaptive rule's curve): its design-based estimate does not rely on the model."""
+    choice = DoublyRobustSelection()
+    adaptive = choice.adaptive_for(items)
     calib = items.interval_calibration
-    if calib is not None and calib.scores is not None and calib.scores.loses_to_random(choice.name):
-        return RandomisedSelection()
+    # a check that measured only the adaptive rule (no doubly robust curve) decides by that rule's curve
+    if calib is not None and calib.scores is not None:
+        measured = choice.name if choice.name in calib.scores.curves else adaptive.name
+        if calib.scores.loses_to_random(measured):
+            return RandomisedSelection()
     return choice
 
 

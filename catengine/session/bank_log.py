@@ -34,7 +34,7 @@ def bank_fingerprint(items: ItemTable) -> str:
     if items.b_sd is not None:
         h.update(items.b_sd.tobytes())
     cv = items.covariance
-    if cv is not None and (cv.has_slope_uncertainty or items.b_sd is None):  # banks with b_sd only: as before
+    if cv is not None and (cv.has_slope_uncertainty or items.b_sd is None):  # banks with b_sd only: b_sd alone
         for arr in (cv.a_var, cv.b_var, cv.ab_cov):
             h.update(arr.tobytes())
     if items.interval_calibration is not None:

@@ -19,13 +19,18 @@ from catengine.scoring import (
     design_terms,
     expected_cot_lengths,
     model_variance_terms,
+    power_tuning,
     expected_probabilities,
-    predict_accuracy,
     predict_accuracy_factors,
-    predict_cot_total,
     smearing_moments,
 )
 from catengine.scoring.calibration import ScoreCurve
+from catengine.scoring.model_based import (
+    accuracy_curves,
+    cot_curves,
+    predict_accuracy_from_curves,
+    predict_cot_total_from_curves,
+)
 from catengine.selection.randomised import RandomisedSelection
 
 CATEGORY_ATTR = "category_field"  # a bank may name its category column in this root attribute
@@ -142,6 +147,21 @@ def _assemble(method, level, sizes, acc, cot, field, labels, calibration: str = 
                             "category_field": field, "by_category": by_category})
 
 
+@lru_cache(maxsize=16)
+def score_curves(bank, items, field, kind):
+    """The bank's sums over its items per trait value (``catengine.scoring.model_based.SummedCurves``)
+    behind the model-based prediction, per category column ``field`` (None: the bank alone) and
+    ``kind`` ("accuracy": in theta; "cot": in tau, LaRT banks). Cached per bank: every session on
+    the bank shares the interpolation panels built so far."""
+    codes, n_groups = None, 0
+    if field is not None:
+        labels, codes = items.groups(field)
+        n_groups = labels.size
+    if kind == "cot":
+        return cot_curves(items.params, codes=codes, n_groups=n_groups)
+    return accuracy_curves(items.params, codes=codes, n_groups=n_groups, **item_uncertainty(bank, items))
+
+
 def model_score(session, *, level=0.95, by=None, estimate: TraitEstimate | None = None, n_answered: int | None = None,
                 n_nodes: int = DEFAULT_SCORE_NODES, intervals: bool = True) -> ScoreEstimate:
     """The model-based prediction (docs/math.md §7.6) from the session's reported posterior.
@@ -163,16 +183,17 @@ def model_score(session, *, level=0.95, by=None, estimate: TraitEstimate | None 
         acc = predict_accuracy_factors(factors, order, correct, level=level, codes=codes, n_groups=n_groups,
                                        residual_sd=residual_sd, intervals=intervals)
     else:
-        acc = predict_accuracy(params, est.theta, est.theta_sd, order, correct, level=level, codes=codes,
-                               n_groups=n_groups, n_nodes=n_nodes, residual_sd=residual_sd, intervals=intervals,
-                               **item_uncertainty(session.bank, session.items))
+        acc = predict_accuracy_from_curves(score_curves(session.bank, session.items, field, "accuracy"), est.theta,
+                                           est.theta_sd, order, correct, level=level, n_nodes=n_nodes,
+                                           residual_sd=residual_sd, intervals=intervals)
     cot = None
     if params.response_model == "lart" and est.tau is not None:
         has = np.array([r.cot_length is not None for r in h], dtype=bool)
         tokens = np.array([r.cot_length for r in h if r.cot_length is not None], dtype=float)
-        cot_groups = predict_cot_total(params, est.tau, est.tau_sd, order[has], tokens, cot_offset=session.cot_offset,
-                                       level=level, codes=codes, n_groups=n_groups, n_nodes=n_nodes,
-                                       log_extra_sd=0.0 if curve is None else curve.cot_log(n), intervals=intervals)
+        cot_groups = predict_cot_total_from_curves(
+            score_curves(session.bank, session.items, field, "cot"), params, est.tau, est.tau_sd, order[has], tokens,
+            cot_offset=session.cot_offset, level=level, n_nodes=n_nodes,
+            log_extra_sd=0.0 if curve is None else curve.cot_log(n), intervals=intervals)
         cot = [(g.mean, g.sd, g.low, g.high) for g in cot_groups]
     sizes = [g.n_items for g in acc]
     note = "" if curve is None else curve.describe(n)
@@ -240,24 +261,47 @@ def design_cot_variances(session, before, steps, order, tokens, pi, remaining, p
     return model_variance_terms(predictions, pi, remaining, member=member, variances=scale * max(m2 - m1 * m1, 0.0))
 
 
-def _design_predictions(session, before, steps, order, correct, n_nodes):
-    """f_t, the model's prediction of every item before each design draw: the score-factor plug-in at
-    the factor posterior's mode given the answers before the draw when the bank carries score
-    factors (their predictions are the better ones, docs/score_prediction.md §2), else E_q P_j(theta)
-    under the one-trait posterior before the draw, before the interval widening
-    (docs/score_prediction.md §3). Any prediction computed from the answers before the draw keeps
-    the design estimate unbiased; a better one makes it less noisy."""
+def _draw_rows(session, h, before, steps, order, correct, n_nodes):
+    """(f_selector, f, pi), each (n_draws, J), for the design draws at ``steps``: the E_q P_j the
+    selector weighed by (the reported, widened posterior before the draw); the model's prediction
+    f_t, the score-factor plug-in at the factor posterior's mode given the answers before the draw
+    when the bank carries score factors (their predictions are the better ones,
+    docs/score_prediction.md §2), else E_q P_j(theta) under the one-trait posterior before the draw,
+    before the interval widening (docs/score_prediction.md §3); and the design's probabilities pi_t
+    (what :func:`design_probabilities` recomputes). Any prediction computed from the answers before
+    the draw keeps the design estimate unbiased; a better one makes it less noisy.
+
+    Each draw's rows depend only on the answers before it, so they are computed once per draw and
+    kept on the session (valid while its history holds the same records: a row is reused only when
+    the draw's record and the record before it are the very objects it was computed from). A reply
+    then costs the new draws' rows, not every draw's again."""
+    from catengine.selection import SelectionState
+
     params = session.params
+    cache = session.__dict__.setdefault("_design_row_cache", {})
     factors = session.items.score_factors
-    if factors is None:
-        return np.array([expected_probabilities(params, before[s].theta, before[s].theta_sd / before[s].interval_factor,
-                                                n_nodes) for s in steps])
-    out = np.empty((len(steps), params.n_items))
+    J = params.n_items
+    out_sel, out_f, out_pi = (np.empty((len(steps), J)) for _ in range(3))
     mode = None
     for t, s in enumerate(steps):
-        mode, _ = factors.posterior(order[:s], correct[:s], start=mode)
-        out[t] = factors.probabilities(mode[None, :])[0]
-    return out
+        s = int(s)
+        hit = cache.get(s)
+        if hit is not None and hit[0] is h[s] and (s == 0 or hit[1] is h[s - 1]):
+            _, _, fsel, f, pi, mode = hit
+        else:
+            b = before[s]
+            fsel = expected_probabilities(params, b.theta, b.theta_sd, n_nodes)
+            if factors is None:
+                f = expected_probabilities(params, b.theta, b.theta_sd / b.interval_factor, n_nodes)
+            else:
+                mode, _ = factors.posterior(order[:s], correct[:s], start=mode)
+                f = factors.probabilities(mode[None, :])[0]
+            eligible = np.ones(J, dtype=bool)
+            eligible[order[:s]] = False
+            pi = session.selector.probabilities(params, SelectionState(b, eligible, None, session.items), expected=fsel)
+            cache[s] = (h[s], None if s == 0 else h[s - 1], fsel, f, pi, mode)
+        out_sel[t], out_f[t], out_pi[t] = fsel, f, pi
+    return out_sel, out_f, out_pi
 
 
 def design_score(session, *, level=0.95, by=None) -> ScoreEstimate:
@@ -281,19 +325,25 @@ def _design_groups(session, level, by):
     # the selector weighed the items by E_q P_j under the posterior it was given (the reported one,
     # widened by the interval factor): recomputing its probabilities needs exactly those
     n_nodes = session.selector.n_nodes
-    f_selector = np.array([expected_probabilities(params, before[s].theta, before[s].theta_sd, n_nodes) for s in steps])
-    # f_t: the model's own predictive probabilities before each draw, under its posterior before the
-    # interval widening (docs/score_prediction.md §3)
-    f = _design_predictions(session, before, steps, order, correct, n_nodes)
+    # per draw: the model's prediction f_t and the design's probabilities pi_t (computed once per draw)
+    _, f, pi = _draw_rows(session, h, before, steps, order, correct, n_nodes)
+    remaining = np.ones((len(steps), params.n_items), dtype=bool)
+    for t, s_ in enumerate(steps):
+        remaining[t, order[:s_]] = False
     field, labels, codes, n_groups = _categories(session, by)
     member = np.zeros((params.n_items, 1 + n_groups))
     member[:, 0] = 1.0
     if n_groups:
         member[np.arange(params.n_items), 1 + codes] = 1.0
     sizes = member.sum(axis=0)
-    terms = design_terms(order, correct, is_draw, prob, f, member=member)
-    pi, remaining = design_probabilities(session, steps, before, order, f_selector)
-    model_var = model_variance_terms(f, pi, remaining, member=member)
+    # the model's predictions enter with the power-tuned weight lam (bank-level, shared by the
+    # categories): near 1 for a right model, near 0 for one whose predictions are worse than none.
+    # The D_t are linear in the predictions: D_t(lam) = D_t(0) + lam (D_t(1) - D_t(0)).
+    without = design_terms(order, correct, is_draw, prob, np.zeros_like(f), member=member)
+    with_model = design_terms(order, correct, is_draw, prob, f, member=member)
+    lam = power_tuning(without[:, 0], with_model[:, 0])
+    terms = without + lam * (with_model - without)
+    model_var = model_variance_terms(f, pi, remaining, member=member, weight=lam)
     observed_count = np.zeros(params.n_items)
     observed_count[order] = 1.0
     n_obs = observed_count @ member
@@ -334,23 +384,43 @@ def session_standing(session):
     return trait_standing(session.items.population, session.estimate.theta)
 
 
+def drawn_mostly_beyond(session) -> bool:
+    """Whether at least half of the session's design draws were made while its trait estimate stood
+    beyond the calibration population (the draws of an LLM that the model saw as extrapolating for
+    most of the session, even if its final estimate fell back inside the edge)."""
+    from catengine.scoring.standing import trait_standing
+
+    population = session.items.population
+    h = session.history
+    steps = [t for t, r in enumerate(h) if r.design]
+    if population is None or not steps:
+        return False
+    before = [_initial_estimate(session)] + list(h[:-1])
+    beyond = 0
+    for t in steps:
+        standing = trait_standing(population, before[t].theta)
+        beyond += int(standing is not None and bool(standing.extrapolation))
+    return 2 * beyond >= len(steps)
+
+
 def _with_standing(score: ScoreEstimate, standing, n_design: int = 0) -> ScoreEstimate:
     if standing is None:
         return replace(score, n_design=n_design)
     return replace(score, n_design=n_design, percentile=standing.percentile, extrapolation=standing.extrapolation)
 
 
-def _combined(model: ScoreEstimate, design: ScoreEstimate, n_draws: int, level: float, lower: float, upper: float) -> ScoreEstimate:
+def _combined(model: ScoreEstimate, design: ScoreEstimate, n_draws: int, level: float, lower: float, upper: float,
+              extrapolating: bool) -> ScoreEstimate:
     """One group's doubly robust ScoreEstimate from its model and design estimates (proportion units)."""
     from catengine.scoring.doubly_robust import combine_model_and_design
 
     acc = combine_model_and_design(model.accuracy, model.sd, model.low, model.high, design.accuracy, design.sd, n_draws,
-                                   level=level, bounds=(lower, upper))
+                                   level=level, bounds=(lower, upper), extrapolating=extrapolating)
     kwargs = {}
     if model.cot_total is not None and design.cot_total is not None and model.cot_total_sd is not None:
         cot = combine_model_and_design(model.cot_total, model.cot_total_sd, model.cot_total_low, model.cot_total_high,
                                        design.cot_total, design.cot_total_sd, n_draws, level=level,
-                                       bounds=(0.0, math.inf))
+                                       bounds=(0.0, math.inf), extrapolating=extrapolating)
         kwargs = {"cot_total": cot.mean, "cot_total_sd": cot.sd, "cot_total_low": cot.low, "cot_total_high": cot.high}
     return replace(model, accuracy=acc.mean, sd=acc.sd, low=acc.low, high=acc.high, method="doubly-robust",
                    n_design=n_draws, **kwargs)
@@ -362,9 +432,8 @@ def doubly_robust_score(session, *, level=0.95, by=None) -> ScoreEstimate:
     design = design_score(session, level=level, by=by)
     model = model_score(session, level=level, by=by)
     standing = session_standing(session)
-    # combine_model_and_design(extrapolating=True), the precision weight beyond the calibration
-    # population, is not used: it let the design's noise into right-model sessions of strong LLMs
-    # (docs/validation.md)
+    # beyond the calibration population the score is the design estimate (docs/math.md §7.8)
+    extrapolating = (standing is not None and bool(standing.extrapolation)) or drawn_mostly_beyond(session)
     n_draws = sum(1 for r in session.history if r.design)
     _, order, correct = _records(session)
 
@@ -373,7 +442,7 @@ def doubly_robust_score(session, *, level=0.95, by=None) -> ScoreEstimate:
         return known / est.n_items, (known + est.n_items - est.n_observed) / est.n_items
 
     everything = np.ones(session.params.n_items, dtype=bool)
-    top = _combined(model, design, n_draws, level, *bounds(model, everything))
+    top = _combined(model, design, n_draws, level, *bounds(model, everything), extrapolating)
     by_category = {}
     if model.by_category:
         field = model.category_field
@@ -382,7 +451,7 @@ def doubly_robust_score(session, *, level=0.95, by=None) -> ScoreEstimate:
         for label, m in model.by_category.items():
             member = codes == position[label]
             by_category[label] = _with_standing(_combined(m, design.by_category[label], n_draws, level,
-                                                          *bounds(m, member)), standing, n_draws)
+                                                          *bounds(m, member), extrapolating), standing, n_draws)
     return _with_standing(replace(top, by_category=by_category), standing, n_draws)
 
 

@@ -272,6 +272,12 @@ class CATSession:
         return [] if self._pending is None else [ids[self._pending[0]]]
 
     @property
+    def pending_is_design_draw(self) -> bool:
+        """Whether the pending proposal was drawn by the randomised design (known probability) rather
+        than chosen by the adaptive rule."""
+        return bool(self._pending_design) and self.pending_item is not None
+
+    @property
     def pending_criterion(self) -> float | None:
         """Criterion value of the pending proposal (None if there is none or the selector has no criterion)."""
         if self._pending is None or not math.isfinite(self._pending[1]):

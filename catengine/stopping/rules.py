@@ -293,9 +293,24 @@ class AllOf(_CompositeRule):
         return " and ".join(reasons)
 
 
+#: the default stop: the predicted full-benchmark accuracy known to within this many points (95%) ...
+DEFAULT_SCORE_HALF_WIDTH = 0.05
+#: ... after at least this many answers ...
+DEFAULT_MIN_ITEMS = 10
+#: ... or at this many answers (both capped at the bank size)
+DEFAULT_MAX_ITEMS = 100
+
+
 def default_stopping(n_items: int) -> StoppingRule:
-    """Posterior SD of theta <= 0.3 after at least 5 items, or 50 items (capped at the bank size)."""
-    return AnyOf(AllOf(MinItems(5), StandardErrorBelow(0.3)), MaxItems(min(50, n_items)))
+    """The score users ask for, to a stated precision: stop once the predicted full-benchmark
+    accuracy's 95% interval (``predicted_score()``) is at most ``DEFAULT_SCORE_HALF_WIDTH`` (5 points)
+    either side after at least ``DEFAULT_MIN_ITEMS`` answers, or at ``DEFAULT_MAX_ITEMS`` answers;
+    both counts capped at the bank size. The stop reason says which."""
+    n = int(n_items)
+    if n < 1:
+        raise ValueError(f"a bank has at least one item, got n_items={n_items!r}")
+    return AnyOf(AllOf(MinItems(min(DEFAULT_MIN_ITEMS, n)), ScoreIntervalBelow(DEFAULT_SCORE_HALF_WIDTH)),
+                 MaxItems(min(DEFAULT_MAX_ITEMS, n)))
 
 
 def item_limit(rule: StoppingRule) -> int | None:

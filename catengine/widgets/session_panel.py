@@ -17,6 +17,7 @@ from collections.abc import Mapping
 import ipywidgets as widgets
 import numpy as np
 
+from catengine.console import calibration_size, standing_text
 from catengine.errors import BankExhaustedError, CatEngineError
 from catengine.widgets._display import escape, fmt, html_table, new_figure, show_figure
 
@@ -132,7 +133,8 @@ class SessionPanel(widgets.VBox):
     * buttons ``correct`` / ``incorrect`` (with a CoT length in tokens for LaRT banks), ``step``
       (the responder answers the next item) and ``play to end`` (until the stopping rule is met);
     * the trajectory of θ (and τ for LaRT banks) with its ``level`` credible band;
-    * the item sequence; the ranking against the bank's calibration LLMs with P(ahead);
+    * the item sequence; the standing among the bank's calibration LLM runs (``ScoreEstimate.percentile``,
+      worded as every entry point words it) and the ranking against them with P(ahead);
     * the predicted full-benchmark accuracy after each answer with its ``level`` interval, and the
       current prediction per item category (``CATSession.predicted_score``; tab "predicted score").
 
@@ -361,7 +363,14 @@ class SessionPanel(widgets.VBox):
         if self.next_item_id is not None:
             crit = s.pending_criterion
             self.next_criterion = None if crit is None else float(crit)
-            if crit is not None and np.isfinite(self.next_criterion):
+            adaptive_for = getattr(s.selector, "adaptive_for", None)
+            if crit is not None and np.isfinite(self.next_criterion) and s.pending_is_design_draw:
+                why = f"drawn at random with known probability {self.next_criterion:.4g} (a design draw of {escape(selector)})"
+            elif crit is not None and np.isfinite(self.next_criterion) and adaptive_for is not None:
+                rule = adaptive_for(s.items)
+                why = (f"{escape(rule.explain_criterion(self.next_criterion))} ({escape(type(rule).__name__)}) "
+                       f"— an adaptive step of {escape(selector)}")
+            elif crit is not None and np.isfinite(self.next_criterion):
                 why = f"{escape(s.selector.explain_criterion(self.next_criterion))} ({escape(selector)})"
             else:
                 why = f"chosen by {escape(selector)}"
@@ -383,8 +392,8 @@ class SessionPanel(widgets.VBox):
         ]
         self.sequence_html.value = html_table(self.sequence_header, self.sequence_rows) if history else "no answer yet"
         self._draw_trajectory(history)
-        self._refresh_ranking(est)
         self._refresh_score(history)
+        self._refresh_ranking(est)
 
     def _refresh_score(self, history) -> None:
         """The predicted full-benchmark accuracy: its trajectory (cached per answer) and per-category bars."""
@@ -513,10 +522,10 @@ class SessionPanel(widgets.VBox):
             else:
                 ranked.append(row)
         self.ranking_rows = ranked
-        position = next(i for i, r in enumerate(ranked) if r[0] == "→")
+        standing = standing_text(self.score, calibration_size(self.session))
         self.ranking_message = (
-            f"{me} ranks {position + 1} of {len(ranked)} by its current estimate. "
-            f"P(ahead) = P(θ_{me} > θ_LLM) = Φ((θ_{me} − θ_LLM) / √(SD_{me}² + SD_LLM²)), treating both as "
+            (f"{me} is {standing}. " if standing else "")
+            + f"P(ahead) = P(θ_{me} > θ_LLM) = Φ((θ_{me} − θ_LLM) / √(SD_{me}² + SD_LLM²)), treating both as "
             f"independent normal posteriors; SD_{me} is the session's reported SD ({est.theta_sd:.3f}), the "
             f"same one as in the {int(round(self.level * 100))}% interval above, so P(ahead) is only as honest "
             f"as that interval. Values beyond 0.001 / 0.999 are shown as bounds."

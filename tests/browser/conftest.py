@@ -134,6 +134,7 @@ def lab_server(tmp_path_factory):
         "JUPYTER_RUNTIME_DIR": str(state / "runtime"),
         "IPYTHONDIR": str(state / "ipython"),
         "MPLBACKEND": "module://matplotlib_inline.backend_inline",
+        "CATENGINE_NOTEBOOK_FAST": "1",  # the notebook's fast path (tests/test_notebooks.py: FAST_PATH_ENV)
     })
     cmd = [
         sys.executable, "-m", "jupyter", "lab", "--no-browser", "--ip", "127.0.0.1", "--port", str(port),

@@ -21,6 +21,10 @@ Kernels
                         over items
 ``map_traits``          MAP (theta, tau) per subject by damped 2-D Newton, with the observed
                         precision matrix (and the optional Tobit term for censored CoT cells)
+
+The two hot loops (``log_post_theta`` of the S-step, ``_item_sums`` of the M-step) evaluate the
+probit terms with ``_probit_vec`` (erfcx by Weideman's expansion, polynomial exp and log; no
+branch, no libm call), so LLVM vectorises them; they fill per-cell buffers and sum them in order.
 """
 
 from __future__ import annotations
@@ -30,6 +34,11 @@ import math
 import numpy as np
 from numba import njit, prange
 
+from calibration.methods._fast_math import bits_to_f64 as _bits_to_f64
+from calibration.methods._fast_math import exp_neg as _exp_neg
+from calibration.methods._fast_math import f64_to_bits as _f64_to_bits
+from calibration.methods._fast_math import two_atanh_small as _two_atanh_small
+
 from catengine.models.kernels import inv_mills, log_phi_cdf, probit_curvature
 
 _INV_SQRT2 = 1.0 / math.sqrt(2.0)
@@ -38,6 +47,9 @@ _SERIES_BELOW = -20.0  # same switch point as the shared primitives
 
 #: maximum number of abscissae of the ARS hull
 ARS_MAX_POINTS = 24
+#: the ARS mode search stops when its Newton step is below this many curvature SDs (the draws are
+#: exact whatever the hull's abscissae; a closer mode only saves the occasional rejection)
+_ARS_MODE_TOL_SD = 0.05
 
 
 # ----------------------------------------------------------------------------- scalar helpers
@@ -58,31 +70,156 @@ def _probit_terms(x):
     return log_phi_cdf(x), inv_mills(x), probit_curvature(x)
 
 
+# ----------------------------------------------------------------------------- vectorisable probit terms
+# ``_probit_terms`` calls libm's erfc, exp and log (~40 ns per cell, one cell at a time). The hot loops
+# below use ``_probit_vec`` instead: erfcx by Weideman's rational expansion (SIAM J. Numer. Anal. 31,
+# 1994: N = 40 terms, L = sqrt(N / sqrt 2); within 7e-16 relative of scipy.special.erfcx on
+# [0, 1000]), exp and log by polynomials, no branches and no libm call, so LLVM vectorises the loops
+# that call it (fastmath off: no reassociation, results are bit-reproducible across compiles).
+# Each loop fills per-cell buffers and the sums are then taken in order by a plain loop.
+_W_L = 5.3182958969449885
+_SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
+_INV_SQRT_PI = 1.0 / math.sqrt(math.pi)
+_LN2 = 0.6931471805599453
+_TWO52 = 4503599627370496.0  # 2^52
+_SQRT2 = 1.4142135623730951
+
+
+@njit(cache=True, inline="always", error_model="numpy", fastmath={"contract"})
+def _log_pos(y):
+    """log(y) for a positive normal float64: y = 2^e u, u in [sqrt(1/2), sqrt 2), log u = 2 atanh(s)."""
+    bits = _f64_to_bits(y)
+    # the biased exponent as a float without an int -> float conversion: 2^52 + e_biased - 2^52
+    e = _bits_to_f64((bits >> 52) | 0x4330000000000000) - _TWO52 - 1023.0
+    u = _bits_to_f64((bits & 0x000FFFFFFFFFFFFF) | 0x3FF0000000000000)  # in [1, 2)
+    big = u > _SQRT2
+    u = 0.5 * u if big else u
+    e = e + 1.0 if big else e
+    s = (u - 1.0) / (u + 1.0)  # |s| <= 0.1716
+    return e * _LN2 + _two_atanh_small(s)
+
+
+@njit(cache=True, inline="always", error_model="numpy", fastmath={"contract"})
+def _erfcx_pos(z):
+    """erfcx(z) = exp(z^2) erfc(z) for z >= 0 (Weideman's expansion, 40 terms). The degree-39
+    polynomial in Z is evaluated as four interleaved Horner chains in Z^4: one chain of 39 steps
+    left the loops bound by its latency (4 x slower)."""
+    d = 1.0 / (_W_L + z)
+    zz = (_W_L - z) * d
+    z2 = zz * zz
+    z4 = z2 * z2
+    p0 = -5.2447678207180494e-15
+    p0 = p0 * z4 + 1.2032983242835385e-13
+    p0 = p0 * z4 + 3.4727420938907015e-11
+    p0 = p0 * z4 + 3.0177804477560245e-09
+    p0 = p0 * z4 + 1.4198642352136748e-08
+    p0 = p0 * z4 + -1.8007447144728686e-05
+    p0 = p0 * z4 + 0.002705405633073729
+    p0 = p0 * z4 + 0.15504263802479498
+    p0 = p0 * z4 + 1.2563815675765133
+    p0 = p0 * z4 + 2.899624509389705
+    p1 = 1.1519170220749485e-14
+    p1 = p1 * z4 + 4.5340796336714066e-13
+    p1 = p1 * z4 + 1.771418567386718e-11
+    p1 = p1 * z4 + 2.1085995172143158e-10
+    p1 = p1 * z4 + -6.351773483848077e-08
+    p1 = p1 * z4 + -1.066013898426855e-06
+    p1 = p1 * z4 + 0.0004398070159870029
+    p1 = p1 * z4 + 0.07182361779074328
+    p1 = p1 * z4 + 0.8472174576593815
+    p1 = p1 * z4 + 2.6160541527618597
+    p2 = 1.2082006378733853e-15
+    p2 = p2 * z4 + 1.3765172593249721e-14
+    p2 = p2 * z4 + -2.7277735625830245e-12
+    p2 = p2 * z4 + -3.563234152181849e-10
+    p2 = p2 * z4 + -1.83156168231946e-08
+    p2 = p2 * z4 + 1.4835661132962113e-06
+    p2 = p2 * z4 + -3.93936314548511e-05
+    p2 = p2 * z4 + 0.029202916471241895
+    p2 = p2 * z4 + 0.5266528988277086
+    p2 = p2 * z4 + 2.201513794878312
+    p3 = -1.7356980998791865e-15
+    p3 = p3 * z4 + -7.071088022159408e-14
+    p3 = p3 * z4 + -2.90771851041427e-12
+    p3 = p3 * z4 + -9.055138860958323e-11
+    p3 = p3 * z4 + 3.249746582945079e-09
+    p3 = p3 * z4 + 5.912136953029057e-07
+    p3 = p3 * z4 + -5.5913092642348794e-05
+    p3 = p3 * z4 + 0.010048186242783535
+    p3 = p3 * z4 + 0.2998943799615006
+    p3 = p3 * z4 + 1.7253830848179779
+    p = (p0 + zz * p1) + z2 * (p2 + zz * p3)
+    return (2.0 * p * d + _INV_SQRT_PI) * d
+
+
+@njit(cache=True, inline="always", error_model="numpy", fastmath={"contract"})
+def _probit_vec(x):
+    """(log Phi(x), m(x) = phi(x) / Phi(x), m(x)(x + m(x))) for any finite x, branch-free.
+
+    x < 0: Phi = erfcx(z) exp(-x^2 / 2) / 2 with z = |x| / sqrt 2, so log Phi = -x^2/2 + log(erfcx / 2)
+    and m = sqrt(2 / pi) / erfcx: no exp, exact in the far tail. x >= 0: Phi = 1 - q with
+    q = exp(-x^2/2) erfcx(z) / 2 <= 1/2. Matches ``_probit_terms`` to ~1e-15 relative (the
+    curvature to ~1e-13 below x = -20, where x + m cancels).
+    """
+    z = abs(x) * _INV_SQRT2
+    ex = _erfcx_pos(z)
+    neg = x < 0.0
+    half_x2 = 0.5 * x * x
+    e2 = _exp_neg(-half_x2)
+    q = 0.5 * e2 * ex
+    lg = _log_pos(ex if neg else 1.0 - q)
+    lp = (lg - _LN2 - half_x2) if neg else lg
+    m = (_SQRT_2_OVER_PI if neg else _INV_SQRT_2PI * e2) / (ex if neg else 1.0 - q)
+    return lp, m, m * (x + m)
+
+
+@njit(cache=True, error_model="numpy", fastmath={"contract"})  # no division checks: vectorises
+def probit_vec_array(x):
+    """``_probit_vec`` over an array (for tests): (N, 3)."""
+    out = np.empty((x.size, 3))
+    for k in range(x.size):
+        lp, m, c = _probit_vec(x[k])
+        out[k, 0] = lp
+        out[k, 1] = m
+        out[k, 2] = c
+    return out
+
+
 # ----------------------------------------------------------------------------- 1-D posterior of theta
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy", fastmath={"contract"})  # no division checks: vectorises
 def log_post_theta(theta, mu, v, a, b, r_row):
     """(l, l', l'') of l(theta) = -(theta - mu)^2 / (2 v) + sum_{j: r_j >= 0} log Phi(s_j (a_j theta + b_j)).
 
     ``r_row`` is one row of R (int8, -1 = missing); s_j = 2 r_j - 1. The constant of the normal
-    density is left out. l'' <= -1/v < 0: the target is strongly log-concave.
+    density is left out. l'' <= -1/v < 0: the target is strongly log-concave. The probit terms
+    are evaluated by the vectorised ``_probit_vec`` into buffers, then summed in item order.
     """
+    J = a.shape[0]
+    lpb = np.empty(J)
+    mb = np.empty(J)
+    cb = np.empty(J)
+    for j in range(J):  # vectorised: no branch, no libm call
+        r = r_row[j]
+        s = 1.0 if r > 0 else -1.0
+        lp, m, c = _probit_vec(s * (a[j] * theta + b[j]))
+        lpb[j] = lp
+        mb[j] = m
+        cb[j] = c
     d = theta - mu
     l = -0.5 * d * d / v
     g = -d / v
     h = -1.0 / v
-    for j in range(a.shape[0]):
+    for j in range(J):
         r = r_row[j]
         if r < 0:
             continue
         s = 1.0 if r > 0 else -1.0
         aj = a[j]
-        x = s * (aj * theta + b[j])
-        lp, m, c = _probit_terms(x)
-        l += lp
-        g += s * aj * m
-        h -= aj * aj * c
+        l += lpb[j]
+        g += s * aj * mb[j]
+        h -= aj * aj * cb[j]
     return l, g, h
 
 
@@ -284,13 +421,15 @@ def sample_theta_ars(R, a, b, mu, v, theta_start, unif, out, mode_out, status):
     """Exact draws theta_i ~ p(theta | R_i, T_i) ∝ N(theta; mu_i, v_i) prod_j Phi(s_ij (a_j theta + b_j)).
 
     ``theta_start`` warm-starts the mode search (e.g. the previous modes); ``unif`` is (N, 2K)
-    uniforms on (0, 1). Writes the draws to ``out``, the modes to ``mode_out`` and, in
+    uniforms on (0, 1). The mode only places the hull's first abscissae (the draw is exact from any
+    hull), so the Newton search stops within ``_ARS_MODE_TOL_SD`` curvature SDs of it, one or two
+    O(J) passes from a warm start. Writes the draws to ``out``, those modes to ``mode_out`` and, in
     ``status``, the number of uniform pairs used (-1 = ran out; redraw those subjects).
     """
     N = R.shape[0]
     for i in prange(N):
         r_row = R[i]
-        mode, lm, gm, hm = _find_mode(theta_start[i], mu[i], v[i], a, b, r_row, 1e-3)
+        mode, lm, gm, hm = _find_mode(theta_start[i], mu[i], v[i], a, b, r_row, _ARS_MODE_TOL_SD)
         sd = 1.0 / math.sqrt(-hm)
         x, used = _ars_one(mode, sd, mu[i], v[i], a, b, r_row, unif[i], lm, gm)
         out[i] = x
@@ -299,6 +438,50 @@ def sample_theta_ars(R, a, b, mu, v, theta_start, unif, out, mode_out, status):
 
 
 # ----------------------------------------------------------------------------- M-step, accuracy block
+
+
+@njit(cache=True, error_model="numpy", fastmath={"contract"})  # no division checks: vectorises
+def _item_sums(sg, th, aj, bj, lpb, mb, cb):
+    """Data part (f, ga, gb, haa, hab, hbb) of one draw's probit objective for one item (Hessian
+    entries not negated). ``sg`` (N,) holds s_ij = +1 / -1 for observed cells and 0 for missing
+    ones (``_item_signs``); ``lpb``, ``mb``, ``cb`` are (N,) scratch buffers. The probit terms are
+    evaluated by the vectorised ``_probit_vec`` over contiguous memory, then summed in subject
+    order over the observed cells."""
+    N = sg.shape[0]
+    for i in range(N):  # vectorised: no branch, no libm call
+        s = sg[i]
+        lp, m, c = _probit_vec(s * (aj * th[i] + bj))
+        lpb[i] = lp
+        mb[i] = m
+        cb[i] = c
+    f = 0.0
+    ga = 0.0
+    gb = 0.0
+    haa = 0.0
+    hab = 0.0
+    hbb = 0.0
+    for i in range(N):
+        s = sg[i]
+        if s == 0.0:
+            continue
+        t = th[i]
+        f += lpb[i]
+        sm = s * mb[i]
+        ga += sm * t
+        gb += sm
+        c = cb[i]
+        haa += c * t * t
+        hab += c * t
+        hbb += c
+    return f, ga, gb, haa, hab, hbb
+
+
+@njit(cache=True)
+def _item_signs(j, R, sg):
+    """sg[i] = +1 (correct), -1 (incorrect), 0 (missing) for column j of R (contiguous for ``_item_sums``)."""
+    for i in range(R.shape[0]):
+        r = R[i, j]
+        sg[i] = 1.0 if r > 0 else (-1.0 if r == 0 else 0.0)
 
 
 @njit(cache=True)
@@ -310,6 +493,11 @@ def _item_pass(j, R, theta_hist, n_hist, aj, bj, ridge):
     Returns (f, ga, gb, haa, hab, hbb).
     """
     N = R.shape[0]
+    sg = np.empty(N)
+    _item_signs(j, R, sg)
+    lpb = np.empty(N)
+    mb = np.empty(N)
+    cb = np.empty(N)
     f = 0.0
     ga = 0.0
     gb = 0.0
@@ -317,22 +505,13 @@ def _item_pass(j, R, theta_hist, n_hist, aj, bj, ridge):
     hab = 0.0
     hbb = 0.0
     for k in range(n_hist):
-        th = theta_hist[k]
-        for i in range(N):
-            r = R[i, j]
-            if r < 0:
-                continue
-            s = 1.0 if r > 0 else -1.0
-            t = th[i]
-            x = s * (aj * t + bj)
-            lp, m, c = _probit_terms(x)
-            f += lp
-            sm = s * m
-            ga += sm * t
-            gb += sm
-            haa += c * t * t
-            hab += c * t
-            hbb += c
+        f1, ga1, gb1, haa1, hab1, hbb1 = _item_sums(sg, theta_hist[k], aj, bj, lpb, mb, cb)
+        f += f1
+        ga += ga1
+        gb += gb1
+        haa += haa1
+        hab += hab1
+        hbb += hbb1
     w = 1.0 / n_hist
     f = f * w - 0.5 * ridge * bj * bj
     return (f, ga * w, gb * w - ridge * bj, -haa * w, -hab * w, -hbb * w - ridge)
@@ -342,31 +521,15 @@ def _item_pass(j, R, theta_hist, n_hist, aj, bj, ridge):
 def _item_new_term(j, R, th, aj, bj):
     """Data part of one draw's probit objective for item j: (f, ga, gb, haa, hab, hbb), no ridge."""
     N = R.shape[0]
-    f = 0.0
-    ga = 0.0
-    gb = 0.0
-    haa = 0.0
-    hab = 0.0
-    hbb = 0.0
-    for i in range(N):
-        r = R[i, j]
-        if r < 0:
-            continue
-        s = 1.0 if r > 0 else -1.0
-        t = th[i]
-        lp, m, c = _probit_terms(s * (aj * t + bj))
-        f += lp
-        sm = s * m
-        ga += sm * t
-        gb += sm
-        haa += c * t * t
-        hab += c * t
-        hbb += c
+    sg = np.empty(N)
+    _item_signs(j, R, sg)
+    f, ga, gb, haa, hab, hbb = _item_sums(sg, th, aj, bj, np.empty(N), np.empty(N), np.empty(N))
     return f, ga, gb, -haa, -hab, -hbb
 
 
 @njit(cache=True, parallel=True)
-def item_newton_cached(R, theta_hist, n_hist, alpha, a, b, prior, cache, tol, max_newton, n_passes):
+def item_newton_cached(R, theta_hist, n_hist, alpha, a, b, prior, cache, tol, max_newton, n_passes,
+                       carry_tol=0.0, carried=None):
     """Exact M-step of the accuracy block with a cached history (in place on a, b, cache).
 
     The averaged objective is Q~_t = (1 - alpha) Q~_{t-1} + alpha Q_t, Q_t the probit objective of
@@ -382,6 +545,15 @@ def item_newton_cached(R, theta_hist, n_hist, alpha, a, b, prior, cache, tol, ma
     With alpha = 1 (burn-in) the cache is ignored. ``n_passes[j]``: full passes used (-1: no
     convergence within ``max_newton`` steps). ``prior`` = (a_mean, a_precision, b_mean,
     b_precision): the Gaussian prior whose log density is added to the objective (zeros: ML).
+
+    ``carry_tol`` > 0 with ``carried`` (J,) (averaging phase, alpha < 1, only): a Newton step is also
+    taken without a pass -- the cache carried by the same second-order expansion -- while the
+    item's total move since its last exact pass, ``carried[j]``, stays within ``carry_tol`` (max
+    norm). The M-step then maximises the quadratic model of the averaged objective built at that
+    last exact point; its gradient is off by O(D3 carry_tol^2 / 2), D3 the third derivative of
+    the objective (of the order of its Hessian here), so the returned point moves by about
+    carry_tol^2, far below the Monte-Carlo error of SAEM. An exact pass resets ``carried[j]`` to 0.
+    The default (0, None) is the exact M-step.
     """
     ma = prior[0]
     pa = prior[1]
@@ -419,9 +591,17 @@ def item_newton_cached(R, theta_hist, n_hist, alpha, a, b, prior, cache, tol, ma
             else:  # flat direction (no data): gradient step
                 da = GA
                 db = GB
-            if abs(da) < tol and abs(db) < tol:
+            move = max(abs(da), abs(db))
+            carry = abs(da) < tol and abs(db) < tol
+            if carried is not None:
+                if not carry and carry_tol > 0.0 and alpha < 1.0 and carried[j] + move <= carry_tol:
+                    carry = True
+                if carry:
+                    carried[j] += move
+            if carry:
                 # Final Newton step without another pass: the maximiser is within O(tol^2) of
-                # (aj + da, bj + db); the cache is moved there by its second-order expansion.
+                # (aj + da, bj + db) (or that of the quadratic model, see carry_tol); the cache is
+                # moved there by its second-order expansion.
                 f += ga * da + gb * db + 0.5 * (haa * da * da + 2.0 * hab * da * db + hbb * db * db)
                 ga += haa * da + hab * db
                 gb += hab * da + hbb * db
@@ -449,6 +629,8 @@ def item_newton_cached(R, theta_hist, n_hist, alpha, a, b, prior, cache, tol, ma
                 break
             aj, bj = an, bn
             f, ga, gb, haa, hab, hbb = fn, gan, gbn, haan, habn, hbbn
+            if carried is not None:
+                carried[j] = 0.0  # the cache is exact here
         a[j] = aj
         b[j] = bj
         cache[j, 0] = f
@@ -458,6 +640,19 @@ def item_newton_cached(R, theta_hist, n_hist, alpha, a, b, prior, cache, tol, ma
         cache[j, 4] = hab
         cache[j, 5] = hbb
         n_passes[j] = passes if done else -1
+
+
+@njit(cache=True, parallel=True)
+def item_objective_cache(R, theta_hist, n_hist, a, b, cache):
+    """cache[j] = data part (f, ga, gb, haa, hab, hbb) of the averaged objective at (a_j, b_j), exactly."""
+    for j in prange(a.shape[0]):
+        f, ga, gb, haa, hab, hbb = _item_pass(j, R, theta_hist, n_hist, a[j], b[j], 0.0)
+        cache[j, 0] = f
+        cache[j, 1] = ga
+        cache[j, 2] = gb
+        cache[j, 3] = haa
+        cache[j, 4] = hab
+        cache[j, 5] = hbb
 
 
 # ----------------------------------------------------------------------------- MAP traits

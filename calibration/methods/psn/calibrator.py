@@ -126,15 +126,17 @@ class PSNCalibrator(BaseCalibrator):
     rng : seed / Generator for initialisation, shuffling and the validation split.
     progress : show a tqdm progress bar.
 
-    Fitted attributes: ``network_`` (:class:`PSNNetwork`), ``history_``, ``theta_`` (native
-    abilities), ``beta_``, ``a_``, ``c_``, ``d_`` (native item parameters, as trained),
+    Fitted attributes: ``network_`` (:class:`PSNNetwork`), ``history_``, ``theta_`` (the
+    abilities on the bank's scale: standardised over the calibration subjects, equal to the
+    thetas ``to_item_bank()`` stores), ``native_theta_`` (the network's own abilities), ``beta_``,
+    ``a_``, ``c_``, ``d_`` (native item parameters, as trained, on the scale of ``native_theta_``),
     ``ability_posterior_``, ``item_posterior_`` (:class:`ReadoutPosterior`), ``n_iter_`` (epochs
     run), ``converged_``, ``validation_index_`` (positions in ``cells_`` of the validation cells),
     ``orientation_`` (-1 if the trained network was mirrored so that larger
     theta means more able), ``loss_trace_`` (mean training loss per epoch), ``validation_loss_curve_``,
     ``subject_ids_``, ``item_ids_``, ``responses_sha256_``, ``elapsed_`` (seconds), ``theta_sd_``
     (posterior SDs of ``theta_``), ``item_params_`` (bank-form 4PL on the scale of ``theta_``,
-    i.e. ``item_params(standardize=False)``), ``temperature_`` (the Laplace
+    i.e. ``item_params(standardize=True)``, the bank's items), ``temperature_`` (the Laplace
     temperature used, a number), ``split_half_`` (the :class:`RefitComparison` behind
     ``temperature="split-half"``, else None), ``diagnostics_``
     (:class:`calibration.diagnostics.ItemDiagnostics` on the standardised slopes: perfect items
@@ -288,7 +290,7 @@ class PSNCalibrator(BaseCalibrator):
         # the Laplace posterior conditions on every observed cell (validation cells included)
         self._cells = (subj, item, y)
         self._refresh_point_estimates()
-        spread = float(np.std(self.theta_))
+        spread = float(np.std(self.native_theta_))
         if spread < 1e-3:
             warnings.warn(
                 f"PSN training collapsed: the abilities barely vary (SD {spread:.2g} on the network's scale), so a "
@@ -315,9 +317,13 @@ class PSNCalibrator(BaseCalibrator):
             temperature=self.temperature_,
         )
         self._joint_ab = None
-        self.theta_sd_ = self.ability_posterior_.marginal_sd()  # on the network's scale, as theta_
         self._fitted = True  # item_params needs it; fit sets it again after recording the provenance
-        self.item_params_ = self.item_params(standardize=False)  # on the scale of theta_
+        # the contract's attributes are on the bank's scale (to_item_bank's default, standardised):
+        # theta_ equals the bank's stored thetas and item_params_ its items
+        mu, sigma = self._scale(True)
+        self.theta_ = (self.native_theta_ - mu) / sigma
+        self.theta_sd_ = self.ability_posterior_.marginal_sd() / sigma
+        self.item_params_ = self.item_params(standardize=True)
         n_right = np.sum(responses.correct == 1, axis=0)
         n_seen = np.sum(responses.correct >= 0, axis=0)
         a_std = self._bank_arrays(True, clip=False)[0]
@@ -338,7 +344,7 @@ class PSNCalibrator(BaseCalibrator):
 
     def _refresh_point_estimates(self) -> None:
         net = self.network_
-        self.theta_ = net.theta()
+        self.native_theta_ = net.theta()
         self.beta_, self.a_, self.c_, self.d_ = net.item_parameters()
 
     # ------------------------------------------------------------------ posterior access
@@ -356,7 +362,7 @@ class PSNCalibrator(BaseCalibrator):
             self._joint_ab = fit_item_posterior(
                 net.item_embeddings(),
                 net.item_readout(BETA),
-                self.theta_,
+                self.native_theta_,
                 (self.beta_, self.a_, self.c_, self.d_),
                 self._cells,
                 a_readout=net.item_readout(A),
@@ -372,10 +378,10 @@ class PSNCalibrator(BaseCalibrator):
         return self.network_.predict_proba(subjects, items)
 
     def _scale(self, standardize: bool) -> tuple[float, float]:
-        if not standardize or self.theta_.size < 2:
+        if not standardize or self.native_theta_.size < 2:
             return 0.0, 1.0
-        mu = float(self.theta_.mean())
-        sigma = float(self.theta_.std())
+        mu = float(self.native_theta_.mean())
+        sigma = float(self.native_theta_.std())
         if not np.isfinite(sigma) or sigma <= 0:
             return mu, 1.0
         return mu, sigma

@@ -116,7 +116,7 @@ def predictive_probabilities(calibrator, cells, configuration: str, *, n_draws: 
     if configuration not in CONFIGURATIONS:
         raise ValueError(f"unknown configuration {configuration!r}; allowed: {', '.join(CONFIGURATIONS)}")
     s, i, _ = cells
-    theta, beta, a, c, d = calibrator.theta_, calibrator.beta_, calibrator.a_, calibrator.c_, calibrator.d_
+    theta, beta, a, c, d = calibrator.native_theta_, calibrator.beta_, calibrator.a_, calibrator.c_, calibrator.d_
     if configuration == "map":
         return _p4(theta[s], beta[i], a[i], c[i], d[i])
     gen = np.random.default_rng(rng)

@@ -12,7 +12,7 @@ import numpy as np
 
 from catengine.responses.data import MISSING, ResponseData
 
-__all__ = ["CotLengthApproximationWarning", "FileReport", "ReadReport"]
+__all__ = ["BadSample", "CotLengthApproximationWarning", "FileReport", "Origin", "ReadReport"]
 
 WHITESPACE_SOURCE = "whitespace-approximation"
 
@@ -77,6 +77,34 @@ class ReadReport:
         if self.cot_approximate:
             lines.append("CoT lengths marked whitespace-approximation are word counts, not tokens")
         return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class Origin:
+    """Where one (subject, item) answer was read: the file (full path), the location text used in
+    messages (``"<file name> line 3"``), the line (JSONL) and the harness's own sample / document id,
+    and how its CoT length was obtained (``"recorded:output_tokens"``, ...)."""
+
+    file: str
+    where: str
+    line: int | None
+    sample: object
+    cot_source: str = "none"
+
+
+@dataclass(frozen=True)
+class BadSample:
+    """A sample a reader could not use (collected instead of raised by the adapters' batch readers):
+    its file (full path), line, the harness's sample / document id and the message, which names
+    the file, line, sample and value."""
+
+    file: str
+    line: int | None
+    sample: object
+    message: str
+
+    def __str__(self) -> str:
+        return self.message
 
 
 # ------------------------------------------------------------------------------ helpers
@@ -181,8 +209,10 @@ class _Assembler:
         self.item_where: dict[str, str] = {}
         self.item_file: dict[str, str] = {}
         self.cells: dict[tuple[str, str], tuple[int, float, str]] = {}
+        self.origins: dict[tuple[str, str], Origin] = {}
 
-    def add(self, subject: str, item: str, correct: int, cot: float, where: str, benchmark: str, file: str):
+    def add(self, subject: str, item: str, correct: int, cot: float, where: str, benchmark: str, file: str,
+            origin: Origin | None = None):
         self.subjects.setdefault(subject, None)
         known = self.items.get(item)
         if known is None:
@@ -198,6 +228,8 @@ class _Assembler:
         old = self.cells.get(key)
         if old is None:
             self.cells[key] = (correct, cot, where)
+            if origin is not None:
+                self.origins[key] = origin
             return
         c0, t0, w0 = old
         if c0 == correct and (t0 == cot or (math.isnan(t0) and math.isnan(cot))):
@@ -268,7 +300,7 @@ class _Assembler:
         return f"{len(unknown)} item(s) in the logs are not in the bank: " + "; ".join(parts) + tail
 
 
-def _finish(assembler: _Assembler, reports: list[FileReport], expected_items, return_report: bool):
+def _finish(assembler: _Assembler, reports: list[FileReport], expected_items, return_report: bool, stacklevel: int = 3):
     data, not_observed = assembler.build(expected_items)
     approximate = any(WHITESPACE_SOURCE in r.cot_source.split("+") for r in reports)
     if approximate:
@@ -276,7 +308,7 @@ def _finish(assembler: _Assembler, reports: list[FileReport], expected_items, re
             "CoT lengths were approximated by whitespace word counts (the logs record no token "
             "counts and no tokenizer was given); pass tokenizer= for token counts",
             CotLengthApproximationWarning,
-            stacklevel=3,
+            stacklevel=stacklevel,
         )
     report = ReadReport(files=tuple(reports), cot_approximate=approximate, expected_not_observed=not_observed)
     return (data, report) if return_report else data

@@ -7,7 +7,9 @@ A JSON log (``inspect eval --log-format json``) is one object with ``version``, 
 "text": ...}`` / ``{"type": "reasoning", "reasoning": ...}``; ``usage``) and ``model_usage``
 (model name -> ``{input_tokens, output_tokens, total_tokens, reasoning_tokens, ...}``). The
 ``.eval`` format is a zip archive of the same content (``header.json`` with ``eval``,
-``samples/<id>_epoch_<n>.json``); it is read too.
+``samples/<id>_epoch_<n>.json``); it is read too, zstd-compressed members (what inspect_ai writes)
+through the ``zstandard`` package (a dependency of the ``[inspect]`` extra), whether or not
+inspect_ai was imported. A truncated or corrupt archive is an error naming the file.
 
 Subject = ``eval.model``; item = ``"{task}/{id}"``; item metadata ``benchmark`` = ``eval.task``.
 
@@ -26,9 +28,12 @@ approximation, warned and reported).
 
 from __future__ import annotations
 
+import io
 import json
 import math
+import struct
 import zipfile
+import zlib
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
@@ -61,6 +66,66 @@ def _load_json(text: str, where: str):
             f"{where}: not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno}); "
             "the log may be truncated or corrupt"
         ) from None
+    except (ValueError, RecursionError) as exc:  # integers beyond 4300 digits, nesting beyond the stack
+        raise ValueError(f"{where}: JSON value too large or too deeply nested ({type(exc).__name__})") from None
+
+
+_ZIP_ZSTANDARD = 93  # the zip compression method Inspect writes .eval members with (zstd)
+_ZIP_MAGIC = b"PK\x03\x04"
+
+
+def _zstd_member(path: Path, info: zipfile.ZipInfo) -> bytes:
+    """The content of a zstd-compressed zip member (Python's zipfile reads zstd only from 3.14 on,
+    or after a third-party patch of the module; here it is decompressed with ``zstandard`` itself,
+    whatever was imported before)."""
+    try:
+        import zstandard
+    except ImportError:
+        raise ValueError(
+            f"{path.name}: this .eval log is zstd-compressed (as inspect_ai writes them) and reading it needs the "
+            "'zstandard' package: pip install zstandard (it comes with the [inspect] extra)"
+        ) from None
+    with open(path, "rb") as fh:
+        fh.seek(info.header_offset)
+        header = fh.read(zipfile.sizeFileHeader)
+        if len(header) != zipfile.sizeFileHeader or header[:4] != _ZIP_MAGIC:
+            raise ValueError(f"{path.name}:{info.filename}: corrupt .eval archive (bad local file header)")
+        fields_ = struct.unpack(zipfile.structFileHeader, header)
+        fh.seek(fields_[zipfile._FH_FILENAME_LENGTH] + fields_[zipfile._FH_EXTRA_FIELD_LENGTH], 1)
+        raw = fh.read(info.compress_size)
+    if len(raw) != info.compress_size:
+        raise ValueError(f"{path.name}:{info.filename}: truncated .eval archive (member data cut short)")
+    try:
+        reader = zstandard.ZstdDecompressor().stream_reader(io.BytesIO(raw), read_across_frames=True)
+        data = reader.read()
+    except zstandard.ZstdError as exc:
+        raise ValueError(f"{path.name}:{info.filename}: corrupt .eval archive (zstd: {exc})") from None
+    if len(data) != info.file_size or zlib.crc32(data) != info.CRC:
+        raise ValueError(f"{path.name}:{info.filename}: corrupt .eval archive (size or CRC check failed)")
+    return data
+
+
+def _member_text(zf: zipfile.ZipFile, path: Path, name: str) -> str:
+    info = zf.getinfo(name)
+    where = f"{path.name}:{name}"
+    if info.compress_type == _ZIP_ZSTANDARD:
+        data = _zstd_member(path, info)
+    else:
+        try:
+            data = zf.read(name)
+        except NotImplementedError as exc:  # another compression method zipfile cannot read
+            raise ValueError(f"{where}: cannot decompress this .eval member ({exc})") from None
+        except (zipfile.BadZipFile, EOFError, OSError, zlib.error) as exc:
+            raise ValueError(f"{where}: corrupt .eval archive ({exc})") from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{where}: not UTF-8 text (byte {exc.start}); the archive may be corrupt") from None
+
+
+def _looks_like_zip(path: Path) -> bool:
+    with open(path, "rb") as fh:
+        return fh.read(4) == _ZIP_MAGIC
 
 
 def _read_log(path: Path) -> tuple[dict, list[tuple[str, dict]], str]:
@@ -75,18 +140,27 @@ def _read_log(path: Path) -> tuple[dict, list[tuple[str, dict]], str]:
                 header = None
                 for candidate in ("header.json", "_journal/start.json"):
                     if candidate in names:
-                        header = _load_json(zf.read(candidate).decode("utf-8"), f"{path.name}:{candidate}")
+                        header = _load_json(_member_text(zf, path, candidate), f"{path.name}:{candidate}")
                         break
                 if not isinstance(header, dict) or not isinstance(header.get("eval"), dict):
                     raise ValueError(f"{path.name}: .eval archive without an eval header (header.json)")
                 samples = []
                 for name in sorted(n for n in names if n.startswith("samples/") and n.endswith(".json")):
-                    sample = _load_json(zf.read(name).decode("utf-8"), f"{path.name}:{name}")
+                    sample = _load_json(_member_text(zf, path, name), f"{path.name}:{name}")
                     samples.append((f"{path.name}:{name}", sample))
         except zipfile.BadZipFile as exc:
             raise ValueError(f"{path.name}: corrupt .eval archive ({exc})") from None
         return header["eval"], samples, str(header.get("status", ""))
-    log = _load_json(path.read_text(encoding="utf-8"), path.name)
+    if path.suffix == ".eval" or _looks_like_zip(path):
+        raise ValueError(
+            f"{path.name}: truncated or corrupt .eval archive (no zip directory at its end; an eval that was "
+            "interrupted while writing its log leaves one like this)"
+        )
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{path.name}: not UTF-8 text (byte {exc.start}); not an Inspect JSON log, or corrupt") from None
+    log = _load_json(text, path.name)
     if not isinstance(log, dict) or not isinstance(log.get("eval"), dict):
         raise ValueError(f"{path.name}: not an Inspect eval log (no top-level 'eval' object)")
     samples = log.get("samples")
@@ -275,6 +349,10 @@ def read_inspect_logs(
                 raise ValueError(f"{prefix}: sample #{k} is not a sample object with an 'id'")
             sid = sample["id"]
             ep = sample.get("epoch", 1)
+            if isinstance(sid, bool) or not isinstance(sid, (str, int)):
+                raise ValueError(f"{prefix}: sample #{k} has id {sid!r}; Inspect sample ids are strings or integers")
+            if isinstance(ep, bool) or not isinstance(ep, int) or ep < 1:
+                raise ValueError(f"{prefix} sample id={sid!r}: epoch {ep!r} is not an epoch number (an integer >= 1)")
             where = f"{prefix} sample id={sid!r} epoch={ep}"
             scores = sample.get("scores") or {}
             if not isinstance(scores, dict):

@@ -22,13 +22,16 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from catengine.responses.data import ResponseData, jsonl_objects
 from catengine.responses.readers._common import (
+    BadSample,
     FileReport,
+    Origin,
     ReadReport,
     _Assembler,
     _finish,
@@ -38,7 +41,7 @@ from catengine.responses.readers._common import (
     _text_length,
 )
 
-__all__ = ["RECORDED_TOKEN_FIELDS", "read_lm_eval_samples", "task_from_filename"]
+__all__ = ["RECORDED_TOKEN_FIELDS", "SampleCells", "read_lm_eval_cells", "read_lm_eval_samples", "task_from_filename"]
 
 #: Top-level fields read as a recorded CoT token count, in this order of preference.
 RECORDED_TOKEN_FIELDS = ("cot_tokens", "output_tokens", "completion_tokens")
@@ -72,6 +75,11 @@ def _read_lines(path: Path) -> list[tuple[int, dict]]:
     for lineno, rec in jsonl_objects(path):
         if "doc_id" not in rec:
             raise ValueError(f"{path.name} line {lineno}: no 'doc_id' field (is this an lm-eval samples file?)")
+        doc_id = rec["doc_id"]
+        if isinstance(doc_id, bool) or not isinstance(doc_id, int) or doc_id < 0:
+            raise ValueError(f"{path.name} line {lineno}: doc_id {doc_id!r} is not a document index (an integer >= 0)")
+        if rec.get("filter") is not None and not isinstance(rec["filter"], str):
+            raise ValueError(f"{path.name} line {lineno} (doc_id {doc_id}): filter {rec['filter']!r} is not a filter name")
         rows.append((lineno, rec))
     if not rows:
         raise ValueError(f"{path.name}: the file has no samples")
@@ -191,6 +199,41 @@ def read_lm_eval_samples(
         the columns follow its order.
     return_report : also return a :class:`~catengine.responses.readers.ReadReport`.
     """
+    assembler, reports, _ = _read(paths_by_subject, metric=metric, filter_name=filter_name, tokenizer=tokenizer,
+                                  text_field=text_field, cot_field=cot_field, item_id=item_id, problems=None)
+    return _finish(assembler, reports, expected_items, return_report)
+
+
+@dataclass(frozen=True)
+class SampleCells:
+    """What :func:`read_lm_eval_cells` read: the answers (``data``; None when no line was usable),
+    the report, where each (subject, item) answer came from, and the lines that could not be used."""
+
+    data: ResponseData | None
+    report: ReadReport | None
+    origins: Mapping[tuple[str, str], Origin]
+    problems: tuple[BadSample, ...]
+
+
+def read_lm_eval_cells(paths_by_subject: Mapping, *, metric=None, filter_name=None, tokenizer=None,
+                       text_field: str = "resps", cot_field: str | None = None, item_id: str = "{task}/{doc_id}",
+                       expected_items=None) -> SampleCells:
+    """As :func:`read_lm_eval_samples`, for a caller that records the answers (``catengine lm-eval
+    ingest``): a line whose value cannot be used (a metric missing or not binary, a recorded token
+    count that is not a number >= 0) is collected as a :class:`BadSample` instead of stopping the
+    read, so the caller can record every valid line and report every bad one. Problems of a whole
+    file (unreadable JSON, no metric, several filters, items outside the bank, conflicting
+    duplicates) still raise, before anything is returned."""
+    problems: list[BadSample] = []
+    assembler, reports, _ = _read(paths_by_subject, metric=metric, filter_name=filter_name, tokenizer=tokenizer,
+                                  text_field=text_field, cot_field=cot_field, item_id=item_id, problems=problems)
+    if not assembler.cells and problems:
+        return SampleCells(None, None, {}, tuple(problems))
+    data, report = _finish(assembler, reports, expected_items, True, stacklevel=4)
+    return SampleCells(data, report, dict(assembler.origins), tuple(problems))
+
+
+def _read(paths_by_subject, *, metric, filter_name, tokenizer, text_field, cot_field, item_id, problems):
     if not isinstance(paths_by_subject, Mapping) or not paths_by_subject:
         raise ValueError("paths_by_subject must be a non-empty mapping subject id -> path(s)")
     if text_field not in ("resps", "filtered_resps"):
@@ -217,32 +260,30 @@ def read_lm_eval_samples(
             chosen = _select_metric(path, task, rows, _per_task(metric, task, "metric", path.name, required=True))
             if metric is None:
                 inferred.append((path.name, task, chosen))
-            sources = []
+            sources, n_bad = [], 0
             for lineno, rec in rows:
                 where = f"{path.name} line {lineno}"
                 doc_id = rec["doc_id"]
-                if chosen not in rec:
-                    raise ValueError(
-                        f"{where} (doc_id {doc_id!r}): metric {chosen!r} is not recorded; "
-                        f"this sample has: {', '.join(map(repr, _metric_names(rec))) or 'no metrics'}"
-                    )
-                value = _binary(rec[chosen])
-                if value is None:
-                    raise ValueError(
-                        f"{where} (doc_id {doc_id!r}): metric {chosen!r} = {rec[chosen]!r} is not binary; "
-                        "correctness must be 0/1 (true/false)"
-                    )
-                cot, source = _cot(rec, where, cot_field, text_field, tokenizer)
+                try:
+                    value, cot, source = _line_values(rec, chosen, f"{where} (doc_id {doc_id!r})", cot_field, text_field,
+                                                      tokenizer)
+                except ValueError as exc:
+                    if problems is None:
+                        raise
+                    problems.append(BadSample(file=str(path), line=lineno, sample=doc_id, message=str(exc)))
+                    n_bad += 1
+                    continue
                 sources.append(source)
                 item = item_id.format(task=task, doc_id=doc_id, filter=used_filter)
-                assembler.add(subject, item, value, cot, where, benchmark=task, file=path.name)
+                assembler.add(subject, item, value, cot, where, benchmark=task, file=path.name,
+                              origin=Origin(file=str(path), where=where, line=lineno, sample=doc_id, cot_source=source))
             reports.append(
                 FileReport(
                     path=str(path),
                     subject=subject,
                     task=task,
                     rows_read=n_read,
-                    rows_used=len(rows),
+                    rows_used=len(rows) - n_bad,
                     metric=chosen,
                     cot_source=_join_sources(sources),
                     filter=used_filter,
@@ -256,7 +297,27 @@ def read_lm_eval_samples(
             f"mixed metrics across files: {listing}. Correctness must mean the same thing in every "
             f"file; pass metric= with one name, or a mapping task -> metric to confirm, e.g. metric={suggestion!r}"
         )
-    return _finish(assembler, reports, expected_items, return_report)
+    return assembler, reports, problems
+
+
+def _line_values(rec: dict, chosen: str, where: str, cot_field, text_field: str, tokenizer) -> tuple[int, float, str]:
+    """(correct, CoT length, CoT source) of one logged line; ValueError naming ``where`` otherwise."""
+    if chosen not in rec:
+        # the line's own metric values: the harness's "metrics" list names the metrics computed, which
+        # need not be on the line (a line cut down by a tool, a metric that failed)
+        present = [m for m in _metric_names(rec) if m in rec]
+        listed = rec.get("metrics")
+        note = (f" (its 'metrics' list names {chosen!r}, but the line has no {chosen!r} field)"
+                if isinstance(listed, list) and chosen in listed else "")
+        raise ValueError(
+            f"{where}: metric {chosen!r} is not recorded; "
+            f"this sample has: {', '.join(map(repr, present)) or 'no metric values'}{note}"
+        )
+    value = _binary(rec[chosen])
+    if value is None:
+        raise ValueError(f"{where}: metric {chosen!r} = {rec[chosen]!r} is not binary; correctness must be 0/1 (true/false)")
+    cot, source = _cot(rec, where, cot_field, text_field, tokenizer)
+    return value, cot, source
 
 
 def _cot(rec: dict, where: str, cot_field, text_field: str, tokenizer) -> tuple[float, str]:

@@ -1,0 +1,193 @@
+"""The model-based score from the bank's summed curves (catengine.scoring.model_based.SummedCurves)
+against the from-scratch numerics (predict_accuracy, predict_cot_total: a pass over every item at
+every node), after every step of random sessions: logistic and LaRT banks, categories, CoT totals,
+adaptive sessions and sessions with design draws."""
+
+import math
+
+import numpy as np
+import pytest
+
+from catengine import CATSession, ItemBank
+from catengine.scoring import predict_accuracy, predict_cot_total
+from catengine.scoring.model_based import (
+    SummedCurves,
+    accuracy_curves,
+    cot_curves,
+    predict_accuracy_from_curves,
+    predict_cot_total_from_curves,
+)
+from catengine.selection import DoublyRobustSelection, RandomisedSelection
+from catengine.session import scoring as session_scoring
+from catengine.stopping import MaxItems
+
+J = 240
+RTOL = 1e-12
+AREAS = np.array(["algebra", "geometry", "counting", "proofs"])
+
+
+def make_bank(model, uncertainty, seed):
+    rng = np.random.default_rng(seed)
+    kw = {"a": rng.lognormal(0.2, 0.35, J), "b": rng.normal(0.0, 1.3, J)}
+    if model == "4pl":
+        kw.update(c=rng.uniform(0.0, 0.2, J), d=rng.uniform(0.85, 1.0, J))
+    if model == "lart":
+        kw.update(omega=rng.normal(6.0, 0.4, J), phi=rng.uniform(0.8, 2.2, J), lam=rng.uniform(0.4, 1.2, J), rho=-0.5)
+    if "b" in uncertainty:
+        kw["b_sd"] = rng.uniform(0.05, 0.5, J)
+    if "a" in uncertainty:
+        kw["a_sd"] = rng.uniform(0.02, 0.3, J)
+    if uncertainty == "ab":
+        kw["ab_cov"] = rng.uniform(-0.5, 0.5, J) * kw["a_sd"] * kw["b_sd"]
+    area = AREAS[rng.integers(0, AREAS.size, J)]  # unbalanced categories
+    meta = {"area": area, "source": np.array(["bench"] * J)}
+    return ItemBank.from_params(model, [f"q{j:03d}" for j in range(J)], bank_id=f"inc_{model}_{uncertainty}",
+                                item_metadata=meta, **kw)
+
+
+def _from_scratch_accuracy(curves, theta, theta_sd, observed, correct, *, params, uncertainty, **kw):
+    return predict_accuracy(params, theta, theta_sd, observed, correct, codes=curves.codes if curves.n_groups else None,
+                            n_groups=curves.n_groups, **uncertainty, **kw)
+
+
+def _from_scratch_cot(curves, params, tau, tau_sd, observed, tokens, **kw):
+    return predict_cot_total(params, tau, tau_sd, observed, tokens, codes=curves.codes if curves.n_groups else None,
+                             n_groups=curves.n_groups, **kw)
+
+
+def _close(a, b, scale=0.0):
+    """a and b agree to RTOL relative to the larger of them and ``scale`` (an SD is compared on
+    the scale of its mean: the SD of a group whose items are all answered is rounding noise)."""
+    if a is None or b is None:
+        return a is None and b is None
+    if isinstance(a, float) and (math.isnan(a) or math.isinf(a)):
+        return (math.isnan(a) and math.isnan(b)) or a == b
+    return abs(a - b) <= RTOL * max(abs(a), abs(b), abs(scale)) + 1e-300
+
+
+FIELDS = ("accuracy", "low", "high", "sd", "cot_total", "cot_total_sd", "cot_total_low", "cot_total_high")
+
+
+def assert_same_score(got, want, where):
+    assert got.method == want.method, where
+    assert got.n_observed == want.n_observed and got.n_items == want.n_items, where
+    for f in FIELDS:
+        scale = {"sd": want.accuracy, "cot_total_sd": want.cot_total}.get(f, 0.0)
+        assert _close(getattr(got, f), getattr(want, f), scale), (where, f, getattr(got, f), getattr(want, f))
+    assert got.by_category.keys() == want.by_category.keys(), where
+    for label in got.by_category:
+        assert_same_score(got.by_category[label], want.by_category[label], (where, label))
+
+
+def from_scratch(session, monkeypatch, **kw):
+    """predicted_score with the model-based part computed by the from-scratch numerics."""
+    uncertainty = session_scoring.item_uncertainty(session.bank, session.items)
+    with monkeypatch.context() as m:
+        m.setattr(session_scoring, "predict_accuracy_from_curves",
+                  lambda curves, *a, **k: _from_scratch_accuracy(curves, *a, params=session.params,
+                                                                 uncertainty=uncertainty, **k))
+        m.setattr(session_scoring, "predict_cot_total_from_curves", _from_scratch_cot)
+        return session.predicted_score(**kw)
+
+
+SELECTORS = {
+    "adaptive": lambda: None,
+    "doubly-robust": DoublyRobustSelection,
+    "randomised": RandomisedSelection,
+}
+
+
+@pytest.mark.parametrize("model, uncertainty", [("2pl", "b"), ("4pl", "ab"), ("lart", "ab"), ("lart", "none")])
+@pytest.mark.parametrize("selector", sorted(SELECTORS))
+def test_every_step_matches_the_from_scratch_score(model, uncertainty, selector, monkeypatch):
+    bank = make_bank(model, uncertainty, seed=len(model) + len(uncertainty))
+    rng = np.random.default_rng(11)
+    theta = float(rng.normal(0.5, 1.0))
+    s = CATSession(bank, selector=SELECTORS[selector](), stopping=MaxItems(24), rng=3)
+    p = bank.params
+    while not s.finished:
+        item = s.next_item()
+        j = bank.index_of(item)
+        z = p.a[j] * theta + p.b[j]
+        correct = int(rng.random() < 1.0 / (1.0 + math.exp(-z)))
+        cot = None
+        if model == "lart" and rng.random() < 0.9:  # some lengths unknown
+            cot = float(np.round(math.exp(p.omega[j] - p.phi[j] * 0.3 + p.lam[j] * rng.standard_normal())))
+        s.record(item, correct, cot)
+        for by in (None, False):
+            assert_same_score(s.predicted_score(by=by), from_scratch(s, monkeypatch, by=by), (s.n_items, by))
+        assert_same_score(s.predicted_score(method="model", by="area"),
+                          from_scratch(s, monkeypatch, method="model", by="area"), (s.n_items, "model"))
+
+
+@pytest.mark.parametrize("model", ["2pl", "lart"])
+def test_score_trajectory_matches_from_scratch(model, monkeypatch):
+    bank = make_bank(model, "b", seed=5)
+    s = CATSession(bank, stopping=MaxItems(12), rng=1)
+    rng = np.random.default_rng(2)
+    while not s.finished:
+        s.record(s.next_item(), int(rng.random() < 0.6), 300.0 if model == "lart" else None)
+    got = session_scoring.score_trajectory(s)
+    uncertainty = session_scoring.item_uncertainty(s.bank, s.items)
+    with monkeypatch.context() as m:
+        m.setattr(session_scoring, "predict_accuracy_from_curves",
+                  lambda curves, *a, **k: _from_scratch_accuracy(curves, *a, params=s.params, uncertainty=uncertainty, **k))
+        want = session_scoring.score_trajectory(s)
+    for key in ("accuracy", "low", "high"):
+        np.testing.assert_allclose(got[key], want[key], rtol=RTOL, atol=0)
+
+
+@pytest.mark.parametrize("uncertainty", ["none", "a", "ab"])
+def test_curves_against_from_scratch_anywhere(uncertainty):
+    """Nodes on panel points (theta = 0, SD = 0), wide and narrow posteriors, far traits, more than
+    half of the bank answered (summed directly), and a bank whose a_sd without b_sd puts a kink in
+    every averaged curve at theta = 0 (panels there need not converge: exact sums)."""
+    bank = make_bank("2pl", uncertainty, seed=9)
+    p = bank.params
+    items = bank.items
+    kw = {n: (np.asarray(items[n].values) if n in items else None) for n in ("a_sd", "b_sd", "ab_cov")}
+    codes = np.arange(J) % 3
+    curves = accuracy_curves(p, codes=codes, n_groups=3, **kw)
+    rng = np.random.default_rng(4)
+    for n_obs in (0, 7, J // 2 + 1, J):
+        observed = rng.choice(J, n_obs, replace=False)
+        correct = rng.integers(0, 2, n_obs)
+        for theta, sd in ((0.0, 0.0), (0.0, 1.0), (1.3, 0.2), (-7.5, 0.6), (12.0, 2.0)):
+            for residual_sd in (0.0, 0.02):
+                want = predict_accuracy(p, theta, sd, observed, correct, codes=codes, n_groups=3, residual_sd=residual_sd, **kw)
+                got = predict_accuracy_from_curves(curves, theta, sd, observed, correct, residual_sd=residual_sd)
+                for g, w in zip(got, want):
+                    for f in ("mean", "sd", "low", "high"):
+                        assert _close(getattr(g, f), getattr(w, f), w.mean), (n_obs, theta, sd, f, getattr(g, f), getattr(w, f))
+                    assert (g.n_observed, g.n_items) == (w.n_observed, w.n_items)
+
+
+@pytest.mark.parametrize("residuals", ["smearing", "lognormal"])
+def test_cot_curves_against_from_scratch(residuals):
+    bank = make_bank("lart", "none", seed=2)
+    p = bank.params
+    codes = np.arange(J) % 4
+    curves = cot_curves(p, codes=codes, n_groups=4)
+    rng = np.random.default_rng(8)
+    for n_obs in (0, 3, 30, J - 2):
+        observed = rng.choice(J, n_obs, replace=False)
+        tokens = rng.uniform(20.0, 3000.0, n_obs)
+        for tau, sd in ((0.0, 0.0), (0.4, 0.9), (-2.0, 0.15)):
+            for extra in (0.0, 0.2):
+                kw = dict(cot_offset=1.0, residuals=residuals, log_extra_sd=extra)
+                want = predict_cot_total(p, tau, sd, observed, tokens, codes=codes, n_groups=4, **kw)
+                got = predict_cot_total_from_curves(curves, p, tau, sd, observed, tokens, **kw)
+                for g, w in zip(got, want):
+                    for f in ("mean", "sd", "low", "high"):
+                        assert _close(getattr(g, f), getattr(w, f), w.mean), (n_obs, tau, sd, f, getattr(g, f), getattr(w, f))
+
+
+def test_curves_refuse_bad_input():
+    bank = make_bank("2pl", "none", seed=1)
+    curves = accuracy_curves(bank.params)
+    with pytest.raises(ValueError, match="distinct item indices"):
+        predict_accuracy_from_curves(curves, 0.0, 1.0, [3, 3], [1, 0])
+    with pytest.raises(ValueError, match="finite mean"):
+        predict_accuracy_from_curves(curves, math.nan, 1.0, [], [])
+    with pytest.raises(ValueError, match="panel width"):
+        SummedCurves(lambda t, i: None, J, None, 0, 1, 0.0, unit=(1.0,))
