@@ -64,8 +64,10 @@ from calibration.simulate import draw_abilities, draw_item_params, simulate_resp
 
 SHAPES = ["2211x541", "2211x1324", "2211x5761", "2211x12032", "1000x1000"]
 HUGE = "11785x36259"
-DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
-MATH500_LBFGS_OPTIMUM = 24432.61  # shared/data/reference/cbmm_math500/README.md
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _paths import REFERENCE, lart_files  # noqa: E402  (the shipped data/, gzip)
+
+MATH500_LBFGS_OPTIMUM = 24432.61  # data/reference/cbmm_math500/SOURCE.md
 
 
 def _shape(text: str) -> tuple[int, int]:
@@ -209,13 +211,12 @@ def print_row(r: dict) -> None:
 
 
 def math500_gap(tol: float) -> None:
-    acc = DATA / "lart" / "accuracy_math500.csv"
-    ref = DATA / "reference" / "cbmm_math500" / "lbfgs_math500_theta.csv"
-    if not acc.exists() or not ref.exists():
-        print(f"\nMATH500: data not found under {DATA}; skipped")
-        return
+    import gzip
+
+    acc = lart_files("math500")[0]
+    with gzip.open(REFERENCE / "cbmm_math500" / "lbfgs_math500_theta.csv.gz", "rt") as fh:
+        llms = [line.split(",")[0] for line in fh.read().splitlines()[1:]]
     data = ResponseData.from_wide_csv(acc)
-    llms = [line.split(",")[0] for line in ref.read_text().splitlines()[1:]]
     sub = data.subset(subjects=llms)
     cal = CBMMCalibrator(progress=False, tol=tol)
     t0 = time.perf_counter()

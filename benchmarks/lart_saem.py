@@ -45,7 +45,8 @@ from calibration import ConvergenceWarning, ResponseData
 from calibration.methods.lart.calibrator import LaRTSAEMCalibrator
 from calibration.simulate import simulate_dataset
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "lart"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _paths import lart_files  # noqa: E402  (the shipped data/lart, gzip)
 
 
 def _fit(data, **kw):
@@ -93,10 +94,7 @@ def issue33_rows(seed: int, repeat: int, check: bool):
     """Issue 33's MATH500 rows, each beside its baseline, in one run (ratios are the figures to quote)."""
     from calibration.methods.cbmm.calibrator import CBMMCalibrator
 
-    acc, cot = DATA / "accuracy_math500.csv", DATA / "cot_length_math500.csv"
-    if not acc.exists():
-        print(f"issue 33 rows: MATH500 not found at {DATA}; skipped")
-        return
+    acc, cot = lart_files("math500")
     data = ResponseData.from_wide_csv(acc, cot)
     print(f"== issue 33: MATH500 {data.n_subjects} x {data.n_items}, median of {repeat} fits (round-robin) ==")
     keep = LaRTSAEMCalibrator._carry_tol
@@ -131,10 +129,7 @@ def issue33_rows(seed: int, repeat: int, check: bool):
 
 
 def real_math500(seed: int):
-    acc, cot = DATA / "accuracy_math500.csv", DATA / "cot_length_math500.csv"
-    if not acc.exists():
-        print(f"MATH500: data not found at {DATA}; skipped")
-        return
+    acc, cot = lart_files("math500")
     data = ResponseData.from_wide_csv(acc, cot)
     accuracy = np.asarray(data.correct).mean(axis=1)
     lart, t_lart = _fit(data, rng=seed)

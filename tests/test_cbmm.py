@@ -16,9 +16,10 @@ from calibration.methods.cbmm.calibrator import CBMMCalibrator, CBMMPrior, _Prob
 from calibration.data import ResponseData
 from calibration.simulate import draw_abilities, draw_item_params, simulate_responses
 
-DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
-MATH500 = DATA / "lart" / "accuracy_math500.csv"
-REFERENCE = DATA / "reference" / "cbmm_math500"
+from real_data import REFERENCE as _REFERENCE, lart_files
+
+MATH500 = lart_files("math500")[0]  # shipped in data/ (gzip)
+REFERENCE = _REFERENCE / "cbmm_math500"
 LBFGS_MATH500_LOSS = 24432.61  # reference/cbmm_math500/README.md: L-BFGS-B optimum on the 140 rows
 
 
@@ -582,8 +583,6 @@ def test_cli_fit_writes_a_bank(tmp_path, capsys):
 # ------------------------------------------------------------------------------ real data
 @pytest.fixture(scope="module")
 def math500():
-    if not MATH500.exists():
-        pytest.skip(f"MATH500 accuracy matrix not found at {MATH500} (../shared/data is not checked out)")
     return ResponseData.from_wide_csv(MATH500)
 
 
@@ -598,10 +597,10 @@ def test_math500_fits_and_ranks_like_accuracy(math500):
 
 @pytest.mark.slow
 def test_math500_reference_subset_reaches_the_lbfgsb_optimum(math500):
-    ref_rows = REFERENCE / "lbfgs_math500_theta.csv"
-    if not ref_rows.exists():
-        pytest.skip(f"reference fits not found at {REFERENCE}")
-    llms = [line.split(",")[0] for line in ref_rows.read_text().splitlines()[1:]]
+    import gzip
+
+    with gzip.open(REFERENCE / "lbfgs_math500_theta.csv.gz", "rt") as fh:
+        llms = [line.split(",")[0] for line in fh.read().splitlines()[1:]]
     sub = math500.subset(subjects=llms)
     # the reference is the unpenalised optimum: the paper's objective must meet the 1e-3 gap
     with pytest.warns(ConvergenceWarning, match="item.s. have slopes above 10"):

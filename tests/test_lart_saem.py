@@ -23,7 +23,7 @@ try:  # tests/ may or may not be a package
 except ImportError:
     import naive_lart as NL
 
-DATA_DIR = Path(__file__).resolve().parents[2] / "shared" / "data" / "lart"
+from real_data import lart_files
 
 
 def _fit(data, **kw):
@@ -393,10 +393,7 @@ def test_cli_fit_saem(tmp_path, capsys):
 
 @pytest.mark.slow
 def test_real_math500():
-    acc = DATA_DIR / "accuracy_math500.csv"
-    cot = DATA_DIR / "cot_length_math500.csv"
-    if not acc.exists():
-        pytest.skip(f"real data not found at {DATA_DIR}")
+    acc, cot = lart_files("math500")  # shipped in data/ (gzip)
     data = ResponseData.from_wide_csv(acc, cot)
     lart = _fit(data, rng=0)
     irt = _fit(data, rng=0, use_cot=False)
