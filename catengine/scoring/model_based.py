@@ -259,16 +259,23 @@ def _non_negative(name, value):
         raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
 
 
-def _known_and_nodes(params, observed, values, centre, sd, *, what, trait, codes, n_groups, n_nodes):
-    """The shared start of both predictions: checked inputs, the unknown-item mask and the
-    Gauss-Hermite nodes of the trait posterior Normal(centre, sd^2)."""
-    J = params.n_items
+def _checked_observations(observed, values, centre, sd, *, what, trait):
+    """The answered items' indices and values as flat arrays of one length, and a finite trait
+    posterior (mean ``centre``, SD ``sd`` >= 0), or a ValueError naming what is wrong."""
     observed = np.asarray(observed, dtype=np.int64).reshape(-1)
     values = np.asarray(values, dtype=np.float64).reshape(-1)
     if observed.shape != values.shape:
         raise ValueError(f"{observed.size} {what} but {values.size} values")
     if not (math.isfinite(centre) and math.isfinite(sd) and sd >= 0):
         raise ValueError(f"the {trait} posterior must have a finite mean and SD >= 0, got {centre}, SD={sd}")
+    return observed, values
+
+
+def _known_and_nodes(params, observed, values, centre, sd, *, what, trait, codes, n_groups, n_nodes):
+    """The shared start of both predictions: checked inputs, the unknown-item mask and the
+    Gauss-Hermite nodes of the trait posterior Normal(centre, sd^2)."""
+    J = params.n_items
+    observed, values = _checked_observations(observed, values, centre, sd, what=what, trait=trait)
     codes, n_groups = _groups(codes, n_groups, J)
     unknown = np.ones(J, dtype=bool)
     unknown[observed] = False
@@ -629,12 +636,7 @@ def cot_curves(params: ItemParams, *, codes=None, n_groups: int = 0) -> SummedCu
 def _observed_from(curves, observed, values, centre, sd, *, what, trait, n_nodes):
     """Checked inputs, per-group known sums and counts, and the posterior's nodes (the start of
     the predictions from curves)."""
-    observed = np.asarray(observed, dtype=np.int64).reshape(-1)
-    values = np.asarray(values, dtype=np.float64).reshape(-1)
-    if observed.shape != values.shape:
-        raise ValueError(f"{observed.size} {what} but {values.size} values")
-    if not (math.isfinite(centre) and math.isfinite(sd) and sd >= 0):
-        raise ValueError(f"the {trait} posterior must have a finite mean and SD >= 0, got {centre}, SD={sd}")
+    observed, values = _checked_observations(observed, values, centre, sd, what=what, trait=trait)
     if observed.size and (observed.min() < 0 or observed.max() >= curves.n_items or np.unique(observed).size != observed.size):
         raise ValueError(f"{what} must be distinct item indices in 0..{curves.n_items - 1}")
     n_known = curves.group_totals(observed, np.ones(observed.size))

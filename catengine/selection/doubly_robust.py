@@ -14,11 +14,10 @@ floor((t + 1) s) > floor(t s), with the share s = ``share`` while the LLM stands
 calibration population and s = ``extrapolation_share`` once its current trait estimate lies
 beyond it (``catengine.scoring.standing``): there the model's prediction of the unasked items is
 least trustworthy (it saturates at the calibration LLMs' ceiling), and the design-based part of the
-score is what keeps it honest, so more of the items are drawn by design (by
-``extrapolation_design``, the same rule as ``design`` unless set: uniform draws, which do not lean
-on the model's predictive variance, were 1.0-1.4x the error of the mean of as many random items
-on real MATH500 LLMs stronger than the calibration ones, against 0.7-1.2x with the default
-design's sqrt-variance weights; docs/validation.md).
+score is what keeps it honest, so more of the items are drawn by design, by the same rule
+(uniform draws there, which do not lean on the model's predictive variance, erred 1.0-1.4x as
+much as the mean of as many random items on real MATH500 LLMs stronger than the calibration ones,
+against 0.7-1.2x with the sqrt-variance weights; docs/validation.md).
 """
 
 from __future__ import annotations
@@ -55,8 +54,7 @@ class DoublyRobustSelection(ItemSelector):
     design draws (default :class:`RandomisedSelection`: sqrt-variance weights mixed half and half
     with uniform); ``share`` in (0, 1]: the share of design draws while the LLM stands inside the
     calibration population; ``extrapolation_share`` in [share, 1]: the share once it stands beyond
-    it; ``extrapolation_design``: the known-probability rule of the draws made beyond it (default:
-    the same as ``design``). The criterion value of a design draw is its selection probability, of an adaptive step the
+    it. The criterion value of a design draw is its selection probability, of an adaptive step the
     adaptive selector's criterion; :meth:`is_design_draw` tells them apart (the session stores it
     as ``StepRecord.design``)."""
 
@@ -65,20 +63,14 @@ class DoublyRobustSelection(ItemSelector):
     design: RandomisedSelection = field(default_factory=RandomisedSelection)
     share: float = 0.5
     extrapolation_share: float = 1.0
-    extrapolation_design: RandomisedSelection = field(default_factory=RandomisedSelection)
 
     def __post_init__(self):
         if self.adaptive is not None and not isinstance(self.adaptive, ItemSelector):
             raise TypeError(f"adaptive must be an ItemSelector, got {type(self.adaptive).__name__}")
         if isinstance(self.adaptive, DoublyRobustSelection):
             raise ValueError("adaptive cannot itself be a DoublyRobustSelection")
-        for name in ("design", "extrapolation_design"):
-            rule = getattr(self, name)
-            if not isinstance(rule, RandomisedSelection):
-                raise TypeError(f"{name} must be a RandomisedSelection (known probabilities), got {type(rule).__name__}")
-        if self.extrapolation_design.n_nodes != self.design.n_nodes:
-            raise ValueError("design and extrapolation_design must use the same n_nodes (the design-based score "
-                             "recomputes their probabilities with one quadrature)")
+        if not isinstance(self.design, RandomisedSelection):
+            raise TypeError(f"design must be a RandomisedSelection (known probabilities), got {type(self.design).__name__}")
         _check_share("share", self.share)
         _check_share("extrapolation_share", self.extrapolation_share)
         if self.extrapolation_share < self.share:
@@ -109,23 +101,18 @@ class DoublyRobustSelection(ItemSelector):
             return self.share
         return self.extrapolation_share if self.extrapolating(state) else self.share
 
-    def design_at(self, state: SelectionState) -> RandomisedSelection:
-        """The design rule of a draw at this state: ``extrapolation_design`` beyond the calibration
-        population, ``design`` inside it."""
-        return self.extrapolation_design if self.extrapolating(state) else self.design
-
     def is_design_draw(self, state: SelectionState) -> bool:
         n = 0 if state.responses is None else int(state.responses.n)
         return scheduled_design_draw(n, self.share_at(state))
 
     def probabilities(self, params, state: SelectionState, expected=None) -> np.ndarray:
-        """The probabilities of a design draw at this state (:meth:`design_at`)."""
-        return self.design_at(state).probabilities(params, state, expected=expected)
+        """The design rule's probabilities (the probabilities of a design draw at this state)."""
+        return self.design.probabilities(params, state, expected=expected)
 
     def candidates(self, params, state: SelectionState, rng, k: int = 1):
         k = check_k(k)
         if self.is_design_draw(state):
-            return self.design_at(state).candidates(params, state, rng, k)
+            return self.design.candidates(params, state, rng, k)
         return self.adaptive_for(state.items).candidates(params, state, rng, k)
 
     def explain_criterion(self, value: float) -> str:
@@ -135,4 +122,3 @@ class DoublyRobustSelection(ItemSelector):
         super().check_bank(items)
         self.adaptive_for(items).check_bank(items)
         self.design.check_bank(items)
-        self.extrapolation_design.check_bank(items)
