@@ -1,6 +1,7 @@
 """The default full-benchmark score for new LLMs unlike the calibration ones: strength-ordered and random splits.
 
-``python benchmarks/score_extrapolation.py [math500-cbmm|math500-saem|amc23-saem|chembench|psn|all] [--reps 3] [--seed 0]``
+``python benchmarks/score_extrapolation.py [math500-cbmm|math500-saem|amc23-saem|chembench|psn|all] [--reps 3] [--seed 0]
+[--splits strength-up,strength-down,random] [--design opening=5,share=0.5]``
 
 Two splits of each shared data set, LLMs (with all their runs) on one side only:
 
@@ -94,12 +95,16 @@ def splits(data, seed):
     return out
 
 
-def replay(bank, y, cot, lengths, rng):
+def replay(bank, y, cot, lengths, rng, design=None):
     from catengine import CATSession
+    from catengine.selection import DoublyRobustSelection, default_selector_for
     from catengine.stopping import MaxItems
 
-    # the default selector (DoublyRobustSelection, or RandomisedSelection where the bank's check says so)
+    # the default selector (DoublyRobustSelection, or RandomisedSelection where the bank's check says so);
+    # ``design``: other settings of DoublyRobustSelection where that is the default (--design)
     s = CATSession(bank, stopping=MaxItems(max(lengths)), rng=rng)
+    if design and isinstance(s.selector, DoublyRobustSelection):
+        s = CATSession(bank, selector=DoublyRobustSelection(**design), stopping=MaxItems(max(lengths)), rng=rng)
     index = bank.index_of
     for step in range(1, max(lengths) + 1):
         item = s.next_item()
@@ -112,7 +117,7 @@ def replay(bank, y, cot, lengths, rng):
             yield step, s
 
 
-def run_set(name, reps, seed):
+def run_set(name, reps, seed, kinds=None, design=None):
     from catengine.scoring import random_mean_mae
 
     benchmark, _, method = name.partition("-")
@@ -125,6 +130,8 @@ def run_set(name, reps, seed):
     records = []
     t0 = time.perf_counter()
     for split, train, test in splits(data, seed):
+        if kinds is not None and ("random" if split.startswith("random") else split) not in kinds:
+            continue
         if test.size == 0 or train.size == 0:  # e.g. more than 15% of the LLMs tie at accuracy 0: none strictly below
             print(f"  {name} {split}: no LLMs on one side of the split (ties at its quantile); skipped", flush=True)
             continue
@@ -138,7 +145,7 @@ def run_set(name, reps, seed):
             truth = float(np.nanmean(y))
             for r in range(reps):
                 rng = np.random.default_rng([seed, int(i), r])
-                for k, s in replay(bank, y, cot, lengths, rng):
+                for k, s in replay(bank, y, cot, lengths, rng, design):
                     auto = s.predicted_score(by=False)
                     model = s.predicted_score(method="model", by=False)
                     records.append({
@@ -203,6 +210,9 @@ def main(argv=None) -> int:
     ap.add_argument("sets", nargs="?", default="all", choices=SETS + ("all",))
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--design", default=None, help="settings of the default DoublyRobustSelection to measure instead, "
+                    "e.g. opening=0,share=1.0")
+    ap.add_argument("--splits", default=None, help="comma-separated kinds of split to run (strength-up, strength-down, random); default all")
     args = ap.parse_args(argv)
     chosen = SETS if args.sets == "all" else (args.sets,)
     for name in chosen:
@@ -210,7 +220,14 @@ def main(argv=None) -> int:
             print(f"psn: skipped ({psn_missing()})")
             continue
         t0 = time.perf_counter()
-        records, lengths, n = run_set(name, args.reps, args.seed)
+        kinds = None if args.splits is None else set(args.splits.split(","))
+        design = None
+        if args.design:
+            design = {}
+            for pair in args.design.split(","):
+                key, _, value = pair.partition("=")
+                design[key.strip()] = int(value) if key.strip() == "opening" else float(value)
+        records, lengths, n = run_set(name, args.reps, args.seed, kinds, design)
         summarise(name, records, lengths, n)
         print(f"({name}: {time.perf_counter() - t0:.0f} s)")
     return 0

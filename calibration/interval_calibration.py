@@ -49,7 +49,7 @@ from calibration.score_factors import attach_score_factors
 from calibration.audit._common import Z95
 from calibration.score_calibration import fit_score_curve, score_residuals, smooth_table
 
-__all__ = ["DEFAULT_FOLDS", "DEFAULT_LENGTHS", "MIN_SUBJECTS", "cross_fit_intervals", "describe", "fit_factors",
+__all__ = ["DEFAULT_FOLDS", "DEFAULT_LENGTHS", "EDGE_SHARE", "MIN_SUBJECTS", "cross_fit_intervals", "describe", "edge_folds", "fit_factors",
            "interval_multipliers", "item_sd_factors", "MIN_LLMS_TO_NARROW", "narrowing_floor", "quantile_bound_order", "robust_scale", "scale_b_sd", "with_interval_check"]
 
 DEFAULT_FOLDS = 5
@@ -61,6 +61,8 @@ NARROWING_CONFIDENCE = 0.7  # c(L) < 1 only by its upper confidence bound at thi
 MIN_LLMS_TO_NARROW = 24  # fewer held-out LLMs: c(L) >= 1 and z95(L) = 1.96 (no narrowing without evidence)
 Z95_BOUNDS = (1.0, 3.0)  # z95(L) is kept in this range
 MAD_TO_SD = 1.0 / 0.6744897501960817  # median |z| of Normal(0, 1) is 0.6745
+#: the strength-ordered check holds out the LLMs in the top and in the bottom EDGE_SHARE of accuracy
+EDGE_SHARE = 0.2
 #: the fold refits' score factors stop at this relative change of the log posterior (the full fit: 1e-7);
 #: started from the full fit, their loadings are then within ~1e-4 of the optimum, against fold-to-full
 #: differences of order 1 (MATH500)
@@ -280,6 +282,8 @@ def cross_fit_intervals(data, make_bank, *, folds: int = DEFAULT_FOLDS, test_len
         more_curves, more_scores = _fit_curves(pooled, replayed, data, lengths)
         curves.update(more_curves)
         score_curves.update(more_scores)
+    beyond = _strength_ordered_check(data, make_bank, default_name, n_obs, L, lengths, scoring_used, estimator,
+                                     seed, K)
     return {
         "version": 1,
         "method": "cross-fitted replay of held-out calibration LLMs (docs/math.md §7.5)",
@@ -300,6 +304,7 @@ def cross_fit_intervals(data, make_bank, *, folds: int = DEFAULT_FOLDS, test_len
         "score_form": "delta(L): residual SD per unanswered item (accuracy scale), s(L): log-SD of the unrecorded CoT "
                       "total; the engine adds (delta n_U)^2 to the predicted number correct's variance and a mean-1 "
                       "log-normal factor to the unrecorded CoT (docs/math.md §7.6)",
+        "beyond": beyond,
         "n_converged_folds": n_converged,
         "item_sd_factors": factors,
         "seconds": round(time.perf_counter() - t0, 2),
@@ -307,8 +312,76 @@ def cross_fit_intervals(data, make_bank, *, folds: int = DEFAULT_FOLDS, test_len
     }
 
 
+def edge_folds(data, n_obs, min_answers: int) -> dict:
+    """The held-out rows of the strength-ordered check: ``{"above": rows, "below": rows}``.
+
+    "above" holds the runs of the LLMs (``data.llm_groups``) in the top ``EDGE_SHARE`` of
+    full-benchmark accuracy (the mean over an LLM's runs of its answered items' accuracy), kept
+    only where strictly above every LLM left for calibration (ties at the boundary stay in), and
+    only the runs with at least ``min_answers`` answers; "below" the mirror image. A side is left
+    out when fewer than ``MIN_HELD_OUT`` runs would be held out or fewer than ``MIN_SUBJECTS``
+    would remain to calibrate on."""
+    groups = np.asarray(data.llm_groups)
+    answered = data.correct >= 0
+    with np.errstate(invalid="ignore", divide="ignore"):
+        run_acc = np.where(answered, data.correct, 0).sum(axis=1) / answered.sum(axis=1)
+    n_groups = int(groups.max()) + 1 if groups.size else 0
+    group_acc = np.array([np.nanmean(run_acc[groups == g]) if np.any(np.isfinite(run_acc[groups == g])) else np.nan
+                          for g in range(n_groups)])
+    finite = np.flatnonzero(np.isfinite(group_acc))
+    n_edge = int(math.floor(EDGE_SHARE * finite.size))
+    out = {}
+    if n_edge < 1 or finite.size - n_edge < 2:
+        return out
+    ranked = finite[np.argsort(group_acc[finite], kind="stable")]
+    for side, chosen, rest in (("above", ranked[-n_edge:], ranked[:-n_edge]), ("below", ranked[:n_edge], ranked[n_edge:])):
+        bound = group_acc[rest].max() if side == "above" else group_acc[rest].min()
+        beyond = chosen[group_acc[chosen] > bound] if side == "above" else chosen[group_acc[chosen] < bound]
+        rows = np.flatnonzero(np.isin(groups, beyond))
+        test = rows[n_obs[rows] >= min_answers]
+        if test.size >= MIN_HELD_OUT and data.n_subjects - rows.size >= MIN_SUBJECTS:
+            out[side] = (rows, test)
+    return out
+
+
+def _strength_ordered_check(data, make_bank, default_name, n_obs, L, lengths, scoring_used, estimator, seed, K):
+    """The ``beyond`` part of the record (docs/math.md §7.5): per side ("above", "below"), a bank
+    fitted without the strongest (weakest) LLMs, the held-out ones replayed with the default
+    selector, and their trait and score curves fitted as for the random folds. Sessions whose
+    trait estimate stands beyond the calibration population on that side widen the model-based
+    score by the larger of these score curves and the random folds' (``catengine.session.scoring
+    .score_curve``); the trait curves are reported with the bank. None when neither side has
+    enough LLMs."""
+    from calibration.audit.runner import stream
+
+    out = {}
+    for r, (side, (rows, test)) in enumerate(edge_folds(data, n_obs, L).items()):
+        train = np.setdiff1d(np.arange(data.n_subjects), rows)
+        try:
+            bank, _ = make_bank(data.subset(subjects=train), np.random.default_rng(stream(seed, K + r, "fit")),
+                                f"interval_check_{side}")
+        except ValueError:  # the LLMs left cannot be calibrated: this side is not checked
+            continue
+        pooled, replayed = _replay_folds([bank], [test], [("default", None)], default_name, data, n_obs, L, lengths,
+                                         scoring_used, estimator, seed, replication_offset=K + r)
+        curves, score_curves = _fit_curves(pooled, replayed, data, lengths)
+        if curves:
+            n_cal = data.correct[train] >= 0
+            acc = np.where(n_cal, data.correct[train], 0).sum(axis=1) / np.maximum(n_cal.sum(axis=1), 1)
+            out[side] = {"n_held_out": int(test.size), "n_calibration": int(train.size),
+                         "calibration_accuracy_range": [round(float(acc.min()), 4), round(float(acc.max()), 4)],
+                         "curves": curves, "score_curves": score_curves}
+    if not out:
+        return None
+    return {"form": f"the LLMs in the top (above) / bottom (below) {EDGE_SHARE:.0%} of accuracy held out, strictly "
+                    "beyond every calibration LLM; a bank fitted on the others; the held-out LLMs replayed with the "
+                    "default selector; c(L), z95(L) and the score curves fitted as for the random folds. Sessions "
+                    "whose trait estimate stands beyond the calibration population widen the model-based score by "
+                    "the larger of these score curves and the random folds'; the trait curves are reported", **out}
+
+
 def _replay_folds(fold_banks, fold_rows, selectors, default_name, data, n_obs, L, lengths, scoring_used, estimator,
-                  seed, random_at_lengths=True):
+                  seed, random_at_lengths=True, replication_offset=0):
     """Replay every fold's held-out LLMs (those with at least L answers) against its fold bank with
     ``selectors``; pooled (diff, sd, full_sd) and replayed sessions per selector name."""
     from calibration.audit.replay import replay_llms
@@ -323,14 +396,16 @@ def _replay_folds(fold_banks, fold_rows, selectors, default_name, data, n_obs, L
         test = [i for i in fold_rows[k] if n_obs[i] >= L]
         if not test:
             continue
-        raw = replay_llms(bank, data, test, stepped, [scoring_used], estimator, L, seed, k, keep_sessions=True)
+        raw = replay_llms(bank, data, test, stepped, [scoring_used], estimator, L, seed, k + replication_offset,
+                          keep_sessions=True)
         for r, (name, _) in enumerate(stepped):
             key = default_name if name == "default" else name
             pooled.setdefault(key, []).append((raw["est"][r, 0][:, idx] - raw["full"][0][:, None],
                                                raw["sd"][r, 0][:, idx], raw["full_sd"][r, 0]))
             replayed.setdefault(key, []).append((raw["sessions"][r][0], test))
         if len(stepped) < len(selectors):
-            est, sd, sessions = _random_replays(bank, data, test, lengths, scoring_used, estimator, seed, k)
+            est, sd, sessions = _random_replays(bank, data, test, lengths, scoring_used, estimator, seed,
+                                                k + replication_offset)
             # fold banks carry no interval calibration, so SD_F is the same for every selector
             pooled.setdefault("random", []).append((est - raw["full"][0][:, None], sd, raw["full_sd"][0, 0]))
             replayed.setdefault("random", []).append((sessions, test))
@@ -571,6 +646,19 @@ def describe(record: dict) -> str:
         if cur.get("cot_log_sd"):
             pairs = ", ".join(f"L={L}: {d:.2f}" for L, d in zip(cur["test_length"], cur["cot_log_sd"]))
             lines.append(f"  score check, {name}: CoT-total log-SD {pairs}")
+    for side, part in (record.get("beyond") or {}).items():
+        if not isinstance(part, dict) or "curves" not in part:
+            continue
+        lo, hi = part["calibration_accuracy_range"]
+        for name, cur in part["curves"].items():
+            pairs = ", ".join(f"L={L}: c={c:.2f}" for L, c in zip(cur["test_length"], cur["c"]))
+            lines.append(f"  beyond the calibration range ({side}: {part['n_held_out']} runs held out, a bank from "
+                         f"accuracies {lo:.2f}-{hi:.2f}), {name}: {pairs}")
+        for name, cur in (part.get("score_curves") or {}).items():
+            if cur.get("accuracy_mae") and cur.get("random_mean_mae"):
+                pairs = ", ".join(f"L={L}: {m / r:.2f}x" for L, m, r in
+                                  zip(cur["test_length"], cur["accuracy_mae"], cur["random_mean_mae"]) if r > 0)
+                lines.append(f"  beyond ({side}), {name}: the model's score error vs the mean of as many random items {pairs}")
     b = record.get("item_sd_factors", {}).get("b_applied", 1.0)
     if b and b > 1.0:
         lines.append(f"  b_sd widened x{b:.2f} to the cross-fitted refit spread")

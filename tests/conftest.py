@@ -4,45 +4,125 @@
 next work unit from a queue in collection order whenever it is nearly idle. This hook
 
 * makes a work unit of the tests of one module that share a module- or class-scoped fixture
-  (an ``xdist_group`` named after the module), so that such a fixture is built on one worker only;
+  (an ``xdist_group`` named after the module), so that such a fixture is built on one worker only,
+  and of the tests listed in ``SHARED_UNITS`` (a cost shared through the process, not a fixture);
   every other test is a unit of its own;
-* orders the units by their expected duration, longest first (``EXPECTED_SECONDS``: seconds on two
-  loaded cores, by node-id prefix; a unit's expectation sums the prefixes its tests match), so that the
+* orders the units by their expected duration, longest first (``EXPECTED_SECONDS``: CPU seconds,
+  by node-id prefix; a unit's expectation sums the prefixes its tests match), so that the
   longest tests do not end up serialised on one worker at the end of the run. Units without an
   expectation keep their collection order after the others.
 
 Without xdist (``-n 0``) only the order applies.
+
+Before an xdist run starts its workers, the controller compiles the library's cached numba kernels
+(``tests/numba_warmup.py``, one process per worker, sharing the list), so that the workers and the
+subprocesses of the tests load them from the cache instead of each compiling them at the same
+time on a clean clone. With warm caches this costs the loading, about 2 s; ``IRT_NUMBA_WARMUP=0``
+skips it.
 """
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
 import pytest
 
-#: expected seconds of the slow tests, by node-id prefix (the longest matching prefix applies)
+#: expected seconds of the slow tests, by node-id prefix (the longest matching prefix applies): the CPU
+#: seconds of the test and its subprocesses, measured on a full run with warm numba caches (wall time on
+#: two loaded cores is 1-3x that; only the order matters)
 EXPECTED_SECONDS = {
-    "tests/browser/test_jupyterlab.py::test_notebook01_runs_in_jupyterlab_and_session_panel_steps": 50,
-    "tests/test_readme.py::test_readme_calibration_and_recalibration_run": 87,
-    "tests/test_notebooks.py::test_notebook_runs_top_to_bottom[02_calibrate_a_bank.ipynb]": 60,
-    "tests/test_notebooks.py::test_notebook_runs_top_to_bottom[01_adaptive_evaluation.ipynb]": 50,
-    "tests/test_notebooks.py::test_notebook_runs_top_to_bottom[03_trust_audit.ipynb]": 40,
-    "tests/test_notebooks.py::test_notebook_runs_top_to_bottom[04_uncertainty.ipynb]": 28,
-    "tests/test_audit_replay.py::test_default_banks_are_honest_with_maximum_information_too": 43,
-    "tests/test_audit_dask.py": 70,
-    "tests/test_calibration_priors.py::test_recalibration_flags_contaminated_items_but_not_stable_ones": 24,
-    "tests/test_fuzz_banks.py::test_damaged_bank_files": 22,
-    "tests/test_audit_recovery.py::test_parallel_results_do_not_depend_on_the_number_of_workers": 21,
-    "tests/test_calibrator_contract.py::test_responses_as_arrays_only_where_declared": 16,
-    "tests/test_harness_docs.py": 14,
-    "tests/test_real_banks.py::test_evaluate_rejects_answers_keyed_to_another_benchmark": 14,
-    "tests/test_psn_calibrator.py::test_recovery_informative_design": 13,
-    "tests/test_cbmm.py::test_rank_r_kernels_match_naive": 13,
-    "tests/test_engine_cli.py::test_serve_batches_every_op_and_the_help": 11,
-    "tests/test_engine_cli.py::test_serve_survives_hostile_input_and_resumes": 11,
+    "tests/test_audit_dask.py": 104,
+    "tests/browser/test_jupyterlab.py::test_notebook01_runs_in_jupyterlab_and_session_panel_steps": 54,
+    "tests/test_audit_replay.py::test_default_banks_are_honest_with_maximum_information_too": 50,
+    "tests/test_readme.py::test_readme_calibration_and_recalibration_run": 46,
+    "tests/test_notebooks.py::test_notebook_runs_top_to_bottom[01_adaptive_evaluation.ipynb]": 35,
+    "tests/test_calibration_priors.py::test_recalibration_flags_contaminated_items_but_not_stable_ones": 30,
+    "tests/test_notebooks.py::test_notebook_runs_top_to_bottom[02_calibrate_a_bank.ipynb]": 29,
+    "tests/test_recalibrate.py::test_recalibration_runs_the_check_by_default_and_a_skipped_one_is_said_and_made_up": 24,
+    "tests/test_harness_docs.py::test_docs_lm_eval_example_runs_offline_as_written": 23,
+    "tests/test_notebooks.py::test_notebook_runs_top_to_bottom[04_uncertainty.ipynb]": 21,
+    "tests/test_scoring_design.py::test_wrong_bank_model_interval_fails_design_interval_covers": 20,
+    "tests/test_reliability_contracts.py::test_two_concurrent_recalibrations_keep_one_line_of_descent": 20,
+    "tests/test_cbmm.py::test_rank_r_kernels_match_naive[3]": 17,
+    "tests/test_real_banks.py::test_evaluate_rejects_answers_keyed_to_another_benchmark": 16,
+    "tests/test_notebooks.py::test_notebook_runs_top_to_bottom[03_trust_audit.ipynb]": 15,
+    "tests/test_cbmm.py::test_rank_r_kernels_match_naive[1]": 14,
+    "tests/test_psn_calibrator.py::test_recovery_informative_design": 14,
+    "tests/test_real_banks.py::test_full_rebuild_reproduces_chembench_2pl_with_its_replay_audit": 12,
+    "tests/test_audit_replay.py::test_resume_missing_answers_and_report": 12,
+    "tests/test_engine_cli.py::test_serve_survives_hostile_input_and_resumes": 10,
+    "tests/test_engine_cli.py::test_serve_batches_every_op_and_the_help": 10,
+    "tests/test_audit_recovery.py::test_parallel_results_do_not_depend_on_the_number_of_workers": 10,
+    "tests/test_score_calibration.py::test_the_score_factor_path_stores_a_check_that_restores_coverage": 10,
+    "tests/test_lart_saem.py::test_saem_agrees_with_quadrature_tight": 10,
+    "tests/test_readme.py::test_readme_notebook_commands_are_valid_jupyter_invocations": 9,
+    "tests/test_recalibrate.py::test_merge_without_stored_responses_explains_replace": 9,
+    "tests/test_readme.py::test_readme_evaluate_your_llm_runs": 9,
+    "tests/test_real_banks.py::test_refitting_reproduces_the_shipped_parameters[math500_lart]": 9,
+    "tests/test_fuzz_banks.py::test_damaged_bank_files": 9,
+    "tests/test_harness_docs.py::test_docs_inspect_example_runs_offline_as_written": 9,
+    "tests/test_cli_fit_lineage.py::test_cli_fit_leaves_llms_out_by_ids_or_file": 9,
+    "tests/test_calibration_priors.py::test_item_covariance_is_the_inverse_hessian_of_the_penalised_objective": 7,
+    "tests/test_cbmm.py::test_rank1_kernels_match_naive[37-53]": 7,
+    "tests/test_audit_replay.py::test_cli_replay": 7,
+    "tests/test_engine_cli.py::test_serve_marks_answers_to_items_it_did_not_propose": 6,
+    "tests/test_calibration_priors.py::test_penalised_gradient_matches_finite_differences": 6,
+    "tests/test_readme.py::test_readme_shipped_bank_on_its_source_data": 6,
+    "tests/test_recalibrate_export.py::test_psn_bank_with_default_export_keeps_it": 6,
+}
+#: tests that share a process-wide cost without a fixture, by node-id prefix -> the work unit they form
+#: (one worker then pays the cost once): the parallel cBMM kernels, compiled in every process that
+#: calls them with more than one numba thread (calibration/methods/cbmm/_kernels.py)
+SHARED_UNITS = {
+    "tests/test_cbmm.py::test_rank1_kernels_match_naive": "cbmm-parallel-kernels",
+    "tests/test_cbmm.py::test_rank_r_kernels_match_naive": "cbmm-parallel-kernels",
+    "tests/test_cbmm.py::test_extreme_theta_kernel_matches_brentq": "cbmm-parallel-kernels",
+    "tests/test_kernel_fast_paths.py::test_cbmm_loss_pass_over_several_product_blocks_matches_naive": "cbmm-parallel-kernels",
 }
 #: a test marked ``slow`` without an entry above
 SLOW_MARK_SECONDS = 5.0
 #: fixture scopes whose tests form one work unit per module
 SHARED_SCOPES = ("module", "class", "package")
+
+
+def _warmup_processes(config) -> int:
+    """How many warm-up processes to start: one per xdist worker (at most one per core), none in
+    a worker, without xdist, or with ``IRT_NUMBA_WARMUP=0``."""
+    if hasattr(config, "workerinput") or os.environ.get("IRT_NUMBA_WARMUP", "1") == "0":
+        return 0
+    n = config.getoption("numprocesses", None)
+    if not n or config.getoption("collectonly", False):
+        return 0
+    cores = os.cpu_count() or 1
+    return min(n if isinstance(n, int) else cores, cores)  # "auto" / "logical": the cores
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook (trylast), which starts the workers
+def pytest_sessionstart(session):
+    n = _warmup_processes(session.config)
+    script = Path(__file__).with_name("numba_warmup.py")
+    if n == 0 or not script.exists():
+        return
+    t0 = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="numba-warmup-") as claims:
+        procs = [subprocess.Popen([sys.executable, str(script), "--claims", claims], cwd=script.parent.parent,
+                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for _ in range(n)]
+        outs = [proc.communicate()[0] for proc in procs]
+    lines = [f"numba warm-up ({n} processes, {time.perf_counter() - t0:.1f} s):"]
+    for proc, out in zip(procs, outs):
+        last = out.strip().splitlines()[-1:] or ["(no output)"]
+        lines.append(f"  {last[0]}" if proc.returncode == 0 else f"  failed ({proc.returncode}): {out.strip()[-1000:]}")
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    for line in lines:
+        if reporter is not None:
+            reporter.write_line(line)
+        else:
+            print(line)
 
 
 def _expected_seconds(members) -> float:
@@ -65,6 +145,9 @@ def _shares_a_fixture(item) -> bool:
 
 
 def _unit_of(item) -> str:
+    for prefix, unit in SHARED_UNITS.items():
+        if item.nodeid.startswith(prefix):
+            return unit
     module = item.nodeid.split("::", 1)[0]
     return f"{module}::shared-fixtures" if _shares_a_fixture(item) else item.nodeid
 

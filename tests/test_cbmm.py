@@ -41,6 +41,18 @@ def _random_problem(n, j, rng, missing=0.3):
     return c
 
 
+def _assert_serial_twin(kernel, *args):
+    """The kernel's serial (cached) compile writes the bits of its parallel one on the same inputs
+    (calibration/methods/cbmm/_kernels.py: fits below 2.1 M cells run the serial one)."""
+    par = [x.copy() if isinstance(x, np.ndarray) else x for x in args]
+    ser = [x.copy() if isinstance(x, np.ndarray) else x for x in args]
+    kernel.parallel(*par)
+    kernel.serial(*ser)
+    for p, q in zip(par, ser):
+        if isinstance(p, np.ndarray):
+            assert p.tobytes() == q.tobytes(), kernel.__name__
+
+
 # ------------------------------------------------------------------------------ kernels vs twins
 def test_exp_and_log1p_polynomials_match_libm():
     x = -np.concatenate([np.linspace(0, 40, 400_001), np.linspace(40, 700, 10_001)])
@@ -99,6 +111,13 @@ def test_rank1_kernels_match_naive(n, j):
     for g, r in zip(got, naive.count_pass(c, row_on, col_on)):
         np.testing.assert_array_equal(g, r)
 
+    _assert_serial_twin(K.transpose_int8, c, np.zeros_like(ct))
+    for want_loss in (True, False):
+        _assert_serial_twin(K.col_pass_r1, ct, theta, roww, a, b, cols, *[np.full(j, np.nan) for _ in range(9)], want_loss)
+    for ridge in (0.0, 2.5):
+        _assert_serial_twin(K.row_pass_r1, c, theta, a, b, an, an * an, ana, anb, ridge, rows, theta + 100.0, np.zeros(n))
+    _assert_serial_twin(K.count_pass, c, ct, row_on, col_on, *[np.zeros_like(g) for g in got])
+
 
 @pytest.mark.slow
 @pytest.mark.parametrize("rank", [1, 2, 3])
@@ -145,6 +164,13 @@ def test_rank_r_kernels_match_naive(rank):
     np.testing.assert_allclose(got_u[rows], naive.zv_rows(c, v, mu, col_on, rows)[rows], rtol=1e-12, atol=1e-12)
     np.testing.assert_allclose(got_v, naive.ztu_cols(c, u, mu, rows), rtol=1e-12, atol=1e-12)
 
+    _assert_serial_twin(K.col_pass_rk, ct, theta, roww, a, b, cols, np.zeros(j), np.zeros((j, rank)), np.zeros(j),
+                        np.zeros((j, rank)), np.zeros((j, rank, rank)), np.zeros(j), True)
+    _assert_serial_twin(K.row_pass_rk, c, theta, a, b, an, anb, col_on, rows, 1e-12, theta.copy(), np.zeros_like(theta))
+    _assert_serial_twin(K.nnls_columns, gram, q, np.zeros((j, rank)), cols, 500, 1e-15, np.zeros((j, rank)))
+    _assert_serial_twin(K.zv_rows, c, v, mu, col_on, rows, np.zeros((n, rank)))
+    _assert_serial_twin(K.ztu_cols, ct, u, roww, mu, cols, np.zeros((j, rank)))
+
 
 def test_extreme_theta_kernel_matches_brentq():
     rng = np.random.default_rng(5)
@@ -160,6 +186,7 @@ def test_extreme_theta_kernel_matches_brentq():
     K.extreme_theta(c, rows, a, b, col_on, target, -30.0, 30.0, 80, out)
     ref = naive.extreme_theta(c, rows, a, b, col_on, target, -30.0, 30.0)
     np.testing.assert_allclose(out, [ref[i] for i in rows], atol=1e-9)
+    _assert_serial_twin(K.extreme_theta, c, rows, a, b, col_on, target, -30.0, 30.0, 80, np.zeros(n))
 
 
 @pytest.mark.parametrize("sigma", [1.0, 0.5])

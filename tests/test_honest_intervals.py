@@ -420,7 +420,8 @@ def test_default_calibration_path_stores_the_interval_check_and_sessions_use_it(
     bank = CBMMCalibrator(rng=0, progress=False).fit(data).to_item_bank("sim")
     record = json.loads(bank.attrs["interval_calibration"])
     assert record["folds"] == 5 and record["n_subjects"] == N
-    assert set(record["curves"]) == {record["selection"], "mfi", "random"}  # default, plain maximum information, random
+    # default, plain maximum information, random; and randomised where the check finds the model losing to random items
+    assert {record["selection"], "mfi", "random"} <= set(record["curves"]) <= {record["selection"], "mfi", "random", "randomised"}
     from calibration.interval_calibration import narrowing_floor, smooth_table
 
     for cur in record["curves"].values():  # c(L): the smoothed raw factors, below 1 only by their bound

@@ -191,3 +191,32 @@ def test_curves_refuse_bad_input():
         predict_accuracy_from_curves(curves, math.nan, 1.0, [], [])
     with pytest.raises(ValueError, match="panel width"):
         SummedCurves(lambda t, i: None, J, None, 0, 1, 0.0, unit=(1.0,))
+
+
+@pytest.mark.parametrize("model", ["2pl", "4pl", "lart"])
+@pytest.mark.parametrize("uncertainty", ["none", "b", "a", "ab"])
+def test_compiled_sums_equal_the_item_values_summed(model, uncertainty):
+    """The compiled passes (catengine.scoring._kernels) behind every sum of the curves give the sums
+    of the per-item values (item_averaged_response / the CoT moments) to rounding, per category,
+    at ordinary and extreme traits and over a subset of the items (relative to each value, and
+    for the accuracy sums to the panels' scale, a per-item bound times the items: p (1 - p) near
+    p = 1 keeps only the absolute precision of p)."""
+    bank = make_bank(model, uncertainty, seed=3)
+    p = bank.params
+    items = bank.items
+    kw = {n: (np.asarray(items[n].values) if n in items else None) for n in ("a_sd", "b_sd", "ab_cov")}
+    codes = np.arange(J) % 4
+    points = np.array([-800.0, -40.0, -3.0, -0.4, 0.0, 0.7, 2.5, 40.0, 800.0])
+    subset = np.array([3, 17, 100, 239])
+    built = [accuracy_curves(p, codes=codes, n_groups=4, **kw)]
+    if model == "lart":
+        built.append(cot_curves(p, codes=codes, n_groups=4))
+        points = points[2:-2]  # exp(-phi tau) overflows beyond
+    for curves in built:
+        for chosen in (np.arange(J), subset):
+            got = curves.subset_sums(points, chosen)
+            values = curves._item_values(points, chosen)
+            member = curves._member(chosen)
+            want = (values.reshape(-1, chosen.size) @ member).reshape(got.shape)
+            scale = 1e-15 * chosen.size if curves.n_functions == 2 else 1e-300
+            np.testing.assert_allclose(got, want, rtol=1e-13, atol=scale)

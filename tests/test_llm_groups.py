@@ -103,17 +103,24 @@ def test_the_interval_check_never_trains_on_a_held_out_runs_sibling():
     group_of = dict(zip(data.subject_ids, data.subject_groups))
     trained_on = []
 
+    runs_per_group = []
+
     def spy(train, rng, bank_id):
         trained_on.append({group_of[s] for s in train.subject_ids})
+        runs_per_group.append([group_of[s] for s in train.subject_ids])
         n = train.n_subjects
         p = np.clip((train.correct == 1).sum(axis=0) / n, 0.05, 0.95)
         return ItemBank.from_params("2pl", list(train.item_ids), bank_id=bank_id, a=np.ones(train.n_items),
                                     b=np.log(p / (1 - p))), True
 
     record = cross_fit_intervals(data, spy, folds=4, test_lengths=(5, 10), rng=0)
-    assert record["n_llm_groups"] == 20 and record["folds"] == 4 and len(trained_on) == 4
+    n_edges = sum(side in (record["beyond"] or {}) for side in ("above", "below"))  # fitted after the folds
+    assert record["n_llm_groups"] == 20 and record["folds"] == 4 and len(trained_on) == 4 + n_edges
+    # every fit, folds and strength-ordered ones alike, trains on both runs of an LLM or on neither
+    for runs in runs_per_group:
+        assert all(runs.count(g) == 2 for g in set(runs))
     all_groups = set(data.subject_groups)
-    held = [all_groups - seen for seen in trained_on]
+    held = [all_groups - seen for seen in trained_on[:4]]
     assert all(len(h) == 5 for h in held)  # 20 LLMs, 4 folds: each fold holds out 5 whole LLMs (10 runs)
     assert set().union(*held) == all_groups
     # without groups the same split separates some siblings: that is what the groups prevent

@@ -64,10 +64,15 @@ def test_extrapolating_takes_the_design_estimate_and_holds_its_interval():
     e = combine_model_and_design(0.70, 0.03, 0.64, 0.76, 0.80, s, n, bounds=(0, 1), extrapolating=True)
     q = student_t.ppf(0.975, n - 1)
     assert e.weight == 1.0 and e.mean == pytest.approx(0.80)
-    assert e.low == pytest.approx(min(0.64, 0.80 - q * s)) and e.high == pytest.approx(0.80 + q * s)
+    # the hull of the precision-weighted combination's interval and the design's, not the model's
+    d = 0.10
+    P_e = max(P, d * d - s * s)
+    centre, half = 0.70 + P_e / (P_e + s * s) * d, q * math.sqrt(P_e * s * s / (P_e + s * s))
+    assert e.low == pytest.approx(min(centre - half, 0.80 - q * s)) and e.high == pytest.approx(max(centre + half, 0.80 + q * s))
+    assert e.low > 0.64  # the model's interval [0.64, 0.76] is not part of it
     inside = combine_model_and_design(0.70, 0.03, 0.64, 0.76, 0.80, s, n, bounds=(0, 1))
     assert inside.weight == 0.0  # inside the population: 2 SDs of disagreement not reached
-    assert inside.low >= e.low and inside.high <= e.high
+    assert inside.low == pytest.approx(0.64) and inside.high == pytest.approx(max(0.76, centre + half))
 
 
 def test_bounds_project_and_bad_input_is_named():
@@ -133,15 +138,23 @@ def test_doubly_robust_selector_schedules_design_draws_and_round_trips():
     assert from_config(to_config(sel)) == sel
     assert [scheduled_design_draw(t, 0.5) for t in range(6)] == [False, True, False, True, False, True]
     assert all(scheduled_design_draw(t, 1.0) for t in range(6))
-    s = run(bank, (rng.random(J) < 0.5).astype(int), 12, selector=sel, rng=2)
-    assert [r.design for r in s.history] == [False, True] * 6
+    answers = (rng.random(J) < 0.5).astype(int)
+    s = run(bank, answers, 12, selector=sel, rng=2)
+    # the opening draws, then the schedule (these answers keep the LLM inside the population)
+    assert sel.opening == 5
+    assert [r.design for r in s.history] == [True] * 5 + [scheduled_design_draw(t, 0.5) for t in range(5, 12)]
     score = s.predicted_score(by=False)
-    assert score.method == "doubly-robust" and score.n_design == 6
+    assert score.method == "doubly-robust" and score.n_design == 5 + 4
+    plain = run(bank, answers, 12, selector=DoublyRobustSelection(opening=0), rng=2)
+    assert [r.design for r in plain.history] == [False, True] * 6
     assert score.percentile is not None and 0 <= score.percentile <= 1
     with pytest.raises(ValueError, match="share"):
         DoublyRobustSelection(share=0.0)
     with pytest.raises(ValueError, match="at least share"):
         DoublyRobustSelection(share=0.6, extrapolation_share=0.5)
+    for bad in (-1, 2.5, True):
+        with pytest.raises(ValueError, match="opening"):
+            DoublyRobustSelection(opening=bad)
     with pytest.raises(TypeError, match="RandomisedSelection"):
         DoublyRobustSelection(design=DoublyRobustSelection())
 

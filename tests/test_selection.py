@@ -304,7 +304,9 @@ def test_randomesque_draws_among_the_top_k():
     est0 = CATSession(bank, rng=0).estimate
     state = SelectionState(est0, np.ones(60, bool), ResponseState(bank.params), t)
     top5 = set(MaxFisherInformation().candidates(bank.params, state, None, 5)[0].tolist())
-    firsts = [CATSession(bank, exposure=Randomesque(5), rng=seed).next_item() for seed in range(60)]
+    # exposure control acts on an adaptive selector's choice (the default's opening steps are random draws)
+    firsts = [CATSession(bank, selector=MaxFisherInformation(), exposure=Randomesque(5), rng=seed).next_item()
+              for seed in range(60)]
     picked = {bank.index_of(i) for i in firsts}
     assert picked == top5  # every one of the 5 best shows up, nothing else
     with pytest.raises(ValueError):
@@ -341,7 +343,8 @@ def test_sympson_hetter_calibration_caps_exposure():
     (the same best first items for everybody) to near the target."""
     bank = naive.make_bank("2pl", 40, seed=7)
     stop = MaxItems(5)
-    sh = calibrate_sympson_hetter(bank, target_rate=0.3, stopping=stop, n_simulees=80, n_iter=6, rng=3)
+    mfi = MaxFisherInformation()  # an adaptive selector: the default's opening steps are random draws already
+    sh = calibrate_sympson_hetter(bank, target_rate=0.3, selector=mfi, stopping=stop, n_simulees=80, n_iter=6, rng=3)
     assert len(sh.control) == 40 and min(sh.control) < 1
 
     def max_rate(exposure, seed):
@@ -349,7 +352,7 @@ def test_sympson_hetter_calibration_caps_exposure():
         rng = np.random.default_rng(seed)
         for _ in range(120):
             oracle, _ = naive.make_oracle(bank.params, seed=int(rng.integers(1 << 30)))
-            s = CATSession(bank, exposure=exposure, stopping=stop, rng=rng)
+            s = CATSession(bank, selector=mfi, exposure=exposure, stopping=stop, rng=rng)
             while not s.finished:
                 item = s.next_item()
                 counts[bank.index_of(item)] += 1

@@ -7,6 +7,8 @@ The bank's root attribute ``interval_calibration`` is a JSON object::
      "calibration_method": "saem", "estimator": "map", "scoring": "lart", "selection": "pei",
      "curves": {"pei":    {"test_length": [5, 10, ...], "c": [1.0, 1.12, ...], ...},
                 "random": {"test_length": [...], "c": [...], ...}},
+     "beyond": {"above": {"n_held_out": 28, "curves": {"pei": {...}}, "score_curves": {...}},
+                "below": {...}},
      "measured": {...}, "seconds": 12.5}
 
 ``c`` is a table by test length, smoothed, and below 1 only where the check had evidence for it
@@ -16,6 +18,14 @@ z95(L) SD instead of +- 1.96 SD (interpolated like c; banks without it use 1.96)
 L; below the first and beyond the last it is held constant; with no answer (L = 0) it is 1 (the
 population prior needs no correction). A session uses the curve of its own selector's name, and,
 for a selector the check did not run, the pointwise largest of the stored curves (conservative).
+
+``beyond`` (optional) is the strength-ordered check: the same curves, measured on the LLMs above
+(below) every calibration LLM of a bank fitted without them (:meth:`IntervalCalibration.curve`
+with ``side`` gives the pointwise larger of a selector's curve and that side's). Sessions apply
+its score curves beyond the calibration population (``catengine.session.scoring.score_curve``);
+its trait curves are evidence, reported with the bank, and not applied: switching a session's
+trait factor when its estimate crosses the population's edge would widen the reported interval
+with one more answer, which sessions never do (the envelope below).
 
 Sessions apply the nonincreasing envelopes of the stored tables, c'(L) = max over l >= L of c(l)
 (and the same for z95), never the raw tables: a stored c(L) that grows with L (the error that
@@ -34,6 +44,8 @@ from dataclasses import dataclass
 import numpy as np
 
 __all__ = ["IntervalCalibration", "IntervalCurve", "right_envelope"]
+
+SIDES = ("above", "below")
 
 
 def right_envelope(values: np.ndarray) -> np.ndarray:
@@ -81,11 +93,33 @@ class IntervalCurve:
             return None
         return float(np.interp(float(n_items), L, z))
 
+    def pointwise_max(self, other: "IntervalCurve", selection: str, measured_on: str) -> "IntervalCurve":
+        """The curve that applies the larger factor and multiplier of ``self`` and ``other`` at every
+        length (on the union of their grids; a missing z95 counts as 1.96)."""
+        grid = sorted(set(self.test_length) | set(other.test_length))
+        c = tuple(max(self.factor(L), other.factor(L)) for L in grid)
+        z95 = None
+        if self.z95 is not None or other.z95 is not None:
+            z95 = tuple(max(self.multiplier(L) or 1.96, other.multiplier(L) or 1.96) for L in grid)
+        return IntervalCurve(tuple(grid), c, selection, measured_on, z95)
+
     def describe(self, n_items: int) -> str:
         z = self.multiplier(n_items)
         interval = "" if z is None else f", 95% interval +-{z:.2f} SD"
         return (f"SD x c({n_items}) = {self.factor(n_items):.3f}{interval}, cross-fitted on {self.measured_on} "
                 f"with {self.selection} selection")
+
+
+def _parse_curves(curves: dict, measured_on: str, source: str, what: str) -> dict:
+    out = {}
+    for name, cur in curves.items():
+        try:
+            z95 = cur.get("z95")
+            out[str(name)] = IntervalCurve(tuple(int(v) for v in cur["test_length"]), tuple(float(v) for v in cur["c"]),
+                                           str(name), measured_on, None if z95 is None else tuple(float(v) for v in z95))
+        except (AttributeError, KeyError, TypeError, ValueError) as exc:
+            raise ValueError(f"{source}: interval_calibration {what}curve {name!r} is malformed ({exc})") from None
+    return out
 
 
 @dataclass(frozen=True)
@@ -98,6 +132,10 @@ class IntervalCalibration:
     record: dict
     #: the parsed ``score_curves`` (``catengine.scoring.calibration.ScoreCalibration``), or None
     scores: object = None
+    #: the strength-ordered check (record ``beyond``), per side ("above", "below"): its interval
+    #: curves by selector name, and its ScoreCalibration (or None)
+    beyond: dict = None
+    beyond_scores: dict = None
 
     @classmethod
     def from_json(cls, text: str, source: str = "bank") -> "IntervalCalibration":
@@ -113,22 +151,46 @@ class IntervalCalibration:
         llms = f"{n} calibration runs of {groups} LLMs" if isinstance(groups, int) and isinstance(n, int) and groups < n \
             else f"{n} calibration LLMs"
         measured_on = f"{llms} ({folds} folds, {record.get('calibration_method', '?')} banks)"
-        curves = {}
-        for name, cur in record["curves"].items():
-            try:
-                z95 = cur.get("z95")
-                curves[str(name)] = IntervalCurve(tuple(int(v) for v in cur["test_length"]), tuple(float(v) for v in cur["c"]),
-                                                  str(name), measured_on,
-                                                  None if z95 is None else tuple(float(v) for v in z95))
-            except (KeyError, TypeError, ValueError) as exc:
-                raise ValueError(f"{source}: interval_calibration curve {name!r} is malformed ({exc})") from None
+        curves = _parse_curves(record["curves"], measured_on, source, "")
         selection = str(record.get("selection", next(iter(curves))))
         from catengine.scoring.calibration import ScoreCalibration
 
-        return cls(curves, selection, measured_on, record, ScoreCalibration.from_record(record, measured_on, source))
+        beyond, beyond_scores = {}, {}
+        edge = record.get("beyond")
+        if edge is not None and not isinstance(edge, dict):
+            raise ValueError(f"{source}: interval_calibration 'beyond' must be an object or null")
+        for side in SIDES:
+            part = (edge or {}).get(side)
+            if part is None:
+                continue
+            if not isinstance(part, dict) or not isinstance(part.get("curves"), dict):
+                raise ValueError(f"{source}: interval_calibration beyond.{side} needs a 'curves' object")
+            where = (f"the {part.get('n_held_out', '?')} runs {side} every calibration LLM (strength-ordered check "
+                     f"of {measured_on})")
+            beyond[side] = _parse_curves(part["curves"], where, source, f"beyond.{side} ")
+            beyond_scores[side] = ScoreCalibration.from_record(part, where, source)
+        return cls(curves, selection, measured_on, record, ScoreCalibration.from_record(record, measured_on, source),
+                   beyond, beyond_scores)
 
-    def curve(self, selector_name: str) -> IntervalCurve:
-        """The curve for a selector: its own if measured, else the pointwise maximum of all curves."""
+    def curve(self, selector_name: str, side: str = "") -> IntervalCurve:
+        """The curve for a selector: its own if measured, else the pointwise maximum of all curves.
+        ``side`` "above" / "below": for a trait estimate beyond the calibration population, the
+        pointwise larger of that curve and the strength-ordered check's on that side (its own
+        selector's, else the largest it measured); the random folds' curve where that side was
+        not checked."""
+        inside = self._inside_curve(selector_name)
+        edge = (self.beyond or {}).get(side) if side else None
+        if not edge:
+            return inside
+        other = edge.get(selector_name)
+        if other is None:  # the check replays the default selector only: the largest it measured
+            other = next(iter(edge.values()))
+            for cur in list(edge.values())[1:]:
+                other = other.pointwise_max(cur, other.selection, other.measured_on)
+        return inside.pointwise_max(other, f"{inside.selection}; beyond ({side}): the larger of it and the "
+                                    f"strength-ordered check's", f"{inside.measured_on} and {other.measured_on}")
+
+    def _inside_curve(self, selector_name: str) -> IntervalCurve:
         if selector_name in self.curves:
             return self.curves[selector_name]
         grid = sorted(set().union(*(c.test_length for c in self.curves.values())))

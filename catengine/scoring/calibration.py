@@ -94,6 +94,20 @@ class ScoreCurve:
             return 0.0
         return float(np.interp(float(n_items), self.test_length, self.cot_log_sd))
 
+    def pointwise_max(self, other: "ScoreCurve", selection: str, measured_on: str) -> "ScoreCurve":
+        """The curve with the larger delta(L) and s(L) of ``self`` and ``other`` at every length (on the
+        union of their grids); the check's errors are ``other``'s (the narrower evidence it adds)."""
+        grid = tuple(sorted(set(self.test_length) | set(other.test_length)))
+        res = tuple(max(self.residual(L), other.residual(L)) for L in grid)
+        cot = None
+        if self.cot_log_sd is not None or other.cot_log_sd is not None:
+            cot = tuple(max(self.cot_log(L), other.cot_log(L)) for L in grid)
+        mae = rnd = None
+        if other.accuracy_mae is not None and other.random_mean_mae is not None:
+            mae = tuple(float(np.interp(L, other.test_length, other.accuracy_mae)) for L in grid)
+            rnd = tuple(float(np.interp(L, other.test_length, other.random_mean_mae)) for L in grid)
+        return ScoreCurve(grid, res, cot, selection, measured_on, mae, rnd)
+
     def describe(self, n_items: int) -> str:
         where = f"cross-fitted on {self.measured_on} with {self.selection} selection"
         ratio = self.versus_random(n_items)

@@ -20,7 +20,15 @@ is unbiased for it (E sum_t (D_t - A)^2 = n^2 Var(A^), and sum_t (D_t - A^)^2 =
 sum_t (D_t - A)^2 - n (A^ - A)^2); the interval A^ +- z se rests on the martingale CLT. Answers of
 items recorded outside the design (not drawn) simply join O_t. A category G is the same with J
 replaced by |G| and the correction kept only when j_t lies in G. Any per-item outcome works: the
-CoT tokens of a LaRT bank with f_t the model's expected CoT length. Pure numpy (no session, no I/O).
+CoT tokens of a LaRT bank with f_t the model's expected CoT length.
+
+A draw enters D_t and the model's variance of D_t (:func:`model_variance_terms`) only through a few
+sums per group over R_t (:class:`DrawSums`): sum f_t, sum Var y / pi_t, sum f_t^2 / pi_t, and the
+drawn item's f_t(j_t). :func:`draw_sums` reduces a draw's rows over the bank to them once;
+:func:`design_terms_from_sums` and :func:`model_variances_from_sums` then give the D_t and the
+variances of any lam at a cost of the answers and the groups, not the bank. Numpy on arrays, and
+one compiled pass over the bank in :func:`draw_sums` (``catengine.scoring._kernels``); no session,
+no I/O.
 """
 
 from __future__ import annotations
@@ -130,6 +138,120 @@ def model_variance_terms(predictions, probabilities, remaining, *, member=None, 
     return (ratio @ member - mean_correction**2) / member.sum(axis=0) ** 2
 
 
+def group_sums(values, codes=None, n_groups: int = 0) -> np.ndarray:
+    """(1 + G,) sums of ``values`` (J,): column 0 over every item, column 1 + g over the items of
+    category g (``codes`` (J,) integers in 0..G-1; None: the bank alone)."""
+    values = np.asarray(values, dtype=np.float64).reshape(-1)
+    total = np.array([values.sum()])
+    if codes is None or not n_groups:
+        return total
+    return np.concatenate([total, np.bincount(codes, weights=values, minlength=int(n_groups))])
+
+
+def _checked_codes(codes, n_groups, J):
+    if codes is None or not n_groups:
+        return None, 0
+    codes = np.asarray(codes, dtype=np.int64).reshape(-1)
+    if codes.shape != (J,):
+        raise ValueError(f"codes must hold one category per item ({J}), got shape {codes.shape}")
+    return codes, int(n_groups)
+
+
+@dataclass(frozen=True)
+class DrawSums:
+    """One design draw's sums over the items R_t not answered before it, per group (column 0 the
+    bank, column 1 + g category g): all that :func:`design_terms` and :func:`model_variance_terms`
+    use of the draw's J-length rows (the D_t are linear in f_t, the model variance is a quadratic
+    in lam whose coefficients are these sums; :func:`draw_sums`)."""
+
+    predicted: np.ndarray  # (1 + G,) sum_{R_t in G} f_t(j)
+    variance: np.ndarray  # (1 + G,) sum_{R_t in G, pi_t(j) > 0} Var y_j / pi_t(j)
+    square: np.ndarray  # (1 + G,) sum_{R_t in G, pi_t(j) > 0} f_t(j)^2 / pi_t(j)
+    drawn: float  # f_t(j_t), the prediction of the drawn item
+
+
+def draw_sums(predictions, probabilities, remaining, item: int, *, codes=None, n_groups: int = 0,
+              variances=None) -> DrawSums:
+    """The :class:`DrawSums` of one design draw from its rows over the bank (one compiled pass over
+    them, ``catengine.scoring._kernels``, compensated sums).
+
+    ``predictions`` (J,) f_t; ``probabilities`` (J,) the design's pi_t; ``remaining`` (J,) bool, the
+    items not answered before the draw; ``item`` j_t, the drawn item; ``codes`` / ``n_groups`` the
+    categories (:func:`group_sums`); ``variances`` (J,) each outcome's variance in place of
+    f (1 - f) (CoT tokens; :func:`model_variance_terms`). Items off R_t, or of probability 0, add
+    exactly 0, as in :func:`model_variance_terms`."""
+    from catengine.scoring import _kernels
+
+    f = np.ascontiguousarray(predictions, dtype=np.float64).reshape(-1)
+    J = f.size
+    pi = np.ascontiguousarray(probabilities, dtype=np.float64).reshape(-1)
+    rem = np.ascontiguousarray(remaining, dtype=bool).reshape(-1)
+    if pi.shape != (J,) or rem.shape != (J,):
+        raise ValueError(f"predictions, probabilities and remaining must hold one value per item ({J})")
+    var = f if variances is None else np.ascontiguousarray(variances, dtype=np.float64).reshape(-1)
+    if var.shape != (J,):
+        raise ValueError(f"variances must hold one value per item ({J}), got shape {var.shape}")
+    codes, n_groups = _checked_codes(codes, n_groups, J)
+    sums = _kernels.draw_sums(f, pi, rem, var, variances is not None, _kernel_codes(codes, J), 1 + n_groups)
+    return DrawSums(predicted=sums[0], variance=sums[1], square=sums[2], drawn=float(f[int(item)]))
+
+
+def _kernel_codes(codes, J):
+    return np.zeros(J, dtype=np.int64) if codes is None else np.ascontiguousarray(codes, dtype=np.int64)
+
+
+def design_terms_from_sums(order, outcomes, design_step, probabilities, predicted, drawn, sizes, *,
+                           codes=None) -> np.ndarray:
+    """:func:`design_terms` from each draw's sums instead of its predictions over the bank: shape
+    (n_draws, 1 + G), column 0 the bank and 1 + g category g.
+
+    ``predicted`` (n_draws, 1 + G): sum_{R_t in G} f_t(j) (:attr:`DrawSums.predicted`; zeros for
+    the Horvitz-Thompson terms, f = 0); ``drawn`` (n_draws,): f_t(j_t); ``sizes`` (1 + G,) the group
+    sizes; ``codes`` (J,): the category of each item (None: the bank alone). The other arguments
+    as :func:`design_terms`. The cost is the answers and the groups, not the bank."""
+    order = np.asarray(order, dtype=np.int64).reshape(-1)
+    outcomes = np.asarray(outcomes, dtype=np.float64).reshape(-1)
+    design_step = np.asarray(design_step, dtype=bool).reshape(-1)
+    probabilities = np.asarray(probabilities, dtype=np.float64).reshape(-1)
+    n = order.size
+    if not (outcomes.size == design_step.size == probabilities.size == n):
+        raise ValueError("order, outcomes, design_step and probabilities must have one entry per answered item")
+    if np.unique(order).size != n:
+        raise ValueError("an item appears twice in the answer order")
+    sizes = np.asarray(sizes, dtype=np.float64).reshape(-1)
+    n_draws = int(design_step.sum())
+    predicted = np.asarray(predicted, dtype=np.float64).reshape(n_draws, -1) if n_draws else np.zeros((0, sizes.size))
+    drawn = np.asarray(drawn, dtype=np.float64).reshape(-1)
+    if predicted.shape != (n_draws, sizes.size) or drawn.shape != (n_draws,):
+        raise ValueError(f"predicted must have shape ({n_draws}, {sizes.size}) and drawn ({n_draws},), got "
+                         f"{predicted.shape} and {drawn.shape}")
+    p = probabilities[design_step]
+    if np.any(~np.isfinite(p)) or np.any(p <= 0) or np.any(p > 1):
+        bad = int(np.flatnonzero(~(np.isfinite(p) & (p > 0) & (p <= 1)))[0])
+        raise DesignNotRandomisedError(f"design draw {bad + 1} has selection probability {p[bad]!r}; it must lie in (0, 1]")
+    member = np.zeros((n, sizes.size))  # the answered items' groups
+    member[:, 0] = 1.0
+    if sizes.size > 1:
+        if codes is None:
+            raise ValueError("categories (sizes beyond the bank's) need the items' codes")
+        member[np.arange(n), 1 + np.asarray(codes, dtype=np.int64)[order]] = 1.0
+    known = np.cumsum(member * outcomes[:, None], axis=0) - member * outcomes[:, None]  # answered before each step
+    steps = np.flatnonzero(design_step)
+    correction = member[steps] * ((outcomes[steps] - drawn) / p)[:, None]
+    return (known[steps] + predicted + correction) / sizes[None, :]
+
+
+def model_variances_from_sums(variance, square, predicted, sizes, *, weight: float = 1.0) -> np.ndarray:
+    """:func:`model_variance_terms` from each draw's sums (:class:`DrawSums`, stacked to (n_draws, 1 + G)):
+    [sum Var y / pi + (1 - lam)^2 sum f^2 / pi - ((1 - lam) sum f)^2] / |G|^2, the sums over R_t in G."""
+    if not 0.0 <= float(weight) <= 1.0:
+        raise ValueError(f"weight must lie in [0, 1], got {weight!r}")
+    off = 1.0 - float(weight)
+    variance, square, predicted = (np.asarray(x, dtype=np.float64) for x in (variance, square, predicted))
+    sizes = np.asarray(sizes, dtype=np.float64).reshape(1, -1)
+    return (variance + off * off * square - (off * predicted) ** 2) / sizes**2
+
+
 def power_tuning(terms_without, terms_with) -> float:
     """The weight lam in [0, 1] of the model's predictions that minimises the variance of the
     design terms, D_t(lam) = D_t(0) + lam (D_t(1) - D_t(0)), estimated from the draws themselves
@@ -197,7 +319,7 @@ def design_estimate(terms: np.ndarray, *, level: float = 0.95, n_items: int, bou
         raise ValueError(f"level must lie in (0, 1), got {level!r}")
     mean = float(d.mean())
     se2 = float(np.sum((d - mean) ** 2)) / (n * (n - 1))
-    from scipy.stats import norm, t as student_t  # scipy.stats loads slowly: only when an estimate is made
+    from scipy.special import ndtri, stdtrit  # the normal and Student-t quantiles (scipy.stats loads slowly)
 
     df = n - 1
     normal = False
@@ -213,7 +335,7 @@ def design_estimate(terms: np.ndarray, *, level: float = 0.95, n_items: int, bou
             normal = model > se2
             se2 = max(se2, model)
     se = math.sqrt(se2)
-    z = float(norm.ppf(0.5 + level / 2.0) if normal else student_t.ppf(0.5 + level / 2.0, df))
+    z = float(ndtri(0.5 + level / 2.0) if normal else stdtrit(df, 0.5 + level / 2.0))
     lo, hi = float(bounds[0]), float(bounds[1])
 
     def project(x):

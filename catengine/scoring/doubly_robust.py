@@ -24,10 +24,14 @@ plus noise of variance about P + s^2.
 * Interval: the hull of the model's interval and the interval of the precision-weighted
   combination, M + w_e d +- q sqrt(P_e s^2 / (P_e + s^2)) with w_e = P_e / (P_e + s^2), P_e =
   max(P, d^2 - s^2) the moment estimate of the model's squared error and q the Student-t quantile
-  with n - 1 degrees of freedom; when extrapolating, also the design estimate's own interval
-  D +- q s. It is never narrower than the model's interval, and it widens exactly when the
-  residuals on the design draws disagree with the model (P_e grows with d^2). Both ends are
-  projected onto the attainable range.
+  with n - 1 degrees of freedom. Inside the population it is never narrower than the model's
+  interval, and it widens exactly when the residuals on the design draws disagree with the model
+  (P_e grows with d^2). When extrapolating, the interval is the hull of the combination's and the
+  design estimate's own, D +- q s, whose validity does not rest on the model. The model's own
+  interval is centred on its biased prediction there and holds only by the width the bank's
+  strength-ordered check adds to it; on real LLMs stronger than every calibration LLM (MATH500,
+  AMC23) leaving it out kept coverage at 0.92-1.00 with intervals 30-45% narrower.
+  Both ends are projected onto the attainable range.
 
 The SD reported with it is the interval's half-width divided by the normal quantile (the SD of a normal
 interval as wide). Measured on real LLMs,
@@ -67,7 +71,7 @@ def combine_model_and_design(model_mean: float, model_sd: float, model_low: floa
         raise ValueError(f"a doubly robust estimate needs at least 2 design draws, got {n_draws}")
     if not 0.0 < level < 1.0:
         raise ValueError(f"level must lie in (0, 1), got {level!r}")
-    from scipy.stats import t as student_t
+    from scipy.special import stdtrit  # the Student-t quantile (scipy.stats loads slowly)
 
     P = float(model_sd) ** 2
     s2 = float(design_se) ** 2
@@ -81,15 +85,17 @@ def combine_model_and_design(model_mean: float, model_sd: float, model_low: floa
     else:
         w = max(0.0, 1.0 - EVIDENCE**2 * (P + s2) / d2) if d2 > 0 else 0.0
     mean = float(model_mean) + w * d
-    q = float(student_t.ppf(0.5 + level / 2.0, int(n_draws) - 1))
+    q = float(stdtrit(int(n_draws) - 1, 0.5 + level / 2.0))
     centre = float(model_mean) + w_e * d
     half = q * math.sqrt(P_e * s2 / total) if total > 0 else 0.0
     lo_b, hi_b = float(bounds[0]), float(bounds[1])
     m_lo = float(model_low) if math.isfinite(model_low) else float(model_mean) - z_quantile(level) * float(model_sd)
     m_hi = float(model_high) if math.isfinite(model_high) else float(model_mean) + z_quantile(level) * float(model_sd)
-    low, high = min(m_lo, centre - half), max(m_hi, centre + half)
-    if extrapolating:
-        low, high = min(low, float(design_mean) - q * math.sqrt(s2)), max(high, float(design_mean) + q * math.sqrt(s2))
+    if extrapolating:  # the model's own interval is what cannot be trusted here (module docstring)
+        low = min(centre - half, float(design_mean) - q * math.sqrt(s2))
+        high = max(centre + half, float(design_mean) + q * math.sqrt(s2))
+    else:
+        low, high = min(m_lo, centre - half), max(m_hi, centre + half)
     low, high = max(lo_b, low), min(hi_b, high)
     mean = min(max(mean, low), high)
     return DoublyRobustEstimate(mean, (high - low) / (2.0 * z_quantile(level)), low, high, w)

@@ -41,12 +41,16 @@ smearing estimate from this LLM's own residuals e_k = log(T_k + offset) - (omega
 plus the sampling error of m1, which every unrecorded item shares (one common factor): the total's
 variance gains (sum_U E[T_j + offset])^2 Var(exp(e)) / (n m1^2). The smearing factor is measured on
 the recorded items: it assumes their residuals represent the others'. ``residuals="lognormal"``
-keeps the model's own moments. Pure numpy/scipy on arrays (no session, no I/O).
+keeps the model's own moments. Numpy/scipy on arrays, and compiled passes over the bank
+(``catengine.scoring._kernels``) for the sums of :class:`SummedCurves` (no session, no I/O).
 """
 
 from __future__ import annotations
 
 import math
+import threading
+import weakref
+from collections import OrderedDict
 from dataclasses import dataclass
 
 import numpy as np
@@ -60,7 +64,8 @@ DEFAULT_SCORE_NODES = 61
 MIN_SMEARING_ITEMS = 5  # recorded CoT lengths below which the log-normal moments are used
 RESIDUAL_MOMENTS = ("smearing", "lognormal")
 MAX_BISECTIONS = 2200  # halvings of a mixture quantile's bracket: enough to reach adjacent floats from any width
-
+#: trait values beyond +-TRAIT_LIMIT are scored at the limit (every item curve is saturated there)
+TRAIT_LIMIT = 1e6
 
 @dataclass(frozen=True)
 class GroupPrediction:
@@ -137,17 +142,102 @@ def item_averaged_response(params: ItemParams, theta: np.ndarray, a_sd=None, b_s
     return c + (d - c) * s
 
 
+def response(params: ItemParams, theta: np.ndarray, items=None) -> np.ndarray:
+    """P_j(theta) for nodes ``theta`` (K,) and items (default: every item): shape (K, n)."""
+    idx = _item_index(items)
+    z = np.asarray(theta, dtype=np.float64)[:, None] * params.a[idx][None, :] + params.b[idx][None, :]
+    if params.response_model == "lart":
+        return ndtr(z)
+    s = expit(z)
+    if params.response_model == "2pl":
+        return s
+    c, d = params.c[idx], params.d[idx]
+    return c + (d - c) * s
+
+
+EXPECTED_CHUNK = 4096  # items per block of expected_probabilities (the (nodes, items) block stays in cache)
+_EXPECTED_KEPT = 4
+_expected_kept: OrderedDict = OrderedDict()
+_expected_lock = threading.Lock()
+
+
 def expected_probabilities(params: ItemParams, theta: float, theta_sd: float, n_nodes: int = 21) -> np.ndarray:
-    """E_q P_j(theta) for every item under q = Normal(theta, theta_sd^2) (Gauss-Hermite), shape (J,)."""
+    """E_q P_j(theta) for every item under q = Normal(theta, theta_sd^2) (Gauss-Hermite), shape (J,),
+    read-only.
+
+    The last few results are kept, keyed by the bank's parameters (the object), theta, theta_sd and
+    n_nodes: the randomised selector computes this row at a design draw, and the design-based
+    score needs the same row of the same posterior when the draw's answer is recorded."""
+    key = (id(params), float(theta), float(theta_sd), int(n_nodes))
+    with _expected_lock:
+        kept = _expected_kept.get(key)
+        if kept is not None and kept[0]() is params:
+            _expected_kept.move_to_end(key)
+            return kept[1]
     x, w = gauss_hermite_normal(n_nodes)
-    p, _ = response_and_slope(params, float(theta) + float(theta_sd) * x)
-    return w @ p
+    nodes = float(theta) + float(theta_sd) * x
+    J = params.n_items
+    out = np.empty(J)
+    for start in range(0, J, EXPECTED_CHUNK):
+        block = slice(start, min(start + EXPECTED_CHUNK, J))
+        out[block] = w @ response(params, nodes, block)
+    out.flags.writeable = False
+    with _expected_lock:
+        _expected_kept[key] = (weakref.ref(params), out)
+        _expected_kept.move_to_end(key)
+        while len(_expected_kept) > _EXPECTED_KEPT:
+            _expected_kept.popitem(last=False)
+    return out
 
 
 def expected_cot_lengths(params: ItemParams, tau: float, tau_sd: float, cot_offset: float) -> np.ndarray:
     """E_q E[T_j | tau] for every item under q = Normal(tau, tau_sd^2) (closed form), shape (J,)."""
     phi = params.phi
     return np.exp(params.omega - phi * tau + 0.5 * (phi * tau_sd) ** 2 + 0.5 * params.lam ** 2) - cot_offset
+
+
+def cot_draw_sums(params: ItemParams, tau: float, cot_offset: float, probabilities, remaining, item: int, *,
+                  codes=None, n_groups: int = 0):
+    """One design draw's :class:`~catengine.scoring.design.DrawSums` of the CoT tokens (LaRT banks):
+    f the expected lengths at the plug-in tau (``expected_cot_lengths(params, tau, 0, cot_offset)``)
+    and, in place of Var y, the variance scale exp(2 (omega_j - phi_j tau)) (the smeared variance of
+    the design's CoT floor is this times one factor of the session's own residuals). One compiled
+    pass over the bank, without (J,) temporaries."""
+    from catengine.scoring import _kernels
+    from catengine.scoring.design import DrawSums, _checked_codes
+
+    if params.response_model != "lart":
+        raise ValueError(f"CoT totals need a lart bank, not {params.response_model!r}")
+    J = params.n_items
+    pi = np.ascontiguousarray(probabilities, dtype=np.float64).reshape(-1)
+    rem = np.ascontiguousarray(remaining, dtype=bool).reshape(-1)
+    if pi.shape != (J,) or rem.shape != (J,):
+        raise ValueError(f"probabilities and remaining must hold one value per item ({J})")
+    codes, n_groups = _checked_codes(codes, n_groups, J)
+    kernel_codes = np.zeros(J, dtype=np.int64) if codes is None else np.ascontiguousarray(codes, dtype=np.int64)
+    omega, phi, smear = _cot_arrays(params)
+    sums = _kernels.cot_draw_sums(omega, phi, smear, float(tau), float(cot_offset), pi, rem, kernel_codes,
+                                  1 + n_groups)
+    j = int(item)
+    drawn = math.exp(float(omega[j]) - float(phi[j]) * float(tau)) * float(smear[j]) - cot_offset
+    return DrawSums(predicted=sums[0], variance=sums[1], square=sums[2], drawn=drawn)
+
+
+_cot_kept: dict = {}
+
+
+def _cot_arrays(params: ItemParams):
+    """(omega, phi, exp(lam^2 / 2)) of a LaRT bank as contiguous arrays, kept per parameter object."""
+    kept = _cot_kept.get(id(params))
+    if kept is not None and kept[0]() is params:
+        return kept[1]
+    arrays = (np.ascontiguousarray(params.omega, dtype=np.float64), np.ascontiguousarray(params.phi, dtype=np.float64),
+              np.exp(0.5 * np.asarray(params.lam, dtype=np.float64) ** 2))
+    with _expected_lock:
+        for key in [k for k, v in _cot_kept.items() if v[0]() is None]:
+            del _cot_kept[key]
+        _cot_kept[id(params)] = (weakref.ref(params), arrays)
+    return arrays
 
 
 def _check_sd_array(name, values, n):
@@ -170,22 +260,16 @@ def _mixture_intervals(weights, means, variances, level, lo_bound, hi_bound):
     keep = weights >= 1e-16 * alpha * weights.max()
     weights, means = weights[keep], means[keep]
     sds = np.sqrt(np.maximum(variances[keep], 0.0))  # (K, G)
-    targets = np.array([alpha, 1.0 - alpha])[:, None]  # (2, 1)
+    from catengine.scoring import _kernels
+
     inverse = 1.0 / np.where(sds > 0, sds, 1.0)
-    point_mass = not np.all(sds > 0)
     span = 10.0 * sds.max(axis=0) + 1e-12
     lo = np.broadcast_to(means.min(axis=0) - span, (2, means.shape[1])).copy()
     hi = np.broadcast_to(means.max(axis=0) + span, (2, means.shape[1])).copy()
-    for _ in range(MAX_BISECTIONS):  # to adjacent floats: the result does not depend on the bracket
-        mid = 0.5 * (lo + hi)
-        if np.all((mid == lo) | (mid == hi)):
-            break
-        cdf = ndtr((mid[:, None, :] - means[None, :, :]) * inverse[None, :, :])
-        if point_mass:
-            cdf = np.where(sds[None] > 0, cdf, (means[None] <= mid[:, None, :]).astype(float))
-        below = np.einsum("k,tkg->tg", weights, cdf) < targets
-        lo = np.where(below, mid, lo)
-        hi = np.where(below, hi, mid)
+    # to adjacent floats (compiled: every bracket in one loop): the result does not depend on the bracket
+    _kernels.mixture_bisection(np.ascontiguousarray(weights, dtype=np.float64), np.ascontiguousarray(means),
+                               np.ascontiguousarray(inverse), np.ascontiguousarray(~(sds > 0)),
+                               np.array([alpha, 1.0 - alpha]), lo, hi, MAX_BISECTIONS)
     q = np.clip(0.5 * (lo + hi), lo_bound[None, :], hi_bound[None, :])
     return q[0], q[1]
 
@@ -434,6 +518,7 @@ def predict_cot_total(params: ItemParams, tau: float, tau_sd: float, observed, c
 # ----------------------------------------------------------------------------- sums over the bank by trait
 SUM_TOL = 1e-14  # tail of the Chebyshev coefficients accepted, relative to the panel's scale
 CHEBYSHEV_DEGREES = (8, 16, 32, 64)  # nested: each degree's points include the previous one's
+TOL_TIERS = (1.0, 1e3, 1e6, 1e9)  # tolerances (times SUM_TOL) of nodes of decreasing weight (SummedCurves.tiers)
 SUM_CHUNK = 8192  # items per block of an exact pass over the bank
 
 
@@ -455,24 +540,32 @@ class SummedCurves:
     A prediction needs these sums at the Gauss-Hermite nodes of the trait posterior, which move
     with every answer; computing them directly costs one pass over every item per node. Here each
     S_fg is interpolated on panels [i w, (i + 1) w] of the trait axis by its Chebyshev interpolant
-    at degree 8, 16, 32 or 64: the first whose trailing coefficients fall below ``tol`` times the
-    panel's scale (per function: ``unit`` times the group's size, plus the largest |S_fg| on the
-    panel). A panel is built, from exact sums over every item, the first time a node falls in it,
-    and serves every later prediction on the bank; on a panel where degree 64 does not converge the
+    at degree 8, 16, 32 or 64: the first whose trailing coefficients fall below the tolerance times
+    the panel's scale (per function: ``unit`` times the group's size, plus the largest |S_fg| on
+    the panel). The tolerance is ``tol`` for a node of the largest quadrature weights and looser
+    for nodes of small weight (``tol`` times TOL_TIERS, :meth:`tiers`): a node of weight 1e-20
+    needs no 14 digits, and the far nodes of a wide posterior, which reach 14.5 SDs, need only
+    degree 8. A panel's exact sums over every item are computed the first time a node needs
+    them, at nested points (each higher degree adds the odd points), and serve every later
+    prediction on the bank; which degree serves a tier depends only on the panel, so a prediction
+    does not depend on the order of earlier ones. On a panel where degree 64 does not converge the
     sums are computed exactly at each node. The interpolant is exact at its points and within
-    about ``tol`` of the sums elsewhere. Sums over a few items (the answered ones) are exact:
+    about its tolerance of the sums elsewhere. Sums over a few items (the answered ones) are exact:
     :meth:`subset_sums`.
 
     ``item_values(points, items)``: the values (F, P, n) of the F functions at the P points for
     the items ``items`` (a slice or indices); ``codes`` (J,) the category of each item (None: no
     categories); ``width``: the panel width; ``unit`` (F,): each function's largest value per item
-    (0 where unbounded). Pure numpy (no session, no I/O)."""
+    (0 where unbounded); ``item_sums(points, items)`` (optional): the sums (F, P, 1 + G) of the same
+    values over the items ``items`` (indices), computed without the (F, P, n) values (the compiled
+    passes of ``catengine.scoring._kernels``), used for every sum when given. No session, no I/O."""
 
     def __init__(self, item_values, n_items: int, codes, n_groups: int, n_functions: int, width: float,
-                 unit, tol: float = SUM_TOL, chunk: int = SUM_CHUNK):
+                 unit, tol: float = SUM_TOL, chunk: int = SUM_CHUNK, item_sums=None):
         if not (math.isfinite(width) and width > 0):
             raise ValueError(f"the panel width must be a finite number > 0, got {width!r}")
         self._item_values = item_values
+        self._item_sums = item_sums
         self.n_items = int(n_items)
         self.codes, self.n_groups = _groups(codes, n_groups, self.n_items)
         self.n_functions = int(n_functions)
@@ -481,7 +574,7 @@ class SummedCurves:
         self._chunk = int(chunk)
         self.sizes = self._member(slice(None)).sum(axis=0)
         self._unit = np.asarray(unit, dtype=np.float64).reshape(self.n_functions, 1, 1)
-        self._panels: dict[int, tuple | None] = {}
+        self._panels: dict[int, dict] = {}  # panel -> its exact sums at the highest degree so far, degree per tier
 
     def _member(self, items) -> np.ndarray:
         """(n, 1 + G) 0/1 membership of the items ``items``: column 0 the bank, 1 + g category g."""
@@ -496,6 +589,8 @@ class SummedCurves:
         """Exact sums (F, P, 1 + G) of the functions at ``points`` over the items ``items`` (indices)."""
         points = np.asarray(points, dtype=np.float64).reshape(-1)
         items = np.asarray(items, dtype=np.int64).reshape(-1)
+        if self._item_sums is not None:
+            return self._item_sums(points, items)
         out = np.zeros((self.n_functions, points.size, 1 + self.n_groups))
         for start in range(0, items.size, self._chunk):
             block = items[start:start + self._chunk]
@@ -510,60 +605,142 @@ class SummedCurves:
     def exact_sums(self, points) -> np.ndarray:
         """Exact sums (F, P, 1 + G) over every item of the bank at ``points`` (one pass over the items)."""
         points = np.asarray(points, dtype=np.float64).reshape(-1)
+        if self._item_sums is not None:
+            return self._item_sums(points, np.arange(self.n_items))
         out = np.zeros((self.n_functions, points.size, 1 + self.n_groups))
         for start in range(0, self.n_items, self._chunk):
             block = slice(start, min(start + self._chunk, self.n_items))
             out += self._block_sums(points, block, self._member(block))
         return out
 
-    def _build(self, i: int):
-        """Panel i: (points, values (F, p + 1, 1 + G)) of the first converged degree, or None."""
-        lo = i * self.width
+    def _chebyshev_points(self, i: int, degree: int) -> np.ndarray:
         half = 0.5 * self.width
-        values = None
-        for p in CHEBYSHEV_DEGREES:
-            x = np.cos(np.pi * np.arange(p + 1) / p)
-            points = lo + half + half * x
-            if values is None:
-                values = self.exact_sums(points)
-            else:  # the previous degree's values sit at the even points
-                grown = np.empty((self.n_functions, p + 1, 1 + self.n_groups))
-                grown[:, 0::2] = values
-                grown[:, 1::2] = self.exact_sums(points[1::2])
-                values = grown
-            if not np.all(np.isfinite(values)):
-                return None
-            scale = self._unit * self.sizes[None, None, :] + np.abs(values).max(axis=1, keepdims=True)
-            tail = np.abs(_chebyshev_coefficients(values)[:, -(p // 4 + 1):, :])
-            if np.all(tail <= self.tol * scale):
-                return points, values
-        return None
+        return i * self.width + half + half * np.cos(np.pi * np.arange(degree + 1) / degree)
 
-    def __call__(self, points) -> np.ndarray:
-        """The sums (F, P, 1 + G) over every item at ``points``."""
+    def _grow(self, panels, degree: int) -> None:
+        """Give each panel in ``panels`` its exact sums at ``degree`` (from none, or from degree / 2:
+        the previous degree's values sit at the even points), all in one pass over the items."""
+        wanted = []
+        for i in panels:
+            panel = self._panels.setdefault(i, {"degree": 0, "values": None, "tiers": {}})
+            if panel["degree"] >= degree:
+                continue
+            if panel["values"] is None:
+                if degree != CHEBYSHEV_DEGREES[0]:
+                    raise AssertionError("a panel grows from the lowest degree")
+                wanted.append((i, self._chebyshev_points(i, degree)))
+            else:
+                if 2 * panel["degree"] != degree:
+                    raise AssertionError("a panel grows one degree at a time")
+                wanted.append((i, self._chebyshev_points(i, degree)[1::2]))
+        if not wanted:
+            return
+        sums = self.exact_sums(np.concatenate([points for _, points in wanted]))
+        start = 0
+        for i, points in wanted:
+            got = sums[:, start:start + points.size]
+            start += points.size
+            panel = self._panels[i]
+            if panel["values"] is None:
+                values = got
+            else:
+                values = np.empty((self.n_functions, degree + 1, 1 + self.n_groups))
+                values[:, 0::2] = panel["values"]
+                values[:, 1::2] = got
+            panel["degree"], panel["values"] = degree, values
+
+    def _at_degree(self, i: int, degree: int):
+        """Panel i's points and values at ``degree`` (at most its highest computed degree)."""
+        panel = self._panels[i]
+        return self._chebyshev_points(i, degree), panel["values"][:, ::panel["degree"] // degree]
+
+    def _decide(self, wanted) -> None:
+        """For each (panel, tier) in ``wanted``: the first degree whose trailing Chebyshev coefficients
+        fall below the tier's tolerance (tol times TOL_TIERS[tier]) times the panel's scale, or None
+        (values not finite, or degree 64 does not converge: exact sums instead). The degrees are tried
+        in order, every undecided panel's next degree in one pass over the items, so the degree that
+        serves a tier depends only on the panel, never on the order of the requests."""
+        pending = sorted(set(wanted))
+        for p in CHEBYSHEV_DEGREES:
+            if not pending:
+                return
+            self._grow(sorted({i for i, _ in pending}), p)
+            undecided = []
+            for i, tier in pending:
+                _, values = self._at_degree(i, p)
+                decided = self._panels[i]["tiers"]
+                if not np.all(np.isfinite(values)):
+                    decided[tier] = None
+                    continue
+                scale = self._unit * self.sizes[None, None, :] + np.abs(values).max(axis=1, keepdims=True)
+                tail = np.abs(_chebyshev_coefficients(values)[:, -(p // 4 + 1):, :])
+                if np.all(tail <= self.tol * TOL_TIERS[tier] * scale):
+                    decided[tier] = p
+                else:
+                    undecided.append((i, tier))
+            pending = undecided
+        for i, tier in pending:
+            self._panels[i]["tiers"][tier] = None
+
+    def _panel(self, i: int, tier: int):
+        """Panel i's interpolation points and values for the tolerance tier ``tier`` (:meth:`_decide`),
+        or None (exact sums)."""
+        panel = self._panels.get(i)
+        if panel is None or tier not in panel["tiers"]:
+            self._decide([(i, tier)])
+        degree = self._panels[i]["tiers"][tier]
+        return None if degree is None else self._at_degree(i, degree)
+
+    def tiers(self, weights) -> np.ndarray:
+        """The tolerance tier of each point of a quadrature rule with ``weights``: a point of
+        relative weight r = w / max(w) among P points is interpolated within tol max(1, 0.1 / (P r))
+        (the largest of TOL_TIERS below it), so the points of small weight add at most a tenth of the
+        error of the largest to any weighted sum (a mean, a variance, a mixture CDF)."""
+        weights = np.asarray(weights, dtype=np.float64).reshape(-1)
+        top = float(weights.max(initial=0.0))
+        if not top > 0:
+            return np.zeros(weights.size, dtype=np.int64)
+        with np.errstate(divide="ignore"):
+            allowed = np.maximum(1.0, 0.1 / (weights.size * np.maximum(weights, 0.0) / top))
+        return np.searchsorted(np.asarray(TOL_TIERS), allowed, side="right") - 1
+
+    def __call__(self, points, weights=None) -> np.ndarray:
+        """The sums (F, P, 1 + G) over every item at ``points``; ``weights`` (P,): the points'
+        quadrature weights, which set each point's tolerance (:meth:`tiers`; None: ``tol`` for all)."""
         points = np.asarray(points, dtype=np.float64).reshape(-1)
+        # every item curve is saturated far beyond TRAIT_LIMIT (to double precision for slopes >= 1e-3):
+        # clipping keeps the panel index an integer for the extreme nodes of a very wide posterior
+        points = np.where(np.isfinite(points), np.clip(points, -TRAIT_LIMIT, TRAIT_LIMIT), points)
         out = np.empty((self.n_functions, points.size, 1 + self.n_groups))
         panel = np.floor(points / self.width)
         if not np.all(np.isfinite(panel)):
             raise ValueError(f"trait values must be finite, got {points[~np.isfinite(panel)][:3]}")
-        for i in np.unique(panel).astype(np.int64):
-            at = np.flatnonzero(panel == i)
-            key = int(i)
-            if key not in self._panels:
-                self._panels[key] = self._build(key)
-            built = self._panels[key]
+        tier = np.zeros(points.size, dtype=np.int64) if weights is None else self.tiers(weights)
+        if tier.shape != points.shape:
+            raise ValueError(f"weights must hold one value per point ({points.size})")
+        exact = []
+        wanted = sorted(set(zip(panel.astype(np.int64).tolist(), tier.tolist())))
+        self._decide([(i, t) for i, t in wanted if i not in self._panels or t not in self._panels[i]["tiers"]])
+        for i, t in wanted:
+            at = np.flatnonzero((panel == i) & (tier == t))
+            built = self._panel(int(i), int(t))
             if built is None:
-                out[:, at] = self.exact_sums(points[at])
+                exact.append(at)
                 continue
             out[:, at] = _barycentric(built[0], built[1], points[at])
+        if exact:
+            at = np.concatenate(exact)
+            out[:, at] = self.exact_sums(points[at])
         return out
 
-    def unknown_sums(self, points, known) -> np.ndarray:
+    def unknown_sums(self, points, known, weights=None) -> np.ndarray:
         """The sums (F, P, 1 + G) over the items not in ``known`` (distinct indices): the bank's
-        sums less the known items' while those are at most half the bank, else summed directly."""
+        sums less the known items' while those are at most half the bank, else summed directly.
+        ``weights``: as for :meth:`__call__`."""
         known = np.asarray(known, dtype=np.int64).reshape(-1)
         if 2 * known.size <= self.n_items:
-            return self(points) - self.subset_sums(points, known) if known.size else self(points)
+            total = self(points, weights)
+            return total - self.subset_sums(points, known) if known.size else total
         rest = np.ones(self.n_items, dtype=bool)
         rest[known] = False
         return self.subset_sums(points, np.flatnonzero(rest))
@@ -593,6 +770,19 @@ def _barycentric(nodes, values, points):
     return out
 
 
+PANEL_SPAN = 2.5  # panel width times the median item's steepness in the trait
+
+
+def _panel_width(steepness) -> float:
+    """The panels' width: PANEL_SPAN over the median item's steepness (at least 0.5). The bulk of
+    the items sets the smoothness of their sum; a few steeper items only raise a panel's degree
+    (or send it to the exact sums), which the convergence test catches, so the width only sets the
+    cost: on banks of 50,000 items (2PL and LaRT, as ``benchmarks/engine.py serve``) this took 16-27
+    exact passes per unit of the trait where the steepest item's width took 26-56."""
+    steepness = np.asarray(steepness, dtype=np.float64).reshape(-1)
+    return PANEL_SPAN / max(float(np.median(steepness)) if steepness.size else 0.0, 0.5)
+
+
 def accuracy_curves(params: ItemParams, *, codes=None, n_groups: int = 0, a_sd=None, b_sd=None,
                     ab_cov=None) -> SummedCurves:
     """The bank's sums of pbar_j(theta) and pbar_j (1 - pbar_j) (``predict_accuracy``'s conditional
@@ -611,8 +801,32 @@ def accuracy_curves(params: ItemParams, *, codes=None, n_groups: int = 0, a_sd=N
     steep = np.abs(params.a)
     if a_sd is not None and params.response_model != "lart":
         steep = steep + float(gauss_hermite_normal(9)[0].max()) * a_sd
-    width = 2.0 / max(float(steep.max(initial=0.0)), 0.5)
-    return SummedCurves(values, J, codes, n_groups, 2, width, unit=(1.0, 0.25))
+    width = _panel_width(steep)
+    from catengine.scoring import _kernels as kernels
+
+    group_codes, n_groups = _groups(codes, n_groups, J)
+    zero = np.zeros(J)
+    kind = kernels.UNCERTAINTY_NONE if plain else (
+        kernels.UNCERTAINTY_B if a_sd is None and ab_cov is None else kernels.UNCERTAINTY_AB)
+    arrays = (np.ascontiguousarray(params.a, dtype=np.float64), np.ascontiguousarray(params.b, dtype=np.float64),
+              zero if params.c is None else np.ascontiguousarray(params.c, dtype=np.float64),
+              zero + 1.0 if params.d is None else np.ascontiguousarray(params.d, dtype=np.float64),
+              zero if a_sd is None else a_sd ** 2, zero if b_sd is None else b_sd ** 2,
+              zero if ab_cov is None else np.ascontiguousarray(ab_cov, dtype=np.float64))
+    x, w = (np.ascontiguousarray(v) for v in gauss_hermite_normal(9))  # item_averaged_response's rule
+    model, n_cols = kernels.MODEL_CODES[params.response_model], 1 + n_groups
+    pairs = np.zeros((0, 0))
+    if kind == kernels.UNCERTAINTY_B and model != kernels.MODEL_LART:  # exp(+-sd x_k) summed, once per bank
+        sd = np.sqrt(np.maximum(arrays[5], 0.0))[:, None] * x[None, : x.size // 2]
+        with np.errstate(over="ignore"):
+            pairs = np.ascontiguousarray(np.exp(sd) + np.exp(-sd))
+
+    def item_sums(points, items):
+        return kernels.accuracy_sums(model, kind, np.ascontiguousarray(points, dtype=np.float64),
+                                     np.ascontiguousarray(items, dtype=np.int64), *arrays, x, w, group_codes, n_cols,
+                                     pairs)
+
+    return SummedCurves(values, J, group_codes if n_groups else None, n_groups, 2, width, unit=(1.0, 0.25), item_sums=item_sums)
 
 
 def cot_curves(params: ItemParams, *, codes=None, n_groups: int = 0) -> SummedCurves:
@@ -629,8 +843,18 @@ def cot_curves(params: ItemParams, *, codes=None, n_groups: int = 0) -> SummedCu
         base = np.exp(log_mu)
         return np.stack([base, base * base, np.exp(log_mu + 0.5 * lam2), np.expm1(lam2) * np.exp(2.0 * log_mu + lam2)])
 
-    width = 2.0 / max(float(np.abs(params.phi).max(initial=0.0)), 0.5)
-    return SummedCurves(values, params.n_items, codes, n_groups, 4, width, unit=(0.0, 0.0, 0.0, 0.0))
+    width = _panel_width(np.abs(params.phi))
+    from catengine.scoring import _kernels as kernels
+
+    group_codes, n_groups = _groups(codes, n_groups, params.n_items)
+    arrays = tuple(np.ascontiguousarray(v, dtype=np.float64) for v in (params.omega, params.phi, params.lam))
+
+    def item_sums(points, items):
+        return kernels.cot_sums(np.ascontiguousarray(points, dtype=np.float64),
+                                np.ascontiguousarray(items, dtype=np.int64), *arrays, group_codes, 1 + n_groups)
+
+    return SummedCurves(values, params.n_items, group_codes if n_groups else None, n_groups, 4, width, unit=(0.0, 0.0, 0.0, 0.0),
+                        item_sums=item_sums)
 
 
 def _observed_from(curves, observed, values, centre, sd, *, what, trait, n_nodes):
@@ -653,7 +877,7 @@ def predict_accuracy_from_curves(curves: SummedCurves, theta: float, theta_sd: f
     _non_negative("residual_sd", residual_sd)
     observed, known_sum, n_known, n_unknown, nodes, w = _observed_from(
         curves, observed, correct, theta, theta_sd, what="observed items", trait="trait (theta)", n_nodes=n_nodes)
-    sums = curves.unknown_sums(nodes, observed)
+    sums = curves.unknown_sums(nodes, observed, w)
     common = np.broadcast_to(float(residual_sd) * n_unknown, sums[0].shape) if residual_sd > 0 else None
     return predict_from_sums(w, sums[0], sums[1], known_sum, n_known, n_unknown, level, 1.0, common, 1.0, intervals)
 
@@ -668,7 +892,7 @@ def predict_cot_total_from_curves(curves: SummedCurves, params: ItemParams, tau:
     _non_negative("log_extra_sd", log_extra_sd)
     observed, tokens_sum, n_known, n_unknown, nodes, w = _observed_from(
         curves, observed, cot_tokens, tau, tau_sd, what="items with CoT lengths", trait="speed (tau)", n_nodes=n_nodes)
-    base, base_sq, lognormal_mean, lognormal_var = curves.unknown_sums(nodes, observed)
+    base, base_sq, lognormal_mean, lognormal_var = curves.unknown_sums(nodes, observed, w)
     common, rel_var = None, 0.0
     if residuals == "smearing" and observed.size >= MIN_SMEARING_ITEMS:
         m1, m2, n = smearing_moments(params, tau, observed, cot_tokens, cot_offset)

@@ -9,7 +9,9 @@ martingale property behind the design-based correction of the score (docs/math.m
 whatever the model gets wrong about the items it did not ask, the residuals on the design draws
 measure it without bias.
 
-The schedule: step t (t = 0, 1, ... answers so far) is a design draw when
+The schedule: the first ``opening`` steps are design draws (before the answers place the LLM the
+session knows neither its standing nor how far the model's predictions hold for it); after them,
+step t (t = 0, 1, ... answers so far) is a design draw when
 floor((t + 1) s) > floor(t s), with the share s = ``share`` while the LLM stands inside the
 calibration population and s = ``extrapolation_share`` once its current trait estimate lies
 beyond it (``catengine.scoring.standing``): there the model's prediction of the unasked items is
@@ -54,7 +56,10 @@ class DoublyRobustSelection(ItemSelector):
     design draws (default :class:`RandomisedSelection`: sqrt-variance weights mixed half and half
     with uniform); ``share`` in (0, 1]: the share of design draws while the LLM stands inside the
     calibration population; ``extrapolation_share`` in [share, 1]: the share once it stands beyond
-    it. The criterion value of a design draw is its selection probability, of an adaptive step the
+    it; ``opening`` >= 0: the number of steps drawn by design before the schedule starts (on real
+    LLMs stronger than every calibration LLM, five opening draws took the default score from 1.24x
+    to 1.02x the error of the mean of five random items on AMC23, and cost nothing measurable inside
+    the population on MATH500; docs/validation.md). The criterion value of a design draw is its selection probability, of an adaptive step the
     adaptive selector's criterion; :meth:`is_design_draw` tells them apart (the session stores it
     as ``StepRecord.design``)."""
 
@@ -63,6 +68,7 @@ class DoublyRobustSelection(ItemSelector):
     design: RandomisedSelection = field(default_factory=RandomisedSelection)
     share: float = 0.5
     extrapolation_share: float = 1.0
+    opening: int = 5
 
     def __post_init__(self):
         if self.adaptive is not None and not isinstance(self.adaptive, ItemSelector):
@@ -73,6 +79,8 @@ class DoublyRobustSelection(ItemSelector):
             raise TypeError(f"design must be a RandomisedSelection (known probabilities), got {type(self.design).__name__}")
         _check_share("share", self.share)
         _check_share("extrapolation_share", self.extrapolation_share)
+        if isinstance(self.opening, bool) or not isinstance(self.opening, (int, np.integer)) or self.opening < 0:
+            raise ValueError(f"opening must be an integer >= 0, got {self.opening!r}")
         if self.extrapolation_share < self.share:
             raise ValueError(f"extrapolation_share ({self.extrapolation_share!r}) must be at least share ({self.share!r})")
 
@@ -103,6 +111,8 @@ class DoublyRobustSelection(ItemSelector):
 
     def is_design_draw(self, state: SelectionState) -> bool:
         n = 0 if state.responses is None else int(state.responses.n)
+        if n < self.opening:
+            return True
         return scheduled_design_draw(n, self.share_at(state))
 
     def probabilities(self, params, state: SelectionState, expected=None) -> np.ndarray:

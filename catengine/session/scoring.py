@@ -16,9 +16,11 @@ from catengine.scoring import (
     DesignNotRandomisedError,
     ScoreEstimate,
     design_estimate,
-    design_terms,
-    expected_cot_lengths,
+    design_terms_from_sums,
+    draw_sums,
+    group_sums,
     model_variance_terms,
+    model_variances_from_sums,
     power_tuning,
     expected_probabilities,
     predict_accuracy_factors,
@@ -28,6 +30,7 @@ from catengine.scoring.calibration import ScoreCurve
 from catengine.scoring.model_based import (
     accuracy_curves,
     cot_curves,
+    cot_draw_sums,
     predict_accuracy_from_curves,
     predict_cot_total_from_curves,
 )
@@ -115,16 +118,31 @@ def _records(session):
     return h, order, correct
 
 
-def score_curve(session) -> ScoreCurve | None:
+def score_curve(session, theta: float | None = None) -> ScoreCurve | None:
     """The bank's cross-fitted score calibration for this session's selector, or None (no stored
     check, an older bank, or an estimator that opted out: ``interval_calibration=False`` or an
-    explicit ``sd_scale``, which overrides every stored calibration)."""
+    explicit ``sd_scale``, which overrides every stored calibration). For a trait estimate
+    ``theta`` beyond the calibration population, the pointwise larger of it and the bank's
+    strength-ordered check on that side (``IntervalCalibration.beyond_scores``), where stored."""
+    from catengine.scoring.standing import trait_standing
+
     est = session.estimator
     if not getattr(est, "interval_calibration", True) or float(getattr(est, "sd_scale", 1.0)) != 1.0:
         return None
     calib = session.items.interval_calibration
     scores = None if calib is None else calib.scores  # parsed once, with the bank
-    return None if scores is None else scores.curve(session.selector.name)
+    if scores is None:
+        return None
+    curve = scores.curve(session.selector.name)
+    if theta is None or not calib.beyond_scores:
+        return curve
+    standing = trait_standing(session.items.population, theta)
+    edge = None if standing is None else calib.beyond_scores.get(standing.extrapolation)
+    if edge is None:
+        return curve
+    other = edge.curve(session.selector.name)
+    return curve.pointwise_max(other, f"{curve.selection}; beyond ({standing.extrapolation}): the larger of it and "
+                               "the strength-ordered check's", f"{curve.measured_on} and {other.measured_on}")
 
 
 def _assemble(method, level, sizes, acc, cot, field, labels, calibration: str = "") -> ScoreEstimate:
@@ -175,7 +193,7 @@ def model_score(session, *, level=0.95, by=None, estimate: TraitEstimate | None 
         h, order, correct = h[:n_answered], order[:n_answered], correct[:n_answered]
     est = session.estimate if estimate is None else estimate
     field, labels, codes, n_groups = _categories(session, by)
-    curve = score_curve(session)
+    curve = score_curve(session, est.theta)
     n = order.size
     residual_sd = 0.0 if curve is None else curve.residual(n)
     factors = session.items.score_factors
@@ -202,7 +220,13 @@ def model_score(session, *, level=0.95, by=None, estimate: TraitEstimate | None 
 
 
 def _initial_estimate(session) -> TraitEstimate:
-    return session.estimator.estimate(session.params, ResponseState(session.params))
+    """The estimate before any answer (the posterior the first draw was made from; kept on the session)."""
+    cached = session.__dict__.get("_initial_estimate_cache")
+    if cached is not None and cached[0] is session.estimator and cached[1] is session.params:
+        return cached[2]
+    est = session.estimator.estimate(session.params, ResponseState(session.params))
+    session.__dict__["_initial_estimate_cache"] = (session.estimator, session.params, est)
+    return est
 
 
 def check_design(session) -> None:
@@ -261,47 +285,75 @@ def design_cot_variances(session, before, steps, order, tokens, pi, remaining, p
     return model_variance_terms(predictions, pi, remaining, member=member, variances=scale * max(m2 - m1 * m1, 0.0))
 
 
-def _draw_rows(session, h, before, steps, order, correct, n_nodes):
-    """(f_selector, f, pi), each (n_draws, J), for the design draws at ``steps``: the E_q P_j the
-    selector weighed by (the reported, widened posterior before the draw); the model's prediction
-    f_t, the score-factor plug-in at the factor posterior's mode given the answers before the draw
-    when the bank carries score factors (their predictions are the better ones,
-    docs/score_prediction.md §2), else E_q P_j(theta) under the one-trait posterior before the draw,
-    before the interval widening (docs/score_prediction.md §3); and the design's probabilities pi_t
-    (what :func:`design_probabilities` recomputes). Any prediction computed from the answers before
-    the draw keeps the design estimate unbiased; a better one makes it less noisy.
+def _draw_sums(session, h, steps, order, correct, field, codes, n_groups):
+    """Per design draw at ``steps``: (accuracy, cot), the :class:`~catengine.scoring.design.DrawSums`
+    of the draw over the items remaining at it, per group of the category column ``field``
+    (``cot``: of the expected CoT lengths, None unless the bank is LaRT).
 
-    Each draw's rows depend only on the answers before it, so they are computed once per draw and
-    kept on the session (valid while its history holds the same records: a row is reused only when
-    the draw's record and the record before it are the very objects it was computed from). A reply
-    then costs the new draws' rows, not every draw's again."""
+    The draw's rows: the model's prediction f_t, the score-factor plug-in at the factor posterior's
+    mode given the answers before the draw when the bank carries score factors (their predictions
+    are the better ones, docs/score_prediction.md §2), else E_q P_j(theta) under the one-trait
+    posterior before the draw, before the interval widening (docs/score_prediction.md §3); the
+    design's probabilities pi_t, recomputed from the E_q P_j the selector weighed by (the reported,
+    widened posterior before the draw, what :func:`design_probabilities` recomputes); for LaRT banks
+    the expected CoT lengths at the posterior mean of tau before the draw and the variance scale
+    exp(2 (omega_j - phi_j tau_t)) of :func:`design_cot_variances`. Any prediction computed from the
+    answers before the draw keeps the design estimate unbiased; a better one makes it less noisy.
+
+    Each draw's rows depend only on the answers before it, so they are reduced to their sums once
+    per draw and category column and kept on the session (valid while its history holds the same
+    records: a draw's sums are reused only when its record and the record before it are the very
+    objects they were computed from). A reply then costs the new draw's pass over the bank and
+    the sums of the others, not a pass over the bank per draw."""
     from catengine.selection import SelectionState
 
     params = session.params
-    cache = session.__dict__.setdefault("_design_row_cache", {})
+    cache = session.__dict__.setdefault("_design_draw_cache", {})
     factors = session.items.score_factors
+    lart = params.response_model == "lart"
+    n_nodes = session.selector.n_nodes
     J = params.n_items
-    out_sel, out_f, out_pi = (np.empty((len(steps), J)) for _ in range(3))
-    mode = None
-    for t, s in enumerate(steps):
+    out = []
+    mode = None  # the factor posterior's mode at the previous draw: the next one's warm start
+    for s in steps:
         s = int(s)
-        hit = cache.get(s)
-        if hit is not None and hit[0] is h[s] and (s == 0 or hit[1] is h[s - 1]):
-            _, _, fsel, f, pi, mode = hit
-        else:
-            b = before[s]
+        entry = cache.get(s)
+        if entry is None or entry["record"] is not h[s] or (s > 0 and entry["previous"] is not h[s - 1]):
+            entry = {"record": h[s], "previous": None if s == 0 else h[s - 1], "mode": None, "sums": {}}
+            if factors is not None:
+                entry["mode"], _ = factors.posterior(order[:s], correct[:s], start=mode)
+            cache[s] = entry
+        mode = entry["mode"]
+        sums = entry["sums"].get(field)
+        if sums is None:
+            b = _initial_estimate(session) if s == 0 else h[s - 1]  # the posterior the draw was made from
             fsel = expected_probabilities(params, b.theta, b.theta_sd, n_nodes)
-            if factors is None:
-                f = expected_probabilities(params, b.theta, b.theta_sd / b.interval_factor, n_nodes)
-            else:
-                mode, _ = factors.posterior(order[:s], correct[:s], start=mode)
+            if factors is not None:
                 f = factors.probabilities(mode[None, :])[0]
-            eligible = np.ones(J, dtype=bool)
-            eligible[order[:s]] = False
-            pi = session.selector.probabilities(params, SelectionState(b, eligible, None, session.items), expected=fsel)
-            cache[s] = (h[s], None if s == 0 else h[s - 1], fsel, f, pi, mode)
-        out_sel[t], out_f[t], out_pi[t] = fsel, f, pi
-    return out_sel, out_f, out_pi
+            elif b.theta_sd / b.interval_factor == b.theta_sd:  # no widening: the selector's own E_q P_j
+                f = fsel
+            else:
+                f = expected_probabilities(params, b.theta, b.theta_sd / b.interval_factor, n_nodes)
+            remaining = np.ones(J, dtype=bool)
+            remaining[order[:s]] = False
+            pi = session.selector.probabilities(params, SelectionState(b, remaining, None, session.items),
+                                                expected=fsel)
+            j = int(order[s])
+            acc = draw_sums(f, pi, remaining, j, codes=codes, n_groups=n_groups)
+            cot = None
+            if lart and b.tau is not None:  # f: expected_cot_lengths at tau; variances exp(2 (omega - phi tau))
+                cot = cot_draw_sums(params, b.tau, session.cot_offset, pi, remaining, j, codes=codes, n_groups=n_groups)
+            sums = entry["sums"][field] = (acc, cot)
+        out.append(sums)
+    return out
+
+
+def _group_sizes(session, field, codes, n_groups) -> np.ndarray:
+    """(1 + G,) the number of items of the bank and of each category of ``field`` (kept on the session)."""
+    cache = session.__dict__.setdefault("_group_size_cache", {})
+    if field not in cache:
+        cache[field] = group_sums(np.ones(session.params.n_items), codes, n_groups)
+    return cache[field]
 
 
 def design_score(session, *, level=0.95, by=None) -> ScoreEstimate:
@@ -309,8 +361,12 @@ def design_score(session, *, level=0.95, by=None) -> ScoreEstimate:
     return _assemble("design", level, *_design_groups(session, level, by))
 
 
-def _design_groups(session, level, by):
-    """Per group (bank, then categories): the design estimates as (sizes, acc, cot, field, labels)."""
+def design_parts(session, by=None) -> dict:
+    """The pieces of the design-based estimate per group (column 0 the bank, 1 + g category g):
+    ``terms`` (n_draws, 1 + G) the power-tuned D_t, ``lam`` the tuned weight, ``model_variances``
+    the model's Var_t(D_t); for LaRT banks with every CoT length recorded ``cot_terms`` and
+    ``cot_variances`` (None with fewer than ``MIN_SMEARING_ITEMS`` lengths); and the session's
+    ``sizes``, ``order``, ``correct``, ``codes`` (None without categories), ``field``, ``labels``."""
     check_design(session)
     params = session.params
     h, order, correct = _records(session)
@@ -320,60 +376,79 @@ def _design_groups(session, level, by):
         raise DesignNotRandomisedError(
             f"a design-based estimate needs at least 2 randomised draws; subject {session.subject!r} has {int(is_draw.sum())}"
         )
-    before = [_initial_estimate(session)] + [r for r in h[:-1]]  # the posterior each step's draw was made from
     steps = np.flatnonzero(is_draw)
-    # the selector weighed the items by E_q P_j under the posterior it was given (the reported one,
-    # widened by the interval factor): recomputing its probabilities needs exactly those
-    n_nodes = session.selector.n_nodes
-    # per draw: the model's prediction f_t and the design's probabilities pi_t (computed once per draw)
-    _, f, pi = _draw_rows(session, h, before, steps, order, correct, n_nodes)
-    remaining = np.ones((len(steps), params.n_items), dtype=bool)
-    for t, s_ in enumerate(steps):
-        remaining[t, order[:s_]] = False
     field, labels, codes, n_groups = _categories(session, by)
-    member = np.zeros((params.n_items, 1 + n_groups))
-    member[:, 0] = 1.0
-    if n_groups:
-        member[np.arange(params.n_items), 1 + codes] = 1.0
-    sizes = member.sum(axis=0)
+    sizes = _group_sizes(session, field, codes, n_groups)
+    # per draw: the sums of the model's prediction f_t over the items remaining at it, weighted by
+    # the design's probabilities pi_t (computed once per draw)
+    sums = _draw_sums(session, h, steps, order, correct, field, codes, n_groups)
+    acc = [a for a, _ in sums]
+    predicted = np.array([a.predicted for a in acc])
+    drawn = np.array([a.drawn for a in acc])
     # the model's predictions enter with the power-tuned weight lam (bank-level, shared by the
     # categories): near 1 for a right model, near 0 for one whose predictions are worse than none.
     # The D_t are linear in the predictions: D_t(lam) = D_t(0) + lam (D_t(1) - D_t(0)).
-    without = design_terms(order, correct, is_draw, prob, np.zeros_like(f), member=member)
-    with_model = design_terms(order, correct, is_draw, prob, f, member=member)
+    without = design_terms_from_sums(order, correct, is_draw, prob, np.zeros_like(predicted), np.zeros_like(drawn),
+                                     sizes, codes=codes)
+    with_model = design_terms_from_sums(order, correct, is_draw, prob, predicted, drawn, sizes, codes=codes)
     lam = power_tuning(without[:, 0], with_model[:, 0])
-    terms = without + lam * (with_model - without)
-    model_var = model_variance_terms(f, pi, remaining, member=member, weight=lam)
-    observed_count = np.zeros(params.n_items)
-    observed_count[order] = 1.0
-    n_obs = observed_count @ member
-    acc = []
-    for g in range(member.shape[1]):
-        e = design_estimate(terms[:, g] * sizes[g], level=level, n_items=int(sizes[g]),
-                            bounds=(float(correct @ member[order, g]), float(correct @ member[order, g] + sizes[g] - n_obs[g])),
-                            model_variances=model_var[:, g] * sizes[g] ** 2)
-        acc.append((e.mean, e.se, e.low, e.high, n_obs[g]))
-    cot = None
+    parts = {"terms": without + lam * (with_model - without), "lam": lam,
+             "model_variances": model_variances_from_sums(np.array([a.variance for a in acc]),
+                                                          np.array([a.square for a in acc]), predicted, sizes,
+                                                          weight=lam),
+             "sizes": sizes, "order": order, "correct": correct, "codes": codes, "field": field, "labels": labels}
     if params.response_model == "lart" and all(h[s].cot_length is not None for s in steps):
         has = np.array([r.cot_length is not None for r in h], dtype=bool)
-        if has.all() and all(b.tau is not None for b in before):
+        before_tau = [_initial_estimate(session).tau] + [r.tau for r in h[:-1]]
+        if has.all() and all(t is not None for t in before_tau):
             tokens = np.array([r.cot_length for r in h], dtype=float)
             # plug-in predictions at the posterior mean of tau: any predictable f_t keeps the estimate
             # unbiased, and averaging exp(-phi tau) over a wide early posterior (sd_scale, few items)
             # inflates the predictions by exp(phi^2 sd^2 / 2) and the estimator's variance with them
-            g_t = np.array([expected_cot_lengths(params, before[s].tau, 0.0, session.cot_offset) for s in steps])
-            cterms = design_terms(order, tokens, is_draw, prob, g_t, member=member)
-            cot_var = design_cot_variances(session, before, steps, order, tokens, pi, remaining, g_t, member)
-            cot = []
-            for g in range(member.shape[1]):
-                # the token totals keep the floor rule: they are skewed (a few long answers), and
-                # their intervals already cover less than 95% after 10 and 25 draws on MATH500
-                e = design_estimate(cterms[:, g] * sizes[g], level=level, n_items=int(sizes[g]),
-                                    bounds=(float(tokens @ member[order, g]), math.inf),
-                                    model_variances=None if cot_var is None else cot_var[:, g] * sizes[g] ** 2,
-                                    model_rule="floor")
-                cot.append((e.mean, e.se, e.low, e.high))
-    return list(sizes), acc, cot, field, labels
+            cot = [c for _, c in sums]
+            cot_predicted = np.array([c.predicted for c in cot])
+            parts["cot_terms"] = design_terms_from_sums(order, tokens, is_draw, prob, cot_predicted,
+                                                        np.array([c.drawn for c in cot]), sizes, codes=codes)
+            parts["cot_variances"] = None
+            parts["tokens"] = tokens
+            if order.size >= MIN_SMEARING_ITEMS:
+                # the smeared variance of each unanswered item's tokens, exp(2 (omega - phi tau_t)) Var(exp(e)),
+                # e the LLM's own log-residuals at its final tau (:func:`design_cot_variances`)
+                m1, m2, _ = smearing_moments(params, session.estimate.tau, order, tokens, session.cot_offset)
+                smeared = max(m2 - m1 * m1, 0.0)
+                parts["cot_variances"] = model_variances_from_sums(
+                    smeared * np.array([c.variance for c in cot]), np.zeros_like(cot_predicted), cot_predicted, sizes)
+    return parts
+
+
+def _design_groups(session, level, by):
+    """Per group (bank, then categories): the design estimates as (sizes, acc, cot, field, labels)."""
+    parts = design_parts(session, by)
+    sizes, order, correct, codes = parts["sizes"], parts["order"], parts["correct"], parts["codes"]
+    n_groups = sizes.size - 1
+    n_obs = group_sums(np.ones(order.size), None if codes is None else codes[order], n_groups)
+    known = group_sums(correct, None if codes is None else codes[order], n_groups)
+    terms, model_var = parts["terms"], parts["model_variances"]
+    acc = []
+    for g in range(sizes.size):
+        e = design_estimate(terms[:, g] * sizes[g], level=level, n_items=int(sizes[g]),
+                            bounds=(float(known[g]), float(known[g] + sizes[g] - n_obs[g])),
+                            model_variances=model_var[:, g] * sizes[g] ** 2)
+        acc.append((e.mean, e.se, e.low, e.high, n_obs[g]))
+    cot = None
+    if "cot_terms" in parts:
+        cterms, cot_var = parts["cot_terms"], parts["cot_variances"]
+        known_tokens = group_sums(parts["tokens"], None if codes is None else codes[order], n_groups)
+        cot = []
+        for g in range(sizes.size):
+            # the token totals keep the floor rule: they are skewed (a few long answers), and
+            # their intervals already cover less than 95% after 10 and 25 draws on MATH500
+            e = design_estimate(cterms[:, g] * sizes[g], level=level, n_items=int(sizes[g]),
+                                bounds=(float(known_tokens[g]), math.inf),
+                                model_variances=None if cot_var is None else cot_var[:, g] * sizes[g] ** 2,
+                                model_rule="floor")
+            cot.append((e.mean, e.se, e.low, e.high))
+    return list(sizes), acc, cot, parts["field"], parts["labels"]
 
 
 def session_standing(session):
@@ -437,21 +512,21 @@ def doubly_robust_score(session, *, level=0.95, by=None) -> ScoreEstimate:
     n_draws = sum(1 for r in session.history if r.design)
     _, order, correct = _records(session)
 
-    def bounds(est, member):
-        known = float(correct[member[order]].sum()) if order.size else 0.0
+    def bounds(est, answered):  # answered: which of the answered items lie in the group
+        known = float(correct[answered].sum()) if order.size else 0.0
         return known / est.n_items, (known + est.n_items - est.n_observed) / est.n_items
 
-    everything = np.ones(session.params.n_items, dtype=bool)
-    top = _combined(model, design, n_draws, level, *bounds(model, everything), extrapolating)
+    top = _combined(model, design, n_draws, level, *bounds(model, np.ones(order.size, dtype=bool)), extrapolating)
     by_category = {}
     if model.by_category:
         field = model.category_field
         labels, codes = session.items.groups(field)
         position = {str(label): g for g, label in enumerate(labels)}
+        answered_codes = codes[order]
         for label, m in model.by_category.items():
-            member = codes == position[label]
             by_category[label] = _with_standing(_combined(m, design.by_category[label], n_draws, level,
-                                                          *bounds(m, member), extrapolating), standing, n_draws)
+                                                          *bounds(m, answered_codes == position[label]), extrapolating),
+                                                standing, n_draws)
     return _with_standing(replace(top, by_category=by_category), standing, n_draws)
 
 

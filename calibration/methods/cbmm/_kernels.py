@@ -31,24 +31,55 @@ Every kernel has a slow pure-numpy twin in ``tests/naive_cbmm.py``.
 
 from __future__ import annotations
 
+import functools
 import math
 
+import numba
 import numpy as np
 from numba import njit, prange
 
 from calibration.methods._fast_math import exp_neg as _exp_neg
 from calibration.methods._fast_math import two_atanh_small
-from catengine.models.kernels import cholesky_in_place, cholesky_solve_in_place
+from catengine.models import kernels as _shared_kernels
 
-# cache=False on purpose: with fastmath reductions, numba's cached machine code and a fresh compile
-# of the same kernel sum in different orders (seen here: numba 0.68, LLVM reassociation), so a fit
-# gave different iterates on its first run (fresh) than on later runs (cached) - a few ulps that
-# SQUAREM amplifies along flat directions of the loss. Compiling in every process (~4-5 s once)
-# keeps a fit bit-for-bit reproducible across runs, processes and audit workers.
+# Each array kernel is compiled twice from its source (``_serial_and_parallel``): a serial
+# version (``prange`` is ``range`` there), cached on disk, runs whenever numba has one thread (fits
+# below 2.1 M cells and audit workers set one); the ``parallel=True`` version runs otherwise and is
+# compiled in every process that needs it, never cached. Numba's cached machine code of a
+# parallel fastmath kernel is not the code a fresh compile runs: the process that compiles it
+# executes the outlined loop body compiled once, the cache holds the kernel's own copy of that body,
+# re-optimised after linking, whose reductions LLVM reassociates differently (seen here: numba
+# 0.68) - a few ulps that SQUAREM amplifies along flat directions of the loss. A serial kernel is
+# compiled once, so its cached code is the fresh code, and it computes the bits of the parallel
+# kernel on one thread (rows and columns are independent: no reduction spans threads). So a fit
+# stays bit-for-bit reproducible across runs, processes and audit workers, and compiles once.
 _OPTS = dict(cache=False, fastmath=True, nogil=True, error_model="numpy")
+_SERIAL_OPTS = dict(_OPTS, cache=True)
 # the polynomial helpers must not be reassociated (that would undo the Cody-Waite split); they are
 # compiled with these flags and inlined by LLVM, keeping their own flags inside fastmath loops
-_EXACT_OPTS = dict(cache=False, nogil=True, error_model="numpy", fastmath={"nnan", "ninf", "nsz", "contract"})
+_EXACT_OPTS = dict(cache=True, nogil=True, error_model="numpy", fastmath={"nnan", "ninf", "nsz", "contract"})
+# numba compiles a callee that sets no fastmath / error_model with the flags of the caller that
+# first needs it, and caches that: the shared Cholesky helpers set none, so cBMM calls its own
+# copies, with its flags stated
+cholesky_in_place = njit(**_OPTS)(_shared_kernels.cholesky_in_place.py_func)
+cholesky_solve_in_place = njit(**_OPTS)(_shared_kernels.cholesky_solve_in_place.py_func)
+
+
+def _serial_and_parallel(fn):
+    """The kernel ``fn`` as a serial (cached) and a parallel (uncached) numba function; calling it
+    runs the serial one when numba has one thread (``numba.get_num_threads()``), else the parallel one.
+    Both are reachable, as ``.serial`` and ``.parallel``."""
+    serial = njit(**_SERIAL_OPTS)(fn)
+    parallel = njit(parallel=True, **_OPTS)(fn)
+
+    @functools.wraps(fn)
+    def kernel(*args):
+        if numba.get_num_threads() == 1:
+            return serial(*args)
+        return parallel(*args)
+
+    kernel.serial, kernel.parallel = serial, parallel
+    return kernel
 
 
 _LN2 = 0.6931471805599453
@@ -64,7 +95,7 @@ def _log1p01(e):
     return off + two_atanh_small(s)
 
 
-@njit(**_OPTS)
+@njit(**_SERIAL_OPTS)
 def exp_neg_array(x):
     """``_exp_neg`` over an array (for tests)."""
     out = np.empty_like(x)
@@ -73,7 +104,7 @@ def exp_neg_array(x):
     return out
 
 
-@njit(**_OPTS)
+@njit(**_SERIAL_OPTS)
 def log1p01_array(e):
     """``_log1p01`` over an array (for tests)."""
     out = np.empty_like(e)
@@ -83,7 +114,7 @@ def log1p01_array(e):
 
 
 # ---------------------------------------------------------------------------------- layout
-@njit(parallel=True, **_OPTS)
+@_serial_and_parallel
 def transpose_int8(c, out):
     """out[j, i] = c[i, j] for the (N, J) int8 matrix, in 64 x 64 blocks (parallel over column blocks)."""
     n, m = c.shape
@@ -99,7 +130,7 @@ def transpose_int8(c, out):
 
 
 # ---------------------------------------------------------------------------------- counting
-@njit(parallel=True, **_OPTS)
+@_serial_and_parallel
 def count_pass(c, ct, row_on, col_on, row_n, row_k, col_n, col_k):
     """Observed and correct counts: row_n/row_k (N,) over active columns (uint8 ``col_on``) of
     active rows (0 for inactive rows); col_n/col_k (J,) over active rows, for every column."""
@@ -131,7 +162,7 @@ def count_pass(c, ct, row_on, col_on, row_n, row_k, col_n, col_k):
 _LOSS_BLOCK = 256  # cells whose log(1 + e) terms are summed as one log of a product
 
 
-@njit(parallel=True, **_OPTS)
+@_serial_and_parallel
 def col_pass_r1(ct, theta, roww, a, b, cols, s0, s1, cnt, st, st2, lossj, h0, h1, h2, want_loss):
     """Column sums of one MM sweep at (theta, a, b), rank 1, temperature 1, for j in ``cols``.
 
@@ -215,7 +246,7 @@ def col_pass_r1(ct, theta, roww, a, b, cols, s0, s1, cnt, st, st2, lossj, h0, h1
             h2[j] = z8
 
 
-@njit(parallel=True, **_OPTS)
+@_serial_and_parallel
 def row_pass_r1(c, theta, a, b, an, ann, ana, anb, ridge, rows, theta_out, rsum):
     """The theta block of one MM sweep, rank 1, temperature 1.
 
@@ -255,7 +286,7 @@ def row_pass_r1(c, theta, a, b, an, ann, ana, anb, ridge, rows, theta_out, rsum)
 
 
 # ---------------------------------------------------------------------------------- rank r
-@njit(parallel=True, **_OPTS)
+@_serial_and_parallel
 def col_pass_rk(ct, theta, roww, a, b, cols, s0, s1, cnt, st, gram, lossj, want_loss):
     """Rank-r column sums for j in ``cols``: theta (N, r), a (J, r); s1 (J, r) = sum theta_i r_ij,
     st (J, r), gram (J, r, r) = sum theta_i theta_i^T; s0, cnt, lossj (J,) as in ``col_pass_r1``."""
@@ -301,7 +332,7 @@ def col_pass_rk(ct, theta, roww, a, b, cols, s0, s1, cnt, st, gram, lossj, want_
                 gram[j, u, v2] = accg[u, v2]
 
 
-@njit(parallel=True, **_OPTS)
+@_serial_and_parallel
 def row_pass_rk(c, theta, a, b, an, anb, col_on, rows, ridge, theta_out, rsum):
     """Rank-r theta block. ``an`` (J, r) = a' (zero on inactive columns), ``anb`` (J, r) =
     a'_j (b_j - b'_j). Per active row solves (H + eps I) theta' = K theta + g + s + eps theta with
@@ -361,7 +392,7 @@ def row_pass_rk(c, theta, a, b, an, anb, col_on, rows, ridge, theta_out, rsum):
             theta_out[i, u] = rhs[u]
 
 
-@njit(parallel=True, **_OPTS)
+@_serial_and_parallel
 def nnls_columns(gram, q, a0, cols, max_sweeps, tol, a_out):
     """Per column j in ``cols``: min_{a >= 0} 1/2 a^T G_j a - q_j^T a by cyclic exact coordinate
     minimisation started at a0_j (every coordinate step lowers the objective, so the MM step
@@ -390,7 +421,7 @@ def nnls_columns(gram, q, a0, cols, max_sweeps, tol, a_out):
 
 
 # ---------------------------------------------------------------------------------- SVD init
-@njit(parallel=True, **_OPTS)
+@_serial_and_parallel
 def zv_rows(c, v, mu, col_on, rows, out):
     """out_i = sum_j w_ij (gamma_ij - mu_j) v_j over observed active cells (v (J, r), out (N, r))."""
     m = c.shape[1]
@@ -406,7 +437,7 @@ def zv_rows(c, v, mu, col_on, rows, out):
             out[i, u] = acc
 
 
-@njit(parallel=True, **_OPTS)
+@_serial_and_parallel
 def ztu_cols(ct, u, roww, mu, cols, out):
     """out_j = sum_i w_ij (gamma_ij - mu_j) u_i over observed cells of subjects with roww = 1, for
     j in ``cols`` (u (N, r), out (J, r))."""
@@ -425,7 +456,7 @@ def ztu_cols(ct, u, roww, mu, cols, out):
 
 
 # ---------------------------------------------------------------------------------- extremes
-@njit(parallel=True, **_OPTS)
+@_serial_and_parallel
 def extreme_theta(c, rows, a, b, col_on, target, lo, hi, n_bisect, theta_out):
     """Finite abilities for subjects left out of the fit (all answers identical).
 

@@ -1,0 +1,304 @@
+"""Compiled sums over a bank's items at a few trait values (the exact passes behind
+``catengine.scoring.model_based.SummedCurves``).
+
+One loop over the items and the points, summing into per-group accumulators, instead of (points,
+items, nodes) temporaries: the sums of pbar_j(t) and pbar_j (1 - pbar_j) (the response averaged
+over each item's Gaussian parameter posterior, as ``item_averaged_response``) and the four CoT
+moments of ``cot_curves``. The sums are compensated (Kahan), so a bank of a million items is summed
+to about the rounding of one value. Column 0 of each sum is the whole bank, column 1 + g category g.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import njit
+
+MODEL_2PL, MODEL_4PL, MODEL_LART = 0, 1, 2
+MODEL_CODES = {"2pl": MODEL_2PL, "4pl": MODEL_4PL, "lart": MODEL_LART}
+UNCERTAINTY_NONE, UNCERTAINTY_B, UNCERTAINTY_AB = 0, 1, 2
+_SAFE_EXP = 700.0  # |arguments| below which exp and products of two such exps stay finite
+
+
+@njit(cache=True, inline="always")
+def _expit(z):
+    if z >= 0.0:
+        return 1.0 / (1.0 + math.exp(-z))
+    e = math.exp(z)
+    return e / (1.0 + e)
+
+
+@njit(cache=True, inline="always")
+def _add(out, comp, f, i, g, value):
+    """Kahan-compensated out[f, i, g] += value."""
+    y = value - comp[f, i, g]
+    t = out[f, i, g] + y
+    comp[f, i, g] = (t - out[f, i, g]) - y
+    out[f, i, g] = t
+
+
+BLOCK = 64  # items summed plainly before the compensated add into the totals
+
+
+@njit(cache=True)
+def _add_block(out, comp, part):
+    """Kahan-compensated out += part (every entry), then part = 0."""
+    F, P, G = part.shape
+    for f in range(F):
+        for i in range(P):
+            for g in range(G):
+                _add(out, comp, f, i, g, part[f, i, g])
+                part[f, i, g] = 0.0
+
+
+@njit(cache=True)
+def accuracy_sums(model, uncertainty, points, items, a, b, c, d, a_var, b_var, ab_cov, x, w, codes, n_cols, pairs):
+    """(2, P, n_cols): the sums over ``items`` of pbar_j(t) and pbar_j (1 - pbar_j) at ``points``.
+
+    ``model``: MODEL_*; ``uncertainty``: UNCERTAINTY_NONE (point parameters), UNCERTAINTY_B (b_sd
+    only: the variance v_j of z = a t + b does not depend on t) or UNCERTAINTY_AB (a_sd, ab_cov:
+    v_j(t) = t^2 a_var + 2 t ab_cov + b_var); ``x``, ``w``: the Gauss-Hermite rule in z of the
+    logistic models (the probit average is closed form: Phi(mu / sqrt(1 + v))); ``codes``: each
+    item's category (used when n_cols > 1). With b_sd only, a logistic item's nodes share one
+    exponential per point (below); ``pairs`` (J, K // 2): exp(sd_j x_k) + exp(-sd_j x_k) of each
+    item, computed once per bank (an empty array: computed here, per item)."""
+    P = points.size
+    K = x.size
+    out = np.zeros((2, P, n_cols))
+    comp = np.zeros((2, P, n_cols))
+    part = np.zeros((2, P, n_cols))
+    p = np.empty(P)
+    num = np.empty(P)
+    den = np.empty(P)
+    mid = np.empty(P)
+    factor = np.empty(K)
+    xmax = 0.0
+    for k in range(K):
+        xmax = max(xmax, abs(x[k]))
+    half = K // 2
+    odd = K % 2 == 1
+    symmetric = True  # x_k = -x_{K-1-k}, w_k = w_{K-1-k} (and x = 0 in the middle): Gauss-Hermite
+    for k in range(half):
+        symmetric = symmetric and x[k] == -x[K - 1 - k] and w[k] == w[K - 1 - k]
+    if odd:
+        symmetric = symmetric and x[half] == 0.0
+    w_mid = w[half] if odd else 0.0
+    n = items.size
+    for start in range(0, n, BLOCK):
+        for jj in range(start, min(start + BLOCK, n)):
+            j = items[jj]
+            aj, bj = a[j], b[j]
+            if model == MODEL_LART:  # Phi(mu / sqrt(1 + v)) = erfc(-mu / sqrt(2 (1 + v))) / 2
+                if uncertainty == UNCERTAINTY_AB:
+                    for i in range(P):
+                        t = points[i]
+                        v = max(t * t * a_var[j] + 2.0 * t * ab_cov[j] + b_var[j], 0.0)
+                        p[i] = 0.5 * math.erfc(-(t * aj + bj) / math.sqrt(2.0 * (1.0 + v)))
+                else:
+                    scale = 1.0 / math.sqrt(2.0 * (1.0 + max(b_var[j], 0.0)))
+                    for i in range(P):
+                        p[i] = 0.5 * math.erfc(-(points[i] * aj + bj) * scale)
+            elif uncertainty == UNCERTAINTY_NONE:
+                for i in range(P):
+                    p[i] = _expit(points[i] * aj + bj)
+            else:
+                sd = math.sqrt(max(b_var[j], 0.0))
+                if uncertainty == UNCERTAINTY_B and symmetric and sd * xmax < _SAFE_EXP:
+                    # nodes +-x_k in pairs: with e = exp(-|mu|) and g_k = f_k + 1 / f_k, f_k = exp(sd x_k),
+                    # sigmoid(mu + sd x_k) + sigmoid(mu - sd x_k) = (2 u^2 + e g_k) / (1 + e g_k + e^2),
+                    # u = 1 for mu >= 0, u = e below (no cancellation either way)
+                    if pairs.shape[0] > 0:
+                        for k in range(half):
+                            factor[k] = pairs[j, k]
+                    else:
+                        for k in range(half):
+                            f = math.exp(sd * x[k])
+                            factor[k] = f + 1.0 / f
+                    for i in range(P):
+                        mu = points[i] * aj + bj
+                        e = math.exp(-abs(mu))
+                        u = 1.0 if mu >= 0.0 else e
+                        num[i] = 2.0 * u * u
+                        den[i] = 1.0 + e * e
+                        p[i] = w_mid * (u / (1.0 + e)) if odd else 0.0
+                        mid[i] = e
+                    for k in range(half):
+                        wk, gk = w[k], factor[k]
+                        for i in range(P):
+                            t = mid[i] * gk
+                            p[i] += wk * ((num[i] + t) / (den[i] + t))
+                else:
+                    for i in range(P):
+                        t = points[i]
+                        mu = t * aj + bj
+                        if uncertainty == UNCERTAINTY_AB:
+                            root = math.sqrt(max(t * t * a_var[j] + 2.0 * t * ab_cov[j] + b_var[j], 0.0))
+                        else:
+                            root = sd
+                        s = 0.0
+                        for k in range(K):
+                            s += w[k] * _expit(mu + root * x[k])
+                        p[i] = s
+            if model == MODEL_4PL:
+                cj, dj = c[j], d[j]
+                for i in range(P):
+                    p[i] = cj + (dj - cj) * p[i]
+            g = 1 + codes[j] if n_cols > 1 else 0
+            for i in range(P):
+                q = p[i] * (1.0 - p[i])
+                part[0, i, 0] += p[i]
+                part[1, i, 0] += q
+                if n_cols > 1:
+                    part[0, i, g] += p[i]
+                    part[1, i, g] += q
+        _add_block(out, comp, part)
+    return out
+
+
+@njit(cache=True)
+def cot_sums(points, items, omega, phi, lam, codes, n_cols):
+    """(4, P, n_cols): the sums over ``items`` of exp(mu_j), exp(mu_j)^2, exp(mu_j + lam_j^2 / 2) and
+    (exp(lam_j^2) - 1) exp(2 mu_j + lam_j^2), mu_j = omega_j - phi_j t, at ``points``."""
+    P = points.size
+    out = np.zeros((4, P, n_cols))
+    comp = np.zeros((4, P, n_cols))
+    part = np.zeros((4, P, n_cols))
+    n = items.size
+    for start in range(0, n, BLOCK):
+        for jj in range(start, min(start + BLOCK, n)):
+            j = items[jj]
+            g = 1 + codes[j] if n_cols > 1 else 0
+            lam2 = lam[j] * lam[j]
+            smear = math.exp(0.5 * lam2)
+            spread = math.expm1(lam2) * math.exp(lam2)
+            oj, pj = omega[j], phi[j]
+            for i in range(P):
+                base = math.exp(oj - pj * points[i])
+                square = base * base
+                part[0, i, 0] += base
+                part[1, i, 0] += square
+                part[2, i, 0] += base * smear
+                part[3, i, 0] += spread * square
+                if n_cols > 1:
+                    part[0, i, g] += base
+                    part[1, i, g] += square
+                    part[2, i, g] += base * smear
+                    part[3, i, g] += spread * square
+        _add_block(out, comp, part)
+    return out
+
+
+@njit(cache=True)
+def draw_sums(f, pi, remaining, var, has_var, codes, n_cols):
+    """(3, n_cols): one design draw's sums over the remaining items R (``catengine.scoring.design.DrawSums``):
+    sum_R f, sum_{R, pi > 0} var / pi and sum_{R, pi > 0} f^2 / pi, with var = f (1 - f) unless
+    ``has_var`` (then ``var``)."""
+    out = np.zeros((3, 1, n_cols))
+    comp = np.zeros((3, 1, n_cols))
+    part = np.zeros((3, 1, n_cols))
+    n = f.size
+    for start in range(0, n, BLOCK * 16):
+        s0 = s1 = s2 = 0.0  # the bank's sums over the block, in registers
+        for j in range(start, min(start + BLOCK * 16, n)):
+            if not remaining[j]:
+                continue
+            fj = f[j]
+            if pi[j] > 0.0:
+                inverse = 1.0 / pi[j]
+                v = (var[j] if has_var else fj * (1.0 - fj)) * inverse  # 0 off pi > 0, even where var is not finite
+                sq = fj * fj * inverse
+            else:
+                v = sq = 0.0
+            s0 += fj
+            s1 += v
+            s2 += sq
+            if n_cols > 1:
+                g = 1 + codes[j]
+                part[0, 0, g] += fj
+                part[1, 0, g] += v
+                part[2, 0, g] += sq
+        part[0, 0, 0] = s0
+        part[1, 0, 0] = s1
+        part[2, 0, 0] = s2
+        _add_block(out, comp, part)
+    return out[:, 0, :]
+
+
+@njit(cache=True)
+def cot_draw_sums(omega, phi, smear, tau, offset, pi, remaining, codes, n_cols):
+    """(3, n_cols): one design draw's CoT sums over the remaining items R, without (J,) temporaries:
+    sum_R g_j of the expected CoT lengths at tau, g_j = exp(omega_j - phi_j tau) smear_j - offset
+    (``smear`` = exp(lam^2 / 2)), and over R with pi_j > 0, sum exp(2 (omega_j - phi_j tau)) / pi_j and
+    sum g_j^2 / pi_j."""
+    out = np.zeros((3, 1, n_cols))
+    comp = np.zeros((3, 1, n_cols))
+    part = np.zeros((3, 1, n_cols))
+    n = omega.size
+    for start in range(0, n, BLOCK * 16):
+        s0 = s1 = s2 = 0.0  # the bank's sums over the block, in registers
+        for j in range(start, min(start + BLOCK * 16, n)):
+            if not remaining[j]:
+                continue
+            base = math.exp(omega[j] - phi[j] * tau)
+            gj = base * smear[j] - offset
+            if pi[j] > 0.0:
+                inverse = 1.0 / pi[j]
+                v = base * base * inverse
+                sq = gj * gj * inverse
+            else:  # off the design's support: exactly 0, even where exp overflows
+                v = sq = 0.0
+            s0 += gj
+            s1 += v
+            s2 += sq
+            if n_cols > 1:
+                g = 1 + codes[j]
+                part[0, 0, g] += gj
+                part[1, 0, g] += v
+                part[2, 0, g] += sq
+        part[0, 0, 0] = s0
+        part[1, 0, 0] = s1
+        part[2, 0, 0] = s2
+        _add_block(out, comp, part)
+    return out[:, 0, :]
+
+
+@njit(cache=True, inline="always")
+def _ndtr(x):
+    """The standard normal CDF (cephes' ndtr: erf near 0, erfc in the tails)."""
+    z = x / math.sqrt(2.0)
+    if abs(z) < 1.0 / math.sqrt(2.0):
+        return 0.5 + 0.5 * math.erf(z)
+    y = 0.5 * math.erfc(abs(z))
+    return 1.0 - y if z > 0.0 else y
+
+
+@njit(cache=True)
+def mixture_bisection(weights, means, inverse, point_mass, targets, lo, hi, max_iter):
+    """Bisection of the mixture CDFs sum_k w_k Phi((q - means[k, g]) inverse[k, g]) (a point mass at
+    means[k, g] where ``point_mass``) against ``targets`` (T,), for every (target, group) at once
+    until every bracket ``lo`` / ``hi`` (T, G) holds adjacent floats (updated in place)."""
+    K, G = means.shape
+    T = targets.size
+    for _ in range(max_iter):
+        done = True
+        for t in range(T):
+            for g in range(G):
+                mid = 0.5 * (lo[t, g] + hi[t, g])
+                if mid != lo[t, g] and mid != hi[t, g]:
+                    done = False
+        if done:
+            return
+        for t in range(T):
+            for g in range(G):
+                mid = 0.5 * (lo[t, g] + hi[t, g])
+                cdf = 0.0
+                for k in range(K):
+                    if point_mass[k, g]:
+                        cdf += weights[k] * (1.0 if means[k, g] <= mid else 0.0)
+                    else:
+                        cdf += weights[k] * _ndtr((mid - means[k, g]) * inverse[k, g])
+                if cdf < targets[t]:
+                    lo[t, g] = mid
+                else:
+                    hi[t, g] = mid
