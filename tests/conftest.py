@@ -19,18 +19,28 @@ Before an xdist run starts its workers, the controller compiles the library's ca
 subprocesses of the tests load them from the cache instead of each compiling them at the same
 time on a clean clone. With warm caches this costs the loading, about 2 s; ``IRT_NUMBA_WARMUP=0``
 skips it.
+
+The workers, and every process a test starts, run BLAS / LAPACK single-threaded
+(``OPENBLAS_NUM_THREADS=1`` unless set): two workers already occupy both cores, and OpenBLAS's
+own threads on top of them spin against each other (on this 2-core machine, with the other core
+busy, ``numpy.linalg.eigh`` of a 158 x 158 matrix took a median 284 ms with two BLAS threads and
+4 ms with one).
 """
 
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
-import tempfile
-import time
-from pathlib import Path
 
-import pytest
+for _blas_threads in ("OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_blas_threads, "1")  # inherited by the xdist workers and by test subprocesses
+
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+import tempfile  # noqa: E402
+import time  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import pytest  # noqa: E402
 
 #: expected seconds of the slow tests, by node-id prefix (the longest matching prefix applies): the CPU
 #: seconds of the test and its subprocesses, measured on a full run with warm numba caches (wall time on
