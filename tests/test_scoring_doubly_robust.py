@@ -12,7 +12,7 @@ from scipy.stats import t as student_t
 from catengine import CATSession, ItemBank
 from catengine.scoring.design import design_estimate, design_terms
 from catengine.scoring.doubly_robust import EVIDENCE, combine_model_and_design
-from catengine.scoring.standing import Population, trait_standing
+from catengine.scoring.standing import Population, extrapolation_flag, trait_standing
 from catengine.selection import DoublyRobustSelection, RandomisedSelection, default_selector_for
 from catengine.selection.doubly_robust import scheduled_design_draw
 from catengine.session import from_config, to_config
@@ -167,6 +167,10 @@ def test_standing_percentile_and_flag_by_hand():
     assert trait_standing(pop, 4.0).extrapolation == "below"
     assert trait_standing(pop, 60.0).extrapolation == ""
     assert trait_standing(None, 1.0) is None
+    # the selectors' shortcut says what the standing says, at and beside both edges
+    for theta in (-1.0, 4.0, 4.95, np.nextafter(4.95, 5.0), 50.0, np.nextafter(94.05, 94.0), 94.05, 95.0, 200.0):
+        assert extrapolation_flag(pop, theta) == trait_standing(pop, theta).extrapolation, theta
+    assert extrapolation_flag(None, 1.0) == extrapolation_flag(pop, math.nan) == extrapolation_flag(pop, None) == ""
 
 
 def sessions_of(banks, thetas, a, b, n, rng, reps=2):

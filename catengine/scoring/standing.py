@@ -19,6 +19,7 @@ Pure numpy: no session, no I/O.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -76,6 +77,15 @@ class Standing:
         return {"percentile": self.percentile, "n_calibration": self.n_calibration, "extrapolation": self.extrapolation}
 
 
+def extrapolation_flag(population: Population | None, theta: float) -> str:
+    """``trait_standing(population, theta).extrapolation`` without the rank ("" without a population
+    or a finite theta): the test selectors make at every step."""
+    if population is None or theta is None or not math.isfinite(theta):
+        return ""
+    low, high = population.edges
+    return "above" if theta > high else "below" if theta < low else ""
+
+
 def trait_standing(population: Population | None, theta: float) -> Standing | None:
     """The standing of a trait estimate ``theta`` (None without a population or a finite theta)."""
     if population is None or theta is None or not np.isfinite(theta):
@@ -84,6 +94,4 @@ def trait_standing(population: Population | None, theta: float) -> Standing | No
     below = np.searchsorted(t, theta, side="left")
     not_above = np.searchsorted(t, theta, side="right")
     percentile = float((below + not_above) / (2.0 * t.size))
-    low, high = population.edges
-    flag = "above" if theta > high else "below" if theta < low else ""
-    return Standing(percentile, int(t.size), flag)
+    return Standing(percentile, int(t.size), extrapolation_flag(population, theta))

@@ -98,10 +98,9 @@ class DoublyRobustSelection(ItemSelector):
     @staticmethod
     def extrapolating(state: SelectionState) -> bool:
         """Whether the current trait estimate lies beyond the calibration population (``catengine.scoring.standing``)."""
-        from catengine.scoring.standing import trait_standing
+        from catengine.scoring.standing import extrapolation_flag
 
-        standing = trait_standing(state.items.population, state.estimate.theta)
-        return standing is not None and bool(standing.extrapolation)
+        return bool(extrapolation_flag(state.items.population, state.estimate.theta))
 
     def share_at(self, state: SelectionState) -> float:
         """The design share that applies at this step (``extrapolation_share`` beyond the calibration population)."""
