@@ -25,12 +25,13 @@ For every shape:
 
 Issue 33's table (printed first): per shape 2211 x 1324 and 2211 x 12032, the cBMM fit with the
 default empirical-Bayes prior and with ``prior="none"`` (joint ML; median of ``--repeat`` fits),
-L-BFGS-B at cBMM's joint-ML loss (the baseline of the fit rows), and the two streaming passes of a
-sweep (``col_pass_r1`` with and without the loss, ``row_pass_r1``; priors on, the problem built as
-a fit builds it) beside two measured baselines over the same int8 cells: a numba parallel sum of
-the transposed matrix (the memory limit: GB/s of int8 read) and a parallel sum of sigmoid(theta_i
-a_j + b_j) over the observed cells (the compute floor: the one exp and one division per cell that
-any pass needs). Kernel timings interleave the candidates round-robin and report medians, so a
+L-BFGS-B at cBMM's joint-ML loss (the baseline of the fit rows), the two streaming passes of a
+two-pass sweep (``col_pass_r1`` with and without the loss, ``row_pass_r1``) and the fused one-pass
+sweep that fits of >= 128 items run (``sweep_r1``, with and without the loss; priors on, the
+problem built as a fit builds it) beside two measured baselines over the same int8 cells: a numba
+parallel sum of the transposed matrix (the memory limit: GB/s of int8 read) and a parallel sum of
+sigmoid(theta_i a_j + b_j) over the observed cells by the kernels' own sigmoid (the compute floor:
+the one exp and one division per cell that any pass needs). Kernel timings interleave the candidates round-robin and report medians, so a
 shared machine's load falls on all of them alike; the ratios are the figures to quote.
 
 Timings are wall-clock on whatever machine runs this; state its load when quoting them. cBMM
@@ -368,17 +369,16 @@ def _stream_kernels():
         return tot
 
     @njit(parallel=True, **K._OPTS)
-    def sigmoid_sum(ct, theta, a, b, out):  # the compute floor: one exp and one division per cell
+    def sigmoid_sum(ct, theta, a, b, out):  # the compute floor: the kernels' sigmoid (one exp, one division) per cell
         for j in prange(ct.shape[0]):
             aj = a[j]
             bj = b[j]
             z = 0.0
-            for i in range(ct.shape[1]):
+            for i in range(np.uint64(0), np.uint64(ct.shape[1])):
                 w = 1.0 if ct[j, i] >= 0 else 0.0
                 x = theta[i] * aj + bj
-                e = K._exp_neg(-abs(x))
-                q = 1.0 / (1.0 + e)
-                z += w * (q if x >= 0.0 else e * q)
+                q, eq = K._sigmoid_pair(x, 1.0)
+                z += w * (q if x >= 0.0 else eq)
             out[j] = z
 
     return int8_sum, sigmoid_sum
@@ -408,8 +408,8 @@ def kernel_rows(data, repeat: int) -> dict:
     n, j = c.shape
     cal = CBMMCalibrator(progress=False).fit(data)
     ct = _transposed(c)
-    row_on, col_on, _, _ = _find_extremes(c, ct)
-    prob = _Problem(c, row_on, col_on, 1, ct=ct)
+    row_on, col_on, counts, _ = _find_extremes(c, ct)
+    prob = _Problem(c, row_on, col_on, 1, ct=ct, counts=counts)
     prob.prior = cal.prior_
     th, a, b = (np.ascontiguousarray(x, dtype=np.float64) for x in (cal.raw_theta_, cal.raw_a_, cal.raw_b_))
     an = np.where(prob.col_mask, a, 0.0)
@@ -420,14 +420,29 @@ def kernel_rows(data, repeat: int) -> dict:
     threads = numba.get_num_threads()
     if c.size < 2_100_000:  # as the fit does (calibrator._PARALLEL_MIN_CELLS)
         numba.set_num_threads(1)
+    pr = cal.prior_
+    fused = getattr(prob, "n_chunks", 0) > 0 and pr is not None
+    if fused:
+        bufs = (np.zeros((prob.n_chunks, 2, n)), np.zeros((prob.n_chunks, n)), np.zeros((prob.n_chunks, n)),
+                np.zeros((prob.n_chunks, 2)))
+        a2, b2 = a.copy(), b.copy()
+
+        def sweep(want_loss):  # the fused sweep kernel alone (what prob.sweep runs, without its copies)
+            K.sweep_r1(prob.ct, th, prob.roww, a, b, prob.cols, prob.full_col, prob.bounds, True, pr.a_precision, pr.a_mean,
+                       pr.b_precision, pr.b_mean, ridge, want_loss, prob.s0, prob.s1, prob.cnt, prob.st, prob.st2,
+                       prob.lossj, prob.h0, prob.h1, prob.h2, a2, b2, tn, *bufs)
     try:
         fns = {
             "int8 sum": lambda: int8_sum(ct),
             "sigmoid sum": lambda: sigmoid_sum(ct, th, a, b, out),
             "col pass + loss": lambda: prob.col_pass(th, a, b, True),
             "col pass": lambda: prob.col_pass(th, a, b, False),
-            "row pass": lambda: K.row_pass_r1(c, th, a, b, an, an * an, an * a, an * db, ridge, prob.rows, tn, prob.rsum),
+            "row pass": lambda: K.row_pass_r1(c, th, a, b, an, an * an, an * a, an * db, ridge, prob.rows, prob.full_row, tn,
+                                              prob.rsum),
         }
+        if fused:
+            fns["sweep + loss"] = lambda: sweep(True)
+            fns["sweep"] = lambda: sweep(False)
         for f in fns.values():
             f()
         med = _medians(fns, repeat)
@@ -436,8 +451,8 @@ def kernel_rows(data, repeat: int) -> dict:
     # per-call averages inside real fits (what a profiler of a fit sees: loss and no-loss column passes mixed)
     per_call = {}
     for prior in ("empirical-bayes", "none"):
-        acc = {"col": [0.0, 0], "row": [0.0, 0]}
-        orig = {"col": K.col_pass_r1, "row": K.row_pass_r1}
+        acc = {"col": [0.0, 0], "row": [0.0, 0], "sweep": [0.0, 0]}
+        orig = {"col": K.col_pass_r1, "row": K.row_pass_r1, "sweep": getattr(K, "sweep_r1", None)}
 
         def timed(name):
             def f(*args):
@@ -448,10 +463,14 @@ def kernel_rows(data, repeat: int) -> dict:
             return f
 
         K.col_pass_r1, K.row_pass_r1 = timed("col"), timed("row")
+        if orig["sweep"] is not None:
+            K.sweep_r1 = timed("sweep")
         try:
             CBMMCalibrator(progress=False, prior=prior).fit(data)
         finally:
             K.col_pass_r1, K.row_pass_r1 = orig["col"], orig["row"]
+            if orig["sweep"] is not None:
+                K.sweep_r1 = orig["sweep"]
         per_call[prior] = {k: (v[0] / max(v[1], 1), v[1]) for k, v in acc.items()}
     return {"cells": n * j, "med": med, "per_call": per_call}
 
@@ -466,9 +485,10 @@ def print_kernel_rows(shape: str, kr: dict) -> None:
         print(f"  {k:<16} {t * 1e3:8.2f} {t / cells * 1e9:8.3f} {cells / t / 1e9:7.2f} {t / base:11.2f} {t / floor:14.2f} "
               f"{t / row:11.2f}")
     for prior, pc in kr["per_call"].items():
-        (tc, nc), (tr, nr) = pc["col"], pc["row"]
+        (tc, nc), (tr, nr), (tw, nw) = pc["col"], pc["row"], pc["sweep"]
+        ratio = f"{tc / tr:.2f}" if nc and nr else "-"
         print(f"  inside a fit (prior={prior}): col_pass_r1 {tc * 1e3:.2f} ms/call x {nc}, row_pass_r1 {tr * 1e3:.2f} ms/call "
-              f"x {nr}: column / row per cell {tc / tr:.2f} (target <= 1.3)")
+              f"x {nr}, fused sweep_r1 {tw * 1e3:.2f} ms/call x {nw}: column / row per cell {ratio} (target <= 1.3)")
 
 
 def _median_fit(data, repeat: int, **kw):
@@ -519,7 +539,14 @@ def issue33_table(args) -> None:
               f"{med['col pass'] * 1e3:.1f} / {med['row pass'] * 1e3:.1f} ms = {med['col pass + loss'] / cells * 1e9:.3f} / "
               f"{med['col pass'] / cells * 1e9:.3f} / {med['row pass'] / cells * 1e9:.3f} ns per cell; int8 sum "
               f"{med['int8 sum'] / cells * 1e9:.3f} ns/cell ({cells / med['int8 sum'] / 1e9:.1f} GB/s), sigmoid sum "
-              f"{med['sigmoid sum'] / cells * 1e9:.3f} ns/cell; per fit call column / row = {pc['col'][0] / pc['row'][0]:.2f}")
+              f"{med['sigmoid sum'] / cells * 1e9:.3f} ns/cell; per fit call column / row = "
+              f"{pc['col'][0] / pc['row'][0] if pc['col'][1] and pc['row'][1] else float('nan'):.2f}")
+        if "sweep" in med:
+            print(f"  cBMM {ln['shape']}, one fused sweep (both blocks, one exp per cell): {med['sweep + loss'] * 1e3:.1f} "
+                  f"(with loss) / {med['sweep'] * 1e3:.1f} ms = {med['sweep + loss'] / cells * 1e9:.3f} / "
+                  f"{med['sweep'] / cells * 1e9:.3f} ns per cell, {med['sweep + loss'] / med['int8 sum']:.2f} / "
+                  f"{med['sweep'] / med['int8 sum']:.2f}x the int8 sum; the two-pass sweep it replaces: "
+                  f"{(med['col pass + loss'] + med['row pass']) * 1e3:.1f} / {(med['col pass'] + med['row pass']) * 1e3:.1f} ms")
     print("  targets: 2211x12032 <= 0.35 s default and <= 0.3 s joint ML; 2211x1324 joint ML >= 30x L-BFGS-B; "
           "column pass <= 1.3x the row pass per cell, both <= 3x the streaming baseline")
 

@@ -62,46 +62,66 @@ def test_exp_and_log1p_polynomials_match_libm():
     np.testing.assert_allclose(K.log1p01_array(e), naive.log1p01(e), rtol=1e-15, atol=0)
 
 
+@pytest.mark.parametrize("dense", [False, True])
 @pytest.mark.parametrize("n,j", [(37, 53), (300, 70), (5, 1)])
-def test_rank1_kernels_match_naive(n, j):
+def test_rank1_kernels_match_naive(n, j, dense):
+    """dense: some columns observed for every active subject and some rows on every column with
+    a' != 0, flagged (``full``) so that the kernels take their dense paths for them; otherwise no
+    flags (the general path everywhere). Same sums either way."""
     rng = np.random.default_rng(n * 1000 + j)
     c = _random_problem(n, j, rng)
     c[0, :] = 1 if j > 1 else c[0, :]
     theta, a, b = rng.normal(size=n), rng.uniform(0, 2, j), rng.normal(size=j) * 3
     a[: j // 4] = 0.0
     rows = np.sort(rng.choice(n, size=max(1, n - 3), replace=False)).astype(np.int64)
+    off_rows = np.setdiff1d(np.arange(n), rows)
+    an = rng.uniform(0, 2, j)
+    an[0] = 0.0
+    if dense:
+        dcols = np.arange(0, j, 2)
+        sub = c[np.ix_(rows, dcols)]
+        c[np.ix_(rows, dcols)] = np.where(sub < 0, rng.integers(0, 2, sub.shape), sub)
+        if off_rows.size:
+            c[off_rows[0], dcols] = -1  # missing answers of inactive subjects keep a column dense
+        drows = rows[::3]
+        c[np.ix_(drows, np.arange(1, j))] = np.abs(c[np.ix_(drows, np.arange(1, j))])
+        if j > 1:
+            c[drows, 0] = -1  # a missing answer where a' = 0 keeps a row dense
+    full_col = (c[rows] >= 0).all(axis=0).astype(np.uint8) if dense else np.zeros(j, np.uint8)
+    full_row = np.zeros(n, np.uint8)
+    if dense:
+        full_row[rows] = (c[np.ix_(rows, np.flatnonzero(an != 0))] >= 0).all(axis=1)
+        assert 0 < full_col.sum() < j or j == 1
+        assert full_row.any()
     ct = _transposed(c)
     np.testing.assert_array_equal(ct, naive.transpose(c))
     roww = np.zeros(n)
     roww[rows] = 1.0
     cols = np.arange(j, dtype=np.int64)
     out = [np.full(j, np.nan) for _ in range(9)]
-    K.col_pass_r1(ct, theta, roww, a, b, cols, *out, True)
+    K.col_pass_r1(ct, theta, roww, a, b, cols, full_col, *out, True)
     want = naive.col_pass(c, theta, a, b, rows)
     for got, ref in zip(out, want):
         np.testing.assert_allclose(got, ref, rtol=1e-12, atol=1e-11)
     out2 = [np.full(j, np.nan) for _ in range(9)]
     some = cols[::2]
-    K.col_pass_r1(ct, theta, roww, a, b, some, *out2, False)
+    K.col_pass_r1(ct, theta, roww, a, b, some, full_col, *out2, False)
     for got, ref in zip(out2[:5], want[:5]):
         np.testing.assert_allclose(got[some], ref[some], rtol=1e-12, atol=1e-11)
         assert np.isnan(got[1::2]).all()  # columns not listed are left untouched
 
-    an = rng.uniform(0, 2, j)
-    an[0] = 0.0
-    anb = rng.normal(size=j)
+    anb = an * rng.normal(size=j)  # a' (b - b'): zero where a' is
     ana = an * a
     theta_out, rsum = theta + 100.0, np.zeros(n)
-    K.row_pass_r1(c, theta, a, b, an, an * an, ana, anb, 0.0, rows, theta_out, rsum)
+    K.row_pass_r1(c, theta, a, b, an, an * an, ana, anb, 0.0, rows, full_row, theta_out, rsum)
     ref_t, ref_r = naive.row_pass_r1(c, theta, a, b, an, an * an, ana, anb, rows)
     np.testing.assert_allclose(theta_out[rows], ref_t[rows], rtol=1e-11, atol=1e-11)
     ridged = theta.copy()
-    K.row_pass_r1(c, theta, a, b, an, an * an, ana, anb, 2.5, rows, ridged, rsum)
+    K.row_pass_r1(c, theta, a, b, an, an * an, ana, anb, 2.5, rows, full_row, ridged, rsum)
     ref_ridged, _ = naive.row_pass_r1(c, theta, a, b, an, an * an, ana, anb, rows, ridge=2.5)
     np.testing.assert_allclose(ridged[rows], ref_ridged[rows], rtol=1e-11, atol=1e-11)
     np.testing.assert_allclose(rsum[rows], ref_r[rows], rtol=1e-11, atol=1e-11)
-    others = np.setdiff1d(np.arange(n), rows)
-    np.testing.assert_array_equal(theta_out[others], theta[others] + 100.0)  # inactive rows untouched
+    np.testing.assert_array_equal(theta_out[off_rows], theta[off_rows] + 100.0)  # inactive rows untouched
 
     row_on = np.zeros(n, np.uint8)
     row_on[rows] = 1
@@ -113,10 +133,23 @@ def test_rank1_kernels_match_naive(n, j):
 
     _assert_serial_twin(K.transpose_int8, c, np.zeros_like(ct))
     for want_loss in (True, False):
-        _assert_serial_twin(K.col_pass_r1, ct, theta, roww, a, b, cols, *[np.full(j, np.nan) for _ in range(9)], want_loss)
+        _assert_serial_twin(K.col_pass_r1, ct, theta, roww, a, b, cols, full_col, *[np.full(j, np.nan) for _ in range(9)],
+                            want_loss)
     for ridge in (0.0, 2.5):
-        _assert_serial_twin(K.row_pass_r1, c, theta, a, b, an, an * an, ana, anb, ridge, rows, theta + 100.0, np.zeros(n))
+        _assert_serial_twin(K.row_pass_r1, c, theta, a, b, an, an * an, ana, anb, ridge, rows, full_row, theta + 100.0,
+                            np.zeros(n))
     _assert_serial_twin(K.count_pass, c, ct, row_on, col_on, *[np.zeros_like(g) for g in got])
+
+
+def test_sigmoid_pair_matches_expit():
+    """The kernels' sigmoid: (q, e q) = (sigmoid(|x|), sigmoid(-|x|)) from one division, within a few
+    ulp of scipy; q = 1 and e q = 0 exactly for a masked cell (w = 0)."""
+    x = np.concatenate([np.linspace(-40, 40, 400_001), np.linspace(-700, 700, 14_001), [0.0, -0.0, 1e-300]])
+    q, eq = K.sigmoid_pair_array(x, 1.0)
+    np.testing.assert_allclose(q, special.expit(np.abs(x)), rtol=1e-15, atol=0)
+    np.testing.assert_allclose(eq, special.expit(-np.abs(x)), rtol=2e-15, atol=0)
+    q0, eq0 = K.sigmoid_pair_array(x, 0.0)
+    assert (q0 == 1.0).all() and (eq0 == 0.0).all()
 
 
 @pytest.mark.slow

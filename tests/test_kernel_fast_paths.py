@@ -33,9 +33,138 @@ def test_cbmm_loss_pass_over_several_product_blocks_matches_naive(n):
     roww = np.zeros(n)
     roww[rows] = 1.0
     out = [np.full(j, np.nan) for _ in range(9)]
-    CK.col_pass_r1(_transposed(c), theta, roww, a, b, np.arange(j, dtype=np.int64), *out, True)
+    CK.col_pass_r1(_transposed(c), theta, roww, a, b, np.arange(j, dtype=np.int64), np.zeros(j, np.uint8), *out, True)
     for got, ref in zip(out, naive.col_pass(c, theta, a, b, rows)):
         np.testing.assert_allclose(got, ref, rtol=1e-12, atol=1e-11)
+
+
+def _naive_sweep_r1(c, theta, a, b, rows, cols, prior, ridge):
+    """The fused sweep from the dense twins: column sums (naive.col_pass), the a and b blocks as
+    written in calibrator._Problem._blocks, then the theta block (naive.row_pass_r1) with a' = new a."""
+    sums = naive.col_pass(c, theta, a, b, rows)
+    s0, s1, cnt, st, st2 = sums[:5]
+    a2, b2 = a.copy(), b.copy()
+    L = 0.25
+    for j in cols:
+        if prior is not None:
+            pa, ma, pb, mb = prior
+            a2[j] = max(0.0, (L * (a[j] * st2[j] + s1[j]) + pa * ma) / (L * st2[j] + pa))
+            b2[j] = (L * (cnt[j] * b[j] + s0[j] + (a[j] - a2[j]) * st[j]) + pb * mb) / (L * cnt[j] + pb)
+        else:
+            a2[j] = max(0.0, a[j] + s1[j] / st2[j]) if st2[j] > 0 else a[j]
+            b2[j] = b[j] + (s0[j] + (a[j] - a2[j]) * st[j]) / cnt[j] if cnt[j] > 0 else b[j]
+    an = np.zeros_like(a)
+    an[cols] = a2[cols]
+    t2, _ = naive.row_pass_r1(c, theta, a, b, an, an * an, an * a, an * (b - b2), rows, ridge=ridge)
+    return sums, t2, a2, b2
+
+
+@pytest.mark.parametrize("flags", ["none", "dense"])
+@pytest.mark.parametrize("n_chunks", [1, 3, 7])
+@pytest.mark.parametrize("with_prior", [False, True])
+@pytest.mark.parametrize("want_loss", [True, False])
+def test_fused_sweep_matches_naive_column_sums_and_blocks(n_chunks, with_prior, want_loss, flags):
+    """sweep_r1 (one pass over the transposed matrix: column sums, a and b blocks, row sums of the
+    theta block in column chunks) against the dense twins, with missing cells, inactive subjects
+    and items, n not a multiple of the loss block, and (flags "dense") the columns observed for
+    every active subject flagged for the dense path; its serial compile writes the parallel one's bits."""
+    rng = np.random.default_rng(n_chunks * 10 + with_prior * 2 + want_loss)
+    n, j = 300, 41
+    c = (rng.random((n, j)) < 0.5).astype(np.int8)
+    c[rng.random((n, j)) < 0.3] = -1
+    c[:, 4] = -1
+    c[:7, 4] = 1  # an item with only 7 observed answers
+    theta, a, b = rng.normal(size=n) * 1.5, rng.uniform(0, 2, j), rng.normal(size=j) * 2
+    a[:3] = 0.0
+    rows = np.sort(rng.choice(n, size=n - 9, replace=False)).astype(np.int64)
+    roww = np.zeros(n)
+    roww[rows] = 1.0
+    cols = np.sort(rng.choice(j, size=j - 5, replace=False)).astype(np.int64)
+    dcols = np.r_[5:20, 22, 27:30, 33]  # dense among the active subjects (not among the others): runs and singles
+    c[np.ix_(rows, dcols)] = np.abs(c[np.ix_(rows, dcols)])
+    full = ((c[rows] >= 0).all(axis=0) if flags == "dense" else np.zeros(j, bool)).astype(np.uint8)
+    assert flags == "none" or 0 < full[cols].sum() < cols.size
+    bounds = (np.arange(n_chunks + 1, dtype=np.int64) * cols.size) // n_chunks
+    prior = (4.0, 0.9, 0.5, -0.2) if with_prior else None
+    ridge = 4.0 if with_prior else 0.0
+
+    def run(kernel):
+        out = [np.full(j, np.nan) for _ in range(9)]
+        a2, b2, t2 = a + 10.0, b + 10.0, theta + 10.0
+        bufs = [np.full((n_chunks, 2, n), np.nan)] + [np.full((n_chunks, n), np.nan) for _ in range(2)] + [np.full((n_chunks, 2), np.nan)]
+        kernel(_transposed(c), theta, roww, a, b, cols, full, bounds, with_prior, *(prior or (0.0,) * 4), ridge,
+               want_loss, *out, a2, b2, t2, *bufs)
+        return out, t2, a2, b2
+
+    out, t2, a2, b2 = run(CK.sweep_r1)
+    sums, ref_t, ref_a, ref_b = _naive_sweep_r1(c, theta, a, b, rows, cols, prior, ridge)
+    for k, (got, ref) in enumerate(zip(out, sums)):
+        if want_loss or k < 5:
+            np.testing.assert_allclose(got[cols], ref[cols], rtol=1e-12, atol=1e-11)
+        else:
+            assert np.isnan(got).all()  # the loss and information are left alone without want_loss
+    np.testing.assert_allclose(a2[cols], ref_a[cols], rtol=1e-11, atol=1e-11)
+    np.testing.assert_allclose(b2[cols], ref_b[cols], rtol=1e-11, atol=1e-11)
+    np.testing.assert_allclose(t2[rows], ref_t[rows], rtol=1e-10, atol=1e-10)
+    off_c, off_r = np.setdiff1d(np.arange(j), cols), np.setdiff1d(np.arange(n), rows)
+    np.testing.assert_array_equal(a2[off_c], a[off_c] + 10.0)  # untouched
+    np.testing.assert_array_equal(b2[off_c], b[off_c] + 10.0)
+    np.testing.assert_array_equal(t2[off_r], theta[off_r] + 10.0)
+    assert np.isnan(out[0][off_c]).all()
+    par, ser = run(CK.sweep_r1.parallel), run(CK.sweep_r1.serial)
+    for p, q in zip([*par[0], *par[1:]], [*ser[0], *ser[1:]]):
+        assert p.tobytes() == q.tobytes()
+
+
+@pytest.mark.parametrize("with_prior", [False, True])
+def test_problem_sweep_fused_and_two_pass_agree(with_prior):
+    """_Problem.sweep over >= 128 active items takes the fused pass; the two-pass sweep (forced by
+    n_chunks = 0) gives the same step, and both lower the (penalised) loss."""
+    from calibration.methods.cbmm.calibrator import CBMMPrior, _Problem
+
+    rng = np.random.default_rng(3 + with_prior)
+    n, j = 90, 200
+    c = (rng.random((n, j)) < 0.5).astype(np.int8)
+    c[rng.random((n, j)) < 0.3] = -1
+    c[:, 100:] = np.abs(c[:, 100:])  # dense items
+    c[2, 150:] = -1  # missing answers of an inactive subject keep them dense
+    c[40:60] = np.abs(c[40:60])  # dense subjects
+    row_on, col_on = np.ones(n, bool), np.ones(j, bool)
+    row_on[[2, 5]] = False
+    col_on[[0, 9, 17]] = False
+    fused, split = _Problem(c, row_on, col_on, 1), _Problem(c, row_on, col_on, 1)
+    assert fused.n_chunks > 0 and 90 < fused.full_col.sum() < 110 and fused.full_row.sum() == 20
+    split.n_chunks = 0
+    for p in (fused, split):
+        p.prior = CBMMPrior(0.9, 4.0, -0.2, 0.5, 1.0) if with_prior else None
+    a0 = np.where(col_on, rng.uniform(0, 2, j), 0.0)
+    w = (rng.normal(size=n), a0, rng.normal(size=j))
+    for want_loss in (True, False):
+        got, ref = fused.sweep(*w, want_loss), split.sweep(*w, want_loss)
+        if want_loss:
+            assert got[0] == pytest.approx(ref[0], rel=1e-13)
+            assert fused.loss(*got[1:]) <= got[0]
+        for g, r in zip(got[1:], ref[1:]):
+            np.testing.assert_allclose(g, r, rtol=1e-10, atol=1e-11)
+    # a prior replaced by on_loss (the empirical-Bayes update) is the one the blocks use
+    new_prior = CBMMPrior(0.5, 1.0, 0.3, 2.0, 1.0)
+    seen = []
+
+    def swap(prob):
+        def on_loss(loss, *_):
+            seen.append(loss)
+            prob.prior = new_prior
+        return on_loss
+
+    got = fused.sweep(*w, True, swap(fused))
+    ref = split.sweep(*w, True, swap(split))
+    assert seen[0] == pytest.approx(seen[1], rel=1e-13)
+    for g, r in zip(got[1:], ref[1:]):
+        np.testing.assert_allclose(g, r, rtol=1e-10, atol=1e-11)
+    unchanged = _Problem(c, row_on, col_on, 1)
+    unchanged.prior = new_prior
+    for g, r in zip(got[1:], unchanged.sweep(*w)[1:]):
+        np.testing.assert_allclose(g, r, rtol=1e-10, atol=1e-11)
 
 
 def test_sumsq_is_the_sum_of_squares():

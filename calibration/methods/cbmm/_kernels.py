@@ -7,26 +7,34 @@ Conventions shared by every kernel (the public wrapper in ``calibrator.py`` vali
   says so, its column is active. No float mask or float copy of ``c`` is ever built.
 * The kernels work at temperature 1: the caller passes (theta, a / sigma, b / sigma), which gives
   exactly the tempered algorithm (the MM sweep is equivariant under that scaling).
-* The working response is never stored. With x = theta_i a_j + b_j, p = sigmoid(x) and
-  r_ij = 4 (gamma_ij - p_ij) = Y~_ij - x_ij, one MM sweep needs only column sums of r (for a, b)
-  and row sums of a'_j r_ij (for theta), so a sweep is two streaming passes:
-  ``col_pass`` (loss, column sums) and ``row_pass`` (new theta), each computing r on the fly.
+* With x = theta_i a_j + b_j, p = sigmoid(x) and r_ij = 4 (gamma_ij - p_ij) = Y~_ij - x_ij, one
+  MM sweep needs column sums of r (for a, b) and row sums of a'_j r_ij (for theta), both at the
+  old point. ``sweep_r1`` (rank 1, >= 128 active items) makes a whole sweep in one pass over
+  ``ct``, one sigmoid per cell: a column's sums give its a'_j, b'_j at once, so its working
+  response (kept for that one column, n floats) goes straight into per-chunk row sums. The
+  two-pass form, ``col_pass`` (loss, column sums) then ``row_pass`` (new theta), each computing r
+  on the fly, serves rank r, small fits, a sweep whose empirical-Bayes update replaced the prior
+  after the column sums, and the gradient.
 * Column reductions read ``ct``, an int8 transposed copy (J, N) made once per fit by
-  ``transpose_int8`` (1 byte per cell), so both passes reduce over contiguous memory into scalars
+  ``transpose_int8`` (1 byte per cell), so they run over contiguous memory into scalars
   and vectorise. (Reducing row-major data into J-vectors does not vectorise: LLVM cannot prove
   the output vectors do not alias; transposing tiles on every pass took ~1.6x the CPU time.)
   In ``ct`` kernels subjects are masked by a float 0/1 weight per subject (``roww``).
-* ``exp`` is evaluated by ``_exp_neg`` (``calibration.methods._fast_math.exp_neg``, shared with
-  the LaRT kernels: Cody-Waite reduction + degree-12 Taylor polynomial, within 4e-16 relative of
-  ``math.exp`` on [-700, 0]) because LLVM cannot vectorise libm's ``exp``; the polynomial vectorises (8 doubles per AVX-512 instruction) and is ~6x faster here.
-  ``_log1p01`` likewise evaluates log(1 + e) for e in [0, 1] with an atanh series (< 1e-16 rel);
-  the rank-1 loss pass needs neither it nor its division: log(1 + e) = -log q with q = 1 / (1 + e)
-  already at hand, and the logs of ``_LOSS_BLOCK`` cells are summed as one libm log of their
-  product (q >= 1/2, so no underflow).
-* 2^k in ``_exp_neg`` comes from the bits of x / ln2 + 1.5 * 2^52, not from a float -> int
+* Dense columns (observed for every active subject) and rows (on every active item), flagged by
+  the caller (``full``), skip the per-cell missing-answer test; their counts and theta sums (or,
+  for rows, the sums of a'a, a'^2, a'(b - b')) are the same for all of them and computed once.
+* p comes from ``_sigmoid_pair`` (``calibration.methods._fast_math.sigmoid_pair``): Cody-Waite
+  reduction and the [6/6] Pade form of exp, q = sigmoid(|x|) and e q = sigmoid(-|x|) from one
+  division, within 3 ulp of scipy's expit; plain arithmetic and bit moves, so the loops vectorise
+  (LLVM cannot vectorise libm's ``exp``). ``_exp_neg`` (``_fast_math.exp_neg``: degree-12 Taylor
+  polynomial, shared with the LaRT kernels) and ``_log1p01`` remain for their tests. The loss
+  needs no log per cell: log(1 + e) = -log q, and the logs of ``_LOSS_BLOCK`` cells are summed as
+  one libm log of their product (q >= 1/2, so no underflow).
+* 2^k comes from the bits of x / ln2 + 1.5 * 2^52 (+ the exponent bias), not from a float -> int
   conversion, which cost ~40% of both passes on AVX2 machines.
 
-Every kernel has a slow pure-numpy twin in ``tests/naive_cbmm.py``.
+Every kernel has a slow pure-numpy twin in ``tests/naive_cbmm.py`` (``sweep_r1``'s is composed from
+them in ``tests/test_kernel_fast_paths.py``).
 """
 
 from __future__ import annotations
@@ -39,6 +47,7 @@ import numpy as np
 from numba import njit, prange
 
 from calibration.methods._fast_math import exp_neg as _exp_neg
+from calibration.methods._fast_math import sigmoid_pair as _sigmoid_pair
 from calibration.methods._fast_math import two_atanh_small
 from catengine.models import kernels as _shared_kernels
 
@@ -105,6 +114,16 @@ def exp_neg_array(x):
 
 
 @njit(**_SERIAL_OPTS)
+def sigmoid_pair_array(x, w):
+    """``_sigmoid_pair`` over an array (for tests): (q, e q) per entry."""
+    q = np.empty_like(x)
+    eq = np.empty_like(x)
+    for k in range(x.size):
+        q[k], eq[k] = _sigmoid_pair(x[k], w)
+    return q, eq
+
+
+@njit(**_SERIAL_OPTS)
 def log1p01_array(e):
     """``_log1p01`` over an array (for tests)."""
     out = np.empty_like(e)
@@ -139,7 +158,7 @@ def count_pass(c, ct, row_on, col_on, row_n, row_k, col_n, col_k):
         nn = 0
         kk = 0
         if row_on[i]:
-            for j in range(m):
+            for j in range(np.uint64(0), np.uint64(m)):
                 v = c[i, j]
                 o = (v >= 0) & (col_on[j] != 0)
                 nn += o
@@ -149,7 +168,7 @@ def count_pass(c, ct, row_on, col_on, row_n, row_k, col_n, col_k):
     for j in prange(m):
         nn = 0
         kk = 0
-        for i in range(n):
+        for i in range(np.uint64(0), np.uint64(n)):
             v = ct[j, i]
             o = (v >= 0) & (row_on[i] != 0)
             nn += o
@@ -162,8 +181,26 @@ def count_pass(c, ct, row_on, col_on, row_n, row_k, col_n, col_k):
 _LOSS_BLOCK = 256  # cells whose log(1 + e) terms are summed as one log of a product
 
 
+@njit(**_SERIAL_OPTS)
+def weighted_moments(theta, roww, out):
+    """out = (sum w, sum w theta, sum w theta^2) over the subjects' weights ``roww`` (0 or 1): the
+    count and theta sums of every dense column (one with no missing answer of an active subject)."""
+    z0 = 0.0
+    z1 = 0.0
+    z2 = 0.0
+    for i in range(theta.size):
+        w = roww[i]
+        t = theta[i]
+        z0 += w
+        z1 += w * t
+        z2 += w * t * t
+    out[0] = z0
+    out[1] = z1
+    out[2] = z2
+
+
 @_serial_and_parallel
-def col_pass_r1(ct, theta, roww, a, b, cols, s0, s1, cnt, st, st2, lossj, h0, h1, h2, want_loss):
+def col_pass_r1(ct, theta, roww, a, b, cols, full, s0, s1, cnt, st, st2, lossj, h0, h1, h2, want_loss):
     """Column sums of one MM sweep at (theta, a, b), rank 1, temperature 1, for j in ``cols``.
 
     Over the observed cells of subjects with weight ``roww`` = 1: s0_j = sum r_ij,
@@ -171,13 +208,19 @@ def col_pass_r1(ct, theta, roww, a, b, cols, s0, s1, cnt, st, st2, lossj, h0, h1
     ``want_loss``) lossj_j = sum log(1 + exp(-y_ij x_ij)), with r_ij = 4 (gamma_ij - sigmoid(x_ij)),
     and the item's 2 x 2 information in (a, b) at theta fixed, h0_j = sum p q, h1_j = sum p q theta_i,
     h2_j = sum p q theta_i^2 (q = 1 - p; the information costs three sums in the loss pass only).
-    Columns not in ``cols`` are left untouched.
+    ``full`` (uint8, per column) marks dense columns, observed for every subject with roww = 1: their
+    cells skip the missing-answer test, and their count and theta sums are the column-independent
+    ``weighted_moments`` (an unmarked dense column takes the general path: same sums). Columns not
+    in ``cols`` are left untouched.
     """
     n = ct.shape[1]
+    mom = np.empty(3)
+    weighted_moments(theta, roww, mom)
     for jj in prange(cols.size):
         j = cols[jj]
         aj = a[j]
         bj = b[j]
+        dense = full[j] != 0
         z0 = 0.0
         z1 = 0.0
         z2 = 0.0
@@ -195,47 +238,74 @@ def col_pass_r1(ct, theta, roww, a, b, cols, s0, s1, cnt, st, st2, lossj, h0, h1
                 prod = 1.0
                 # unsigned bounds: numba then emits no negative-index wraparound, which would stop
                 # LLVM vectorising the loop
-                for i in range(np.uint64(i0), np.uint64(i1)):
-                    v = ct[j, i]
-                    t = theta[i]
-                    w = roww[i] if v >= 0 else 0.0
-                    g = 1.0 if v == 1 else 0.0
-                    x = t * aj + bj
-                    # e is zeroed off the fit (w is 0 or 1): then q = 1 and p (1 - p) = 0 there
-                    e = w * _exp_neg(-abs(x))
-                    q = 1.0 / (1.0 + e)
-                    p = q if x >= 0.0 else e * q
-                    r = w * 4.0 * (g - p)
-                    z0 += r
-                    z1 += t * r
-                    z2 += w
-                    z3 += w * t
-                    z4 += w * t * t
-                    z5 += w * (max(x, 0.0) - g * x)
-                    prod *= q
-                    pq = e * q * q  # p (1 - p)
-                    z6 += pq
-                    z7 += pq * t
-                    z8 += pq * t * t
+                if dense:
+                    for i in range(np.uint64(i0), np.uint64(i1)):
+                        t = theta[i]
+                        w = roww[i]
+                        g = float(ct[j, i])  # 0 or 1 where w = 1 (-1 only where w = 0)
+                        x = t * aj + bj
+                        q, eq = _sigmoid_pair(x, w)
+                        p = q if x >= 0.0 else eq
+                        d = w * (g - p)
+                        z0 += d
+                        z1 += t * d
+                        z5 += w * (max(x, 0.0) - g * x)
+                        prod *= q
+                        pq = eq * q
+                        z6 += pq
+                        z7 += pq * t
+                        z8 += pq * t * t
+                else:
+                    for i in range(np.uint64(i0), np.uint64(i1)):
+                        v = ct[j, i]
+                        t = theta[i]
+                        w = roww[i] if v >= 0 else 0.0
+                        g = 1.0 if v == 1 else 0.0
+                        x = t * aj + bj
+                        # e is zeroed off the fit (w is 0 or 1): then q = 1 and p (1 - p) = 0 there
+                        q, eq = _sigmoid_pair(x, w)
+                        p = q if x >= 0.0 else eq
+                        d = w * (g - p)
+                        z0 += d
+                        z1 += t * d
+                        z2 += w
+                        z3 += w * t
+                        z4 += w * t * t
+                        z5 += w * (max(x, 0.0) - g * x)
+                        prod *= q
+                        pq = eq * q  # p (1 - p)
+                        z6 += pq
+                        z7 += pq * t
+                        z8 += pq * t * t
                 z5 -= math.log(prod)
+        elif dense:
+            for i in range(np.uint64(0), np.uint64(n)):
+                t = theta[i]
+                x = t * aj + bj
+                q, eq = _sigmoid_pair(x, 1.0)
+                d = roww[i] * (float(ct[j, i]) - (q if x >= 0.0 else eq))
+                z0 += d
+                z1 += t * d
         else:
-            for i in range(n):
+            for i in range(np.uint64(0), np.uint64(n)):
                 v = ct[j, i]
                 t = theta[i]
                 w = roww[i] if v >= 0 else 0.0
                 g = 1.0 if v == 1 else 0.0
                 x = t * aj + bj
-                e = _exp_neg(-abs(x))
-                q = 1.0 / (1.0 + e)
-                p = q if x >= 0.0 else e * q
-                r = w * 4.0 * (g - p)
-                z0 += r
-                z1 += t * r
+                q, eq = _sigmoid_pair(x, 1.0)
+                d = w * (g - (q if x >= 0.0 else eq))
+                z0 += d
+                z1 += t * d
                 z2 += w
                 z3 += w * t
                 z4 += w * t * t
-        s0[j] = z0
-        s1[j] = z1
+        if dense:
+            z2 = mom[0]
+            z3 = mom[1]
+            z4 = mom[2]
+        s0[j] = 4.0 * z0
+        s1[j] = 4.0 * z1
         cnt[j] = z2
         st[j] = z3
         st2[j] = z4
@@ -247,17 +317,28 @@ def col_pass_r1(ct, theta, roww, a, b, cols, s0, s1, cnt, st, st2, lossj, h0, h1
 
 
 @_serial_and_parallel
-def row_pass_r1(c, theta, a, b, an, ann, ana, anb, ridge, rows, theta_out, rsum):
+def row_pass_r1(c, theta, a, b, an, ann, ana, anb, ridge, rows, full, theta_out, rsum):
     """The theta block of one MM sweep, rank 1, temperature 1.
 
     The working response is taken at the old point (theta, a, b); ``an`` = a' (new a, zero on
     inactive columns), ``ann`` = a'^2, ``ana`` = a' a, ``anb`` = a' (b - b'). For each active row:
     theta'_i = (theta_i sum a'a + sum a'(b - b') + sum a' r) / (sum a'^2 + ridge) over observed
     columns (theta_i is kept when the denominator is 0); ``ridge`` = 4 x the precision of a
-    N(0, 1 / precision) prior on theta (0 without one: the paper's step). Inactive rows are left untouched in theta_out.
-    rsum_i receives sum_j a'_j r_ij (minus 4 times the theta-gradient when a' = a, b' = b).
+    N(0, 1 / precision) prior on theta (0 without one: the paper's step). ``full`` (uint8, per row)
+    marks rows observed on every column with a' != 0: their sums of a'a, a'^2, a'(b - b') are the
+    row-independent totals (``ann``, ``ana``, ``anb`` are 0 where ``an`` is) and their cells skip the
+    missing-answer test. Inactive rows are left
+    untouched in theta_out. rsum_i receives sum_j a'_j r_ij (minus 4 times the theta-gradient when
+    a' = a, b' = b).
     """
     m = c.shape[1]
+    h_all = 0.0
+    k_all = 0.0
+    g_all = 0.0
+    for j in range(m):
+        h_all += ann[j]
+        k_all += ana[j]
+        g_all += anb[j]
     for ii in prange(rows.size):
         i = rows[ii]
         t = theta[i]
@@ -265,24 +346,321 @@ def row_pass_r1(c, theta, a, b, an, ann, ana, anb, ridge, rows, theta_out, rsum)
         h = 0.0
         k = 0.0
         g0 = 0.0
-        for j in range(m):
-            v = c[i, j]
-            w = 1.0 if v >= 0 else 0.0
-            g = 1.0 if v == 1 else 0.0
-            x = t * a[j] + b[j]
-            e = _exp_neg(-abs(x))
-            q = 1.0 / (1.0 + e)
-            p = q if x >= 0.0 else e * q
-            sr += w * an[j] * (g - p)
-            h += w * ann[j]
-            k += w * ana[j]
-            g0 += w * anb[j]
+        if full[i] != 0:
+            for j in range(np.uint64(0), np.uint64(m)):
+                x = t * a[j] + b[j]
+                q, eq = _sigmoid_pair(x, 1.0)
+                # c = -1 only where a' = 0
+                sr += an[j] * (float(c[i, j]) - (q if x >= 0.0 else eq))
+            h = h_all
+            k = k_all
+            g0 = g_all
+        else:
+            for j in range(np.uint64(0), np.uint64(m)):
+                v = c[i, j]
+                w = 1.0 if v >= 0 else 0.0
+                g = 1.0 if v == 1 else 0.0
+                x = t * a[j] + b[j]
+                q, eq = _sigmoid_pair(x, 1.0)
+                p = q if x >= 0.0 else eq
+                sr += w * an[j] * (g - p)
+                h += w * ann[j]
+                k += w * ana[j]
+                g0 += w * anb[j]
         rsum[i] = 4.0 * sr
         h += ridge
         if h > 0.0:
             theta_out[i] = (t * k + g0 + 4.0 * sr) / h
         else:
             theta_out[i] = t
+
+
+_L = 0.25  # the majoriser's curvature at temperature 1 (calibrator._L)
+
+
+def sweep_chunks(n_cols: int) -> int:
+    """How many column chunks ``sweep_r1`` splits the active columns into: a function of the problem
+    only (never of the thread count), so a fit computes the same bits on any number of threads; 0
+    (two passes per sweep) below 128 active columns. A chunk holds >= 64 columns, so its buffers
+    (4 floats per subject) stay below 1/2 byte per cell."""
+    k = min(32, n_cols // 64)
+    return k if k >= 2 else 0
+
+
+@njit(**_SERIAL_OPTS)
+def _ab_step(aj, bj, r0, r1, z2, z3, z4, has_prior, pa, ma, pb, mb):
+    """The a and b blocks of column j from its sums (r0 = sum r, r1 = sum theta r, z2 = count,
+    z3 = sum theta, z4 = sum theta^2): the ridge steps of the prior, or the plain MM steps."""
+    if has_prior:
+        an = max(0.0, (_L * (aj * z4 + r1) + pa * ma) / (_L * z4 + pa))
+        bn = (_L * (z2 * bj + r0 + (aj - an) * z3) + pb * mb) / (_L * z2 + pb)
+    else:
+        an = max(0.0, aj + r1 / z4) if z4 > 0.0 else aj
+        bn = bj + (r0 + (aj - an) * z3) / z2 if z2 > 0.0 else bj
+    return an, bn
+
+
+@_serial_and_parallel
+def sweep_r1(ct, theta, roww, a, b, cols, full, bounds, has_prior, pa, ma, pb, mb, ridge, want_loss,
+             s0, s1, cnt, st, st2, lossj, h0, h1, h2, a_new, b_new, theta_out, u, num, den, dsum):
+    """One whole rank-1 MM sweep from (theta, a, b) in one pass over ``ct``: one exp per cell.
+
+    Column j's sums (written as ``col_pass_r1`` writes them; ``full`` as there) give its new
+    (a'_j, b'_j) at once (the ridge steps of the prior N(ma, 1/pa), N(mb, 1/pb) when ``has_prior``,
+    else the plain MM steps), so the theta block's row sums over column j are taken right away,
+    from the working response u_i = x_ij + 4 (g_ij - p_ij) kept for that column (``u[chunk, 0]``,
+    n floats; two consecutive dense columns are streamed together, the second's in ``u[chunk, 1]``).
+    The row sums accumulate per chunk of columns (``bounds``: chunk k holds
+    cols[bounds[k]:bounds[k + 1]]): ``num[k]`` = sum_j a'_j (w_ij u_ij - w_ij b'_j) and ``den[k]`` =
+    sum_j w_ij a'_j^2 over its sparse columns, ``dsum[k]`` = (sum a'_j^2, sum a'_j b'_j) over its
+    dense ones (the same for every active row), then add up in chunk order; theta'_i =
+    num_i / (den_i + ridge) for rows with roww = 1 (theta_i kept when that is 0): the
+    ``row_pass_r1`` step with a' = the new a. The chunks, not the threads, fix every sum's order.
+    Columns not in ``cols`` and rows with roww = 0 are left untouched in a_new, b_new and theta_out.
+    """
+    n = ct.shape[1]
+    nch = bounds.size - 1
+    mom = np.empty(3)
+    weighted_moments(theta, roww, mom)
+    for ch in prange(nch):
+        uu = u[ch, 0]
+        uv = u[ch, 1]
+        nm = num[ch]
+        dn = den[ch]
+        for i in range(n):
+            nm[i] = 0.0
+            dn[i] = 0.0
+        dh = 0.0
+        dbb = 0.0
+        jj = bounds[ch]
+        end = bounds[ch + 1]
+        while jj < end:
+            j = cols[jj]
+            aj = a[j]
+            bj = b[j]
+            if jj + 1 < end and full[j] != 0 and full[cols[jj + 1]] != 0:
+                # two dense columns j, k in one stream: theta and roww are read once for both
+                k = cols[jj + 1]
+                ak = a[k]
+                bk = b[k]
+                z0 = 0.0
+                z1 = 0.0
+                y0 = 0.0
+                y1 = 0.0
+                if want_loss:
+                    z5 = 0.0
+                    z6 = 0.0
+                    z7 = 0.0
+                    z8 = 0.0
+                    y5 = 0.0
+                    y6 = 0.0
+                    y7 = 0.0
+                    y8 = 0.0
+                    for i0 in range(0, n, _LOSS_BLOCK):
+                        i1 = min(n, i0 + _LOSS_BLOCK)
+                        prodj = 1.0
+                        prodk = 1.0
+                        for i in range(np.uint64(i0), np.uint64(i1)):
+                            t = theta[i]
+                            w = roww[i]
+                            gj = float(ct[j, i])
+                            gk = float(ct[k, i])
+                            xj = t * aj + bj
+                            xk = t * ak + bk
+                            qj, ej = _sigmoid_pair(xj, w)
+                            qk, ek = _sigmoid_pair(xk, w)
+                            dj = w * (gj - (qj if xj >= 0.0 else ej))
+                            dk = w * (gk - (qk if xk >= 0.0 else ek))
+                            uu[i] = xj + 4.0 * dj
+                            uv[i] = xk + 4.0 * dk
+                            z0 += dj
+                            z1 += t * dj
+                            y0 += dk
+                            y1 += t * dk
+                            z5 += w * (max(xj, 0.0) - gj * xj)
+                            y5 += w * (max(xk, 0.0) - gk * xk)
+                            prodj *= qj
+                            prodk *= qk
+                            pqj = ej * qj
+                            pqk = ek * qk
+                            z6 += pqj
+                            y6 += pqk
+                            pqj *= t
+                            pqk *= t
+                            z7 += pqj
+                            y7 += pqk
+                            z8 += pqj * t
+                            y8 += pqk * t
+                        z5 -= math.log(prodj)
+                        y5 -= math.log(prodk)
+                    lossj[j] = z5
+                    h0[j] = z6
+                    h1[j] = z7
+                    h2[j] = z8
+                    lossj[k] = y5
+                    h0[k] = y6
+                    h1[k] = y7
+                    h2[k] = y8
+                else:
+                    for i in range(np.uint64(0), np.uint64(n)):
+                        t = theta[i]
+                        w = roww[i]
+                        xj = t * aj + bj
+                        xk = t * ak + bk
+                        qj, ej = _sigmoid_pair(xj, 1.0)
+                        qk, ek = _sigmoid_pair(xk, 1.0)
+                        dj = w * (float(ct[j, i]) - (qj if xj >= 0.0 else ej))
+                        dk = w * (float(ct[k, i]) - (qk if xk >= 0.0 else ek))
+                        uu[i] = xj + 4.0 * dj
+                        uv[i] = xk + 4.0 * dk
+                        z0 += dj
+                        z1 += t * dj
+                        y0 += dk
+                        y1 += t * dk
+                z0 *= 4.0
+                z1 *= 4.0
+                y0 *= 4.0
+                y1 *= 4.0
+                s0[j] = z0
+                s1[j] = z1
+                s0[k] = y0
+                s1[k] = y1
+                cnt[j] = cnt[k] = mom[0]
+                st[j] = st[k] = mom[1]
+                st2[j] = st2[k] = mom[2]
+                anj, bnj = _ab_step(aj, bj, z0, z1, mom[0], mom[1], mom[2], has_prior, pa, ma, pb, mb)
+                ank, bnk = _ab_step(ak, bk, y0, y1, mom[0], mom[1], mom[2], has_prior, pa, ma, pb, mb)
+                a_new[j] = anj
+                b_new[j] = bnj
+                a_new[k] = ank
+                b_new[k] = bnk
+                # u is wrong (but finite) on rows with roww = 0: their theta is not updated
+                for i in range(np.uint64(0), np.uint64(n)):
+                    nm[i] += anj * uu[i] + ank * uv[i]
+                dh += anj * anj + ank * ank
+                dbb += anj * bnj + ank * bnk
+                jj += 2
+                continue
+            dense = full[j] != 0
+            z0 = 0.0
+            z1 = 0.0
+            z2 = 0.0
+            z3 = 0.0
+            z4 = 0.0
+            z5 = 0.0
+            z6 = 0.0
+            z7 = 0.0
+            z8 = 0.0
+            if want_loss:
+                for i0 in range(0, n, _LOSS_BLOCK):
+                    i1 = min(n, i0 + _LOSS_BLOCK)
+                    prod = 1.0
+                    if dense:
+                        for i in range(np.uint64(i0), np.uint64(i1)):
+                            t = theta[i]
+                            w = roww[i]
+                            g = float(ct[j, i])
+                            x = t * aj + bj
+                            q, eq = _sigmoid_pair(x, w)
+                            p = q if x >= 0.0 else eq
+                            d = w * (g - p)
+                            uu[i] = x + 4.0 * d
+                            z0 += d
+                            z1 += t * d
+                            z5 += w * (max(x, 0.0) - g * x)
+                            prod *= q
+                            pq = eq * q
+                            z6 += pq
+                            z7 += pq * t
+                            z8 += pq * t * t
+                    else:
+                        for i in range(np.uint64(i0), np.uint64(i1)):
+                            v = ct[j, i]
+                            t = theta[i]
+                            w = roww[i] if v >= 0 else 0.0
+                            g = 1.0 if v == 1 else 0.0
+                            x = t * aj + bj
+                            q, eq = _sigmoid_pair(x, w)
+                            p = q if x >= 0.0 else eq
+                            d = w * (g - p)
+                            uu[i] = w * x + 4.0 * d
+                            z0 += d
+                            z1 += t * d
+                            z2 += w
+                            z3 += w * t
+                            z4 += w * t * t
+                            z5 += w * (max(x, 0.0) - g * x)
+                            prod *= q
+                            pq = eq * q
+                            z6 += pq
+                            z7 += pq * t
+                            z8 += pq * t * t
+                    z5 -= math.log(prod)
+                lossj[j] = z5
+                h0[j] = z6
+                h1[j] = z7
+                h2[j] = z8
+            elif dense:
+                for i in range(np.uint64(0), np.uint64(n)):
+                    t = theta[i]
+                    x = t * aj + bj
+                    q, eq = _sigmoid_pair(x, 1.0)
+                    d = roww[i] * (float(ct[j, i]) - (q if x >= 0.0 else eq))
+                    uu[i] = x + 4.0 * d
+                    z0 += d
+                    z1 += t * d
+            else:
+                for i in range(np.uint64(0), np.uint64(n)):
+                    v = ct[j, i]
+                    t = theta[i]
+                    w = roww[i] if v >= 0 else 0.0
+                    g = 1.0 if v == 1 else 0.0
+                    x = t * aj + bj
+                    q, eq = _sigmoid_pair(x, 1.0)
+                    d = w * (g - (q if x >= 0.0 else eq))
+                    uu[i] = w * x + 4.0 * d
+                    z0 += d
+                    z1 += t * d
+                    z2 += w
+                    z3 += w * t
+                    z4 += w * t * t
+            if dense:
+                z2 = mom[0]
+                z3 = mom[1]
+                z4 = mom[2]
+            z0 *= 4.0
+            z1 *= 4.0
+            s0[j] = z0
+            s1[j] = z1
+            cnt[j] = z2
+            st[j] = z3
+            st2[j] = z4
+            an, bn = _ab_step(aj, bj, z0, z1, z2, z3, z4, has_prior, pa, ma, pb, mb)
+            a_new[j] = an
+            b_new[j] = bn
+            if dense:
+                for i in range(np.uint64(0), np.uint64(n)):
+                    nm[i] += an * uu[i]
+                dh += an * an
+                dbb += an * bn
+            else:
+                ann = an * an
+                anb = an * bn
+                for i in range(np.uint64(0), np.uint64(n)):
+                    w = roww[i] if ct[j, i] >= 0 else 0.0
+                    nm[i] += an * uu[i] - w * anb
+                    dn[i] += w * ann
+            jj += 1
+        dsum[ch, 0] = dh
+        dsum[ch, 1] = dbb
+    for i in prange(theta_out.size):
+        if roww[i] != 0.0:
+            sn = 0.0
+            sd = ridge
+            for ch in range(nch):
+                sn += num[ch, i] - dsum[ch, 1]
+                sd += den[ch, i] + dsum[ch, 0]
+            theta_out[i] = sn / sd if sd > 0.0 else theta[i]
 
 
 # ---------------------------------------------------------------------------------- rank r
@@ -308,9 +686,8 @@ def col_pass_rk(ct, theta, roww, a, b, cols, s0, s1, cnt, st, gram, lossj, want_
             x = b[j]
             for u in range(rk):
                 x += theta[i, u] * a[j, u]
-            e = _exp_neg(-abs(x))
-            q = 1.0 / (1.0 + e)
-            p = q if x >= 0.0 else e * q
+            q, eq = _sigmoid_pair(x, 1.0)
+            p = q if x >= 0.0 else eq
             r = 4.0 * (g - p)
             z0 += r
             z2 += 1.0
@@ -321,7 +698,7 @@ def col_pass_rk(ct, theta, roww, a, b, cols, s0, s1, cnt, st, gram, lossj, want_
                 for v2 in range(rk):
                     accg[u, v2] += tu * theta[i, v2]
             if want_loss:
-                z5 += max(x, 0.0) - g * x + _log1p01(e)
+                z5 += max(x, 0.0) - g * x - math.log(q)
         s0[j] = z0
         cnt[j] = z2
         lossj[j] = z5
@@ -357,9 +734,8 @@ def row_pass_rk(c, theta, a, b, an, anb, col_on, rows, ridge, theta_out, rsum):
             x = b[j]
             for u in range(rk):
                 x += theta[i, u] * a[j, u]
-            e = _exp_neg(-abs(x))
-            q = 1.0 / (1.0 + e)
-            p = q if x >= 0.0 else e * q
+            q, eq = _sigmoid_pair(x, 1.0)
+            p = q if x >= 0.0 else eq
             r = 4.0 * (g - p)
             for u in range(rk):
                 au = an[j, u]
@@ -430,7 +806,7 @@ def zv_rows(c, v, mu, col_on, rows, out):
         i = rows[ii]
         for u in range(rk):
             acc = 0.0
-            for j in range(m):
+            for j in range(np.uint64(0), np.uint64(m)):
                 x = c[i, j]
                 w = 1.0 if (x >= 0) & (col_on[j] != 0) else 0.0
                 acc += w * (x - mu[j]) * v[j, u]
@@ -448,7 +824,7 @@ def ztu_cols(ct, u, roww, mu, cols, out):
         mj = mu[j]
         for k in range(rk):
             acc = 0.0
-            for i in range(n):
+            for i in range(np.uint64(0), np.uint64(n)):
                 x = ct[j, i]
                 w = roww[i] if x >= 0 else 0.0
                 acc += w * (x - mj) * u[i, k]
@@ -476,9 +852,8 @@ def extreme_theta(c, rows, a, b, col_on, target, lo, hi, n_bisect, theta_out):
                 v = c[i, j]
                 w = 1.0 if (v >= 0) & (col_on[j] != 0) else 0.0
                 x = t * a[j] + b[j]
-                e = _exp_neg(-abs(x))
-                q = 1.0 / (1.0 + e)
-                p = q if x >= 0.0 else e * q
+                q, eq = _sigmoid_pair(x, 1.0)
+                p = q if x >= 0.0 else eq
                 f += w * p
             if f < target[ii]:
                 tl = t

@@ -14,11 +14,14 @@ accepted loss, otherwise the plain MM point is used, so ``loss_trace_`` never in
 ``CBMMCalibrator._iterate``). The stopping rule is the paper's: relative loss change below
 ``tol`` between consecutive recorded points (with SQUAREM, one per two-sweep cycle).
 
-The numerical work happens in ``_kernels.py``: two streaming passes per sweep over the int8
-matrix (rows) and an int8 transposed copy made once (columns), the working response recomputed
-on the fly and never stored, all cores used on fits above 2.1 M cells (smaller fits run on one
-thread, see ``_PARALLEL_MIN_CELLS``). Memory: 1 byte per cell (the transposed copy)
-plus vectors; the responses hash at the end copies the matrix once more (after the copy is freed).
+The numerical work happens in ``_kernels.py``: rank-1 sweeps over >= 128 active items are one
+streaming pass over an int8 transposed copy of the matrix made once (``sweep_r1``: one sigmoid per
+cell, the working response kept for one column at a time); otherwise two passes per sweep, over
+that copy (columns) and the int8 matrix (rows), the working response recomputed on the fly and
+never stored. All cores are used on fits above 2.1 M cells (smaller fits run on one thread, see
+``_PARALLEL_MIN_CELLS``). Memory: 1 byte per cell (the transposed copy) plus vectors (the fused
+sweep's per-chunk row sums: under 1/2 byte per cell); the responses hash at the end copies the
+matrix once more (after the copy is freed).
 
 Items whose observed answers are all identical (answered correctly -- or wrongly -- by every
 subject who saw them) have no finite 2PL estimate (b -> +-inf), and subjects whose answers are all
@@ -154,7 +157,7 @@ class _Problem:
     """The int8 matrix (and its transpose), the active rows/columns and work buffers of one fit
     (temperature 1)."""
 
-    def __init__(self, correct: np.ndarray, row_on: np.ndarray, col_on: np.ndarray, rank: int, ct=None):
+    def __init__(self, correct: np.ndarray, row_on: np.ndarray, col_on: np.ndarray, rank: int, ct=None, counts=None):
         self.c = correct
         self.ct = _transposed(correct) if ct is None else ct
         self.n, self.j = correct.shape
@@ -168,10 +171,23 @@ class _Problem:
         j = self.j
         self.s0, self.cnt, self.lossj = np.zeros(j), np.zeros(j), np.zeros(j)
         self.prior: CBMMPrior | None = None  # rank 1 only
+        self.n_chunks = 0  # column chunks of the fused sweep (0: two passes per sweep)
         if rank == 1:
             self.s1, self.st, self.st2 = np.zeros(j), np.zeros(j), np.zeros(j)
             self.h0, self.h1, self.h2 = np.zeros(j), np.zeros(j), np.zeros(j)
             self.rsum = np.zeros(self.n)
+            self.n_chunks = _k.sweep_chunks(self.cols.size)
+            self.bounds = (np.arange(self.n_chunks + 1, dtype=np.int64) * self.cols.size) // max(self.n_chunks, 1)
+            self._fused_buffers = None  # (u, num, den, dsum), allocated by the first fused sweep
+            # dense columns (observed for every active subject) and rows (on every active item) take
+            # the kernels' paths without the missing-answer test; ``counts`` are _find_extremes' counts
+            # over this active set (row_n, row_k, col_n, col_k), else counted here
+            if counts is None:
+                counts = [np.zeros(self.n, np.int64), np.zeros(self.n, np.int64), np.zeros(j, np.int64), np.zeros(j, np.int64)]
+                _k.count_pass(self.c, self.ct, self.row_on, self.col_on, *counts)
+            row_n, _, col_n, _ = counts
+            self.full_col = (self.col_on.astype(bool) & (col_n == self.rows.size)).astype(np.uint8)
+            self.full_row = (self.row_on.astype(bool) & (row_n == self.cols.size)).astype(np.uint8)
         else:
             self.s1, self.st = np.zeros((j, rank)), np.zeros((j, rank))
             self.gram = np.zeros((j, rank, rank))
@@ -180,7 +196,7 @@ class _Problem:
     # ------------------------------------------------------------------ passes
     def col_pass(self, theta, a, b, want_loss=True) -> float:
         if self.rank == 1:
-            _k.col_pass_r1(self.ct, theta, self.roww, a, b, self.cols, self.s0, self.s1, self.cnt,
+            _k.col_pass_r1(self.ct, theta, self.roww, a, b, self.cols, self.full_col, self.s0, self.s1, self.cnt,
                            self.st, self.st2, self.lossj, self.h0, self.h1, self.h2, want_loss)
         else:
             _k.col_pass_rk(self.ct, theta, self.roww, a, b, self.cols, self.s0, self.s1, self.cnt,
@@ -202,12 +218,40 @@ class _Problem:
         minimiser of the majoriser plus the quadratic prior), so the penalised loss never increases.
         ``on_loss(objective)`` (optional) is called after the first pass, before the blocks; it may
         change ``self.prior`` (the empirical-Bayes update), which the blocks then use.
+
+        Rank 1 with >= 128 active columns: one fused pass (``_kernels.sweep_r1``: one exp per cell)
+        makes the column sums and all three blocks under the current prior; when ``on_loss`` then
+        replaces the prior, the blocks are made again under the new one (``_blocks``: a row pass).
         """
+        if self.rank == 1 and self.n_chunks:
+            pr = self.prior
+            theta_new, a_new, b_new = theta.copy(), a.copy(), b.copy()
+            if self._fused_buffers is None:
+                self._fused_buffers = (np.zeros((self.n_chunks, 2, self.n)), np.zeros((self.n_chunks, self.n)),
+                                       np.zeros((self.n_chunks, self.n)), np.zeros((self.n_chunks, 2)))
+            has = pr is not None
+            _k.sweep_r1(self.ct, theta, self.roww, a, b, self.cols, self.full_col, self.bounds, has,
+                        pr.a_precision if has else 0.0, pr.a_mean if has else 0.0,
+                        pr.b_precision if has else 0.0, pr.b_mean if has else 0.0,
+                        pr.theta_precision / _L if has else 0.0, want_loss,
+                        self.s0, self.s1, self.cnt, self.st, self.st2, self.lossj, self.h0, self.h1, self.h2,
+                        a_new, b_new, theta_new, *self._fused_buffers)
+            loss = float(self.lossj[self.cols].sum()) + self.penalty(theta, a, b) if want_loss else math.nan
+            if on_loss is not None:
+                on_loss(loss, theta, a, b)
+                if self.prior is not pr:
+                    return (loss, *self._blocks(theta, a, b))
+            return loss, theta_new, a_new, b_new
         loss = self.col_pass(theta, a, b, want_loss)
         if want_loss:
             loss += self.penalty(theta, a, b)
         if on_loss is not None:
             on_loss(loss, theta, a, b)
+        return (loss, *self._blocks(theta, a, b))
+
+    def _blocks(self, theta, a, b):
+        """The a, b and theta blocks of a sweep from (theta, a, b), the column sums of a pass at that
+        point being in the buffers: returns (new theta, new a, new b)."""
         on = self.col_mask
         if self.rank == 1 and self.prior is not None:
             pr = self.prior
@@ -220,7 +264,7 @@ class _Problem:
             an = np.where(on, a_new, 0.0)
             theta_new = theta.copy()
             _k.row_pass_r1(self.c, theta, a, b, an, an * an, an * a, an * (b - b_new),
-                           pr.theta_precision / _L, self.rows, theta_new, self.rsum)
+                           pr.theta_precision / _L, self.rows, self.full_row, theta_new, self.rsum)
         elif self.rank == 1:
             a_new = a.copy()
             ok = on & (self.st2 > 0)
@@ -231,7 +275,7 @@ class _Problem:
             an = np.where(on, a_new, 0.0)
             theta_new = theta.copy()
             _k.row_pass_r1(self.c, theta, a, b, an, an * an, an * a, an * (b - b_new),
-                           0.0, self.rows, theta_new, self.rsum)
+                           0.0, self.rows, self.full_row, theta_new, self.rsum)
         else:
             q = np.einsum("juv,jv->ju", self.gram, a) + self.s1
             a_new = a.copy()
@@ -243,7 +287,7 @@ class _Problem:
             theta_new = theta.copy()
             _k.row_pass_rk(self.c, theta, a, b, an, an * (b - b_new)[:, None], self.col_on, self.rows,
                            1e-12, theta_new, self.rsum)
-        return loss, theta_new, a_new, b_new
+        return theta_new, a_new, b_new
 
     def loss_grad(self, theta, a, b):
         """Data loss and gradient (temperature 1) over the active cells (no prior); gradients are 0 elsewhere."""
@@ -257,7 +301,7 @@ class _Problem:
             an = np.where(on, a, 0.0)
             scratch = theta.copy()
             _k.row_pass_r1(self.c, theta, a, b, an, an * an, an * an, np.zeros_like(an), 0.0, self.rows,
-                           scratch, self.rsum)
+                           self.full_row, scratch, self.rsum)
         else:
             ga[on] = -self.s1[on] / 4.0
             an = np.where(on[:, None], a, 0.0)
@@ -502,7 +546,7 @@ class CBMMCalibrator(BaseCalibrator):
                 f"{int(row_on.sum())} subject(s) x {int(col_on.sum())} item(s) remain (need >= 2 subjects "
                 "with mixed answers on >= 1 item with mixed answers)"
             )
-        prob = _Problem(c, row_on, col_on, rank, ct=ct)
+        prob = _Problem(c, row_on, col_on, rank, ct=ct, counts=counts)
         rng = np.random.default_rng(self.rng)  # a Generator is returned as is
         start = self._start
         if start is None:
