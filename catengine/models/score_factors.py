@@ -14,6 +14,8 @@ approximation). numpy and numba on arrays; no session, no I/O.
 
 from __future__ import annotations
 
+import functools
+
 from dataclasses import dataclass
 
 import numpy as np
@@ -51,6 +53,9 @@ class ScoreFactors:
         h.flags.writeable = False
         object.__setattr__(self, "loadings", g)
         object.__setattr__(self, "intercepts", h)
+        g_t = np.ascontiguousarray(g.T)  # (d, J): the layout of the compiled sums over items
+        g_t.flags.writeable = False
+        object.__setattr__(self, "loadings_t", g_t)
         # items by decreasing |g_j|^2: w_j g_j' S g_j <= lambda_max(S) |g_j|^2 / 4 bounds every gain,
         # so the top-k scan stops once no later item can enter (docs/score_prediction.md §2)
         norm2 = np.einsum("jd,jd->j", g, g)
@@ -265,12 +270,21 @@ def _topk_gain(g, h, mode, cov, eligible, order, norm2, bound_scale, k, out_idx,
     return count
 
 
+@functools.lru_cache(maxsize=16)
+def _standard_product_grid(n_nodes: int, d: int) -> tuple[np.ndarray, np.ndarray]:
+    """The product Gauss-Hermite rule for Normal(0, I_d): nodes (n_nodes^d, d) and weights (read-only)."""
+    x, w = gauss_hermite_normal(n_nodes)
+    grid = np.stack(np.meshgrid(*([x] * d), indexing="ij"), axis=-1).reshape(-1, d)
+    weights = np.prod(np.stack(np.meshgrid(*([w] * d), indexing="ij"), axis=-1).reshape(-1, d), axis=1)
+    grid.flags.writeable = False
+    weights.flags.writeable = False
+    return grid, weights
+
+
 def product_nodes(mode, cov, n_nodes: int) -> tuple[np.ndarray, np.ndarray]:
     """Gauss-Hermite product nodes (n_nodes^d, d) and weights for E f(eta), eta ~ Normal(mode, cov)."""
     mode = np.asarray(mode, dtype=np.float64).reshape(-1)
     d = mode.size
-    x, w = gauss_hermite_normal(n_nodes)
-    grid = np.stack(np.meshgrid(*([x] * d), indexing="ij"), axis=-1).reshape(-1, d)
-    weights = np.prod(np.stack(np.meshgrid(*([w] * d), indexing="ij"), axis=-1).reshape(-1, d), axis=1)
+    grid, weights = _standard_product_grid(int(n_nodes), d)
     chol = np.linalg.cholesky(np.asarray(cov, dtype=np.float64) + 1e-300 * np.eye(d))
     return mode[None, :] + grid @ chol.T, weights

@@ -15,6 +15,8 @@ import math
 import numpy as np
 from numba import njit
 
+from catengine.models._fast_math import sigmoid_pair
+
 MODEL_2PL, MODEL_4PL, MODEL_LART = 0, 1, 2
 MODEL_CODES = {"2pl": MODEL_2PL, "4pl": MODEL_4PL, "lart": MODEL_LART}
 UNCERTAINTY_NONE, UNCERTAINTY_B, UNCERTAINTY_AB = 0, 1, 2
@@ -302,3 +304,77 @@ def mixture_bisection(weights, means, inverse, point_mass, targets, lo, hi, max_
                     lo[t, g] = mid
                 else:
                     hi[t, g] = mid
+
+
+_VECTOR_OPTS = dict(cache=True, nogil=True, error_model="numpy", fastmath={"nnan", "ninf", "nsz", "contract", "reassoc"})
+
+
+@njit(**_VECTOR_OPTS)
+def factor_node_sums(nodes, loadings_t, intercepts, unknown, codes, n_cols, mean_sums, var_sums):
+    """Per node k and group column g, over the unknown items j (``unknown`` 0/1 float) of that group:
+    mean_sums[k, g] = sum P_j(eta_k), var_sums[k, g] = sum P_j(eta_k) (1 - P_j(eta_k)), with
+    P_j(eta) = logistic(g_j . eta + h_j) the score-factor model (``catengine.models.score_factors``).
+
+    ``nodes`` (K, d), ``loadings_t`` (d, J) (the loadings transposed, C-contiguous), ``intercepts``
+    (J,); column 0 is the whole bank, column 1 + c category c (``codes`` (J,), ``n_cols`` = 1 +
+    number of categories; codes unused when n_cols = 1). The logistic is ``sigmoid_pair`` (within 3
+    ulp of scipy's expit); the loops over the items vectorise."""
+    K, d = nodes.shape
+    J = intercepts.size
+    mean_sums[:, :] = 0.0
+    var_sums[:, :] = 0.0
+    z = np.empty(J)
+    p = np.empty(J)
+    pq = np.empty(J)
+    for k in range(K):
+        for j in range(np.uint64(0), np.uint64(J)):
+            z[j] = intercepts[j]
+        for f in range(d):
+            cf = nodes[k, f]
+            for j in range(np.uint64(0), np.uint64(J)):
+                z[j] += cf * loadings_t[f, j]
+        if n_cols == 1:
+            s1 = 0.0
+            s2 = 0.0
+            for j in range(np.uint64(0), np.uint64(J)):
+                x = z[j]
+                q, eq = sigmoid_pair(x, unknown[j])  # masked items: q = 1, e q = 0
+                s1 += unknown[j] - eq if x >= 0.0 else eq
+                s2 += q * eq
+            mean_sums[k, 0] = s1
+            var_sums[k, 0] = s2
+        else:
+            for j in range(np.uint64(0), np.uint64(J)):
+                x = z[j]
+                q, eq = sigmoid_pair(x, unknown[j])
+                p[j] = unknown[j] - eq if x >= 0.0 else eq
+                pq[j] = q * eq
+            s1 = 0.0
+            s2 = 0.0
+            for j in range(np.uint64(0), np.uint64(J)):
+                s1 += p[j]
+                s2 += pq[j]
+            mean_sums[k, 0] = s1
+            var_sums[k, 0] = s2
+            for j in range(J):
+                g = 1 + codes[j]
+                mean_sums[k, g] += p[j]
+                var_sums[k, g] += pq[j]
+
+
+@njit(**_VECTOR_OPTS)
+def expected_logistic(nodes, weights, a, b, c, d, four_pl, out):
+    """out[j] = sum_k weights[k] P_j(nodes[k]) for logistic items, P_j(t) = logistic(a_j t + b_j)
+    (2PL), or c_j + (d_j - c_j) logistic(a_j t + b_j) with ``four_pl`` (c, d unused otherwise)."""
+    J = a.size
+    out[:] = 0.0
+    for k in range(nodes.size):
+        t = nodes[k]
+        wk = weights[k]
+        for j in range(np.uint64(0), np.uint64(J)):
+            z = t * a[j] + b[j]
+            q, eq = sigmoid_pair(z, 1.0)
+            out[j] += wk * (q if z >= 0.0 else eq)
+    if four_pl:
+        for j in range(J):
+            out[j] = c[j] + (d[j] - c[j]) * out[j]

@@ -178,9 +178,16 @@ def expected_probabilities(params: ItemParams, theta: float, theta_sd: float, n_
     nodes = float(theta) + float(theta_sd) * x
     J = params.n_items
     out = np.empty(J)
-    for start in range(0, J, EXPECTED_CHUNK):
-        block = slice(start, min(start + EXPECTED_CHUNK, J))
-        out[block] = w @ response(params, nodes, block)
+    if params.response_model in ("2pl", "4pl"):  # one compiled pass (catengine.scoring._kernels.expected_logistic)
+        from catengine.scoring import _kernels
+
+        four = params.response_model == "4pl"
+        _kernels.expected_logistic(np.ascontiguousarray(nodes), np.ascontiguousarray(w), params.a, params.b,
+                                   params.c if four else params.a, params.d if four else params.a, four, out)
+    else:
+        for start in range(0, J, EXPECTED_CHUNK):
+            block = slice(start, min(start + EXPECTED_CHUNK, J))
+            out[block] = w @ response(params, nodes, block)
     out.flags.writeable = False
     with _expected_lock:
         _expected_kept[key] = (weakref.ref(params), out)
@@ -455,13 +462,28 @@ def predict_accuracy_factors(factors, observed, correct, *, level: float = 0.95,
     unknown[observed] = False
     mode, cov = factors.posterior(observed, correct)
     nodes, w = product_nodes(mode, cov, SCORE_FACTOR_NODES[factors.dims] if n_nodes is None else n_nodes)
-    p = factors.probabilities(nodes)
-    cond_mean = p * unknown
-    cond_var = p * (1.0 - p) * unknown
-    common = np.broadcast_to(unknown * float(residual_sd), cond_mean.shape) if residual_sd > 0 else None
-    point = factors.probabilities(mode[None, :])[0] * unknown if centre == "mode" else None
-    return _group_totals(w, cond_mean, cond_var, observed, correct, unknown, codes, n_groups, level, 1.0,
-                         common, 1.0, "normal" if intervals else False, point)
+    from catengine.scoring import _kernels
+
+    # the unknown items' sums per node and group in one compiled pass (no (nodes, items) arrays)
+    member = _membership(codes, n_groups, J)
+    n_cols = 1 + n_groups
+    kernel_codes = np.zeros(J, np.int64) if codes is None else np.ascontiguousarray(codes, dtype=np.int64)
+    u = unknown.astype(np.float64)
+    mean_sums, var_sums = np.empty((nodes.shape[0], n_cols)), np.empty((nodes.shape[0], n_cols))
+    _kernels.factor_node_sums(np.ascontiguousarray(nodes), factors.loadings_t, factors.intercepts, u, kernel_codes,
+                              n_cols, mean_sums, var_sums)
+    point_sums = None
+    if centre == "mode":
+        point_sums, scratch = np.empty((1, n_cols)), np.empty((1, n_cols))
+        _kernels.factor_node_sums(np.ascontiguousarray(mode[None, :]), factors.loadings_t, factors.intercepts, u,
+                                  kernel_codes, n_cols, point_sums, scratch)
+        point_sums = point_sums[0]
+    known_sum = np.zeros(J)
+    known_sum[observed] = correct
+    n_unknown = u @ member
+    common_sums = np.broadcast_to(float(residual_sd) * n_unknown, mean_sums.shape) if residual_sd > 0 else None
+    return predict_from_sums(w, mean_sums, var_sums, known_sum @ member, (1.0 - u) @ member, n_unknown, level, 1.0,
+                             common_sums, 1.0, "normal" if intervals else False, point_sums)
 
 
 def smearing_moments(params: ItemParams, tau: float, observed, cot_tokens, cot_offset: float):

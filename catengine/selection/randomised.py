@@ -96,7 +96,20 @@ class RandomisedSelection(ItemSelector):
     def candidates(self, params, state: SelectionState, rng, k: int = 1):
         k = check_k(k)
         pi = self.probabilities(params, state)
-        n_pos = int(np.count_nonzero(pi))
-        pick = rng.choice(params.n_items, size=min(k, n_pos), replace=False, p=pi)
-        pick = np.asarray(pick, dtype=np.int64).reshape(-1)
+        if k == 1:
+            pick = draw_one(pi, rng)
+        else:
+            n_pos = int(np.count_nonzero(pi))
+            pick = rng.choice(params.n_items, size=min(k, n_pos), replace=False, p=pi)
+            pick = np.asarray(pick, dtype=np.int64).reshape(-1)
         return pick, pi[pick]
+
+
+def draw_one(pi: np.ndarray, rng) -> np.ndarray:
+    """One index drawn with probabilities ``pi`` (non-negative, positive sum): the draw that
+    ``rng.choice(pi.size, size=1, replace=False, p=pi)`` makes (one uniform, inverted through the
+    normalised cumulative sums: the same stream and the same index), without its checks of ``pi``,
+    which cost more than the draw at every design step. Shape (1,), int64."""
+    cdf = np.cumsum(pi)
+    cdf /= cdf[-1]
+    return cdf.searchsorted(rng.random((1,)), side="right").astype(np.int64)

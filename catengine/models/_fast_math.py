@@ -1,4 +1,4 @@
-"""Vectorisable numba primitives shared by the cBMM and LaRT kernels.
+"""Vectorisable numba primitives shared by compiled kernels (cBMM, LaRT SAEM, the score sums).
 
 LLVM cannot vectorise calls to libm's ``exp``; these helpers are plain arithmetic and bit moves,
 so loops that call them vectorise. They are compiled without reassociation (``fastmath`` limited
