@@ -86,7 +86,9 @@ def reference_parts(session, by=None) -> dict:
     h, order, correct = _records(session)
     is_draw = np.array([r.design for r in h], dtype=bool)
     prob = np.array([r.criterion for r in h], dtype=float)
-    before = [_initial_estimate(session)] + list(h[:-1])
+    # the posterior each draw was made from: the one it records (in a sequential session, the
+    # estimate after the answer before it)
+    before = [r.draw.estimate if r.draw is not None else b for r, b in zip(h, [_initial_estimate(session)] + list(h[:-1]))]
     steps = np.flatnonzero(is_draw)
     n_nodes = session.selector.n_nodes
     factors = session.items.score_factors
@@ -306,7 +308,8 @@ def test_draw_sums_against_the_reference_functions_on_random_rows():
 # ------------------------------------------------------------------ the cache
 def test_a_changed_record_invalidates_its_draws_and_the_next(monkeypatch):
     """A record replaced in the history (another object, another answer and estimate) is not served
-    from the sums of the one it replaced: the scores equal the reference from the new history."""
+    from the sums of the one it replaced: the scores equal the reference from the new history (the
+    record before a draw gives its answer; the posterior the draw was made from is the draw's own)."""
     bank = make_bank("2pl", seed=7)
     s = run(bank, DoublyRobustSelection(), 30, 3)
     first = s.predicted_score()

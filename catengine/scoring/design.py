@@ -201,14 +201,17 @@ def _kernel_codes(codes, J):
 
 
 def design_terms_from_sums(order, outcomes, design_step, probabilities, predicted, drawn, sizes, *,
-                           codes=None) -> np.ndarray:
+                           codes=None, known=None) -> np.ndarray:
     """:func:`design_terms` from each draw's sums instead of its predictions over the bank: shape
     (n_draws, 1 + G), column 0 the bank and 1 + g category g.
 
     ``predicted`` (n_draws, 1 + G): sum_{R_t in G} f_t(j) (:attr:`DrawSums.predicted`; zeros for
     the Horvitz-Thompson terms, f = 0); ``drawn`` (n_draws,): f_t(j_t); ``sizes`` (1 + G,) the group
     sizes; ``codes`` (J,): the category of each item (None: the bank alone). The other arguments
-    as :func:`design_terms`. The cost is the answers and the groups, not the bank."""
+    as :func:`design_terms`. ``known`` (n_draws, 1 + G): per draw, the sums of the outcomes of the
+    items known at it, O_t (default: the items answered before it in ``order``; a draw made in a
+    batch knows the answers before the batch and the batch's earlier items, whose outcomes arrive
+    later). The cost is the answers and the groups, not the bank."""
     order = np.asarray(order, dtype=np.int64).reshape(-1)
     outcomes = np.asarray(outcomes, dtype=np.float64).reshape(-1)
     design_step = np.asarray(design_step, dtype=bool).reshape(-1)
@@ -235,10 +238,15 @@ def design_terms_from_sums(order, outcomes, design_step, probabilities, predicte
         if codes is None:
             raise ValueError("categories (sizes beyond the bank's) need the items' codes")
         member[np.arange(n), 1 + np.asarray(codes, dtype=np.int64)[order]] = 1.0
-    known = np.cumsum(member * outcomes[:, None], axis=0) - member * outcomes[:, None]  # answered before each step
     steps = np.flatnonzero(design_step)
+    if known is None:
+        known = (np.cumsum(member * outcomes[:, None], axis=0) - member * outcomes[:, None])[steps]  # answered before
+    else:
+        known = np.asarray(known, dtype=np.float64).reshape(n_draws, -1)
+        if known.shape != (n_draws, sizes.size):
+            raise ValueError(f"known must have shape ({n_draws}, {sizes.size}), got {known.shape}")
     correction = member[steps] * ((outcomes[steps] - drawn) / p)[:, None]
-    return (known[steps] + predicted + correction) / sizes[None, :]
+    return (known + predicted + correction) / sizes[None, :]
 
 
 def model_variances_from_sums(variance, square, predicted, sizes, *, weight: float = 1.0) -> np.ndarray:

@@ -24,7 +24,7 @@ Exposure / content control (role :class:`ExposureControl`; registry ``EXPOSURE_C
 ``content`` (:class:`ContentBalance`).
 """
 
-from catengine.selection.base import ItemSelector, ItemTable, SelectionState, is_design_draw
+from catengine.selection.base import DrawContext, ItemSelector, ItemTable, SelectionState, is_design_draw
 from catengine.selection.exposure import ContentBalance, ExposureContext, ExposureControl, Randomesque, SympsonHetter
 from catengine.selection.information import (
     KullbackLeiblerIndex,
@@ -102,6 +102,7 @@ def default_selector_for(items: ItemTable) -> ItemSelector:
 
 __all__ = [
     "AOptimalInformation",
+    "DrawContext",
     "DoublyRobustSelection",
     "ContentBalance",
     "DOptimalInformation",

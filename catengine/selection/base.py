@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import ClassVar
 
 import numpy as np
@@ -167,6 +168,21 @@ class ItemSelector(ABC):
                 f"selector {type(self).__name__} works with response models {', '.join(self.models)}, "
                 f"not {items.params.response_model!r}"
             )
+
+
+@dataclass(frozen=True)
+class DrawContext:
+    """What a proposal was chosen from: the first ``answered`` answers of the session's history, the
+    items proposed before it in the same batch (``selected``, bank indices: not administrable when it
+    was chosen) and the trait ``estimate`` the selector saw (in a batch, the session's estimate
+    fantasised over those items, ``catengine.selection.batch``). A design draw's probabilities and
+    the model's predictions at it are recomputed from this (``catengine.session.scoring``): they
+    must be those of the moment the item was drawn, before the answers to it and to the items drawn
+    after it in the batch."""
+
+    answered: int
+    selected: tuple[int, ...]
+    estimate: TraitEstimate
 
 
 def is_design_draw(selector: ItemSelector, state: SelectionState) -> bool:

@@ -28,12 +28,24 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import replace
+from typing import NamedTuple
 
 import numpy as np
 
 from catengine.estimation.base import TraitEstimate
 from catengine.models import fisher_information
-from catengine.selection.base import ItemSelector, ItemTable, SelectionState, check_k
+from catengine.selection.base import DrawContext, ItemSelector, ItemTable, SelectionState, check_k, is_design_draw
+
+
+class BatchPick(NamedTuple):
+    """One item of a batch: its bank ``index``, the selector's ``criterion`` value, whether it was a
+    known-probability ``design`` draw (the criterion is then its probability given the batch's
+    earlier items) and the ``context`` it was chosen from."""
+
+    index: int
+    criterion: float
+    design: bool
+    context: DrawContext
 
 
 class _CountedResponses:
@@ -103,35 +115,38 @@ def select_batch(
     top_k: int = 1,
     use_cot: bool = True,
     sd_scale: float = 1.0,
-    start: Sequence[tuple[int, float]] = (),
-) -> list[tuple[int, float]]:
-    """Up to ``k`` distinct items (bank index, criterion value), chosen jointly (see module docstring).
+    start: Sequence[BatchPick] = (),
+) -> list[BatchPick]:
+    """Up to ``k`` distinct items (:class:`BatchPick`), chosen jointly (see module docstring).
 
     ``eligible(chosen)``: the eligibility mask given the batch's items so far (they must be
     ineligible in it); ``start``: items already proposed that open the batch (e.g. a pending
     single proposal). Stops early when nothing is eligible any more. Slot 1 (with empty ``start``)
-    performs exactly the sequential engine's selection.
+    performs exactly the sequential engine's selection. A selector that mixes in design draws
+    (``is_design_draw``) makes them at the slots its schedule names, counting the batch's earlier
+    items as answered; each such draw is a draw from the items still eligible, so its probability
+    given the earlier slots is known (the pick's criterion).
     """
     k = check_k(k)
     params = items.params
-    chosen: list[tuple[int, float]] = []
+    chosen: list[BatchPick] = []
     est = estimate
     extra_q = 0.0
     n0 = int(responses.n)
 
-    def add(j: int, crit: float) -> None:
+    def add(pick: BatchPick) -> None:
         nonlocal est, extra_q
-        chosen.append((j, crit))
+        chosen.append(pick)
         if len(chosen) < k:
-            u, v = expected_information(items, est.theta, j, use_cot)
+            u, v = expected_information(items, est.theta, pick.index, use_cot)
             est, dq = fantasise(est, u, v, sd_scale)
             extra_q += dq
 
-    for j, crit in start:
+    for pick in start:
         if len(chosen) < k:
-            add(int(j), float(crit))
+            add(pick)
     while len(chosen) < k:
-        mask = eligible([j for j, _ in chosen])
+        mask = eligible([p.index for p in chosen])
         if chosen and not mask.any():
             break
         if chosen:
@@ -139,13 +154,14 @@ def select_batch(
                                    _with_quadratic(log_posterior, estimate.theta, extra_q))
         else:
             state = SelectionState(est, mask, responses, items, log_posterior)
+        design = is_design_draw(selector, state)
         cand, vals = selector.candidates(params, state, rng, top_k)
         pick = int(rng.integers(cand.size)) if top_k > 1 and cand.size > 1 else 0
         j, crit = int(cand[pick]), float(vals[pick])
         if not mask[j]:  # a selector bug must never reach the user
             raise RuntimeError(f"selector {type(selector).__name__} proposed ineligible item index {j}")
-        add(j, crit)
+        add(BatchPick(j, crit, design, DrawContext(n0, tuple(p.index for p in chosen), est)))
     return chosen
 
 
-__all__ = ["expected_information", "fantasise", "select_batch"]
+__all__ = ["BatchPick", "expected_information", "fantasise", "select_batch"]

@@ -34,6 +34,7 @@ from catengine.scoring.model_based import (
     predict_accuracy_from_curves,
     predict_cot_total_from_curves,
 )
+from catengine.selection.base import DrawContext
 from catengine.selection.randomised import RandomisedSelection
 
 CATEGORY_ATTR = "category_field"  # a bank may name its category column in this root attribute
@@ -285,26 +286,62 @@ def design_cot_variances(session, before, steps, order, tokens, pi, remaining, p
     return model_variance_terms(predictions, pi, remaining, member=member, variances=scale * max(m2 - m1 * m1, 0.0))
 
 
-def _draw_sums(session, h, steps, order, correct, field, codes, n_groups):
-    """Per design draw at ``steps``: (accuracy, cot), the :class:`~catengine.scoring.design.DrawSums`
-    of the draw over the items remaining at it, per group of the category column ``field``
-    (``cot``: of the expected CoT lengths, None unless the bank is LaRT).
+def design_draws(session) -> tuple[np.ndarray, list[DrawContext]]:
+    """The history positions of the session's design draws that enter the design-based estimate,
+    and what each was drawn from (:class:`~catengine.selection.DrawContext`). A draw made in a batch
+    enters once every item drawn before it in the batch is answered: its term counts their answers
+    as known (``catengine.scoring.design``). A design record without a context is a sequential
+    draw, made from the estimate of the record before it."""
+    h = session.history
+    answered = {r.item for r in h}
+    ids = session.items.item_ids
+    steps, contexts = [], []
+    for s, r in enumerate(h):
+        if not r.design:
+            continue
+        ctx = r.draw
+        if ctx is None:
+            ctx = DrawContext(s, (), _initial_estimate(session) if s == 0 else h[s - 1])
+        if all(ids[j] in answered for j in ctx.selected):
+            steps.append(s)
+            contexts.append(ctx)
+    return np.asarray(steps, dtype=np.int64), contexts
 
+
+def _known_at_draws(order, values, contexts, codes, n_groups) -> np.ndarray:
+    """(n_draws, 1 + G): per draw, the sums of ``values`` (answers or CoT lengths, in history order)
+    over the items known at it: the answers before it and the items drawn before it in its batch."""
+    position = {int(j): t for t, j in enumerate(order)}
+    out = np.empty((len(contexts), 1 + n_groups))
+    for t, ctx in enumerate(contexts):
+        rows = list(range(ctx.answered)) + [position[j] for j in ctx.selected]
+        out[t] = group_sums(values[rows], None if codes is None else codes[order[rows]], n_groups)
+    return out
+
+
+def _draw_sums(session, h, steps, contexts, order, correct, field, codes, n_groups):
+    """Per design draw at ``steps`` (made from ``contexts``): (accuracy, cot), the
+    :class:`~catengine.scoring.design.DrawSums` of the draw over the items remaining at it, per
+    group of the category column ``field`` (``cot``: of the expected CoT lengths, None unless the
+    bank is LaRT).
+
+    The items remaining at a draw: those neither answered before it nor drawn before it in its batch.
     The draw's rows: the model's prediction f_t, the score-factor plug-in at the factor posterior's
     mode given the answers before the draw when the bank carries score factors (their predictions
     are the better ones, docs/score_prediction.md §2), else E_q P_j(theta) under the one-trait
-    posterior before the draw, before the interval widening (docs/score_prediction.md §3); the
-    design's probabilities pi_t, recomputed from the E_q P_j the selector weighed by (the reported,
-    widened posterior before the draw, what :func:`design_probabilities` recomputes); for LaRT banks
-    the expected CoT lengths at the posterior mean of tau before the draw and the variance scale
-    exp(2 (omega_j - phi_j tau_t)) of :func:`design_cot_variances`. Any prediction computed from the
-    answers before the draw keeps the design estimate unbiased; a better one makes it less noisy.
+    posterior the draw was made from, before the interval widening (docs/score_prediction.md §3);
+    the design's probabilities pi_t, recomputed from the E_q P_j the selector weighed by (the
+    reported, widened posterior it saw, what :func:`design_probabilities` recomputes); for LaRT
+    banks the expected CoT lengths at that posterior's mean of tau and the variance scale
+    exp(2 (omega_j - phi_j tau_t)) of :func:`design_cot_variances`. Any prediction computed from
+    what was known when the item was drawn keeps the design estimate unbiased; a better one makes
+    it less noisy.
 
-    Each draw's rows depend only on the answers before it, so they are reduced to their sums once
+    Each draw's rows depend only on what was known at it, so they are reduced to their sums once
     per draw and category column and kept on the session (valid while its history holds the same
-    records: a draw's sums are reused only when its record and the record before it are the very
-    objects they were computed from). A reply then costs the new draw's pass over the bank and
-    the sums of the others, not a pass over the bank per draw."""
+    records: a draw's sums are reused only when its record and the last record it was drawn after
+    are the very objects they were computed from). A reply then costs the new draw's pass over the
+    bank and the sums of the others, not a pass over the bank per draw."""
     from catengine.selection import SelectionState
 
     params = session.params
@@ -315,18 +352,19 @@ def _draw_sums(session, h, steps, order, correct, field, codes, n_groups):
     J = params.n_items
     out = []
     mode = None  # the factor posterior's mode at the previous draw: the next one's warm start
-    for s in steps:
+    for s, ctx in zip(steps, contexts):
         s = int(s)
+        a = ctx.answered
         entry = cache.get(s)
-        if entry is None or entry["record"] is not h[s] or (s > 0 and entry["previous"] is not h[s - 1]):
-            entry = {"record": h[s], "previous": None if s == 0 else h[s - 1], "mode": None, "sums": {}}
+        if entry is None or entry["record"] is not h[s] or (a > 0 and entry["previous"] is not h[a - 1]):
+            entry = {"record": h[s], "previous": None if a == 0 else h[a - 1], "mode": None, "sums": {}}
             if factors is not None:
-                entry["mode"], _ = factors.posterior(order[:s], correct[:s], start=mode)
+                entry["mode"], _ = factors.posterior(order[:a], correct[:a], start=mode)
             cache[s] = entry
         mode = entry["mode"]
         sums = entry["sums"].get(field)
         if sums is None:
-            b = _initial_estimate(session) if s == 0 else h[s - 1]  # the posterior the draw was made from
+            b = ctx.estimate  # the posterior the draw was made from
             fsel = expected_probabilities(params, b.theta, b.theta_sd, n_nodes)
             if factors is not None:
                 f = factors.probabilities(mode[None, :])[0]
@@ -335,7 +373,8 @@ def _draw_sums(session, h, steps, order, correct, field, codes, n_groups):
             else:
                 f = expected_probabilities(params, b.theta, b.theta_sd / b.interval_factor, n_nodes)
             remaining = np.ones(J, dtype=bool)
-            remaining[order[:s]] = False
+            remaining[order[:a]] = False
+            remaining[list(ctx.selected)] = False
             pi = session.selector.probabilities(params, SelectionState(b, remaining, None, session.items),
                                                 expected=fsel)
             j = int(order[s])
@@ -370,18 +409,20 @@ def design_parts(session, by=None) -> dict:
     check_design(session)
     params = session.params
     h, order, correct = _records(session)
-    is_draw = np.array([r.design for r in h], dtype=bool)
+    steps, contexts = design_draws(session)
+    is_draw = np.zeros(len(h), dtype=bool)
+    is_draw[steps] = True
     prob = np.array([r.criterion if math.isfinite(r.criterion) else math.nan for r in h], dtype=float)
-    if is_draw.sum() < 2:
+    if steps.size < 2:
         raise DesignNotRandomisedError(
-            f"a design-based estimate needs at least 2 randomised draws; subject {session.subject!r} has {int(is_draw.sum())}"
+            f"a design-based estimate needs at least 2 randomised draws; subject {session.subject!r} has {steps.size}"
         )
-    steps = np.flatnonzero(is_draw)
     field, labels, codes, n_groups = _categories(session, by)
     sizes = _group_sizes(session, field, codes, n_groups)
     # per draw: the sums of the model's prediction f_t over the items remaining at it, weighted by
     # the design's probabilities pi_t (computed once per draw)
-    sums = _draw_sums(session, h, steps, order, correct, field, codes, n_groups)
+    sums = _draw_sums(session, h, steps, contexts, order, correct, field, codes, n_groups)
+    known = _known_at_draws(order, correct, contexts, codes, n_groups)
     acc = [a for a, _ in sums]
     predicted = np.array([a.predicted for a in acc])
     drawn = np.array([a.drawn for a in acc])
@@ -389,8 +430,8 @@ def design_parts(session, by=None) -> dict:
     # categories): near 1 for a right model, near 0 for one whose predictions are worse than none.
     # The D_t are linear in the predictions: D_t(lam) = D_t(0) + lam (D_t(1) - D_t(0)).
     without = design_terms_from_sums(order, correct, is_draw, prob, np.zeros_like(predicted), np.zeros_like(drawn),
-                                     sizes, codes=codes)
-    with_model = design_terms_from_sums(order, correct, is_draw, prob, predicted, drawn, sizes, codes=codes)
+                                     sizes, codes=codes, known=known)
+    with_model = design_terms_from_sums(order, correct, is_draw, prob, predicted, drawn, sizes, codes=codes, known=known)
     lam = power_tuning(without[:, 0], with_model[:, 0])
     parts = {"terms": without + lam * (with_model - without), "lam": lam,
              "model_variances": model_variances_from_sums(np.array([a.variance for a in acc]),
@@ -408,7 +449,8 @@ def design_parts(session, by=None) -> dict:
             cot = [c for _, c in sums]
             cot_predicted = np.array([c.predicted for c in cot])
             parts["cot_terms"] = design_terms_from_sums(order, tokens, is_draw, prob, cot_predicted,
-                                                        np.array([c.drawn for c in cot]), sizes, codes=codes)
+                                                        np.array([c.drawn for c in cot]), sizes, codes=codes,
+                                                        known=_known_at_draws(order, tokens, contexts, codes, n_groups))
             parts["cot_variances"] = None
             parts["tokens"] = tokens
             if order.size >= MIN_SMEARING_ITEMS:
@@ -466,16 +508,14 @@ def drawn_mostly_beyond(session) -> bool:
     from catengine.scoring.standing import trait_standing
 
     population = session.items.population
-    h = session.history
-    steps = [t for t, r in enumerate(h) if r.design]
-    if population is None or not steps:
+    steps, contexts = design_draws(session)
+    if population is None or not contexts:
         return False
-    before = [_initial_estimate(session)] + list(h[:-1])
     beyond = 0
-    for t in steps:
-        standing = trait_standing(population, before[t].theta)
+    for ctx in contexts:
+        standing = trait_standing(population, ctx.estimate.theta)
         beyond += int(standing is not None and bool(standing.extrapolation))
-    return 2 * beyond >= len(steps)
+    return 2 * beyond >= len(contexts)
 
 
 def _with_standing(score: ScoreEstimate, standing, n_design: int = 0) -> ScoreEstimate:
@@ -509,7 +549,7 @@ def doubly_robust_score(session, *, level=0.95, by=None) -> ScoreEstimate:
     standing = session_standing(session)
     # beyond the calibration population the score is the design estimate (docs/math.md §7.8)
     extrapolating = (standing is not None and bool(standing.extrapolation)) or drawn_mostly_beyond(session)
-    n_draws = sum(1 for r in session.history if r.design)
+    n_draws = len(design_draws(session)[1])
     _, order, correct = _records(session)
 
     def bounds(est, answered):  # answered: which of the answered items lie in the group
@@ -541,7 +581,7 @@ def predicted_score(session, level=0.95, method="auto", *, by=None) -> ScoreEsti
     control or exclusions)."""
     if method not in SCORE_METHODS:
         raise ValueError(f"method must be one of {SCORE_METHODS}, got {method!r}")
-    n_draws = sum(1 for r in session.history if r.design)
+    n_draws = len(design_draws(session)[1])
     if method == "model":
         return _with_standing(model_score(session, level=level, by=by), session_standing(session), n_draws)
     if method == "design":

@@ -15,6 +15,7 @@ from catengine.estimation.interval_calibration import IntervalCalibration
 from catengine.estimation.person_fit import PersonFit, person_fit
 from catengine.models.item_covariance import ItemCovariance
 from catengine.selection import (
+    DrawContext,
     ExposureControl,
     ItemSelector,
     ItemTable,
@@ -70,6 +71,9 @@ class StepRecord:
     interval_z95: float | None = None  # the 95% interval's multiplier at this step (None: 1.96)
     interval_factor: float = 1.0  # the factor theta_sd / tau_sd were widened by at this step (the model's SD times it)
     design: bool = False  # drawn by the selector's known-probability design (criterion = its probability)
+    #: for a design draw, what it was drawn from (answers before it, earlier items of its batch, the
+    #: estimate the selector saw); None otherwise
+    draw: DrawContext | None = None
 
 
 def _check_correct(correct) -> int:
@@ -185,8 +189,9 @@ class CATSession:
         self._n_available = J
         self._excluded: set[int] = set()
         self._pending: tuple[int, float] | None = None
-        self._pending_design = False  # whether the pending proposal is a known-probability design draw
+        self._pending_draw: DrawContext | None = None  # the pending proposal's context when it is a design draw
         self._batch: dict[int, float] = {}  # proposed batch items awaiting answers -> criterion
+        self._batch_draws: dict[int, DrawContext] = {}  # the batch's design draws awaiting answers -> context
         self._history: list[StepRecord] = []
         self._stop_cache: tuple[int, str | None] | None = None
         self._top_k = max([1] + [int(c.top_k) for c in self.exposure])
@@ -275,7 +280,9 @@ class CATSession:
     def pending_is_design_draw(self) -> bool:
         """Whether the pending proposal was drawn by the randomised design (known probability) rather
         than chosen by the adaptive rule."""
-        return bool(self._pending_design) and self.pending_item is not None
+        if self._pending is not None:
+            return self._pending_draw is not None
+        return bool(self._batch) and next(iter(self._batch)) in self._batch_draws
 
     @property
     def pending_criterion(self) -> float | None:
@@ -367,7 +374,7 @@ class CATSession:
         self._emit({"event": "propose", "subject": self.subject, "step": self._responses.n + 1,
                     "item": self.items.item_ids[j], "criterion": crit if math.isfinite(crit) else None, "rng": rng_before})
         self._pending = (j, crit)  # only once the proposal is in the log
-        self._pending_design = design
+        self._pending_draw = DrawContext(self._responses.n, (), self._estimate) if design else None
         return self.items.item_ids[j]
 
     def next_items(self, k: int) -> list[str]:
@@ -383,7 +390,7 @@ class CATSession:
         none is. The batch is logged, so a resumed session keeps a half-answered batch.
         """
         from catengine.selection.base import check_k
-        from catengine.selection.batch import select_batch
+        from catengine.selection.batch import BatchPick, select_batch
         from catengine.stopping.rules import item_limit
 
         k = check_k(k)
@@ -402,17 +409,22 @@ class CATSession:
             k, selector=self.selector, items=self.items, estimate=self._estimate, responses=self._responses,
             log_posterior=self._log_posterior, eligible=self.eligible_mask, rng=self._rng, top_k=self._top_k,
             use_cot=bool(getattr(self.estimator, "use_cot", True)), sd_scale=float(getattr(self.estimator, "sd_scale", 1.0)),
-            start=[self._pending] if self._pending is not None else (),
+            start=[] if self._pending is None else [BatchPick(
+                self._pending[0], self._pending[1], self._pending_draw is not None,
+                self._pending_draw or DrawContext(self._responses.n, (), self._estimate))],
         )
-        for j, _ in picks:
-            if not self._available[j]:  # a selector bug must never reach the user
-                raise RuntimeError(f"selector {type(self.selector).__name__} proposed ineligible item index {j}")
+        for p in picks:
+            if not self._available[p.index]:  # a selector bug must never reach the user
+                raise RuntimeError(f"selector {type(self.selector).__name__} proposed ineligible item index {p.index}")
         self._emit({"event": "propose_batch", "subject": self.subject, "step": self._responses.n + 1, "k": k,
-                    "items": [ids[j] for j, _ in picks],
-                    "criteria": [c if math.isfinite(c) else None for _, c in picks], "rng": rng_before})
+                    "items": [ids[p.index] for p in picks],
+                    "criteria": [p.criterion if math.isfinite(p.criterion) else None for p in picks],
+                    "design": [bool(p.design) for p in picks], "rng": rng_before})
         self._pending = None
-        self._batch = dict(picks)
-        return [ids[j] for j, _ in picks]
+        self._pending_draw = None
+        self._batch = {p.index: p.criterion for p in picks}
+        self._batch_draws = {p.index: p.context for p in picks if p.design}
+        return [ids[p.index] for p in picks]
 
     def _log_posterior(self, thetas):
         return self.estimator.log_posterior(self.params, self._responses, thetas)
@@ -477,13 +489,13 @@ class CATSession:
             raise
         proposed = self._pending is not None and self._pending[0] == j
         crit = self._pending[1] if proposed else math.nan
-        design = proposed and self._pending_design
+        draw = self._pending_draw if proposed else None
         if not proposed and j in self._batch:
-            proposed, crit = True, self._batch[j]
+            proposed, crit, draw = True, self._batch[j], self._batch_draws.get(j)
         rec = StepRecord(step=state.n, item=self.items.item_ids[j], correct=y, cot_length=cot,
                          theta=est.theta, theta_sd=est.theta_sd, tau=est.tau, tau_sd=est.tau_sd,
                          criterion=crit, proposed=proposed, interval_z95=est.interval_z95,
-                         interval_factor=est.interval_factor, design=design)
+                         interval_factor=est.interval_factor, design=draw is not None, draw=draw)
         try:
             self._emit({"event": "record", "subject": self.subject, "step": state.n, "item": rec.item, "correct": y,
                         "cot_length": cot, "proposed": proposed, "estimate": _estimate_json(est)})
@@ -499,7 +511,9 @@ class CATSession:
         self._estimate = est
         self._history.append(rec)
         self._pending = None
+        self._pending_draw = None
         self._batch.pop(j, None)
+        self._batch_draws.pop(j, None)
         return est
 
     def estimate_from(self, item_ids, correct, cot_lengths=None) -> TraitEstimate:
@@ -534,7 +548,9 @@ class CATSession:
         self._n_available -= 1
         if self._pending is not None and self._pending[0] == j:
             self._pending = None
+            self._pending_draw = None
         self._batch.pop(j, None)
+        self._batch_draws.pop(j, None)
         self._stop_cache = None
 
     # ------------------------------------------------------------------ full-benchmark score
@@ -603,6 +619,7 @@ class CATSession:
         if kind == "propose":
             self._rng.bit_generator.state = restore_rng(event["rng"]).bit_generator.state
             self._pending = None
+            self._pending_draw = None
             got = self.next_item()
             if got != event["item"]:
                 raise SessionLogError(
@@ -711,8 +728,9 @@ class CATSession:
             "subject": self.subject,
             "history": [tuple(_nan_to_none(getattr(r, f.name)) for f in fields(r)) for r in self._history],
             "estimate": self._estimate,
-            "pending": None if self._pending is None else (self._pending[0], _nan_to_none(self._pending[1])),
-            "batch": [(j, _nan_to_none(c)) for j, c in self._batch.items()],
+            "pending": None if self._pending is None else (self._pending[0], _nan_to_none(self._pending[1]),
+                                                           self._pending_draw),
+            "batch": [(j, _nan_to_none(c), self._batch_draws.get(j)) for j, c in self._batch.items()],
             "available": self._available.copy(),
             "excluded": sorted(self._excluded),
             "rng": rng_state_to_json(self._rng),
