@@ -377,8 +377,12 @@ def _cmd_evaluate(args) -> int:
     session.close()
     lo, hi = est.interval(0.95)
     full_accuracy = sum(c for c, _ in (responses[i] for i in known)) / len(known)
+    stop_reason = session.stop_reason
+    if stop_reason == "no item left in the bank" and skipped:  # the file ran out, not the bank
+        stop_reason = (f"every answer in the file is used ({len(known)} of the bank's {bank.n_items} items have "
+                       "one; the others cannot be administered)")
     summary = {"subject": args.subject, "n_items": est.n_items, "theta": est.theta, "theta_sd": est.theta_sd,
-               "theta_95": [lo, hi], "tau": est.tau, "tau_sd": est.tau_sd, "stop_reason": session.stop_reason,
+               "theta_95": [lo, hi], "tau": est.tau, "tau_sd": est.tau_sd, "stop_reason": stop_reason,
                "skipped_unanswered": skipped, "ignored_unknown_items": len(foreign), "full_n_items": len(known),
                "full_theta": full.estimate.theta, "full_theta_sd": full.estimate.theta_sd, "score": score.to_dict(),
                "model_score": model.to_dict(), "design_score": None if design is None else design.to_dict(),
@@ -390,7 +394,7 @@ def _cmd_evaluate(args) -> int:
         print(json.dumps({"summary": summary}))
         return 0
     print()
-    print("\n".join(result_lines(score, session.stop_reason, calibration_size(session))))
+    print("\n".join(result_lines(score, stop_reason, calibration_size(session))))
     print(f"\nscore: {score}")
     if model is not score:
         print(f"       the model's prediction: {model}")

@@ -142,7 +142,7 @@ def test_fit_rejects_other_inputs():
 def test_fit_refuses_responses_that_carry_no_information(name):
     """Every method, before it starts: an item nobody answered is named, and answers that are the
     same on every item (here all correct) are refused, instead of a bank reporting parameters the
-    data do not contain (SAEM used to write one)."""
+    data do not contain (a SAEM fit of all-correct answers would write one)."""
     data = _data(name)
     cls = get_method(name).calibrator
     correct = np.ones_like(data.correct)
@@ -198,8 +198,8 @@ def test_item_params_and_theta_share_one_scale(fitted):
 
 def test_theta_and_item_params_reproduce_the_banks_own_log_likelihood(fitted):
     """theta_ and item_params_ are on the bank's scale: the answers' log-likelihood under the
-    fitted attributes equals the one under the bank's own items and stored thetas (PSN used to
-    report theta_ on its network's scale: SD 13.6 against the bank's 1.0)."""
+    fitted attributes equals the one under the bank's own items and stored thetas (theta_ on PSN's
+    network scale would have SD 13.6 against the bank's 1.0)."""
     from catengine.models import prob_correct
 
     name, cal = fitted

@@ -72,6 +72,22 @@ def test_evaluate_stops_once_the_score_is_known_to_within(tmp_path, lart_bank, c
     assert 0.5 * (score["high"] - score["low"]) <= 0.1
 
 
+def test_evaluate_says_when_the_file_ran_out_of_answers(tmp_path, lart_bank, capsys):
+    """A file with fewer answers than the test would use: the stop names the file, not the bank."""
+    ids = list(lart_bank.item_ids)
+    path = tmp_path / "answers.csv"
+    path.write_text("item,correct,cot_tokens\n" + "".join(f"{i},{k % 2},{300 + k}\n" for k, i in enumerate(ids[:4])))
+    rc = main(["evaluate", "--bank", lart_bank.source, "--responses", str(path), "--json"])
+    assert rc == 0
+    summary = json.loads(capsys.readouterr().out.splitlines()[-1])["summary"]
+    assert summary["n_items"] == 4
+    assert summary["stop_reason"] == (f"every answer in the file is used (4 of the bank's {len(ids)} items have one; the "
+                                      "others cannot be administered)")
+    rc = main(["evaluate", "--bank", lart_bank.source, "--responses", str(path)])
+    out = capsys.readouterr().out
+    assert rc == 0 and "stopped: every answer in the file is used" in out and "no item left" not in out
+
+
 def test_evaluate_sd_scale_widens_the_reported_sd(tmp_path, lart_bank, capsys):
     acc, cot = _wide_files(tmp_path, lart_bank)
     summaries = []

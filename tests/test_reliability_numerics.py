@@ -1,6 +1,6 @@
-"""Regression tests of issue 18 (numerics).
+"""Numerical reliability.
 
-10. EAP is no longer falsely precise when the posterior lies beyond its +-8 grid: the grid widens
+10. EAP is not falsely precise when the posterior lies beyond its +-8 grid: the grid widens
     (same spacing) and the estimate matches brute-force quadrature on a wide grid;
 11. CoT lengths outside the plausible range (1e300, 5e-324 on a bank with offset 0, a JSON
     big integer) raise CoTOutOfRangeError instead of absurd traits or an OverflowError.

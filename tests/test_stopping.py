@@ -161,7 +161,7 @@ def test_score_interval_rule_semantics_and_validation():
     est = TraitEstimate(theta=0.0, theta_sd=0.5, n_items=9)
     state = StopState(9, est, 20, predicted_score=score)
     assert ScoreIntervalBelow(0.045).is_met(state) and not ScoreIntervalBelow(0.044).is_met(state)
-    assert "known to within +-4.5%" in ScoreIntervalBelow(0.05).reason(state)
+    assert "known to within +-4.5 points (95% interval, target +-5 points)" in ScoreIntervalBelow(0.05).reason(state)
     ScoreIntervalBelow(0.05, level=0.9).reason(state)
     assert calls == [0.95, 0.9]  # computed once per level and state, however many rules ask
     with pytest.raises(ValueError, match="cannot predict the full-benchmark score"):

@@ -236,8 +236,8 @@ class ScoreIntervalBelow(StoppingRule):
         score = state.predicted_score(self.level)
         half = 0.5 * (score.high - score.low)
         if half <= self.half_width:
-            return (f"predicted accuracy {score.accuracy:.1%} known to within +-{half:.1%} "
-                    f"({self.level:.0%}, <= {self.half_width:.1%})")
+            return (f"predicted accuracy {score.accuracy:.1%} known to within +-{100 * half:.1f} points "
+                    f"({self.level:.0%} interval, target +-{100 * self.half_width:g} points)")
         return None
 
 
