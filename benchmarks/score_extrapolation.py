@@ -1,7 +1,7 @@
 """The default full-benchmark score for new LLMs unlike the calibration ones: strength-ordered and random splits.
 
 ``python benchmarks/score_extrapolation.py [math500-cbmm|math500-saem|amc23-saem|chembench|psn|all] [--reps 3] [--seed 0]
-[--splits strength-up,strength-down,random] [--design opening=5,share=0.5]``
+[--splits strength-up,strength-down,random] [--design opening=5,share=0.5] [--batch 10]``
 
 Two splits of each shared data set, LLMs (with all their runs) on one side only:
 
@@ -95,29 +95,33 @@ def splits(data, seed):
     return out
 
 
-def replay(bank, y, cot, lengths, rng, design=None):
+def replay(bank, y, cot, lengths, rng, design=None, batch=1):
     from catengine import CATSession
-    from catengine.selection import DoublyRobustSelection, default_selector_for
+    from catengine.selection import DoublyRobustSelection
     from catengine.stopping import MaxItems
 
     # the default selector (DoublyRobustSelection, or RandomisedSelection where the bank's check says so);
-    # ``design``: other settings of DoublyRobustSelection where that is the default (--design)
+    # ``design``: other settings of DoublyRobustSelection where that is the default (--design);
+    # ``batch`` > 1: proposals in batches of that many (CATSession.next_items, as the harnesses run them),
+    # answered in proposal order, the score checked after every answer
     s = CATSession(bank, stopping=MaxItems(max(lengths)), rng=rng)
     if design and isinstance(s.selector, DoublyRobustSelection):
         s = CATSession(bank, selector=DoublyRobustSelection(**design), stopping=MaxItems(max(lengths)), rng=rng)
     index = bank.index_of
-    for step in range(1, max(lengths) + 1):
-        item = s.next_item()
-        j = index(item)
-        if not np.isfinite(y[j]):
-            s.exclude(item)
-            continue
-        s.record(item, int(y[j]), None if cot is None else float(cot[j]))
-        if step in lengths:
-            yield step, s
+    step = 0
+    while step < max(lengths):
+        for item in (s.next_items(batch) if batch > 1 else [s.next_item()]):
+            step += 1
+            j = index(item)
+            if not np.isfinite(y[j]):
+                s.exclude(item)
+                continue
+            s.record(item, int(y[j]), None if cot is None else float(cot[j]))
+            if step in lengths:
+                yield step, s
 
 
-def run_set(name, reps, seed, kinds=None, design=None):
+def run_set(name, reps, seed, kinds=None, design=None, batch=1):
     from catengine.scoring import random_mean_mae
 
     benchmark, _, method = name.partition("-")
@@ -145,7 +149,7 @@ def run_set(name, reps, seed, kinds=None, design=None):
             truth = float(np.nanmean(y))
             for r in range(reps):
                 rng = np.random.default_rng([seed, int(i), r])
-                for k, s in replay(bank, y, cot, lengths, rng, design):
+                for k, s in replay(bank, y, cot, lengths, rng, design, batch):
                     auto = s.predicted_score(by=False)
                     model = s.predicted_score(method="model", by=False)
                     records.append({
@@ -213,6 +217,8 @@ def main(argv=None) -> int:
     ap.add_argument("--design", default=None, help="settings of the default DoublyRobustSelection to measure instead, "
                     "e.g. opening=0,share=1.0")
     ap.add_argument("--splits", default=None, help="comma-separated kinds of split to run (strength-up, strength-down, random); default all")
+    ap.add_argument("--batch", type=int, default=1, help="propose items in batches of this many (CATSession.next_items, "
+                    "as the Inspect and lm-eval harnesses do); default 1 (one at a time)")
     args = ap.parse_args(argv)
     chosen = SETS if args.sets == "all" else (args.sets,)
     for name in chosen:
@@ -227,7 +233,7 @@ def main(argv=None) -> int:
             for pair in args.design.split(","):
                 key, _, value = pair.partition("=")
                 design[key.strip()] = int(value) if key.strip() == "opening" else float(value)
-        records, lengths, n = run_set(name, args.reps, args.seed, kinds, design)
+        records, lengths, n = run_set(name, args.reps, args.seed, kinds, design, args.batch)
         summarise(name, records, lengths, n)
         print(f"({name}: {time.perf_counter() - t0:.0f} s)")
     return 0

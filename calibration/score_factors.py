@@ -12,7 +12,9 @@ The number of factors d is chosen by cross-validation over LLMs: for each held-o
 answers give its factor posterior mode and the other half are predicted (mean log loss); a factor
 is added only while it wins by more than two standard errors of the paired per-LLM differences.
 
-The numerics take arrays only (``correct`` with -1 for missing answers); :func:`attach_score_factors`
+The numerics take arrays only (``correct`` with -1 for missing answers); the passes over the cells
+of the Newton steps and the log posterior are numba kernels (``calibration._score_factor_kernels``),
+the small per-item and per-LLM systems are solved there too. :func:`attach_score_factors`
 is the hook that every calibrator's bank goes through (``calibration.interval_calibration``).
 """
 
@@ -23,8 +25,9 @@ import time
 from dataclasses import dataclass, field
 
 import numpy as np
-from scipy.special import expit, log_expit
+from scipy.special import log_expit
 
+from calibration import _score_factor_kernels as _kernels
 from calibration.folds import llm_folds
 from catengine.models.score_factors import MAX_SCORE_FACTORS
 
@@ -71,8 +74,7 @@ def _check_matrix(correct) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _objective(Y, M, T, G, h, slope_variance, intercept_variance) -> float:
-    z = T @ G.T + h[None, :]
-    ll = np.sum(M * (Y * log_expit(z) + (1.0 - Y) * log_expit(-z)))
+    ll = _kernels.log_likelihood(*_contiguous(Y, M, T, G, h))
     return float(ll - 0.5 * np.sum(T * T) - 0.5 * np.sum(G * G) / slope_variance - 0.5 * np.sum(h * h) / intercept_variance)
 
 
@@ -131,30 +133,36 @@ def _starting_values(Y, M, d):
     return U * math.sqrt(n), V * (S / math.sqrt(n)) * 4.0, h
 
 
+def _contiguous(*arrays):
+    """The arrays as C-contiguous float64 (the kernels' layout; no copy when they already are)."""
+    return tuple(np.ascontiguousarray(a, dtype=np.float64) for a in arrays)
+
+
+def _capped_newton_steps(hess, grad):
+    """Per row, hess^-1 grad divided by max(1, max |step|); LinAlgError when a Hessian is not positive definite."""
+    steps, ok = _kernels.capped_newton_steps(*_contiguous(hess, grad))
+    if not ok:
+        raise np.linalg.LinAlgError("a Newton step's Hessian is not positive definite")
+    return steps
+
+
 def _item_step(Y, M, T, G, h, prior_item):
     """One Newton step for every item's (g_j, h_j), capped at 1 per coordinate."""
     d = G.shape[1]
-    P = expit(T @ G.T + h[None, :])
-    W, R = M * P * (1.0 - P), M * (Y - P)
-    X = np.hstack([T, np.ones((T.shape[0], 1))])
+    grad, hess = _kernels.item_newton_sums(*_contiguous(Y, M, T, G, h))
     psi = np.hstack([G, h[:, None]])
-    grad = (X.T @ R).T - psi @ prior_item
-    hess = np.einsum("nk,nj,nl->jkl", X, W, X) + prior_item
-    step = np.linalg.solve(hess, grad[..., None])[..., 0]
-    step /= np.maximum(1.0, np.abs(step).max(axis=1, keepdims=True))
-    psi = psi + step
+    grad -= psi @ prior_item
+    hess += prior_item
+    psi += _capped_newton_steps(hess, grad)
     return psi[:, :d].copy(), psi[:, d].copy()
 
 
 def _trait_step(Y, M, T, G, h):
     """One Newton step for every LLM's eta_i (Normal(0, I) prior), capped at 1 per coordinate."""
-    P = expit(T @ G.T + h[None, :])
-    W, R = M * P * (1.0 - P), M * (Y - P)
-    grad_t = R @ G - T
-    hess_t = np.einsum("jk,nj,jl->nkl", G, W, G) + np.eye(G.shape[1])
-    step_t = np.linalg.solve(hess_t, grad_t[..., None])[..., 0]
-    step_t /= np.maximum(1.0, np.abs(step_t).max(axis=1, keepdims=True))
-    return T + step_t
+    grad_t, hess_t = _kernels.trait_newton_sums(*_contiguous(Y, M, T, G, h))
+    grad_t -= T
+    hess_t += np.eye(G.shape[1])
+    return T + _capped_newton_steps(hess_t, grad_t)
 
 
 def _standardise(T, G, h):
