@@ -413,3 +413,36 @@ def test_estimate_precision_closed_form_inverts_the_covariance(st, su, c):
     np.testing.assert_allclose(one.precision(), [[1.0 / st**2]], rtol=1e-14)
     with pytest.raises(np.linalg.LinAlgError, match="not positive definite"):
         TraitEstimate(theta=0.0, theta_sd=1.0, n_items=1, tau=0.0, tau_sd=1.0, theta_tau_cov=1.0).precision()
+
+
+@pytest.mark.parametrize("model", ["2pl", "4pl", "lart"])
+def test_add_many_is_adding_one_by_one_bit_for_bit(model):
+    """ResponseState.add_many reaches the state of add() called in order: the arrays, counts and
+    the CoT sums (accumulated in the same order), with and without item covariance and missing CoT."""
+    import naive_engine as naive
+    from catengine.estimation import ResponseState
+    from catengine.models.item_covariance import ItemCovariance
+
+    bank = naive.make_bank(model, 40, seed=8)
+    params = bank.params
+    rng = np.random.default_rng(9)
+    items = rng.permutation(40)[:27]
+    y = (rng.random(27) < 0.5).astype(float)
+    log_t = rng.normal(5, 1, 27)
+    log_t[::4] = np.nan
+    va, vb = rng.uniform(0, 0.1, 40), rng.uniform(0, 0.2, 40)
+    for cov in (None, ItemCovariance(va, vb, 0.5 * np.sqrt(va * vb) * rng.uniform(-1, 1, 40))):
+        one, many = ResponseState(params, cov), ResponseState(params, cov)
+        one.add(int(items[0]), int(y[0]), float(log_t[0]))
+        many.add(int(items[0]), int(y[0]), float(log_t[0]))
+        for j, c, t in zip(items[1:], y[1:], log_t[1:]):
+            one.add(int(j), int(c), float(t))
+        many.add_many(items[1:], y[1:], log_t[1:])
+        assert (one.n, one.n_correct, one.cot_info, one.cot_score) == (many.n, many.n_correct, many.cot_info, many.cot_score)
+        np.testing.assert_array_equal(one.administered, many.administered)
+        for name in ("items", "correct", "a", "b", "c", "d"):  # the answered rows of the buffers
+            np.testing.assert_array_equal(getattr(one, name)[: one.n], getattr(many, name)[: many.n])
+        np.testing.assert_array_equal(one.log_cot, many.log_cot)
+        if cov is not None:
+            for name in ("va", "vb", "vab"):
+                np.testing.assert_array_equal(getattr(one, name)[: one.n], getattr(many, name)[: many.n])

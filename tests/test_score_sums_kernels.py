@@ -114,3 +114,17 @@ def test_hypergeometric_pmf_and_random_mae_match_scipy():
         xs = np.arange(k + 1)
         want = float(np.sum(hypergeom.pmf(xs, J, C, k) * np.abs(xs / k - a)))
         assert random_mean_mae(a, J, k) == pytest.approx(want, rel=1e-10, abs=1e-15)
+
+
+def test_expected_probit_probabilities_are_the_closed_form_of_the_quadrature():
+    """LaRT items: E Phi(a X + b), X ~ Normal(m, s^2), in closed form, against 200-point Gauss-Hermite."""
+    from scipy.special import ndtr
+
+    rng = np.random.default_rng(9)
+    J = 257
+    a, b = rng.uniform(0.2, 3.0, J), rng.normal(size=J) * 3.0
+    params = ItemParams("lart", a=a, b=b, omega=np.zeros(J), phi=np.ones(J), lam=np.ones(J), rho=-0.5)
+    x, w = gauss_hermite_normal(200)
+    for m, sd in ((0.0, 1.0), (2.5, 0.1), (-1.0, 0.6)):
+        want = w @ ndtr((m + sd * x)[:, None] * a[None, :] + b[None, :])
+        np.testing.assert_allclose(expected_probabilities(params, m, sd, 21), want, rtol=1e-9, atol=1e-13)

@@ -127,6 +127,44 @@ class ResponseState:
             self.cot_score -= w * (float(log_cot) - float(p.omega[item]))
         self.n = k + 1
 
+    def add_many(self, items, correct, log_cot=None) -> None:
+        """Append several answers at once: the state :meth:`add` would reach adding them in order
+        (the CoT sums accumulated in the same order, so bit for bit). ``items`` must be distinct
+        and not yet administered (no validation here)."""
+        items = np.asarray(items, dtype=np.int64).reshape(-1)
+        y = np.asarray(correct, dtype=np.float64).reshape(-1)
+        m = items.size
+        if m == 0:
+            return
+        p = self.params
+        k = self.n
+        rows = slice(k, k + m)
+        self._items[rows] = items
+        self._y[rows] = y
+        self.a[rows] = p.a[items]
+        self.b[rows] = p.b[items]
+        if p.response_model == "4pl":
+            self.c[rows] = p.c[items]
+            self.d[rows] = p.d[items]
+        if self.covariance is not None:
+            cv = self.covariance
+            self.va[rows] = cv.a_var[items]
+            self.vb[rows] = cv.b_var[items]
+            self.vab[rows] = cv.ab_cov[items]
+        self.administered[items] = True
+        self.n_correct += int(y.sum())
+        if p.response_model == "lart" and log_cot is not None:
+            t = np.asarray(log_cot, dtype=np.float64).reshape(-1)
+            has = ~np.isnan(t)
+            self._log_cot[rows] = np.where(has, t, np.nan)
+            if has.any():
+                it = items[has]
+                phi, lam = p.phi[it], p.lam[it]
+                w = phi / (lam * lam)
+                self.cot_info = float(np.cumsum(np.concatenate(([self.cot_info], w * phi)))[-1])
+                self.cot_score = float(np.cumsum(np.concatenate(([self.cot_score], -(w * (t[has] - p.omega[it])))))[-1])
+        self.n = k + m
+
     def snapshot(self) -> tuple:
         """Scalars needed to undo the next :meth:`add` exactly (see :meth:`restore`)."""
         return self.n, self.cot_info, self.cot_score, self.n_correct

@@ -155,15 +155,15 @@ def response(params: ItemParams, theta: np.ndarray, items=None) -> np.ndarray:
     return c + (d - c) * s
 
 
-EXPECTED_CHUNK = 4096  # items per block of expected_probabilities (the (nodes, items) block stays in cache)
 _EXPECTED_KEPT = 4
 _expected_kept: OrderedDict = OrderedDict()
 _expected_lock = threading.Lock()
 
 
 def expected_probabilities(params: ItemParams, theta: float, theta_sd: float, n_nodes: int = 21) -> np.ndarray:
-    """E_q P_j(theta) for every item under q = Normal(theta, theta_sd^2) (Gauss-Hermite), shape (J,),
-    read-only.
+    """E_q P_j(theta) for every item under q = Normal(theta, theta_sd^2), shape (J,), read-only:
+    in closed form for probit (LaRT) items, E Phi(a X + b) = Phi((a theta + b) / sqrt(1 + a^2
+    theta_sd^2)); by ``n_nodes``-point Gauss-Hermite quadrature for logistic items.
 
     The last few results are kept, keyed by the bank's parameters (the object), theta, theta_sd and
     n_nodes: the randomised selector computes this row at a design draw, and the design-based
@@ -174,26 +174,26 @@ def expected_probabilities(params: ItemParams, theta: float, theta_sd: float, n_
         if kept is not None and kept[0]() is params:
             _expected_kept.move_to_end(key)
             return kept[1]
-    x, w = gauss_hermite_normal(n_nodes)
-    nodes = float(theta) + float(theta_sd) * x
-    J = params.n_items
-    out = np.empty(J)
-    if params.response_model in ("2pl", "4pl"):  # one compiled pass (catengine.scoring._kernels.expected_logistic)
-        from catengine.scoring import _kernels
-
-        four = params.response_model == "4pl"
-        _kernels.expected_logistic(np.ascontiguousarray(nodes), np.ascontiguousarray(w), params.a, params.b,
-                                   params.c if four else params.a, params.d if four else params.a, four, out)
-    else:
-        for start in range(0, J, EXPECTED_CHUNK):
-            block = slice(start, min(start + EXPECTED_CHUNK, J))
-            out[block] = w @ response(params, nodes, block)
+    out = _expected_response(params, float(theta), float(theta_sd), n_nodes)
     out.flags.writeable = False
     with _expected_lock:
         _expected_kept[key] = (weakref.ref(params), out)
         _expected_kept.move_to_end(key)
         while len(_expected_kept) > _EXPECTED_KEPT:
             _expected_kept.popitem(last=False)
+    return out
+
+
+def _expected_response(params: ItemParams, theta: float, theta_sd: float, n_nodes: int) -> np.ndarray:
+    if params.response_model == "lart":
+        return ndtr((params.a * theta + params.b) / np.sqrt(1.0 + (params.a * theta_sd) ** 2))
+    from catengine.scoring import _kernels
+
+    x, w = gauss_hermite_normal(n_nodes)
+    out = np.empty(params.n_items)
+    four = params.response_model == "4pl"  # one compiled pass (catengine.scoring._kernels.expected_logistic)
+    _kernels.expected_logistic(np.ascontiguousarray(theta + theta_sd * x), np.ascontiguousarray(w), params.a, params.b,
+                               params.c if four else params.a, params.d if four else params.a, four, out)
     return out
 
 

@@ -527,12 +527,19 @@ class CATSession:
             raise ValueError(f"{len(item_ids)} items, {len(correct)} answers and {len(cot_lengths)} CoT lengths")
         state = ResponseState(self.params, self.items.covariance, self._responses.interval_curve)
         lart_bank = self.params.response_model == "lart"
-        for item, y, t in zip(item_ids, correct, cot_lengths):
+        n = len(item_ids)
+        index, y, log_t = np.empty(n, dtype=np.int64), np.empty(n), np.full(n, math.nan)
+        seen = np.zeros(self.params.n_items, dtype=bool)
+        for k, (item, answer, t) in enumerate(zip(item_ids, correct, cot_lengths)):
             j = self._index(item)
-            if state.administered[j]:
+            if seen[j]:
                 raise ItemAlreadyAnsweredError(f"item {self.items.item_ids[j]!r} appears twice")
+            seen[j] = True
+            index[k], y[k] = j, _check_correct(answer)
             cot = _check_cot(t, self.max_cot_length, self.cot_offset) if lart_bank else None
-            state.add(j, _check_correct(y), math.nan if cot is None else math.log(cot + self.cot_offset))
+            if cot is not None:
+                log_t[k] = math.log(cot + self.cot_offset)
+        state.add_many(index, y, log_t)
         return self.estimator.estimate(self.params, state)
 
     def exclude(self, item_id) -> None:
