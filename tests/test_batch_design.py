@@ -45,9 +45,10 @@ def test_batches_draw_by_design_on_the_schedule_with_their_contexts():
     y = (np.random.default_rng(2).random(J) < 0.55).astype(int)
     s = run_batches(bank, y, 24, 6, DoublyRobustSelection(), 3)
     h = s.history
-    # the slots' kinds follow the sequential schedule, each slot counting the batch's earlier items
-    # as answered (these answers keep the LLM inside the calibration population: share 0.5)
-    assert [r.design for r in h] == [True] * 5 + [scheduled_design_draw(t, 0.5) for t in range(5, 24)]
+    # the first batch, chosen before any answer is known, is all design draws (the opening counts the
+    # answers known); later slots follow the sequential schedule, each counting the batch's earlier
+    # items as answered (these answers keep the LLM inside the calibration population: share 0.5)
+    assert [r.design for r in h] == [True] * 6 + [scheduled_design_draw(t, 0.5) for t in range(6, 24)]
     for t, r in enumerate(h):
         first = (t // 6) * 6
         if r.design:

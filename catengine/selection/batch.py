@@ -53,11 +53,12 @@ class _CountedResponses:
     batch's earlier items as answered (KL's shrinking window, the replication mode's fixed items);
     everything else is the real state."""
 
-    __slots__ = ("_state", "n")
+    __slots__ = ("_state", "n", "answered")
 
     def __init__(self, state, n: int):
         self._state = state
         self.n = n
+        self.answered = int(state.n)  # the answers actually known when the batch is chosen
 
     def __getattr__(self, name):
         return getattr(self._state, name)

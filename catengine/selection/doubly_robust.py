@@ -10,7 +10,9 @@ whatever the model gets wrong about the items it did not ask, the residuals on t
 measure it without bias.
 
 The schedule: the first ``opening`` steps are design draws (before the answers place the LLM the
-session knows neither its standing nor how far the model's predictions hold for it); after them,
+session knows neither its standing nor how far the model's predictions hold for it; in batches,
+``CATSession.next_items``, every slot of a batch chosen before ``opening`` answers are known);
+after them,
 step t (t = 0, 1, ... answers so far) is a design draw when
 floor((t + 1) s) > floor(t s), with the share s = ``share`` while the LLM stands inside the
 calibration population and s = ``extrapolation_share`` once its current trait estimate lies
@@ -110,7 +112,10 @@ class DoublyRobustSelection(ItemSelector):
 
     def is_design_draw(self, state: SelectionState) -> bool:
         n = 0 if state.responses is None else int(state.responses.n)
-        if n < self.opening:
+        # the opening counts the answers known: every slot of a batch chosen before ``opening``
+        # answers are in is a design draw (a later slot of a batch knows no more than its first)
+        known = n if state.responses is None else int(getattr(state.responses, "answered", n))
+        if known < self.opening:
             return True
         return scheduled_design_draw(n, self.share_at(state))
 
