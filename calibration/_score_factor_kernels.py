@@ -14,7 +14,7 @@ Kernels (one pass over the cells each; ``p = sigmoid(z)``, ``w = m p (1 - p)``, 
 
 The cells are processed a row (or a block of a row) at a time: each stage is a plain loop over
 per-cell buffers, and the sigmoid and log terms come from the arithmetic helpers of
-``catengine.models._fast_math`` (no libm call), so LLVM vectorises the loops. ``fastmath`` is off
+``catengine.models.kernels`` (no libm call), so LLVM vectorises the loops. ``fastmath`` is off
 (no reassociation: the sums are reproducible); ``error_model="numpy"`` drops the division-by-zero
 branch that would stop the vectorisation. Sums over the items of a row go through 8 partial sums.
 When a parameter is not finite the sums and the log-likelihood are NaN (the fit's runaway check
@@ -26,7 +26,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from catengine.models._fast_math import exp_neg, sigmoid_pair, two_atanh_small
+from catengine.models.kernels import exp_neg, sigmoid_pair, two_atanh_small
 
 KERNEL_OPTS = dict(cache=True, fastmath=False, error_model="numpy")
 HELPER_OPTS = dict(cache=True, inline="always", error_model="numpy")

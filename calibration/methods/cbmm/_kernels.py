@@ -23,7 +23,7 @@ Conventions shared by every kernel (the public wrapper in ``calibrator.py`` vali
 * Dense columns (observed for every active subject) and rows (on every active item), flagged by
   the caller (``full``), skip the per-cell missing-answer test; their counts and theta sums (or,
   for rows, the sums of a'a, a'^2, a'(b - b')) are the same for all of them and computed once.
-* p comes from ``_sigmoid_pair`` (``catengine.models._fast_math.sigmoid_pair``): Cody-Waite
+* p comes from ``_sigmoid_pair`` (``catengine.models.kernels.sigmoid_pair``): Cody-Waite
   reduction and the [6/6] Pade form of exp, q = sigmoid(|x|) and e q = sigmoid(-|x|) from one
   division, within 3 ulp of scipy's expit; plain arithmetic and bit moves, so the loops vectorise
   (LLVM cannot vectorise libm's ``exp``). ``_exp_neg`` (``_fast_math.exp_neg``: degree-12 Taylor
@@ -46,9 +46,9 @@ import numba
 import numpy as np
 from numba import njit, prange
 
-from catengine.models._fast_math import exp_neg as _exp_neg
-from catengine.models._fast_math import sigmoid_pair as _sigmoid_pair
-from catengine.models._fast_math import two_atanh_small
+from catengine.models.kernels import exp_neg as _exp_neg
+from catengine.models.kernels import sigmoid_pair as _sigmoid_pair
+from catengine.models.kernels import two_atanh_small
 from catengine.models import kernels as _shared_kernels
 
 # Each array kernel is compiled twice from its source (``_serial_and_parallel``): a serial

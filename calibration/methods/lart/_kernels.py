@@ -34,10 +34,10 @@ import math
 import numpy as np
 from numba import njit, prange
 
-from catengine.models._fast_math import bits_to_f64 as _bits_to_f64
-from catengine.models._fast_math import exp_neg as _exp_neg
-from catengine.models._fast_math import f64_to_bits as _f64_to_bits
-from catengine.models._fast_math import two_atanh_small as _two_atanh_small
+from catengine.models.kernels import bits_to_f64 as _bits_to_f64
+from catengine.models.kernels import exp_neg as _exp_neg
+from catengine.models.kernels import f64_to_bits as _f64_to_bits
+from catengine.models.kernels import two_atanh_small as _two_atanh_small
 
 from catengine.models.kernels import inv_mills, log_phi_cdf, probit_curvature
 
