@@ -1,7 +1,8 @@
 """The model-based score from the bank's summed curves (catengine.scoring.model_based.SummedCurves)
 against the from-scratch numerics (predict_accuracy, predict_cot_total: a pass over every item at
 every node), after every step of random sessions: logistic and LaRT banks, categories, CoT totals,
-adaptive sessions and sessions with design draws."""
+adaptive sessions and sessions with design draws; the unanswered items' sums from the panels and
+summed directly."""
 
 import math
 
@@ -23,6 +24,17 @@ from catengine.stopping import MaxItems
 
 J = 240
 RTOL = 1e-12
+
+
+@pytest.fixture(autouse=True, params=["panels", "direct"])
+def sum_path(request, monkeypatch):
+    """Every test runs twice: with the sums over the unanswered items from the interpolation panels
+    (the path of large banks) and summed directly (the path of banks of at most DIRECT_SUM_CELLS
+    items times nodes, this one's)."""
+    from catengine.scoring import model_based
+
+    monkeypatch.setattr(model_based, "DIRECT_SUM_CELLS", 0 if request.param == "panels" else 10**9)
+    return request.param
 AREAS = np.array(["algebra", "geometry", "counting", "proofs"])
 
 
