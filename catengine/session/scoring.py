@@ -112,10 +112,19 @@ def _categories(session, by):
 
 
 def _records(session):
+    """(history, bank indices of its items, answers): the arrays kept on the session while its
+    history holds the same record objects (a reply or a score check asks for them many times)."""
     h = session.history
+    key = tuple(map(id, h))
+    kept = session.__dict__.get("_records_cache")
+    if kept is not None and kept[0] == key:
+        return h, kept[1], kept[2]
     index = session.bank.index_of
     order = np.array([index(r.item) for r in h], dtype=np.int64)
     correct = np.array([r.correct for r in h], dtype=float)
+    order.flags.writeable = False
+    correct.flags.writeable = False
+    session.__dict__["_records_cache"] = (key, order, correct, tuple(h))  # the records, so that their ids stay theirs
     return h, order, correct
 
 
