@@ -26,15 +26,13 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from catengine.models.kernels import exp_neg, sigmoid_pair, two_atanh_small
+from catengine.models.kernels import exp_neg, log1p_unit, sigmoid_pair
 
 KERNEL_OPTS = dict(cache=True, fastmath=False, error_model="numpy")
 HELPER_OPTS = dict(cache=True, inline="always", error_model="numpy")
 
 ITEM_BLOCK = 128  # items per block of the item sums: the block's accumulators (<= 14 x 128 doubles) stay in L1
 LANES = 8  # partial sums of a reduction over a row's items
-_LN2 = 0.6931471805599453
-_SQRT2_MINUS_1 = 0.41421356237309503
 
 
 @njit(**HELPER_OPTS)
@@ -94,13 +92,6 @@ def _lane_dot(a, b, n, lanes):
     return s
 
 
-@njit(**HELPER_OPTS)
-def _log1p_unit(e):
-    """log(1 + e) for 0 <= e <= 1: log(u) = 2 atanh((u - v) / (u + v)) + log(v), u = 1 + e, v in {1, 2}."""
-    big = e > _SQRT2_MINUS_1
-    s = (e - 1.0) / (e + 3.0) if big else e / (2.0 + e)  # |s| <= 0.1716
-    offset = _LN2 if big else 0.0
-    return offset + two_atanh_small(s)
 
 
 @njit(**KERNEL_OPTS)
@@ -208,7 +199,7 @@ def log_likelihood(Y, M, T, G, h):
         m = M[i]
         for j in range(J):
             zj = z[j]
-            a = _log1p_unit(exp_neg(-abs(zj)))  # log1p(exp(-|z|))
+            a = log1p_unit(exp_neg(-abs(zj)))  # log1p(exp(-|z|))
             log_p = -a if zj > 0.0 else zj - a
             log_q = -zj - a if zj > 0.0 else -a
             column_sums[j] += m[j] * (y[j] * log_p + (1.0 - y[j]) * log_q)

@@ -92,6 +92,20 @@ def two_atanh_small(s):
     return 2.0 * s * q
 
 
+_LN2 = 0.6931471805599453
+_SQRT2_MINUS_1 = 0.41421356237309503
+
+
+@njit(cache=True, inline="always", **EXACT_OPTS)
+def log1p_unit(e):
+    """log(1 + e) for 0 <= e <= 1 (e.g. e = exp(-|z|) in log(1 + exp(-|z|))): log(u) = 2 atanh((u - v)
+    / (u + v)) + log(v) with u = 1 + e and v in {1, 2}, so that |(u - v) / (u + v)| <= 0.1716 and
+    :func:`two_atanh_small` applies (< 1e-16 relative)."""
+    big = e > _SQRT2_MINUS_1
+    s = (e - 1.0) / (e + 3.0) if big else e / (2.0 + e)
+    return (_LN2 if big else 0.0) + two_atanh_small(s)
+
+
 @njit(cache=True, **EXACT_OPTS)
 def sigmoid_pair(x, w):
     """(q, e q) with e = w exp(-|x|) and q = 1 / (1 + e): for w = 1, sigmoid(|x|) and sigmoid(-|x|).

@@ -22,7 +22,7 @@ from catengine.models._kernels import (
     probit_info_h,
     sigmoid,
 )
-from catengine.models._fast_math import bits_to_f64, exp_neg, f64_to_bits, sigmoid_pair, two_atanh_small
+from catengine.models._fast_math import bits_to_f64, exp_neg, f64_to_bits, log1p_unit, sigmoid_pair, two_atanh_small
 from catengine.models.expected_information import _info_z as info_4pl_z
 
 #: ``log_p_4pl(z, c, d)`` -> (log P, log(1 - P)) for P = c + (d - c) sigmoid(z);
@@ -33,12 +33,13 @@ from catengine.models.expected_information import _info_z as info_4pl_z
 #: Vectorisable primitives (``catengine/models/_fast_math.py``: plain arithmetic and bit moves, so
 #: loops calling them vectorise, which loops calling libm's ``exp`` do not): ``exp_neg(x)`` = exp(x)
 #: for x <= 0; ``sigmoid_pair(x, w)`` -> (q, e q) with e = w exp(-|x|), q = 1 / (1 + e);
-#: ``two_atanh_small(s)`` = 2 atanh(s) for small |s|; ``bits_to_f64`` / ``f64_to_bits`` reinterpret bits.
+#: ``two_atanh_small(s)`` = 2 atanh(s) for small |s|; ``log1p_unit(e)`` = log(1 + e) for 0 <= e <= 1; ``bits_to_f64`` / ``f64_to_bits`` reinterpret bits.
 
 __all__ = [
     "bits_to_f64",
     "exp_neg",
     "f64_to_bits",
+    "log1p_unit",
     "sigmoid_pair",
     "two_atanh_small",
     "cholesky_in_place",

@@ -27,7 +27,7 @@ Conventions shared by every kernel (the public wrapper in ``calibrator.py`` vali
   reduction and the [6/6] Pade form of exp, q = sigmoid(|x|) and e q = sigmoid(-|x|) from one
   division, within 3 ulp of scipy's expit; plain arithmetic and bit moves, so the loops vectorise
   (LLVM cannot vectorise libm's ``exp``). ``_exp_neg`` (``_fast_math.exp_neg``: degree-12 Taylor
-  polynomial, shared with the LaRT kernels) and ``_log1p01`` remain for their tests. The loss
+  polynomial, shared with the LaRT kernels) and ``_log1p01`` (``log1p_unit``) remain for their tests. The loss
   needs no log per cell: log(1 + e) = -log q, and the logs of ``_LOSS_BLOCK`` cells are summed as
   one libm log of their product (q >= 1/2, so no underflow).
 * 2^k comes from the bits of x / ln2 + 1.5 * 2^52 (+ the exponent bias), not from a float -> int
@@ -48,7 +48,7 @@ from numba import njit, prange
 
 from catengine.models.kernels import exp_neg as _exp_neg
 from catengine.models.kernels import sigmoid_pair as _sigmoid_pair
-from catengine.models.kernels import two_atanh_small
+from catengine.models.kernels import log1p_unit as _log1p01
 from catengine.models import kernels as _shared_kernels
 
 # Each array kernel is compiled twice from its source (``_serial_and_parallel``): a serial
@@ -91,17 +91,8 @@ def _serial_and_parallel(fn):
     return kernel
 
 
-_LN2 = 0.6931471805599453
-_SQRT2M1 = 0.41421356237309503
 
 
-@njit(**_EXACT_OPTS)
-def _log1p01(e):
-    """log(1 + e) for 0 <= e <= 1, via log(u) = 2 atanh((u - v) / (u + v)) + log(v), v in {1, 2}."""
-    big = e > _SQRT2M1
-    s = (e - 1.0) / (e + 3.0) if big else e / (2.0 + e)  # |s| <= 0.1716
-    off = _LN2 if big else 0.0
-    return off + two_atanh_small(s)
 
 
 @njit(**_SERIAL_OPTS)
