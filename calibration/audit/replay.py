@@ -111,7 +111,9 @@ def replay_llms(bank, data: ResponseData, rows, selectors, scorings, estimator: 
     """
     from calibration.score_calibration import ReplayedSession
 
+    from catengine.errors import BankExhaustedError
     from catengine.session import CATSession
+    from catengine.session.fast_replay import CompiledReplay
     from catengine.stopping import MaxItems
 
     ids = list(bank.item_ids)
@@ -134,12 +136,33 @@ def replay_llms(bank, data: ResponseData, rows, selectors, scorings, estimator: 
                    if "interval_calibration" in bank.attrs else [CATSession(bank, estimator=estimator_obj)])
         for k, i in enumerate(rows):  # the full-benchmark estimate: every observed answer
             seen = np.flatnonzero(data.correct[i] >= 0)
-            answers = ([ids[j] for j in seen], data.correct[i, seen], [cot(i, j) for j in seen])
+            cots = [None] * seen.size
+            if give_cot:
+                cots = [None if v != v else v for v in data.cot_length[i, seen].tolist()]  # NaN: unknown
+            answers = ([ids[j] for j in seen], data.correct[i, seen], cots)
             estimates = [scorer.estimate_from(*answers) for scorer in scorers]  # the same theta, SDs by curve
             full[c, k] = estimates[0].theta
             full_sd[:, c, k] = [e.theta_sd for e in estimates] if len(estimates) > 1 else estimates[0].theta_sd
         for r, (sel_name, selector) in enumerate(selectors):
             engine_rng = np.random.default_rng(stream(entropy, replication, "engine", sel_name, scoring))
+            # one compiled call per LLM where the configuration allows (the same steps, the same draws)
+            fast = CompiledReplay.for_session(CATSession(bank, selector=selector, estimator=estimator_obj,
+                                                         stopping=MaxItems(L), rng=engine_rng))
+            if fast is not None:
+                template = fast.session
+                for k, i in enumerate(rows):
+                    y = data.correct[i].astype(np.float64)
+                    cots = data.cot_length[i] if give_cot else None
+                    run = fast.run(y, cots, L, engine_rng)
+                    if run.steps < L:
+                        raise BankExhaustedError(f"LLM row {i} has {run.steps} answered items, fewer than the test's {L}")
+                    est[r, c, k], sd[r, c, k] = run.estimates[0, 1:], run.estimates[1, 1:]
+                    half[r, c, k] = fast.half_widths(run)
+                    if keep_sessions:
+                        sessions[r][c].append(ReplayedSession(
+                            template.bank, template.items, template.params, template.estimator, template.selector,
+                            template.cot_offset, fast.history(run, y, cots)))
+                continue
             for k, i in enumerate(rows):
                 s = CATSession(bank, selector=selector, estimator=estimator_obj, stopping=MaxItems(L), rng=engine_rng)
                 for j in np.flatnonzero(data.correct[i] < 0):

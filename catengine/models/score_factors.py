@@ -270,6 +270,14 @@ def _topk_gain(g, h, mode, cov, eligible, order, norm2, bound_scale, k, out_idx,
     return count
 
 
+#: public names of the two compiled steps above, for kernels in other packages (the compiled
+#: session replay, ``catengine.session._replay_kernel``): ``score_factor_mode(g, h, y, start, tol,
+#: max_iter, mode, cov)`` and ``score_factor_topk_gain(g, h, mode, cov, eligible, order, norm2,
+#: bound_scale, k, idx, val)``
+score_factor_mode = _newton_mode
+score_factor_topk_gain = _topk_gain
+
+
 @functools.lru_cache(maxsize=16)
 def _standard_product_grid(n_nodes: int, d: int) -> tuple[np.ndarray, np.ndarray]:
     """The product Gauss-Hermite rule for Normal(0, I_d): nodes (n_nodes^d, d) and weights (read-only)."""

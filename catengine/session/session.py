@@ -115,6 +115,38 @@ def _check_cot(cot_length, max_tokens: float = MAX_COT_TOKENS, cot_offset: float
     return value
 
 
+def _checked_answers(correct) -> np.ndarray:
+    """The answers as floats, checked as :func:`_check_correct` checks each (at once when they are
+    plain numbers; one by one, for its error, otherwise)."""
+    arr = np.asarray(correct) if not isinstance(correct, np.ndarray) else correct
+    if arr.ndim == 1 and arr.dtype.kind in "biuf" and bool(np.all((arr == 0) | (arr == 1))):
+        return arr.astype(np.float64)
+    return np.array([_check_correct(c) for c in correct], dtype=np.float64)
+
+
+def _checked_log_cots(cot_lengths, max_tokens: float, cot_offset: float) -> np.ndarray:
+    """log(T + cot_offset) per answer (NaN where T is None), each T checked as :func:`_check_cot`
+    checks it and logged by ``math.log`` as :meth:`CATSession.record` does (so the same bits). At
+    once when every entry is None or a finite real in range; one by one, for the error, otherwise."""
+    values = list(cot_lengths)
+    n = len(values)
+    out = np.full(n, math.nan)
+    known = [k for k, v in enumerate(values) if v is not None]
+    if not known:
+        return out
+    plain = all(isinstance(values[k], (int, float, np.integer, np.floating))
+                and not isinstance(values[k], (bool, np.bool_)) for k in known)
+    if plain:
+        try:
+            t = np.array([values[k] for k in known], dtype=np.float64)
+        except OverflowError:
+            plain = False
+    if not plain or not bool(np.all((t >= 0) & (t <= max_tokens) & (t + cot_offset >= MIN_LOG_ARGUMENT))):
+        t = np.array([_check_cot(values[k], max_tokens, cot_offset) for k in known])  # raises for the first bad one
+    out[known] = [math.log(v) for v in (t + cot_offset).tolist()]
+    return out
+
+
 def _estimate_json(est: TraitEstimate) -> dict:
     return {"theta": est.theta, "theta_sd": est.theta_sd, "tau": est.tau, "tau_sd": est.tau_sd}
 
@@ -526,19 +558,16 @@ class CATSession:
         if not len(item_ids) == len(correct) == len(cot_lengths):
             raise ValueError(f"{len(item_ids)} items, {len(correct)} answers and {len(cot_lengths)} CoT lengths")
         state = ResponseState(self.params, self.items.covariance, self._responses.interval_curve)
-        lart_bank = self.params.response_model == "lart"
         n = len(item_ids)
-        index, y, log_t = np.empty(n, dtype=np.int64), np.empty(n), np.full(n, math.nan)
-        seen = np.zeros(self.params.n_items, dtype=bool)
-        for k, (item, answer, t) in enumerate(zip(item_ids, correct, cot_lengths)):
-            j = self._index(item)
-            if seen[j]:
-                raise ItemAlreadyAnsweredError(f"item {self.items.item_ids[j]!r} appears twice")
-            seen[j] = True
-            index[k], y[k] = j, _check_correct(answer)
-            cot = _check_cot(t, self.max_cot_length, self.cot_offset) if lart_bank else None
-            if cot is not None:
-                log_t[k] = math.log(cot + self.cot_offset)
+        index = np.fromiter(map(self._index, item_ids), dtype=np.int64, count=n)
+        counts = np.bincount(index, minlength=self.params.n_items)
+        if n and counts.max() > 1:
+            j = int(index[np.flatnonzero(counts[index] > 1)[0]])
+            raise ItemAlreadyAnsweredError(f"item {self.items.item_ids[j]!r} appears twice")
+        y = _checked_answers(correct)
+        log_t = np.full(n, math.nan)
+        if self.params.response_model == "lart":
+            log_t = _checked_log_cots(cot_lengths, self.max_cot_length, self.cot_offset)
         state.add_many(index, y, log_t)
         return self.estimator.estimate(self.params, state)
 

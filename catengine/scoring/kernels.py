@@ -1,0 +1,11 @@
+"""Public names of this package's compiled score sums, for kernels in other packages (e.g.
+``catengine.session._replay_kernel``). Defined and documented in ``catengine/scoring/_kernels.py``;
+import them from here, not from the private module.
+
+``expected_logistic(nodes, weights, a, b, c, d, four_pl, out)``: E_q P_j over quadrature nodes for
+every item (the randomised selector's expected probabilities).
+"""
+
+from catengine.scoring._kernels import expected_logistic
+
+__all__ = ["expected_logistic"]

@@ -1,0 +1,248 @@
+"""Numba kernel of a whole replayed session: one subject's recorded answers stepped through the
+engine's selection and MAP updates in one compiled call (``catengine.session.fast_replay``).
+
+It performs, step by step, what ``CATSession.next_item`` / ``record`` do for the configurations
+``fast_replay.CompiledReplay`` accepts, by calling the same compiled pieces the session calls
+(``map_newton_1d``, ``item_parameter_sensitivity``, ``topk_info``, the score factors'
+``score_factor_mode`` and ``score_factor_topk_gain``) on the same inputs, with the scalar glue (the profiled LaRT Gaussian, the item
+uncertainty term, the design-draw probabilities and schedule) written out in the session's order of
+operations. ``tests/test_fast_replay.py`` compares it with sessions step by step.
+
+Selector codes: 0 = maximum Fisher information, 1 = doubly robust (design draws and adaptive steps),
+2 = randomised (every step a design draw). Adaptive codes: 0 = maximum Fisher information,
+1 = score-factor D-optimal. Model codes as in ``catengine.estimation.state`` (0 = 2PL, 2 = probit).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import njit
+
+from catengine.estimation.kernels import item_parameter_sensitivity, map_newton_1d
+from catengine.models.score_factors import score_factor_mode, score_factor_topk_gain
+from catengine.scoring.kernels import expected_logistic
+from catengine.selection.kernels import topk_info
+
+SELECT_MFI, SELECT_DOUBLY_ROBUST, SELECT_RANDOMISED = 0, 1, 2
+ADAPTIVE_MFI, ADAPTIVE_SCORE_FACTOR_D = 0, 1
+_INV_SQRT2 = 1.0 / math.sqrt(2.0)
+
+
+@njit(cache=True)
+def _gaussian(lart, use_cot, q11, q12, q22, mu_t, mu_u, cot_info, cot_score):
+    """(q, m, tau_alpha, tau_beta, tau_precision) of ``estimation.base.gaussian_part``."""
+    if not lart:
+        return q11, mu_t, math.nan, math.nan, math.nan
+    f_t = cot_info if use_cot else 0.0
+    b_s = cot_score if use_cot else 0.0
+    t_prec = q22 + f_t
+    rhs0 = q11 * mu_t + q12 * mu_u
+    rhs1 = q12 * mu_t + q22 * mu_u + b_s
+    det = q11 * t_prec - q12 * q12
+    m = (t_prec * rhs0 - q12 * rhs1) / det
+    return q11 - q12 * q12 / t_prec, m, (b_s + q22 * mu_u + q12 * mu_t) / t_prec, -q12 / t_prec, t_prec
+
+
+@njit(cache=True)
+def _estimate(model, lart, use_cot, q11, q12, q22, mu_t, mu_u, cot_info, cot_score, ab, bb, cb, db, yb, has_cov,
+              vab_a, vab_b, vab_ab, n, theta0, warm, max_iter, tol, factor, out, t):
+    """The session's estimate after ``n`` answers into ``out[:, t]``: theta, theta_sd, tau, tau_sd,
+    theta_tau_cov, theta_sd_fixed_items (NaN: none), n_iter, converged (MAPEstimator.estimate)."""
+    q, m, alpha, beta, t_prec = _gaussian(lart, use_cot, q11, q12, q22, mu_t, mu_u, cot_info, cot_score)
+    start = theta0 if warm else m
+    theta, _, _, hl, n_iter, converged = map_newton_1d(model, ab, bb, cb, db, yb, n, q, m, start, max_iter, tol, False)
+    curv = -hl
+    tau = math.nan
+    tau_sd = math.nan
+    cov = math.nan
+    if not lart:
+        total = q + curv
+        if not total > 0:
+            total = q
+        sd = 1.0 / math.sqrt(total)
+    else:
+        h11 = q + q12 * q12 / t_prec + curv
+        h12 = q12
+        h22 = t_prec
+        det = h11 * h22 - h12 * h12
+        tau = alpha + beta * theta
+        sd = math.sqrt(h22 / det)
+        tau_sd = math.sqrt(h11 / det)
+        cov = -h12 / det
+    fixed = math.nan
+    if has_cov and n > 0:
+        v = sd * sd
+        acc = item_parameter_sensitivity(model, theta, ab, bb, cb, db, yb, vab_a, vab_b, vab_ab, n)
+        extra = v * v * acc
+        fixed = sd
+        sd = math.sqrt(v + extra)
+        if lart:
+            tau_sd = math.sqrt(tau_sd * tau_sd + beta * beta * extra)
+            cov = cov + beta * extra
+    if factor != 1.0:
+        sd = sd * factor
+        if lart:
+            tau_sd = tau_sd * factor
+            cov = cov * factor * factor
+    out[0, t] = theta
+    out[1, t] = sd
+    out[2, t] = tau
+    out[3, t] = tau_sd
+    out[4, t] = cov
+    out[5, t] = fixed
+    out[6, t] = n_iter
+    out[7, t] = 1.0 if converged else 0.0
+
+
+@njit(cache=True)
+def _design_draw(model, a, b, c, d, theta, sd, gh_x, gh_w, eligible, eps, u, f, scratch_nodes):
+    """(item, probability): the randomised selector's sqrt-variance draw with uniform ``u``
+    (``RandomisedSelection.probabilities`` and ``draw_one``)."""
+    J = a.size
+    if model == 2:
+        for j in range(J):
+            s = a[j] * sd
+            x = (a[j] * theta + b[j]) / math.sqrt(1.0 + s * s)
+            f[j] = 0.5 * math.erfc(-x * _INV_SQRT2)
+    else:
+        for k in range(gh_x.size):
+            scratch_nodes[k] = theta + sd * gh_x[k]
+        expected_logistic(scratch_nodes, gh_w, a, b, a, a, False, f)
+    n_elig = 0
+    total = 0.0
+    for j in range(J):
+        if eligible[j]:
+            n_elig += 1
+            v = f[j] * (1.0 - f[j])
+            f[j] = math.sqrt(v) if v > 0.0 else 0.0
+            total += f[j]
+        else:
+            f[j] = 0.0
+    if not (math.isfinite(total) and total > 0.0):
+        for j in range(J):
+            f[j] = (1.0 if eligible[j] else 0.0) / n_elig
+    else:
+        for j in range(J):
+            f[j] = (1.0 - eps) * f[j] / total + eps * ((1.0 if eligible[j] else 0.0) / n_elig)
+    s = 0.0
+    for j in range(J):
+        s += f[j]
+    cum = 0.0
+    for j in range(J):
+        f[j] = f[j] / s
+        cum += f[j]
+    # searchsorted(cumsum / its last entry, u, side="right"): the first item whose normalised
+    # cumulative probability exceeds u (u < 1, so one does; it has a positive probability)
+    run = 0.0
+    pick = J - 1
+    for j in range(J):
+        run += f[j]
+        if run / cum > u:
+            pick = j
+            break
+    return pick, f[pick]
+
+
+@njit(cache=True)
+def replay_kernel(model, a, b, c, d, has_cov, va, vb, vab, lart, use_cot, phi, lam, omega, cot_offset, cot_row,
+                  q11, q12, q22, mu_t, mu_u, max_iter, tol, factors,
+                  selector, adaptive, opening, share, extrapolation_share, has_population, low, high, eps, gh_x, gh_w,
+                  info_order, info_bound, g, h, g_order, g_norm2, sf_tol, sf_max_iter,
+                  eligible, y_row, uniforms, L,
+                  out_items, out_est, out_crit, out_design):
+    """Replay one subject's answers (``y_row`` over the bank, ``cot_row`` the CoT lengths, NaN when
+    unknown or unused) for ``L`` steps from the ``eligible`` items (modified in place). Returns
+    (steps done, uniforms used). ``out_est`` (8, L + 1): the estimate before any answer and after
+    each (``_estimate``); ``out_items`` / ``out_crit`` / ``out_design`` (L,): the step's item, its
+    criterion value and whether it was a design draw. ``factors`` (L + 1,): the SD factor by number
+    of answers."""
+    J = a.size
+    ab = np.empty(L)
+    bb = np.empty(L)
+    cb = np.zeros(L)
+    db = np.ones(L)
+    yb = np.empty(L)
+    vab_a = np.zeros(L)
+    vab_b = np.zeros(L)
+    vab_ab = np.zeros(L)
+    dims = g.shape[1]
+    gb = np.empty((L, dims))
+    hb = np.empty(L)
+    f = np.empty(J)
+    nodes = np.empty(gh_x.size)
+    thetas = np.empty(1)
+    ones = np.ones(1)
+    best_idx = np.empty(1, dtype=np.int64)
+    best_val = np.empty(1)
+    sf_mode = np.zeros(dims)
+    sf_start = np.zeros(dims)
+    sf_cov = np.empty((dims, dims))
+    cot_info = 0.0
+    cot_score = 0.0
+    _estimate(model, lart, use_cot, q11, q12, q22, mu_t, mu_u, cot_info, cot_score, ab, bb, cb, db, yb, has_cov,
+              vab_a, vab_b, vab_ab, 0, 0.0, False, max_iter, tol, factors[0], out_est, 0)
+    used = 0
+    for n in range(L):
+        n_elig = 0
+        for j in range(J):
+            if eligible[j]:
+                n_elig += 1
+        if n_elig == 0:
+            return n, used
+        theta = out_est[0, n]
+        sd = out_est[1, n]
+        design = selector == SELECT_RANDOMISED
+        if selector == SELECT_DOUBLY_ROBUST:
+            if n < opening:
+                design = True
+            else:
+                s = share
+                if extrapolation_share != share:
+                    if has_population and (theta > high or theta < low):
+                        s = extrapolation_share
+                design = math.floor((n + 1) * s + 1e-9) > math.floor(n * s + 1e-9)
+        if design:
+            j, crit = _design_draw(model, a, b, c, d, theta, sd, gh_x, gh_w, eligible, eps, uniforms[used], f, nodes)
+            used += 1
+        elif selector == SELECT_MFI or adaptive == ADAPTIVE_MFI:
+            thetas[0] = theta
+            topk_info(model, thetas, ones, a, b, c, d, eligible, info_order, info_bound, 1, best_idx, best_val)
+            j, crit = best_idx[0], best_val[0]
+        else:
+            if n == 0:
+                for p in range(dims):
+                    sf_mode[p] = 0.0
+                    for r in range(dims):
+                        sf_cov[p, r] = 1.0 if p == r else 0.0
+            else:
+                for p in range(dims):
+                    sf_start[p] = sf_mode[p]
+                score_factor_mode(gb[:n], hb[:n], yb[:n], sf_start, sf_tol, sf_max_iter, sf_mode, sf_cov)
+            lam_max = np.linalg.eigvalsh(sf_cov)[-1]
+            score_factor_topk_gain(g, h, sf_mode, sf_cov, eligible, g_order, g_norm2, 0.25 * lam_max * (1.0 + 1e-12), 1,
+                       best_idx, best_val)
+            j, crit = best_idx[0], best_val[0]
+        out_items[n] = j
+        out_crit[n] = crit
+        out_design[n] = design
+        eligible[j] = False
+        # ResponseState.add
+        ab[n] = a[j]
+        bb[n] = b[j]
+        yb[n] = y_row[j]
+        if has_cov:
+            vab_a[n] = va[j]
+            vab_b[n] = vb[j]
+            vab_ab[n] = vab[j]
+        for p in range(dims):
+            gb[n, p] = g[j, p]
+        hb[n] = h[j]
+        if lart and not math.isnan(cot_row[j]):
+            w = phi[j] / (lam[j] * lam[j])
+            cot_info += w * phi[j]
+            cot_score -= w * (math.log(cot_row[j] + cot_offset) - omega[j])
+        _estimate(model, lart, use_cot, q11, q12, q22, mu_t, mu_u, cot_info, cot_score, ab, bb, cb, db, yb, has_cov,
+                  vab_a, vab_b, vab_ab, n + 1, theta, True, max_iter, tol, factors[n + 1], out_est, n + 1)
+    return L, used

@@ -1,0 +1,234 @@
+"""Recorded answers replayed through a session's rules in one compiled call per subject.
+
+A replay audit or a bank's interval check runs, for every held-out LLM, the adaptive test its
+recorded answers would have given: step by step, the selector proposes, the recorded answer is
+recorded, the estimate is updated. ``CATSession`` does this in Python at every step (validation,
+logging hooks, objects per step); :class:`CompiledReplay` does the same steps in one numba call per
+subject (``catengine.session._replay_kernel``) and returns the same history: the same items in
+the same order, the same estimates and criterion values (to rounding: the kernel calls the
+session's own compiled pieces; the design draws' probabilities are summed in another order, so
+they agree to ~1e-15), and it draws the same uniforms from the same generator, leaving it where a
+session would (``tests/test_fast_replay.py`` compares both on every configuration it accepts).
+
+It accepts the configurations the check and audits use: ``MAPEstimator``; 2PL and LaRT banks;
+maximum Fisher information, the sqrt-variance ``RandomisedSelection`` and the doubly robust
+selection with that design rule and maximum information or score-factor D-optimal adaptive steps;
+no exposure control. :meth:`CompiledReplay.for_session` returns None for anything else, and the
+caller steps a session instead.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from statistics import NormalDist
+
+import numpy as np
+
+from catengine.estimation.base import TraitEstimate, TraitPrior
+from catengine.estimation.map import MAPEstimator
+from catengine.models.expected_information import gauss_hermite_normal
+from catengine.models.score_factors import POSTERIOR_MAX_ITER, POSTERIOR_TOL
+from catengine.selection.base import DrawContext
+from catengine.selection.doubly_robust import DoublyRobustSelection
+from catengine.selection.information import MaxFisherInformation
+from catengine.selection.randomised import RandomisedSelection
+from catengine.selection.score_factors import ScoreFactorDOptimal
+from catengine.session import _replay_kernel as K
+from catengine.session.session import MIN_LOG_ARGUMENT, StepRecord
+
+__all__ = ["CompiledReplay", "ReplayRun"]
+
+_Z975 = NormalDist().inv_cdf(0.975)
+
+
+@dataclass(frozen=True)
+class ReplayRun:
+    """One subject's replay: ``items`` (steps,) bank indices in order; ``estimates`` (8, steps + 1):
+    theta, theta_sd, tau, tau_sd, theta_tau_cov, theta_sd_fixed_items, n_iter, converged before any
+    answer and after each; ``criteria`` and ``design`` (steps,) per proposal."""
+
+    items: np.ndarray
+    estimates: np.ndarray
+    criteria: np.ndarray
+    design: np.ndarray
+
+    @property
+    def steps(self) -> int:
+        return int(self.items.size)
+
+
+class CompiledReplay:
+    """The compiled replay of one session configuration (a fresh session's bank, selector, estimator
+    and interval curve); build it with :meth:`for_session`."""
+
+    def __init__(self, session, selector_code: int, adaptive_code: int, why: str = ""):
+        items, params, est = session.items, session.params, session.estimator
+        self.session = session
+        self.ids = list(items.item_ids)
+        self.lart = params.response_model == "lart"
+        self.model = 2 if self.lart else 0
+        self.selector_code, self.adaptive_code = selector_code, adaptive_code
+        self.a, self.b, self.c, self.d = (np.ascontiguousarray(v, dtype=np.float64) for v in
+                                          (params.a, params.b, items.c, items.d))
+        cov = items.covariance if est.item_uncertainty else None
+        self.has_cov = cov is not None
+        zeros = np.zeros(params.n_items)
+        self.va, self.vb, self.vab = ((np.ascontiguousarray(cov.a_var), np.ascontiguousarray(cov.b_var),
+                                       np.ascontiguousarray(cov.ab_cov)) if cov is not None else (zeros, zeros, zeros))
+        if self.lart:
+            self.phi, self.lam, self.omega = (np.ascontiguousarray(v, dtype=np.float64) for v in
+                                              (params.phi, params.lam, params.omega))
+        else:
+            self.phi = self.lam = self.omega = zeros
+        prior = est.prior if est.prior is not None else TraitPrior.population(params)
+        if self.lart:
+            Q = prior.precision()
+            self.q = (float(Q[0, 0]), float(Q[0, 1]), float(Q[1, 1]))
+        else:
+            self.q = (1.0 / prior.theta_sd**2, 0.0, 0.0)
+        self.mu = (prior.theta_mean, prior.tau_mean)
+        self.use_cot = bool(est.use_cot)
+        self.cot_offset = float(session.cot_offset)
+        self.max_cot_length = float(session.max_cot_length)
+        self.max_iter, self.tol = int(est.max_iter), float(est.tol)
+        self.curve = session._responses.interval_curve if est.interval_calibration else None
+        self.sd_scale = float(est.sd_scale)
+        sel = session.selector
+        design = sel.design if isinstance(sel, DoublyRobustSelection) else sel
+        self.opening = int(getattr(sel, "opening", 0))
+        self.share = float(getattr(sel, "share", 1.0))
+        self.extrapolation_share = float(getattr(sel, "extrapolation_share", 1.0))
+        pop = items.population
+        self.has_population = pop is not None
+        self.low, self.high = pop.edges if pop is not None else (0.0, 0.0)
+        if isinstance(design, RandomisedSelection):
+            self.eps = float(design.uniform_share)
+            x, w = gauss_hermite_normal(design.n_nodes)
+            self.gh_x, self.gh_w = np.ascontiguousarray(x), np.ascontiguousarray(w)
+        else:
+            self.eps, self.gh_x, self.gh_w = 0.5, np.zeros(1), np.ones(1)
+        self.info_order, self.info_bound = items.info_order, items.info_bound
+        sf = items.score_factors
+        if sf is not None and adaptive_code == K.ADAPTIVE_SCORE_FACTOR_D:
+            self.g, self.h, self.g_order, self.g_norm2 = sf.loadings, sf.intercepts, sf._order, sf._norm2
+        else:
+            self.g, self.h = np.zeros((params.n_items, 1)), zeros
+            self.g_order, self.g_norm2 = np.zeros(0, dtype=np.int64), zeros
+        self._tables: dict[int, tuple] = {}
+
+    @classmethod
+    def for_session(cls, session) -> "CompiledReplay | None":
+        """The compiled replay of ``session``'s configuration, or None when it is not one this
+        module reproduces (the caller then steps sessions). ``session`` must be fresh (no answers)."""
+        if session.exposure or session._responses.n or type(session.estimator) is not MAPEstimator:
+            return None
+        if session.params.response_model not in ("2pl", "lart"):
+            return None
+        sel = session.selector
+        if type(sel) is MaxFisherInformation:
+            return cls(session, K.SELECT_MFI, K.ADAPTIVE_MFI)
+        if type(sel) is RandomisedSelection and sel.weight == "sqrt-variance":
+            return cls(session, K.SELECT_RANDOMISED, K.ADAPTIVE_MFI)
+        if type(sel) is DoublyRobustSelection and type(sel.design) is RandomisedSelection \
+                and sel.design.weight == "sqrt-variance":
+            adaptive = sel.adaptive_for(session.items)
+            if type(adaptive) is MaxFisherInformation:
+                return cls(session, K.SELECT_DOUBLY_ROBUST, K.ADAPTIVE_MFI)
+            if type(adaptive) is ScoreFactorDOptimal and session.items.score_factors is not None:
+                return cls(session, K.SELECT_DOUBLY_ROBUST, K.ADAPTIVE_SCORE_FACTOR_D)
+        return None
+
+    # ------------------------------------------------------------------ the SD factor by test length
+    def _table(self, n: int) -> tuple:
+        """(factor, interval_calibration text, z95) the estimator applies after ``n`` answers."""
+        kept = self._tables.get(n)
+        if kept is None:
+            if self.sd_scale != 1.0:
+                kept = (self.sd_scale, f"explicit sd_scale={self.sd_scale:g} (overrides any stored calibration)", None)
+            elif self.curve is not None:
+                kept = (self.curve.factor(n), self.curve.describe(n), self.curve.multiplier(n))
+            else:
+                kept = (1.0, "", None)
+            self._tables[n] = kept
+        return kept
+
+    def log_cot_ready(self, cot_row) -> np.ndarray:
+        """The CoT lengths a session would accept (NaN: unknown); ValueError naming the first item a
+        session would refuse (``session._check_cot``)."""
+        t = np.asarray(cot_row, dtype=np.float64)
+        known = ~np.isnan(t)
+        bad = known & ~((t >= 0) & (t <= self.max_cot_length) & (t + self.cot_offset >= MIN_LOG_ARGUMENT))
+        if bad.any():
+            j = int(np.flatnonzero(bad)[0])
+            raise ValueError(f"CoT length {float(t[j])!r} of item {self.ids[j]!r} is outside the range a session "
+                             f"accepts: 0 <= T <= {self.max_cot_length:g} and T + cot_offset >= {MIN_LOG_ARGUMENT:g} "
+                             f"(cot_offset {self.cot_offset:g})")
+        return t
+
+    def run(self, correct_row, cot_row, steps: int, rng: np.random.Generator) -> ReplayRun:
+        """Replay ``steps`` steps of a subject whose answers over the bank are ``correct_row``
+        (0 / 1; negative: no answer, never proposed) and CoT lengths ``cot_row`` (None or NaN:
+        unknown; ignored unless the bank is LaRT). The design draws take uniforms from ``rng`` as a
+        session would, and leave it where the session would. Fewer steps when the answered items
+        run out."""
+        y = np.asarray(correct_row, dtype=np.float64)
+        eligible = np.ascontiguousarray(y >= 0)
+        L = int(min(steps, int(eligible.sum())))
+        t = np.full(y.size, np.nan) if cot_row is None or not self.lart else self.log_cot_ready(cot_row)
+        factors = np.array([self._table(n)[0] for n in range(L + 1)])
+        bitgen = rng.bit_generator
+        saved = bitgen.state
+        uniforms = rng.random(L)
+        bitgen.state = saved
+        out_items = np.empty(L, dtype=np.int64)
+        out_est = np.empty((8, L + 1))
+        out_crit = np.empty(L)
+        out_design = np.zeros(L, dtype=np.bool_)
+        done, used = K.replay_kernel(
+            self.model, self.a, self.b, self.c, self.d, self.has_cov, self.va, self.vb, self.vab, self.lart,
+            self.use_cot, self.phi, self.lam, self.omega, self.cot_offset, np.ascontiguousarray(t),
+            *self.q, *self.mu, self.max_iter, self.tol, factors,
+            self.selector_code, self.adaptive_code, self.opening, self.share, self.extrapolation_share,
+            self.has_population, float(self.low), float(self.high), self.eps, self.gh_x, self.gh_w,
+            self.info_order, self.info_bound, self.g, self.h, self.g_order, self.g_norm2, POSTERIOR_TOL,
+            POSTERIOR_MAX_ITER, eligible, y, uniforms, L, out_items, out_est, out_crit, out_design)
+        rng.random(used)  # the generator ends where the session's draws leave it
+        return ReplayRun(out_items[:done], out_est[:, : done + 1], out_crit[:done], out_design[:done])
+
+    # ------------------------------------------------------------------ what a session would report
+    def estimate(self, run: ReplayRun, n: int) -> TraitEstimate:
+        """The session's estimate after ``n`` answers of ``run``."""
+        e = run.estimates[:, n]
+        factor, text, z95 = self._table(n)
+        lart = self.lart
+        return TraitEstimate(
+            theta=float(e[0]), theta_sd=float(e[1]), n_items=n,
+            tau=float(e[2]) if lart else None, tau_sd=float(e[3]) if lart else None,
+            theta_tau_cov=float(e[4]) if lart else None, method="map", n_iter=int(e[6]), converged=bool(e[7]),
+            theta_sd_fixed_items=None if math.isnan(e[5]) else float(e[5]),
+            interval_factor=float(factor), interval_calibration=text, interval_z95=z95)
+
+    def half_widths(self, run: ReplayRun) -> np.ndarray:
+        """The 95% interval's upper half-width after each answer (``TraitEstimate.interval(0.95)``)."""
+        theta, sd = run.estimates[0, 1:], run.estimates[1, 1:]
+        z = np.array([self._table(n)[2] or _Z975 for n in range(1, run.steps + 1)])
+        return (theta + z * sd) - theta
+
+    def history(self, run: ReplayRun, correct_row, cot_row=None) -> tuple[StepRecord, ...]:
+        """The session's history of ``run`` (``CATSession.history``)."""
+        estimates = [self.estimate(run, n) for n in range(run.steps + 1)]
+        out = []
+        for n in range(run.steps):
+            j = int(run.items[n])
+            cot = None
+            if self.lart and cot_row is not None and not math.isnan(cot_row[j]):
+                cot = float(cot_row[j])
+            est = estimates[n + 1]
+            design = bool(run.design[n])
+            out.append(StepRecord(
+                step=n + 1, item=self.ids[j], correct=int(correct_row[j]), cot_length=cot, theta=est.theta,
+                theta_sd=est.theta_sd, tau=est.tau, tau_sd=est.tau_sd, criterion=float(run.criteria[n]),
+                proposed=True, interval_z95=est.interval_z95, interval_factor=est.interval_factor, design=design,
+                draw=DrawContext(n, (), estimates[n]) if design else None))
+        return tuple(out)
