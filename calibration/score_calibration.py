@@ -87,7 +87,8 @@ def score_residuals(sessions, data, rows, lengths, factors) -> dict:
     """
     from catengine.estimation import TraitEstimate
     from catengine.estimation.base import scale_sd
-    from catengine.session.scoring import model_score
+    from catengine.scoring.model_based import predict_accuracy_factors_at_lengths
+    from catengine.session.scoring import _records, model_cot_total, model_score, score_curve
 
     acc_resid, acc_var, acc_err, acc_sd, acc_truth, cot_r, cot_v = [], [], [], [], [], [], []
     for s, i in zip(sessions, rows):
@@ -98,24 +99,36 @@ def score_residuals(sessions, data, rows, lengths, factors) -> dict:
         truth = float(y.mean())
         cot = None if data.cot_length is None or s.params.response_model != "lart" else data.cot_length[i]
         cot_ok = cot is not None and bool(np.all(np.isfinite(cot)))
+        estimates = [scale_sd(TraitEstimate(theta=h.theta, theta_sd=h.theta_sd, n_items=L, tau=h.tau, tau_sd=h.tau_sd), c)
+                     for L, c in zip(lengths, factors) for h in (s.history[L - 1],)]
+        curves = [score_curve(s, e.theta) for e in estimates]
+        history, order, answers = _records(s)
+        if s.items.score_factors is not None:  # the score-factor prediction at every length in one compiled call
+            acc, sd = predict_accuracy_factors_at_lengths(
+                s.items.score_factors, order, answers, lengths,
+                [0.0 if cu is None else cu.residual(L) for cu, L in zip(curves, lengths)])
+        else:
+            scores = [model_score(s, estimate=e, n_answered=L, by=False, n_nodes=SCORE_CHECK_NODES, intervals=False)
+                      for e, L in zip(estimates, lengths)]
+            acc, sd = [sc.accuracy for sc in scores], [sc.sd for sc in scores]
         row = ([], [], [], [], [], [], [])
-        for L, c in zip(lengths, factors):
-            h = s.history[L - 1]
-            est = scale_sd(TraitEstimate(theta=h.theta, theta_sd=h.theta_sd, n_items=L, tau=h.tau, tau_sd=h.tau_sd), c)
-            sc = model_score(s, estimate=est, n_answered=L, by=False, n_nodes=SCORE_CHECK_NODES, intervals=False)
+        for t, L in enumerate(lengths):
             n_u = J - L
-            row[0].append((sc.accuracy - truth) * J / n_u)
-            row[1].append((sc.sd * J / n_u) ** 2)
-            row[2].append(sc.accuracy - truth)
-            row[3].append(sc.sd)
+            row[0].append((acc[t] - truth) * J / n_u)
+            row[1].append((sd[t] * J / n_u) ** 2)
+            row[2].append(acc[t] - truth)
+            row[3].append(sd[t])
             row[4].append(truth)
-            if cot_ok and sc.cot_total is not None and all(r.cot_length is not None for r in s.history[:L]):
-                recorded = sum(r.cot_length for r in s.history[:L])
+            est = estimates[t]
+            if cot_ok and est.tau is not None and all(r.cot_length is not None for r in history[:L]):
+                total = model_cot_total(s, est, history[:L], order[:L], curves[t], n_nodes=SCORE_CHECK_NODES,
+                                        intervals=False)[0]
+                recorded = sum(r.cot_length for r in history[:L])
                 pad = s.cot_offset * n_u
-                u_hat = sc.cot_total - recorded + pad
+                u_hat = total.mean - recorded + pad
                 u_true = float(np.sum(cot)) - recorded + pad
                 row[5].append(math.log(u_true / u_hat))
-                row[6].append(math.log1p((sc.cot_total_sd / u_hat) ** 2))
+                row[6].append(math.log1p((total.sd / u_hat) ** 2))
         for store, values in zip((acc_resid, acc_var, acc_err, acc_sd, acc_truth, cot_r, cot_v), row):
             if len(values) == len(lengths):
                 store.append(values)

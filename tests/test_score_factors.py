@@ -160,6 +160,30 @@ def test_predicted_accuracy_variance_and_interval_match_monte_carlo_draws():
         predict_accuracy_factors(f, items, y, centre="median")
 
 
+@pytest.mark.parametrize("d", [1, 2, 3])
+def test_predictions_at_several_lengths_are_the_predictions_at_each(d):
+    """The score check's one-call trajectory (``predict_accuracy_factors_at_lengths``) against
+    ``predict_accuracy_factors`` run on each prefix of the answers, with and without a misfit term."""
+    from catengine.scoring.model_based import predict_accuracy_factors_at_lengths
+
+    factors = _factors(J=120, d=d, seed=d)
+    g = np.random.default_rng(10 + d)
+    observed = g.choice(factors.n_items, 60, replace=False)
+    correct = (g.random(60) < factors.probabilities(np.array([[0.7, -0.4, 0.2][:d]]), observed)[0]).astype(float)
+    lengths = [0, 1, 5, 20, 37, 60]
+    residual = [0.0, 0.02, 0.0, 0.05, 0.01, 0.03]
+    acc, sd = predict_accuracy_factors_at_lengths(factors, observed, correct, lengths, residual)
+    for t, L in enumerate(lengths):
+        ref = predict_accuracy_factors(factors, observed[:L], correct[:L], residual_sd=residual[t], intervals=False)[0]
+        J = factors.n_items
+        assert acc[t] == pytest.approx(ref.mean / J, rel=1e-11, abs=1e-13)
+        assert sd[t] == pytest.approx(ref.sd / J, rel=1e-9, abs=1e-13)
+    with pytest.raises(ValueError, match="lengths must increase"):
+        predict_accuracy_factors_at_lengths(factors, observed, correct, [5, 5])
+    with pytest.raises(ValueError, match="lengths must increase"):
+        predict_accuracy_factors_at_lengths(factors, observed, correct, [61])
+
+
 def test_categories_add_back_to_the_total_and_the_misfit_term_widens():
     f = _factors()
     items, y = _answers(f, 8)

@@ -279,7 +279,7 @@ score_factor_topk_gain = _topk_gain
 
 
 @functools.lru_cache(maxsize=16)
-def _standard_product_grid(n_nodes: int, d: int) -> tuple[np.ndarray, np.ndarray]:
+def standard_product_grid(n_nodes: int, d: int) -> tuple[np.ndarray, np.ndarray]:
     """The product Gauss-Hermite rule for Normal(0, I_d): nodes (n_nodes^d, d) and weights (read-only)."""
     x, w = gauss_hermite_normal(n_nodes)
     grid = np.stack(np.meshgrid(*([x] * d), indexing="ij"), axis=-1).reshape(-1, d)
@@ -293,6 +293,6 @@ def product_nodes(mode, cov, n_nodes: int) -> tuple[np.ndarray, np.ndarray]:
     """Gauss-Hermite product nodes (n_nodes^d, d) and weights for E f(eta), eta ~ Normal(mode, cov)."""
     mode = np.asarray(mode, dtype=np.float64).reshape(-1)
     d = mode.size
-    grid, weights = _standard_product_grid(int(n_nodes), d)
+    grid, weights = standard_product_grid(int(n_nodes), d)
     chol = np.linalg.cholesky(np.asarray(cov, dtype=np.float64) + 1e-300 * np.eye(d))
     return mode[None, :] + grid @ chol.T, weights

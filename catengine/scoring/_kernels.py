@@ -16,6 +16,8 @@ import numpy as np
 from numba import njit
 
 from catengine.models._fast_math import sigmoid_pair
+from catengine.models.kernels import cholesky_in_place
+from catengine.models.score_factors import score_factor_mode
 
 MODEL_2PL, MODEL_4PL, MODEL_LART = 0, 1, 2
 MODEL_CODES = {"2pl": MODEL_2PL, "4pl": MODEL_4PL, "lart": MODEL_LART}
@@ -378,3 +380,78 @@ def expected_logistic(nodes, weights, a, b, c, d, four_pl, out):
     if four_pl:
         for j in range(J):
             out[j] = c[j] + (d[j] - c[j]) * out[j]
+
+
+@njit(cache=True)
+def factor_score_trajectory(loadings, loadings_t, intercepts, order, correct, lengths, residual_sds, grid, weights,
+                            tol, max_iter, out_mean, out_var):
+    """The score-factor prediction of the number correct after each of ``lengths`` answers of one
+    answer sequence (``order`` bank indices, ``correct`` 0/1, in answer order; ``lengths``
+    increasing): out_mean[t] the plug-in total at the factor posterior's mode, out_var[t] its mean
+    square error under the Laplace posterior plus (residual_sds[t] n_U)^2 -- what
+    ``model_based.predict_accuracy_factors`` gives for the whole bank (centre "mode", no interval).
+
+    Each length starts the posterior's Newton from 0 as ``factor_posterior`` does; the product rule
+    ``grid`` / ``weights`` is ``score_factors.standard_product_grid``, moved to the posterior by
+    its Cholesky factor; the sums over the unanswered items are ``factor_node_sums``."""
+    J, d = loadings.shape
+    n_max = lengths[lengths.size - 1]
+    K = grid.shape[0]
+    unknown = np.ones(J)
+    gb = np.empty((n_max, d))
+    hb = np.empty(n_max)
+    yb = np.empty(n_max)
+    zero = np.zeros(d)
+    mode = np.zeros(d)
+    cov = np.empty((d, d))
+    chol = np.empty((d, d))
+    nodes = np.empty((K, d))
+    at_mode = np.empty((1, d))
+    sums_mean = np.empty((K, 1))
+    sums_var = np.empty((K, 1))
+    point = np.empty((1, 1))
+    scratch = np.empty((1, 1))
+    codes = np.zeros(1, dtype=np.int64)
+    known = 0.0
+    n = 0
+    for t in range(lengths.size):
+        L = lengths[t]
+        while n < L:
+            j = order[n]
+            unknown[j] = 0.0
+            for p in range(d):
+                gb[n, p] = loadings[j, p]
+            hb[n] = intercepts[j]
+            yb[n] = correct[n]
+            known += correct[n]
+            n += 1
+        score_factor_mode(gb[:n], hb[:n], yb[:n], zero, tol, max_iter, mode, cov)  # n = 0: the prior, 0 and I
+        for p in range(d):
+            for q in range(d):
+                chol[p, q] = cov[p, q] + (1e-300 if p == q else 0.0)
+        cholesky_in_place(chol)
+        for k in range(K):
+            for p in range(d):
+                s = mode[p]
+                for q in range(p + 1):
+                    s += chol[p, q] * grid[k, q]
+                nodes[k, p] = s
+        factor_node_sums(nodes, loadings_t, intercepts, unknown, codes, 1, sums_mean, sums_var)
+        for p in range(d):
+            at_mode[0, p] = mode[p]
+        factor_node_sums(at_mode, loadings_t, intercepts, unknown, codes, 1, point, scratch)
+        common = residual_sds[t] * (J - n)
+        mean = 0.0
+        for k in range(K):
+            mean += weights[k] * (sums_mean[k, 0] + known)
+        var = 0.0
+        for k in range(K):
+            gap = sums_mean[k, 0] + known - mean
+            v = sums_var[k, 0]
+            if common > 0.0:
+                v += common * common
+            var += weights[k] * v + weights[k] * gap * gap
+        plug_in = point[0, 0] + known
+        var += (mean - plug_in) * (mean - plug_in)
+        out_mean[t] = plug_in
+        out_var[t] = var

@@ -486,6 +486,34 @@ def predict_accuracy_factors(factors, observed, correct, *, level: float = 0.95,
                              common_sums, 1.0, "normal" if intervals else False, point_sums)
 
 
+def predict_accuracy_factors_at_lengths(factors, observed, correct, lengths, residual_sds=None) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`predict_accuracy_factors` for the whole bank after each of ``lengths`` answers of one
+    answer sequence (``observed`` bank indices and ``correct`` 0/1 in answer order; ``lengths``
+    increasing, at most its length), centre "mode", mean and SD only: (accuracy, sd) per length on
+    the accuracy scale, ``residual_sds`` the ``residual_sd`` at each (None: 0). One compiled call
+    (``_kernels.factor_score_trajectory``) instead of one prediction per length: the score check
+    asks for nine lengths of every replayed session."""
+    from catengine.models.score_factors import POSTERIOR_MAX_ITER, POSTERIOR_TOL, standard_product_grid
+    from catengine.scoring import _kernels
+
+    observed = np.ascontiguousarray(observed, dtype=np.int64).reshape(-1)
+    correct = np.ascontiguousarray(correct, dtype=np.float64).reshape(-1)
+    lengths = np.ascontiguousarray(lengths, dtype=np.int64).reshape(-1)
+    if observed.shape != correct.shape:
+        raise ValueError(f"{observed.size} observed items but {correct.size} values")
+    if lengths.size == 0 or np.any(np.diff(lengths) <= 0) or lengths[0] < 0 or lengths[-1] > observed.size:
+        raise ValueError(f"lengths must increase within 0..{observed.size}, got {lengths.tolist()}")
+    residual_sds = np.zeros(lengths.size) if residual_sds is None else np.asarray(residual_sds, dtype=np.float64)
+    for r in residual_sds:
+        _non_negative("residual_sd", float(r))
+    grid, weights = standard_product_grid(SCORE_FACTOR_NODES[factors.dims], factors.dims)
+    mean, var = np.empty(lengths.size), np.empty(lengths.size)
+    _kernels.factor_score_trajectory(factors.loadings, factors.loadings_t, factors.intercepts, observed, correct,
+                                     lengths, residual_sds, grid, weights, POSTERIOR_TOL, POSTERIOR_MAX_ITER, mean, var)
+    J = factors.n_items
+    return mean / J, np.sqrt(np.maximum(var, 0.0)) / J
+
+
 def smearing_moments(params: ItemParams, tau: float, observed, cot_tokens, cot_offset: float):
     """(m1, m2, n) of exp(e_k), e_k = log(T_k + offset) - (omega_k - phi_k tau), over the recorded
     items (see the module docstring)."""

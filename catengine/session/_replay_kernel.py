@@ -211,15 +211,10 @@ def replay_kernel(model, a, b, c, d, has_cov, va, vb, vab, lart, use_cot, phi, l
             topk_info(model, thetas, ones, a, b, c, d, eligible, info_order, info_bound, 1, best_idx, best_val)
             j, crit = best_idx[0], best_val[0]
         else:
-            if n == 0:
-                for p in range(dims):
-                    sf_mode[p] = 0.0
-                    for r in range(dims):
-                        sf_cov[p, r] = 1.0 if p == r else 0.0
-            else:
-                for p in range(dims):
-                    sf_start[p] = sf_mode[p]
-                score_factor_mode(gb[:n], hb[:n], yb[:n], sf_start, sf_tol, sf_max_iter, sf_mode, sf_cov)
+            # with no answer the Newton stays at its start, 0, and returns the prior: mode 0, covariance I
+            for p in range(dims):
+                sf_start[p] = sf_mode[p]
+            score_factor_mode(gb[:n], hb[:n], yb[:n], sf_start, sf_tol, sf_max_iter, sf_mode, sf_cov)
             lam_max = np.linalg.eigvalsh(sf_cov)[-1]
             score_factor_topk_gain(g, h, sf_mode, sf_cov, eligible, g_order, g_norm2, 0.25 * lam_max * (1.0 + 1e-12), 1,
                        best_idx, best_val)

@@ -216,17 +216,26 @@ def model_score(session, *, level=0.95, by=None, estimate: TraitEstimate | None 
                                            residual_sd=residual_sd, intervals=intervals)
     cot = None
     if params.response_model == "lart" and est.tau is not None:
-        has = np.array([r.cot_length is not None for r in h], dtype=bool)
-        tokens = np.array([r.cot_length for r in h if r.cot_length is not None], dtype=float)
-        cot_groups = predict_cot_total_from_curves(
-            score_curves(session.bank, session.items, field, "cot"), params, est.tau, est.tau_sd, order[has], tokens,
-            cot_offset=session.cot_offset, level=level, n_nodes=n_nodes,
-            log_extra_sd=0.0 if curve is None else curve.cot_log(n), intervals=intervals)
-        cot = [(g.mean, g.sd, g.low, g.high) for g in cot_groups]
+        cot = [(g.mean, g.sd, g.low, g.high) for g in
+               model_cot_total(session, est, h, order, curve, field=field, level=level, n_nodes=n_nodes,
+                               intervals=intervals)]
     sizes = [g.n_items for g in acc]
     note = "" if curve is None else curve.describe(n)
     return _assemble("model", level, sizes, [(g.mean, g.sd, g.low, g.high, g.n_observed) for g in acc],
                      cot, field, labels, note)
+
+
+def model_cot_total(session, est: TraitEstimate, history, order, curve, *, field=None, level=0.95,
+                    n_nodes: int = DEFAULT_SCORE_NODES, intervals: bool = True):
+    """The model-based prediction of the CoT total (GroupPredictions, LaRT banks) from the estimate
+    ``est`` after the answers ``history`` (bank indices ``order``), with the score ``curve`` that
+    applies (None: none): the CoT part of :func:`model_score`."""
+    has = np.array([r.cot_length is not None for r in history], dtype=bool)
+    tokens = np.array([r.cot_length for r in history if r.cot_length is not None], dtype=float)
+    return predict_cot_total_from_curves(
+        score_curves(session.bank, session.items, field, "cot"), session.params, est.tau, est.tau_sd,
+        order[has] if has.size else order[:0], tokens, cot_offset=session.cot_offset, level=level, n_nodes=n_nodes,
+        log_extra_sd=0.0 if curve is None else curve.cot_log(len(history)), intervals=intervals)
 
 
 def _initial_estimate(session) -> TraitEstimate:
