@@ -45,6 +45,7 @@ from calibration.base import ConvergenceWarning
 from calibration.folds import llm_folds, n_llm_groups, with_llm_groups
 from calibration.score_factors import DEFAULT_TOL as DEFAULT_SCORE_FACTOR_TOL
 from calibration.score_factors import attach_score_factors
+from calibration.threads import in_threads
 
 from calibration.audit._common import Z95
 from calibration.score_calibration import fit_score_curve, score_residuals, smooth_table
@@ -392,20 +393,32 @@ def _replay_folds(fold_banks, fold_rows, selectors, default_name, data, n_obs, L
     # random selection does not look at the answers: its tests are scored at the tabulated lengths
     # only (_random_replays), the adaptive selectors step by step (replay_llms)
     stepped = [(name, sel) for name, sel in selectors if name != "random" or not random_at_lengths]
-    for k, bank in enumerate(fold_banks):
+
+    def one_fold(k):
         test = [i for i in fold_rows[k] if n_obs[i] >= L]
         if not test:
-            continue
-        raw = replay_llms(bank, data, test, stepped, [scoring_used], estimator, L, seed, k + replication_offset,
+            return None
+        raw = replay_llms(fold_banks[k], data, test, stepped, [scoring_used], estimator, L, seed, k + replication_offset,
                           keep_sessions=True)
+        random = None
+        if len(stepped) < len(selectors):
+            random = _random_replays(fold_banks[k], data, test, lengths, scoring_used, estimator, seed,
+                                     k + replication_offset)
+        return test, raw, random
+
+    # the folds draw from their own streams, so they replay side by side (the compiled replays release
+    # the GIL) and give what they give one after another; merged in fold order
+    for done in in_threads(one_fold, range(len(fold_banks))):
+        if done is None:
+            continue
+        test, raw, random = done
         for r, (name, _) in enumerate(stepped):
             key = default_name if name == "default" else name
             pooled.setdefault(key, []).append((raw["est"][r, 0][:, idx] - raw["full"][0][:, None],
                                                raw["sd"][r, 0][:, idx], raw["full_sd"][r, 0]))
             replayed.setdefault(key, []).append((raw["sessions"][r][0], test))
-        if len(stepped) < len(selectors):
-            est, sd, sessions = _random_replays(bank, data, test, lengths, scoring_used, estimator, seed,
-                                                k + replication_offset)
+        if random is not None:
+            est, sd, sessions = random
             # fold banks carry no interval calibration, so SD_F is the same for every selector
             pooled.setdefault("random", []).append((est - raw["full"][0][:, None], sd, raw["full_sd"][0, 0]))
             replayed.setdefault("random", []).append((sessions, test))
@@ -487,7 +500,7 @@ def _loses_to_random(score_curves: dict, selector_name: str) -> bool:
 
 def _score_curve(replayed, data, lengths, factors):
     """The score check of one selector: pooled residuals of its replays with SDs x c(L), fitted."""
-    parts = [score_residuals(sessions, data, rows, lengths, factors) for sessions, rows in replayed]
+    parts = in_threads(lambda fold: score_residuals(fold[0], data, fold[1], lengths, factors), replayed)
     pooled = {name: np.concatenate([p[name] for p in parts]) for name in parts[0]}
     return fit_score_curve(pooled, lengths, data.n_items)
 

@@ -191,3 +191,37 @@ def test_random_tests_scored_at_the_lengths_match_sessions_recording_one_by_one(
                     assert h.tau == pytest.approx(e.tau, abs=1e-6)
             else:
                 assert math.isnan(s.history[step].theta)
+
+
+def test_the_check_gives_the_same_record_on_one_thread_and_on_two(monkeypatch):
+    """The folds replay side by side (``calibration.threads``): each draws from its own stream and
+    the results are merged in fold order, so the record is the one a single thread writes."""
+    import json
+
+    import calibration.threads as threads
+
+    data = simulate_responses(draw_item_params("2pl", 80, rng=11), draw_abilities(60, rng=12), rng=13)  # complete rows
+    cal = CBMMCalibrator(progress=False, rng=3).fit(data)
+    records = []
+    for n in (1, 2):
+        monkeypatch.setattr(threads, "MAX_THREADS", n)
+        monkeypatch.setattr(threads.os, "cpu_count", lambda: 2)
+        record = json.loads(cal.to_item_bank("b", interval_check=True).attrs["interval_calibration"])
+        record.pop("seconds")
+        records.append(record)
+    assert records[0]["curves"] and records[0]["score_curves"]
+    assert records[0] == records[1]
+
+
+def test_in_threads_returns_the_results_in_task_order(monkeypatch):
+    import time
+
+    import calibration.threads as threads
+
+    monkeypatch.setattr(threads.os, "cpu_count", lambda: 2)
+
+    def slow_first(k):
+        time.sleep(0.05 if k == 0 else 0.0)
+        return k * k
+
+    assert threads.in_threads(slow_first, range(5)) == [0, 1, 4, 9, 16]

@@ -382,7 +382,7 @@ def expected_logistic(nodes, weights, a, b, c, d, four_pl, out):
             out[j] = c[j] + (d[j] - c[j]) * out[j]
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def factor_score_trajectory(loadings, loadings_t, intercepts, order, correct, lengths, residual_sds, grid, weights,
                             tol, max_iter, out_mean, out_var):
     """The score-factor prediction of the number correct after each of ``lengths`` answers of one

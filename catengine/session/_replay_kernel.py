@@ -145,7 +145,7 @@ def _design_draw(model, a, b, c, d, theta, sd, gh_x, gh_w, eligible, eps, u, f, 
     return pick, f[pick]
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def replay_kernel(model, a, b, c, d, has_cov, va, vb, vab, lart, use_cot, phi, lam, omega, cot_offset, cot_row,
                   q11, q12, q22, mu_t, mu_u, max_iter, tol, factors,
                   selector, adaptive, opening, share, extrapolation_share, has_population, low, high, eps, gh_x, gh_w,

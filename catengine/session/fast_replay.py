@@ -199,15 +199,14 @@ class CompiledReplay:
     # ------------------------------------------------------------------ what a session would report
     def estimate(self, run: ReplayRun, n: int) -> TraitEstimate:
         """The session's estimate after ``n`` answers of ``run``."""
-        e = run.estimates[:, n]
+        theta, sd, tau, tau_sd, cov, fixed, n_iter, converged = run.estimates[:, n].tolist()
         factor, text, z95 = self._table(n)
         lart = self.lart
         return TraitEstimate(
-            theta=float(e[0]), theta_sd=float(e[1]), n_items=n,
-            tau=float(e[2]) if lart else None, tau_sd=float(e[3]) if lart else None,
-            theta_tau_cov=float(e[4]) if lart else None, method="map", n_iter=int(e[6]), converged=bool(e[7]),
-            theta_sd_fixed_items=None if math.isnan(e[5]) else float(e[5]),
-            interval_factor=float(factor), interval_calibration=text, interval_z95=z95)
+            theta=theta, theta_sd=sd, n_items=n, tau=tau if lart else None, tau_sd=tau_sd if lart else None,
+            theta_tau_cov=cov if lart else None, method="map", n_iter=int(n_iter), converged=converged == 1.0,
+            theta_sd_fixed_items=None if fixed != fixed else fixed, interval_factor=float(factor),
+            interval_calibration=text, interval_z95=z95)
 
     def half_widths(self, run: ReplayRun) -> np.ndarray:
         """The 95% interval's upper half-width after each answer (``TraitEstimate.interval(0.95)``)."""
@@ -217,18 +216,22 @@ class CompiledReplay:
 
     def history(self, run: ReplayRun, correct_row, cot_row=None) -> tuple[StepRecord, ...]:
         """The session's history of ``run`` (``CATSession.history``)."""
-        estimates = [self.estimate(run, n) for n in range(run.steps + 1)]
+        steps = run.steps
+        theta, sd, tau, tau_sd = run.estimates[:4, 1:].tolist()
+        items, criteria, design = run.items.tolist(), run.criteria.tolist(), run.design.tolist()
+        answers = np.asarray(correct_row)[run.items].astype(int).tolist()
+        cots = [None] * steps
+        if self.lart and cot_row is not None:
+            cots = [None if v != v else v for v in np.asarray(cot_row, dtype=np.float64)[run.items].tolist()]
+        if not self.lart:
+            tau = tau_sd = cots
+        ids = self.ids
         out = []
-        for n in range(run.steps):
-            j = int(run.items[n])
-            cot = None
-            if self.lart and cot_row is not None and not math.isnan(cot_row[j]):
-                cot = float(cot_row[j])
-            est = estimates[n + 1]
-            design = bool(run.design[n])
+        for n in range(steps):
+            factor, _, z95 = self._table(n + 1)
             out.append(StepRecord(
-                step=n + 1, item=self.ids[j], correct=int(correct_row[j]), cot_length=cot, theta=est.theta,
-                theta_sd=est.theta_sd, tau=est.tau, tau_sd=est.tau_sd, criterion=float(run.criteria[n]),
-                proposed=True, interval_z95=est.interval_z95, interval_factor=est.interval_factor, design=design,
-                draw=DrawContext(n, (), estimates[n]) if design else None))
+                step=n + 1, item=ids[items[n]], correct=answers[n], cot_length=cots[n], theta=theta[n],
+                theta_sd=sd[n], tau=tau[n], tau_sd=tau_sd[n], criterion=criteria[n], proposed=True,
+                interval_z95=z95, interval_factor=float(factor), design=design[n],
+                draw=DrawContext(n, (), self.estimate(run, n)) if design[n] else None))
         return tuple(out)
