@@ -223,7 +223,7 @@ def interval_multipliers(abs_z: np.ndarray) -> np.ndarray:
 def cross_fit_intervals(data, make_bank, *, folds: int = DEFAULT_FOLDS, test_lengths=DEFAULT_LENGTHS,
                         scoring: str | None = None, estimator: str = "map", rng=0,
                         calibration_method: str = "", full_bank=None, widen_b_sd: bool = False,
-                        random_at_lengths: bool = True) -> dict:
+                        shortcuts: bool = True) -> dict:
     """The ``interval_calibration`` record (a dict) of a calibration on ``data``.
 
     ``make_bank(train_data, rng, bank_id) -> (ItemBank, converged)`` refits the calibration on a
@@ -232,9 +232,10 @@ def cross_fit_intervals(data, make_bank, *, folds: int = DEFAULT_FOLDS, test_len
     fitted on all of ``data``) the item SDs are checked too (:func:`item_sd_factors`); with
     ``widen_b_sd`` (PSN banks) the fold banks' b_sd are widened by the measured factor (>= 1)
     before the replays, and the record's ``item_sd_factors["b_applied"]`` says by how much the full
-    bank's must be widened to match. ``random_at_lengths`` (default): random-selection tests are
-    scored at the tabulated lengths only (:func:`_random_replays`); False replays them step by step
-    in sessions like the adaptive selectors (the reference ``benchmarks/check_cost.py`` compares with).
+    bank's must be widened to match. ``shortcuts`` (default): random-selection tests are scored at
+    the tabulated lengths only (:func:`_random_replays`) and the adaptive tests are replayed by the
+    compiled replay (``catengine.session.fast_replay``); False steps every test through sessions
+    (the reference ``benchmarks/check_cost.py`` compares with).
     """
     from calibration.audit.runner import stream
     from catengine.session import CATSession
@@ -273,18 +274,18 @@ def cross_fit_intervals(data, make_bank, *, folds: int = DEFAULT_FOLDS, test_len
     default_name = CATSession(fold_banks[0]).selector.name  # fold banks carry no check: the usual default
     first = [("default", None), ("random", _random())] + ([] if default_name == "mfi" else [("mfi", _mfi())])
     pooled, replayed = _replay_folds(fold_banks, fold_rows, first, default_name, data, n_obs, L, lengths,
-                                     scoring_used, estimator, seed, random_at_lengths)
+                                     scoring_used, estimator, seed, shortcuts)
     curves, score_curves = _fit_curves(pooled, replayed, data, lengths)
     if _loses_to_random(score_curves, default_name):
         # sessions of this bank will default to randomised selection (catengine.selection.default_selector_for):
         # measure it too, on the same fold banks, so that they get its own c(L), z95(L) and score check
         pooled, replayed = _replay_folds(fold_banks, fold_rows, [("randomised", _randomised())], default_name, data,
-                                         n_obs, L, lengths, scoring_used, estimator, seed)
+                                         n_obs, L, lengths, scoring_used, estimator, seed, shortcuts)
         more_curves, more_scores = _fit_curves(pooled, replayed, data, lengths)
         curves.update(more_curves)
         score_curves.update(more_scores)
     beyond = _strength_ordered_check(data, make_bank, default_name, n_obs, L, lengths, scoring_used, estimator,
-                                     seed, K)
+                                     seed, K, shortcuts)
     return {
         "version": 1,
         "method": "cross-fitted replay of held-out calibration LLMs (docs/math.md §7.5)",
@@ -345,7 +346,8 @@ def edge_folds(data, n_obs, min_answers: int) -> dict:
     return out
 
 
-def _strength_ordered_check(data, make_bank, default_name, n_obs, L, lengths, scoring_used, estimator, seed, K):
+def _strength_ordered_check(data, make_bank, default_name, n_obs, L, lengths, scoring_used, estimator, seed, K,
+                            shortcuts=True):
     """The ``beyond`` part of the record (docs/math.md §7.5): per side ("above", "below"), a bank
     fitted without the strongest (weakest) LLMs, the held-out ones replayed with the default
     selector, and their trait and score curves fitted as for the random folds. Sessions whose
@@ -364,7 +366,7 @@ def _strength_ordered_check(data, make_bank, default_name, n_obs, L, lengths, sc
         except ValueError:  # the LLMs left cannot be calibrated: this side is not checked
             continue
         pooled, replayed = _replay_folds([bank], [test], [("default", None)], default_name, data, n_obs, L, lengths,
-                                         scoring_used, estimator, seed, replication_offset=K + r)
+                                         scoring_used, estimator, seed, shortcuts, replication_offset=K + r)
         curves, score_curves = _fit_curves(pooled, replayed, data, lengths)
         if curves:
             n_cal = data.correct[train] >= 0
@@ -382,7 +384,7 @@ def _strength_ordered_check(data, make_bank, default_name, n_obs, L, lengths, sc
 
 
 def _replay_folds(fold_banks, fold_rows, selectors, default_name, data, n_obs, L, lengths, scoring_used, estimator,
-                  seed, random_at_lengths=True, replication_offset=0):
+                  seed, shortcuts=True, replication_offset=0):
     """Replay every fold's held-out LLMs (those with at least L answers) against its fold bank with
     ``selectors``; pooled (diff, sd, full_sd) and replayed sessions per selector name."""
     from calibration.audit.replay import replay_llms
@@ -392,14 +394,14 @@ def _replay_folds(fold_banks, fold_rows, selectors, default_name, data, n_obs, L
     idx = np.asarray(lengths) - 1
     # random selection does not look at the answers: its tests are scored at the tabulated lengths
     # only (_random_replays), the adaptive selectors step by step (replay_llms)
-    stepped = [(name, sel) for name, sel in selectors if name != "random" or not random_at_lengths]
+    stepped = [(name, sel) for name, sel in selectors if name != "random" or not shortcuts]
 
     def one_fold(k):
         test = [i for i in fold_rows[k] if n_obs[i] >= L]
         if not test:
             return None
         raw = replay_llms(fold_banks[k], data, test, stepped, [scoring_used], estimator, L, seed, k + replication_offset,
-                          keep_sessions=True)
+                          keep_sessions=True, compiled=shortcuts)
         random = None
         if len(stepped) < len(selectors):
             random = _random_replays(fold_banks[k], data, test, lengths, scoring_used, estimator, seed,
@@ -588,7 +590,8 @@ def with_interval_check(calibrator, bank, interval_check="auto", *, cold_start: 
     data and it has at least ``MIN_SUBJECTS`` LLMs (else the bank records why not); True requires
     it; False skips it (the fold banks of the check itself). Costs ``folds`` refits plus replays.
     The refits start from the full fit (:class:`RefitBank`); ``cold_start=True`` refits from
-    scratch and replays random tests step by step (the reference of ``benchmarks/check_cost.py``).
+    scratch and steps every test, random ones too, through sessions (the reference of
+    ``benchmarks/check_cost.py``).
     """
     if interval_check is False or interval_check is None:
         return bank
@@ -615,7 +618,7 @@ def with_interval_check(calibrator, bank, interval_check="auto", *, cold_start: 
                       warm=not cold_start)
     try:
         record = cross_fit_intervals(data, refit, rng=_seed_of(calibrator), calibration_method=method,
-                                     full_bank=bank, widen_b_sd=psn, random_at_lengths=not cold_start)
+                                     full_bank=bank, widen_b_sd=psn, shortcuts=not cold_start)
     except FoldFitError as exc:  # e.g. one LLM holds all the information: no held-out check is possible
         if interval_check is True:
             raise ValueError(f"interval check impossible: {exc}") from None

@@ -184,16 +184,20 @@ def test_a_cot_length_a_session_refuses_is_refused_with_its_item(math500):
 
 def test_the_replay_audit_gives_the_same_figures_either_way(math500, monkeypatch):
     """``calibration.audit.replay.replay_llms`` (the interval check's and replay audit's replays)
-    with the compiled path and with sessions stepped in Python (``for_session`` returning None)."""
+    with the compiled path and with sessions stepped in Python (``compiled=False``)."""
     from calibration.audit.replay import replay_llms
 
     data, rows = math500
     bank = BANKS["lart"]()
     selectors = [("default", None), ("mfi", SELECTORS["mfi"]())]
     args = (bank, data, rows, selectors, ["lart", "irt"], "map", 25, 1234, 0)
+    calls = []
+    original = CompiledReplay.run
+    monkeypatch.setattr(CompiledReplay, "run", lambda self, *a: calls.append(1) or original(self, *a))
     fast = replay_llms(*args, keep_sessions=True)
-    monkeypatch.setattr(CompiledReplay, "for_session", classmethod(lambda cls, session: None))
-    slow = replay_llms(*args, keep_sessions=True)
+    assert len(calls) == 2 * 2 * len(rows)  # every test of both selectors and scorings ran compiled
+    slow = replay_llms(*args, keep_sessions=True, compiled=False)
+    assert len(calls) == 2 * 2 * len(rows)
     for name in ("full", "full_sd", "est", "sd", "half"):
         np.testing.assert_allclose(fast[name], slow[name], rtol=1e-12, atol=1e-12, err_msg=name)
     for by_scoring_fast, by_scoring_slow in zip(fast["sessions"], slow["sessions"]):

@@ -93,7 +93,7 @@ def replay_metrics(full, full_sd, est, sd, half=None) -> dict:
 
 
 def replay_llms(bank, data: ResponseData, rows, selectors, scorings, estimator: str, L: int, entropy, replication,
-                sd_scale: float = 1.0, keep_sessions: bool = False) -> dict:
+                sd_scale: float = 1.0, keep_sessions: bool = False, compiled: bool = True) -> dict:
     """Replay the LLMs ``rows`` of ``data`` against ``bank``: raw per-LLM figures.
 
     ``selectors``: [(name, ItemSelector or None)] (None: the session's default selector for the bank).
@@ -107,7 +107,9 @@ def replay_llms(bank, data: ResponseData, rows, selectors, scorings, estimator: 
     Sessions run with the engine's defaults otherwise (the bank's item uncertainty and its stored
     interval calibration, if any, are used). ``keep_sessions``: also return ``sessions``
     [selector][scoring] -> one ``ReplayedSession`` (history and bank objects) per LLM, for the
-    score check.
+    score check. ``compiled`` (default): each LLM's test in one compiled call where the
+    configuration allows (``catengine.session.fast_replay``: the same steps, estimates and draws as
+    a session); False: every test stepped through a ``CATSession`` (the reference).
     """
     from calibration.score_calibration import ReplayedSession
 
@@ -147,7 +149,7 @@ def replay_llms(bank, data: ResponseData, rows, selectors, scorings, estimator: 
             engine_rng = np.random.default_rng(stream(entropy, replication, "engine", sel_name, scoring))
             # one compiled call per LLM where the configuration allows (the same steps, the same draws)
             fast = CompiledReplay.for_session(CATSession(bank, selector=selector, estimator=estimator_obj,
-                                                         stopping=MaxItems(L), rng=engine_rng))
+                                                         stopping=MaxItems(L), rng=engine_rng)) if compiled else None
             if fast is not None:
                 template = fast.session
                 for k, i in enumerate(rows):
