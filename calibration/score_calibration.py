@@ -87,7 +87,7 @@ def score_residuals(sessions, data, rows, lengths, factors) -> dict:
     """
     from catengine.estimation import TraitEstimate
     from catengine.estimation.base import scale_sd
-    from catengine.scoring.model_based import predict_accuracy_factors_at_lengths
+    from catengine.scoring.model_based import predict_accuracy_factors_at_lengths, predict_cot_total_at_lengths
     from catengine.session.scoring import _records, model_cot_total, model_score, score_curve
 
     acc_resid, acc_var, acc_err, acc_sd, acc_truth, cot_r, cot_v = [], [], [], [], [], [], []
@@ -111,6 +111,18 @@ def score_residuals(sessions, data, rows, lengths, factors) -> dict:
             scores = [model_score(s, estimate=e, n_answered=L, by=False, n_nodes=SCORE_CHECK_NODES, intervals=False)
                       for e, L in zip(estimates, lengths)]
             acc, sd = [sc.accuracy for sc in scores], [sc.sd for sc in scores]
+        # the CoT check needs every recorded length up to the longest test (else the row is left out)
+        tokens = [r.cot_length for r in history[:lengths[-1]]]
+        cot_totals = None
+        if cot_ok and estimates[0].tau is not None and None not in tokens:
+            cot_totals = predict_cot_total_at_lengths(
+                s.params, [e.tau for e in estimates], [e.tau_sd for e in estimates], order[:lengths[-1]], tokens,
+                lengths, cot_offset=s.cot_offset, n_nodes=SCORE_CHECK_NODES,
+                log_extra_sds=[0.0 if cu is None else cu.cot_log(L) for cu, L in zip(curves, lengths)])
+            if cot_totals is None:  # a large bank: one prediction per length (sums from the bank's panels)
+                groups = [model_cot_total(s, e, history[:L], order[:L], cu, n_nodes=SCORE_CHECK_NODES,
+                                          intervals=False)[0] for e, L, cu in zip(estimates, lengths, curves)]
+                cot_totals = ([g.mean for g in groups], [g.sd for g in groups])
         row = ([], [], [], [], [], [], [])
         for t, L in enumerate(lengths):
             n_u = J - L
@@ -119,16 +131,13 @@ def score_residuals(sessions, data, rows, lengths, factors) -> dict:
             row[2].append(acc[t] - truth)
             row[3].append(sd[t])
             row[4].append(truth)
-            est = estimates[t]
-            if cot_ok and est.tau is not None and all(r.cot_length is not None for r in history[:L]):
-                total = model_cot_total(s, est, history[:L], order[:L], curves[t], n_nodes=SCORE_CHECK_NODES,
-                                        intervals=False)[0]
-                recorded = sum(r.cot_length for r in history[:L])
+            if cot_totals is not None:
+                recorded = sum(tokens[:L])
                 pad = s.cot_offset * n_u
-                u_hat = total.mean - recorded + pad
+                u_hat = cot_totals[0][t] - recorded + pad
                 u_true = float(np.sum(cot)) - recorded + pad
                 row[5].append(math.log(u_true / u_hat))
-                row[6].append(math.log1p((total.sd / u_hat) ** 2))
+                row[6].append(math.log1p((cot_totals[1][t] / u_hat) ** 2))
         for store, values in zip((acc_resid, acc_var, acc_err, acc_sd, acc_truth, cot_r, cot_v), row):
             if len(values) == len(lengths):
                 store.append(values)

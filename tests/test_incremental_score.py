@@ -194,6 +194,36 @@ def test_cot_curves_against_from_scratch(residuals):
                         assert _close(getattr(g, f), getattr(w, f), w.mean), (n_obs, tau, sd, f, getattr(g, f), getattr(w, f))
 
 
+def test_cot_totals_at_several_lengths_are_the_predictions_at_each(sum_path):
+    """The score check's one-call CoT trajectory (``predict_cot_total_at_lengths``) against
+    ``predict_cot_total_from_curves`` on each prefix of the answers (log-normal moments below
+    MIN_SMEARING_ITEMS recorded lengths, smeared residuals from there; with and without an extra
+    log-SD); None where the bank is summed from its panels."""
+    from catengine.scoring.model_based import MIN_SMEARING_ITEMS, predict_cot_total_at_lengths
+
+    bank = make_bank("lart", "none", seed=5)
+    p = bank.params
+    rng = np.random.default_rng(9)
+    observed = rng.choice(J, 40, replace=False)
+    tokens = rng.uniform(20.0, 3000.0, 40)
+    lengths = [0, 3, MIN_SMEARING_ITEMS - 1, MIN_SMEARING_ITEMS, 12, 40]
+    taus, sds = [0.0, 0.3, -0.5, 0.2, 1.1, -1.4], [1.0, 0.8, 0.6, 0.5, 0.3, 0.0]
+    extra = [0.0, 0.1, 0.0, 0.3, 0.05, 0.0]
+    got = predict_cot_total_at_lengths(p, taus, sds, observed, tokens, lengths, cot_offset=1.0, log_extra_sds=extra,
+                                       n_nodes=11)
+    if sum_path == "panels":  # a bank summed from its panels: the caller predicts length by length
+        assert got is None
+        return
+    curves = cot_curves(p)
+    for t, L in enumerate(lengths):
+        want = predict_cot_total_from_curves(curves, p, taus[t], sds[t], observed[:L], tokens[:L], cot_offset=1.0,
+                                             log_extra_sd=extra[t], n_nodes=11, intervals=False)[0]
+        assert got[0][t] == pytest.approx(want.mean, rel=1e-11)
+        assert got[1][t] == pytest.approx(want.sd, rel=1e-9)
+    with pytest.raises(ValueError, match="lengths must increase"):
+        predict_cot_total_at_lengths(p, taus[:2], sds[:2], observed, tokens, [4, 2], cot_offset=1.0)
+
+
 def test_curves_refuse_bad_input():
     bank = make_bank("2pl", "none", seed=1)
     curves = accuracy_curves(bank.params)

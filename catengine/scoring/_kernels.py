@@ -455,3 +455,73 @@ def factor_score_trajectory(loadings, loadings_t, intercepts, order, correct, le
         var += (mean - plug_in) * (mean - plug_in)
         out_mean[t] = plug_in
         out_var[t] = var
+
+
+@njit(cache=True, nogil=True)
+def cot_total_trajectory(omega, phi, lam, order, tokens, lengths, taus, tau_sds, log_extra_sds, gh_x, gh_w,
+                         cot_offset, min_smearing, out_mean, out_var):
+    """The model-based prediction of the CoT total (tokens) after each of ``lengths`` answers of one
+    answer sequence with recorded lengths (``order`` bank indices, ``tokens`` the lengths, in
+    answer order), at that length's speed posterior Normal(taus[t], tau_sds[t]^2): what
+    ``model_based.predict_cot_total_from_curves`` gives for the whole bank (smeared residuals from
+    ``min_smearing`` recorded lengths on, log-normal moments before; the extra log-SD
+    ``log_extra_sds[t]``; no interval) with the bank's sums taken directly (``cot_sums``)."""
+    J = omega.size
+    P = gh_x.size
+    unknown = np.ones(J, dtype=np.bool_)
+    codes = np.zeros(1, dtype=np.int64)
+    points = np.empty(P)
+    n = 0
+    for t in range(lengths.size):
+        L = lengths[t]
+        while n < L:
+            unknown[order[n]] = False
+            n += 1
+        items = np.flatnonzero(unknown)
+        tau = taus[t]
+        for i in range(P):
+            points[i] = tau + tau_sds[t] * gh_x[i]
+        sums = cot_sums(points, items, omega, phi, lam, codes, 1)
+        tokens_sum = 0.0
+        for k in range(n):
+            tokens_sum += tokens[k]
+        n_unknown = J - n
+        smeared = n >= min_smearing
+        m1 = 0.0
+        m2 = 0.0
+        rel_var = 0.0
+        if smeared:
+            for k in range(n):
+                j = order[k]
+                e = math.exp(math.log(tokens[k] + cot_offset) - (omega[j] - phi[j] * tau))
+                m1 += e
+                m2 += e * e
+            m1 /= n
+            m2 /= n
+            spread = max(m2 - m1 * m1, 0.0)
+            rel_var = spread * n / max(n - 1, 1) / (n * m1 * m1)
+        has_common = smeared
+        extra = log_extra_sds[t]
+        if extra > 0.0:
+            has_common = True
+            rel_var = (1.0 + rel_var) * math.exp(extra * extra) - 1.0
+        mean = 0.0
+        for i in range(P):
+            m_i = (sums[0, i, 0] * m1 if smeared else sums[2, i, 0]) - cot_offset * n_unknown + tokens_sum
+            mean += gh_w[i] * m_i
+        var = 0.0
+        for i in range(P):
+            if smeared:
+                m_i = sums[0, i, 0] * m1 - cot_offset * n_unknown + tokens_sum
+                v_i = sums[1, i, 0] * max(m2 - m1 * m1, 0.0)
+                common = sums[0, i, 0] * m1
+            else:
+                m_i = sums[2, i, 0] - cot_offset * n_unknown + tokens_sum
+                v_i = sums[3, i, 0]
+                common = sums[2, i, 0]
+            if has_common and rel_var > 0.0:
+                v_i += rel_var * common * common
+            gap = m_i - mean
+            var += gh_w[i] * v_i + gh_w[i] * gap * gap
+        out_mean[t] = mean
+        out_var[t] = var

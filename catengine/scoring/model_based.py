@@ -514,6 +514,46 @@ def predict_accuracy_factors_at_lengths(factors, observed, correct, lengths, res
     return mean / J, np.sqrt(np.maximum(var, 0.0)) / J
 
 
+def predict_cot_total_at_lengths(params: ItemParams, taus, tau_sds, observed, cot_tokens, lengths, *, cot_offset: float,
+                                 log_extra_sds=None, n_nodes: int = DEFAULT_SCORE_NODES) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`predict_cot_total_from_curves` for the whole bank (smeared residuals, mean and SD
+    only) after each of ``lengths`` answers of one answer sequence whose CoT lengths are all
+    recorded (``observed`` bank indices and ``cot_tokens`` in answer order; ``lengths``
+    increasing), at each length's speed posterior Normal(taus[t], tau_sds[t]^2) with the extra
+    log-SD ``log_extra_sds[t]`` (None: 0): (mean, sd) per length, in tokens. One compiled call
+    (``_kernels.cot_total_trajectory``) summing the bank's items directly, as
+    :meth:`SummedCurves.unknown_sums` does on a bank of at most ``DIRECT_SUM_CELLS`` items times
+    nodes; None on a larger bank (predict each length with :func:`predict_cot_total_from_curves`)."""
+    from catengine.scoring import _kernels
+
+    if params.response_model != "lart":
+        raise ValueError(f"CoT totals need a lart bank, not {params.response_model!r}")
+    if params.n_items * int(n_nodes) > DIRECT_SUM_CELLS:
+        return None
+    lengths = np.ascontiguousarray(lengths, dtype=np.int64).reshape(-1)
+    observed, tokens = _checked_observations(observed, cot_tokens, float(taus[0]), float(tau_sds[0]),
+                                             what="items with CoT lengths", trait="speed (tau)")
+    if observed.size and (observed.min() < 0 or observed.max() >= params.n_items or np.unique(observed).size != observed.size):
+        raise ValueError(f"items with CoT lengths must be distinct item indices in 0..{params.n_items - 1}")
+    if lengths.size == 0 or np.any(np.diff(lengths) <= 0) or lengths[0] < 0 or lengths[-1] > observed.size:
+        raise ValueError(f"lengths must increase within 0..{observed.size}, got {lengths.tolist()}")
+    taus, tau_sds = (np.ascontiguousarray(v, dtype=np.float64).reshape(-1) for v in (taus, tau_sds))
+    extra = np.zeros(lengths.size) if log_extra_sds is None else np.ascontiguousarray(log_extra_sds, dtype=np.float64)
+    if not (taus.size == tau_sds.size == extra.size == lengths.size):
+        raise ValueError(f"{lengths.size} lengths need as many taus, tau SDs and extra log-SDs")
+    if not (np.all(np.isfinite(taus)) and np.all(np.isfinite(tau_sds)) and np.all(tau_sds >= 0)):
+        raise ValueError("the speed posteriors need finite taus and SDs >= 0")
+    for value in extra:
+        _non_negative("log_extra_sd", float(value))
+    x, w = gauss_hermite_normal(n_nodes)
+    mean, var = np.empty(lengths.size), np.empty(lengths.size)
+    _kernels.cot_total_trajectory(*(np.ascontiguousarray(v, dtype=np.float64) for v in (params.omega, params.phi, params.lam)),
+                                  np.ascontiguousarray(observed), np.ascontiguousarray(tokens), lengths, taus, tau_sds,
+                                  extra, np.ascontiguousarray(x), np.ascontiguousarray(w), float(cot_offset),
+                                  MIN_SMEARING_ITEMS, mean, var)
+    return mean, np.sqrt(np.maximum(var, 0.0))
+
+
 def smearing_moments(params: ItemParams, tau: float, observed, cot_tokens, cot_offset: float):
     """(m1, m2, n) of exp(e_k), e_k = log(T_k + offset) - (omega_k - phi_k tau), over the recorded
     items (see the module docstring)."""
