@@ -358,6 +358,7 @@ def _strength_ordered_check(data, make_bank, default_name, n_obs, L, lengths, sc
     from calibration.audit.runner import stream
 
     out = {}
+    sides = []  # the banks first (each refit uses both cores), then both sides replayed side by side
     for r, (side, (rows, test)) in enumerate(edge_folds(data, n_obs, L).items()):
         train = np.setdiff1d(np.arange(data.n_subjects), rows)
         try:
@@ -365,9 +366,15 @@ def _strength_ordered_check(data, make_bank, default_name, n_obs, L, lengths, sc
                                 f"interval_check_{side}")
         except ValueError:  # the LLMs left cannot be calibrated: this side is not checked
             continue
+        sides.append((r, side, train, test, bank))
+
+    def replayed_side(entry):
+        r, _, _, test, bank = entry
         pooled, replayed = _replay_folds([bank], [test], [("default", None)], default_name, data, n_obs, L, lengths,
                                          scoring_used, estimator, seed, shortcuts, replication_offset=K + r)
-        curves, score_curves = _fit_curves(pooled, replayed, data, lengths)
+        return _fit_curves(pooled, replayed, data, lengths)
+
+    for (r, side, train, test, bank), (curves, score_curves) in zip(sides, in_threads(replayed_side, sides)):
         if curves:
             n_cal = data.correct[train] >= 0
             acc = np.where(n_cal, data.correct[train], 0).sum(axis=1) / np.maximum(n_cal.sum(axis=1), 1)
