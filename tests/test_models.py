@@ -503,3 +503,18 @@ def test_small_cholesky_kernels_match_numpy_and_refuse_indefinite_matrices():
         np.testing.assert_allclose(x, np.linalg.solve(a, b), rtol=1e-10, atol=1e-12)
     assert not cholesky_in_place(np.array([[1.0, 2.0], [2.0, 1.0]]))
     assert not cholesky_in_place(np.array([[np.nan]]))
+
+
+def test_fused_terms_are_bit_for_bit_the_separate_primitives():
+    """``logistic_terms`` / ``probit_terms`` (one exp / erfc pass for an answer's likelihood terms,
+    the MAP's inner loop) give exactly what the separate primitives give, in both tails too."""
+    from catengine.models.kernels import (inv_mills, log_phi_cdf, log_sigmoid, logistic_terms, probit_curvature,
+                                          probit_terms, sigmoid)
+
+    rng = np.random.default_rng(3)
+    xs = np.concatenate([rng.normal(0.0, 4.0, 4000), rng.normal(0.0, 40.0, 4000),
+                         [0.0, -0.0, 1e-300, -1e-300, -20.0, np.nextafter(-20.0, -np.inf), 20.0, 37.0, -37.0,
+                          709.0, -709.0, 1e6, -1e6]])
+    for x in xs:
+        assert logistic_terms(x) == (sigmoid(x), sigmoid(-x), log_sigmoid(x), log_sigmoid(-x)), x
+        assert probit_terms(x) == (log_phi_cdf(x), inv_mills(x), probit_curvature(x)), x

@@ -17,10 +17,10 @@ from numba import njit
 from catengine.models.kernels import log_p_4pl as _log_p_4pl
 from catengine.models.kernels import weights_4pl as _weights_4pl
 from catengine.models.kernels import (
-    inv_mills,
     log_phi_cdf,
     log_sigmoid,
-    probit_curvature,
+    logistic_terms,
+    probit_terms,
     sigmoid,
 )
 
@@ -29,11 +29,10 @@ from catengine.models.kernels import (
 def item_terms(model, z, a, c, d, y):
     """(log-likelihood, d/dtheta, d2/dtheta2) of one answer y at linear predictor z = a theta + b."""
     if model == 0:
-        s = sigmoid(z)
-        sc = sigmoid(-z)
+        s, sc, log_s, log_sc = logistic_terms(z)  # one exp and one log1p for the three terms
         if y > 0.5:
-            return log_sigmoid(z), a * sc, -a * a * s * sc
-        return log_sigmoid(-z), -a * s, -a * a * s * sc
+            return log_s, a * sc, -a * a * s * sc
+        return log_sc, -a * s, -a * a * s * sc
     if model == 1:
         s = sigmoid(z)
         sc = sigmoid(-z)
@@ -45,8 +44,8 @@ def item_terms(model, z, a, c, d, y):
             return lp, a * sc * w1, aa * sc * w1 * (one_m_2s - sc * w1)
         return lq, -a * s * w0, -aa * s * w0 * (one_m_2s + s * w0)
     sgn = 1.0 if y > 0.5 else -1.0
-    x = sgn * z
-    return log_phi_cdf(x), sgn * a * inv_mills(x), -a * a * probit_curvature(x)
+    log_cdf, mills, curvature = probit_terms(sgn * z)  # log Phi, m and m (x + m) from one erfc pass
+    return log_cdf, sgn * a * mills, -a * a * curvature
 
 
 @njit(cache=True)

@@ -15,6 +15,8 @@ finite and warning-free on the whole real line (tested on |x| <= 40 and beyond):
 ``probit_curvature(x)``     -d^2/dx^2 log Phi(x) = m(x) (x + m(x)), in (0, 1); no cancellation
 ``probit_info_h(z)``        h(z) = phi(z)^2 / (Phi(z) Phi(-z)) = m(z) m(-z); probit information
                             of an item is a^2 h(a theta + b)
+``logistic_terms(x)``       (sigmoid(x), sigmoid(-x), log sigmoid(x), log sigmoid(-x)), one exp
+``probit_terms(x)``         (log Phi(x), m(x), probit_curvature(x)), one erfc pass
 ==========================  ==================================================================
 
 Array kernels (private; inputs are C-contiguous float64 arrays, ``theta`` of shape (G,), item
@@ -77,6 +79,32 @@ def phi_pdf(x):
 def phi_cdf(x):
     """Standard normal cdf via erfc (relative accuracy in the lower tail)."""
     return 0.5 * math.erfc(-x * _INV_SQRT2)
+
+
+@njit(cache=True)
+def logistic_terms(x):
+    """(sigmoid(x), sigmoid(-x), log sigmoid(x), log sigmoid(-x)) from one exp and one log1p: bit
+    for bit what ``sigmoid`` and ``log_sigmoid`` give at x and -x (a 2PL answer's likelihood terms)."""
+    e = math.exp(-abs(x))
+    l1p = math.log1p(e)
+    if x >= 0.0:
+        return 1.0 / (1.0 + e), e / (1.0 + e), -l1p, -x - l1p
+    return e / (1.0 + e), 1.0 / (1.0 + e), x - l1p, -l1p
+
+
+@njit(cache=True)
+def probit_terms(x):
+    """(log Phi(x), m(x), m(x) (x + m(x))): bit for bit what ``log_phi_cdf``, ``inv_mills`` and
+    ``probit_curvature`` give, sharing their erfc, exp and tail series (a probit answer's terms)."""
+    if x >= _ASYMPTOTIC_BELOW:
+        cdf = 0.5 * math.erfc(-x * _INV_SQRT2)
+        m = (_INV_SQRT_2PI * math.exp(-0.5 * x * x)) / cdf
+        log_cdf = math.log1p(-0.5 * math.erfc(x * _INV_SQRT2)) if x > 0.0 else math.log(cdf)
+        return log_cdf, m, m * (x + m)
+    sm1 = _tail_series_minus_one(x)
+    s = 1.0 + sm1
+    m = -x / s
+    return -0.5 * x * x - _LOG_SQRT_2PI - math.log(-x) + math.log1p(sm1), m, m * (x * sm1 / s)
 
 
 @njit(cache=True)

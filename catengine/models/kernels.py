@@ -16,10 +16,12 @@ from catengine.models._kernels import (
     log_phi_cdf,
     log_phi_pdf,
     log_sigmoid,
+    logistic_terms,
     phi_cdf,
     phi_pdf,
     probit_curvature,
     probit_info_h,
+    probit_terms,
     sigmoid,
 )
 from catengine.models._fast_math import bits_to_f64, exp_neg, f64_to_bits, log1p_unit, sigmoid_pair, two_atanh_small
@@ -51,9 +53,11 @@ __all__ = [
     "log_phi_cdf",
     "log_phi_pdf",
     "log_sigmoid",
+    "logistic_terms",
     "phi_cdf",
     "phi_pdf",
     "probit_curvature",
     "probit_info_h",
+    "probit_terms",
     "sigmoid",
 ]
