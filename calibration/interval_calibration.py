@@ -440,13 +440,16 @@ def _random_replays(bank, data, rows, lengths, scoring, estimator, seed, replica
     A random test is a uniformly random order of the LLM's answered items (what a session with
     ``RandomSelection`` draws), and its estimate after L items is the MAP of those L answers, which
     ``CATSession.estimate_from`` computes in one solve (the same posterior as recording them one
-    by one; tests/test_interval_calibration_fast.py compares the two). Returns est, sd (llm,
+    by one; tests/test_interval_calibration_fast.py compares the two), here all lengths of an LLM
+    in one compiled call where the estimator allows (``CompiledReplay.estimates_at``, the same
+    estimates; tests/test_fast_replay.py). Returns est, sd (llm,
     length) and one ``ReplayedSession`` per LLM whose history holds every administered item with
     the estimate at the tabulated lengths (NaN at the other steps: the score check reads no other)."""
     from calibration.audit.cat import _estimator
     from calibration.audit.runner import stream
     from calibration.score_calibration import ReplayedSession
     from catengine.session import CATSession
+    from catengine.session.fast_replay import CompiledReplay
     from catengine.session.session import StepRecord
 
     ids = list(bank.item_ids)
@@ -457,6 +460,7 @@ def _random_replays(bank, data, rows, lengths, scoring, estimator, seed, replica
     est, sd = np.empty((len(rows), len(lengths))), np.empty((len(rows), len(lengths)))
     sessions = []
     nan = math.nan
+    fast = CompiledReplay.for_estimates(session)  # the same estimates in one compiled call per LLM
     for k, i in enumerate(rows):
         order = rng.permutation(np.flatnonzero(data.correct[i] >= 0))[:L_max]
         items = [ids[j] for j in order]
@@ -464,11 +468,13 @@ def _random_replays(bank, data, rows, lengths, scoring, estimator, seed, replica
         cots = [None] * len(order)
         if give_cot:
             cots = [None if np.isnan(data.cot_length[i, j]) else float(data.cot_length[i, j]) for j in order]
-        at = {}
+        if fast is not None:
+            at = dict(zip((L - 1 for L in lengths), fast.estimates_at(
+                order, data.correct[i], data.cot_length[i] if give_cot else None, lengths)))
+        else:
+            at = {L - 1: session.estimate_from(items[:L], correct[:L], cots[:L]) for L in lengths}
         for t, L in enumerate(lengths):
-            e = session.estimate_from(items[:L], correct[:L], cots[:L])
-            est[k, t], sd[k, t] = e.theta, e.theta_sd
-            at[L - 1] = e
+            est[k, t], sd[k, t] = at[L - 1].theta, at[L - 1].theta_sd
         history = []
         for step in range(len(order)):
             e = at.get(step)

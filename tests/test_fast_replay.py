@@ -206,3 +206,25 @@ def test_the_replay_audit_gives_the_same_figures_either_way(math500, monkeypatch
                 assert [r.item for r in a.history] == [r.item for r in b.history]
                 assert [r.design for r in a.history] == [r.design for r in b.history]
                 assert (a.bank, a.selector, a.estimator, a.cot_offset) == (b.bank, b.selector, b.estimator, b.cot_offset)
+
+
+@pytest.mark.parametrize("bank_name,estimator_name", [("lart", "default"), ("lart", "irt-only"), ("2pl", "sd-scale"),
+                                                      ("plain-2pl", "fixed-items-own-prior")])
+def test_estimates_at_lengths_are_the_sessions_estimates_from_the_same_answers(math500, bank_name, estimator_name):
+    """``CompiledReplay.estimates_at`` (the random tests of the interval check) against
+    ``CATSession.estimate_from`` on each prefix of a random answer order: every field equal."""
+    data, rows = math500
+    bank = BANKS[bank_name]()
+    session = CATSession(bank, selector=SELECTORS["random"](), estimator=ESTIMATORS[estimator_name]())
+    plan = CompiledReplay.for_estimates(session)
+    lengths = [1, 5, 10, 40, 100]
+    ids = list(bank.item_ids)
+    for i in rows[:4]:
+        order = np.random.default_rng(i).permutation(np.flatnonzero(data.correct[i] >= 0))[:100]
+        cots = data.cot_length[i] if bank.response_model == "lart" else None
+        got = plan.estimates_at(order, data.correct[i], cots, lengths)
+        for L, mine in zip(lengths, got):
+            want = session.estimate_from([ids[j] for j in order[:L]], [int(data.correct[i, j]) for j in order[:L]],
+                                         None if cots is None else [float(cots[j]) for j in order[:L]])
+            _same_estimate(mine, want)
+    assert CompiledReplay.for_estimates(CATSession(bank, estimator=EAPEstimator())) is None

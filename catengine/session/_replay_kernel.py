@@ -97,6 +97,32 @@ def _estimate(model, lart, use_cot, q11, q12, q22, mu_t, mu_u, cot_info, cot_sco
 
 
 @njit(cache=True)
+def _answer_buffers(n):
+    """The per-answer buffers of ``ResponseState`` for ``n`` answers: a, b, c (0), d (1), y, and
+    Var(a), Var(b), Cov(a, b) (0 without item uncertainty)."""
+    return (np.empty(n), np.empty(n), np.zeros(n), np.ones(n), np.empty(n), np.zeros(n), np.zeros(n), np.zeros(n))
+
+
+@njit(cache=True)
+def _add_answer(j, n, a, b, y_row, has_cov, va, vb, vab, lart, phi, lam, omega, cot_offset, cot_row, ab, bb, yb,
+                vab_a, vab_b, vab_ab, cot_info, cot_score):
+    """``ResponseState.add``: item j's parameters into the per-answer buffers at position n;
+    returns the CoT sums (F_T, B) with its recorded length added (LaRT banks, a length known)."""
+    ab[n] = a[j]
+    bb[n] = b[j]
+    yb[n] = y_row[j]
+    if has_cov:
+        vab_a[n] = va[j]
+        vab_b[n] = vb[j]
+        vab_ab[n] = vab[j]
+    if lart and not math.isnan(cot_row[j]):
+        w = phi[j] / (lam[j] * lam[j])
+        cot_info += w * phi[j]
+        cot_score -= w * (math.log(cot_row[j] + cot_offset) - omega[j])
+    return cot_info, cot_score
+
+
+@njit(cache=True)
 def _design_draw(model, a, b, c, d, theta, sd, gh_x, gh_w, eligible, eps, u, f, scratch_nodes):
     """(item, probability): the randomised selector's sqrt-variance draw with uniform ``u``
     (``RandomisedSelection.probabilities`` and ``draw_one``)."""
@@ -159,14 +185,7 @@ def replay_kernel(model, a, b, c, d, has_cov, va, vb, vab, lart, use_cot, phi, l
     criterion value and whether it was a design draw. ``factors`` (L + 1,): the SD factor by number
     of answers."""
     J = a.size
-    ab = np.empty(L)
-    bb = np.empty(L)
-    cb = np.zeros(L)
-    db = np.ones(L)
-    yb = np.empty(L)
-    vab_a = np.zeros(L)
-    vab_b = np.zeros(L)
-    vab_ab = np.zeros(L)
+    ab, bb, cb, db, yb, vab_a, vab_b, vab_ab = _answer_buffers(L)
     dims = g.shape[1]
     gb = np.empty((L, dims))
     hb = np.empty(L)
@@ -223,21 +242,33 @@ def replay_kernel(model, a, b, c, d, has_cov, va, vb, vab, lart, use_cot, phi, l
         out_crit[n] = crit
         out_design[n] = design
         eligible[j] = False
-        # ResponseState.add
-        ab[n] = a[j]
-        bb[n] = b[j]
-        yb[n] = y_row[j]
-        if has_cov:
-            vab_a[n] = va[j]
-            vab_b[n] = vb[j]
-            vab_ab[n] = vab[j]
+        cot_info, cot_score = _add_answer(j, n, a, b, y_row, has_cov, va, vb, vab, lart, phi, lam, omega, cot_offset,
+                                          cot_row, ab, bb, yb, vab_a, vab_b, vab_ab, cot_info, cot_score)
         for p in range(dims):
             gb[n, p] = g[j, p]
         hb[n] = h[j]
-        if lart and not math.isnan(cot_row[j]):
-            w = phi[j] / (lam[j] * lam[j])
-            cot_info += w * phi[j]
-            cot_score -= w * (math.log(cot_row[j] + cot_offset) - omega[j])
         _estimate(model, lart, use_cot, q11, q12, q22, mu_t, mu_u, cot_info, cot_score, ab, bb, cb, db, yb, has_cov,
                   vab_a, vab_b, vab_ab, n + 1, theta, True, max_iter, tol, factors[n + 1], out_est, n + 1)
     return L, used
+
+
+@njit(cache=True, nogil=True)
+def estimates_at_lengths(model, a, b, c, d, has_cov, va, vb, vab, lart, use_cot, phi, lam, omega, cot_offset, cot_row,
+                         q11, q12, q22, mu_t, mu_u, max_iter, tol, factors, order, y_row, lengths, out_est):
+    """The estimate from the first ``lengths[t]`` answers of ``order`` (bank indices; answers
+    ``y_row``, CoT lengths ``cot_row`` over the bank) for each t, into ``out_est[:, t]`` (as
+    ``replay_kernel``'s): each one solve from the prior mean, as ``CATSession.estimate_from``
+    makes it, with the answers added in order (the CoT sums accumulated as ``ResponseState``
+    does) and ``factors[t]`` the SD factor."""
+    ab, bb, cb, db, yb, vab_a, vab_b, vab_ab = _answer_buffers(lengths[lengths.size - 1])
+    cot_info = 0.0
+    cot_score = 0.0
+    n = 0
+    for t in range(lengths.size):
+        while n < lengths[t]:
+            cot_info, cot_score = _add_answer(order[n], n, a, b, y_row, has_cov, va, vb, vab, lart, phi, lam, omega,
+                                              cot_offset, cot_row, ab, bb, yb, vab_a, vab_b, vab_ab, cot_info,
+                                              cot_score)
+            n += 1
+        _estimate(model, lart, use_cot, q11, q12, q22, mu_t, mu_u, cot_info, cot_score, ab, bb, cb, db, yb, has_cov,
+                  vab_a, vab_b, vab_ab, n, 0.0, False, max_iter, tol, factors[t], out_est, t)

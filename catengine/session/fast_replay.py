@@ -139,6 +139,16 @@ class CompiledReplay:
                 return cls(session, K.SELECT_DOUBLY_ROBUST, K.ADAPTIVE_SCORE_FACTOR_D)
         return None
 
+    @classmethod
+    def for_estimates(cls, session) -> "CompiledReplay | None":
+        """A compiled replay of ``session``'s estimator alone, for :meth:`estimates_at` (any
+        selector; None where the estimator or bank is not one this module reproduces)."""
+        if session._responses.n or type(session.estimator) is not MAPEstimator:
+            return None
+        if session.params.response_model not in ("2pl", "lart"):
+            return None
+        return cls(session, K.SELECT_MFI, K.ADAPTIVE_MFI)
+
     # ------------------------------------------------------------------ the SD factor by test length
     def _table(self, n: int) -> tuple:
         """(factor, interval_calibration text, z95) the estimator applies after ``n`` answers."""
@@ -196,10 +206,30 @@ class CompiledReplay:
         rng.random(used)  # the generator ends where the session's draws leave it
         return ReplayRun(out_items[:done], out_est[:, : done + 1], out_crit[:done], out_design[:done])
 
+    def estimates_at(self, order, correct_row, cot_row, lengths) -> list[TraitEstimate]:
+        """``CATSession.estimate_from`` of the first ``lengths[t]`` answers of ``order`` (bank
+        indices in answer order; answers ``correct_row`` and CoT lengths ``cot_row`` over the bank,
+        None or NaN: unknown) for each t, in one compiled call: the same estimates."""
+        order = np.ascontiguousarray(order, dtype=np.int64)
+        lengths = np.ascontiguousarray(lengths, dtype=np.int64)
+        if lengths.size == 0 or np.any(np.diff(lengths) <= 0) or lengths[0] < 1 or lengths[-1] > order.size:
+            raise ValueError(f"lengths must increase within 1..{order.size}, got {lengths.tolist()}")
+        y = np.asarray(correct_row, dtype=np.float64)
+        t = np.full(y.size, np.nan) if cot_row is None or not self.lart else self.log_cot_ready(cot_row)
+        out = np.empty((8, lengths.size))
+        K.estimates_at_lengths(
+            self.model, self.a, self.b, self.c, self.d, self.has_cov, self.va, self.vb, self.vab, self.lart,
+            self.use_cot, self.phi, self.lam, self.omega, self.cot_offset, np.ascontiguousarray(t), *self.q, *self.mu,
+            self.max_iter, self.tol, np.array([self._table(int(L))[0] for L in lengths]), order, y, lengths, out)
+        return [self._estimate_of(out[:, k].tolist(), int(L)) for k, L in enumerate(lengths)]
+
     # ------------------------------------------------------------------ what a session would report
     def estimate(self, run: ReplayRun, n: int) -> TraitEstimate:
         """The session's estimate after ``n`` answers of ``run``."""
-        theta, sd, tau, tau_sd, cov, fixed, n_iter, converged = run.estimates[:, n].tolist()
+        return self._estimate_of(run.estimates[:, n].tolist(), n)
+
+    def _estimate_of(self, column, n: int) -> TraitEstimate:
+        theta, sd, tau, tau_sd, cov, fixed, n_iter, converged = column
         factor, text, z95 = self._table(n)
         lart = self.lart
         return TraitEstimate(
