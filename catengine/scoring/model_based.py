@@ -496,14 +496,15 @@ def predict_accuracy_factors_at_lengths(factors, observed, correct, lengths, res
     from catengine.models.score_factors import POSTERIOR_MAX_ITER, POSTERIOR_TOL, standard_product_grid
     from catengine.scoring import _kernels
 
-    observed = np.ascontiguousarray(observed, dtype=np.int64).reshape(-1)
-    correct = np.ascontiguousarray(correct, dtype=np.float64).reshape(-1)
-    lengths = np.ascontiguousarray(lengths, dtype=np.int64).reshape(-1)
+    # writable copies: the kernel is compiled once for every caller (read-only arrays compile apart)
+    observed = np.array(observed, dtype=np.int64).reshape(-1)
+    correct = np.array(correct, dtype=np.float64).reshape(-1)
+    lengths = np.array(lengths, dtype=np.int64).reshape(-1)
     if observed.shape != correct.shape:
         raise ValueError(f"{observed.size} observed items but {correct.size} values")
     if lengths.size == 0 or np.any(np.diff(lengths) <= 0) or lengths[0] < 0 or lengths[-1] > observed.size:
         raise ValueError(f"lengths must increase within 0..{observed.size}, got {lengths.tolist()}")
-    residual_sds = np.zeros(lengths.size) if residual_sds is None else np.asarray(residual_sds, dtype=np.float64)
+    residual_sds = np.zeros(lengths.size) if residual_sds is None else np.array(residual_sds, dtype=np.float64)
     for r in residual_sds:
         _non_negative("residual_sd", float(r))
     grid, weights = standard_product_grid(SCORE_FACTOR_NODES[factors.dims], factors.dims)
@@ -530,15 +531,15 @@ def predict_cot_total_at_lengths(params: ItemParams, taus, tau_sds, observed, co
         raise ValueError(f"CoT totals need a lart bank, not {params.response_model!r}")
     if params.n_items * int(n_nodes) > DIRECT_SUM_CELLS:
         return None
-    lengths = np.ascontiguousarray(lengths, dtype=np.int64).reshape(-1)
+    lengths = np.array(lengths, dtype=np.int64).reshape(-1)
     observed, tokens = _checked_observations(observed, cot_tokens, float(taus[0]), float(tau_sds[0]),
                                              what="items with CoT lengths", trait="speed (tau)")
     if observed.size and (observed.min() < 0 or observed.max() >= params.n_items or np.unique(observed).size != observed.size):
         raise ValueError(f"items with CoT lengths must be distinct item indices in 0..{params.n_items - 1}")
     if lengths.size == 0 or np.any(np.diff(lengths) <= 0) or lengths[0] < 0 or lengths[-1] > observed.size:
         raise ValueError(f"lengths must increase within 0..{observed.size}, got {lengths.tolist()}")
-    taus, tau_sds = (np.ascontiguousarray(v, dtype=np.float64).reshape(-1) for v in (taus, tau_sds))
-    extra = np.zeros(lengths.size) if log_extra_sds is None else np.ascontiguousarray(log_extra_sds, dtype=np.float64)
+    taus, tau_sds = (np.array(v, dtype=np.float64).reshape(-1) for v in (taus, tau_sds))
+    extra = np.zeros(lengths.size) if log_extra_sds is None else np.array(log_extra_sds, dtype=np.float64)
     if not (taus.size == tau_sds.size == extra.size == lengths.size):
         raise ValueError(f"{lengths.size} lengths need as many taus, tau SDs and extra log-SDs")
     if not (np.all(np.isfinite(taus)) and np.all(np.isfinite(tau_sds)) and np.all(tau_sds >= 0)):
@@ -548,7 +549,8 @@ def predict_cot_total_at_lengths(params: ItemParams, taus, tau_sds, observed, co
     x, w = gauss_hermite_normal(n_nodes)
     mean, var = np.empty(lengths.size), np.empty(lengths.size)
     _kernels.cot_total_trajectory(*(np.ascontiguousarray(v, dtype=np.float64) for v in (params.omega, params.phi, params.lam)),
-                                  np.ascontiguousarray(observed), np.ascontiguousarray(tokens), lengths, taus, tau_sds,
+                                  np.array(observed, dtype=np.int64), np.array(tokens, dtype=np.float64), lengths,
+                                  taus, tau_sds,
                                   extra, np.ascontiguousarray(x), np.ascontiguousarray(w), float(cot_offset),
                                   MIN_SMEARING_ITEMS, mean, var)
     return mean, np.sqrt(np.maximum(var, 0.0))

@@ -58,6 +58,11 @@ class ReplayRun:
         return int(self.items.size)
 
 
+def _own(values, dtype=np.float64) -> np.ndarray:
+    """A writable C-contiguous copy of ``values`` (the kernels' one argument layout)."""
+    return np.array(values, dtype=dtype, order="C", copy=True)
+
+
 class CompiledReplay:
     """The compiled replay of one session configuration (a fresh session's bank, selector, estimator
     and interval curve); build it with :meth:`for_session`."""
@@ -69,16 +74,16 @@ class CompiledReplay:
         self.lart = params.response_model == "lart"
         self.model = 2 if self.lart else 0
         self.selector_code, self.adaptive_code = selector_code, adaptive_code
-        self.a, self.b, self.c, self.d = (np.ascontiguousarray(v, dtype=np.float64) for v in
-                                          (params.a, params.b, items.c, items.d))
+        # every array the kernel takes is a private writable copy: one compiled specialisation
+        # serves every configuration (numba compiles read-only arrays apart)
+        self.a, self.b, self.c, self.d = (_own(v) for v in (params.a, params.b, items.c, items.d))
         cov = items.covariance if est.item_uncertainty else None
         self.has_cov = cov is not None
         zeros = np.zeros(params.n_items)
-        self.va, self.vb, self.vab = ((np.ascontiguousarray(cov.a_var), np.ascontiguousarray(cov.b_var),
-                                       np.ascontiguousarray(cov.ab_cov)) if cov is not None else (zeros, zeros, zeros))
+        self.va, self.vb, self.vab = ((_own(cov.a_var), _own(cov.b_var), _own(cov.ab_cov)) if cov is not None
+                                      else (zeros, zeros, zeros))
         if self.lart:
-            self.phi, self.lam, self.omega = (np.ascontiguousarray(v, dtype=np.float64) for v in
-                                              (params.phi, params.lam, params.omega))
+            self.phi, self.lam, self.omega = (_own(v) for v in (params.phi, params.lam, params.omega))
         else:
             self.phi = self.lam = self.omega = zeros
         prior = est.prior if est.prior is not None else TraitPrior.population(params)
@@ -105,13 +110,14 @@ class CompiledReplay:
         if isinstance(design, RandomisedSelection):
             self.eps = float(design.uniform_share)
             x, w = gauss_hermite_normal(design.n_nodes)
-            self.gh_x, self.gh_w = np.ascontiguousarray(x), np.ascontiguousarray(w)
+            self.gh_x, self.gh_w = _own(x), _own(w)
         else:
             self.eps, self.gh_x, self.gh_w = 0.5, np.zeros(1), np.ones(1)
-        self.info_order, self.info_bound = items.info_order, items.info_bound
+        self.info_order, self.info_bound = _own(items.info_order, np.int64), _own(items.info_bound)
         sf = items.score_factors
         if sf is not None and adaptive_code == K.ADAPTIVE_SCORE_FACTOR_D:
-            self.g, self.h, self.g_order, self.g_norm2 = sf.loadings, sf.intercepts, sf._order, sf._norm2
+            self.g, self.h = _own(sf.loadings), _own(sf.intercepts)
+            self.g_order, self.g_norm2 = _own(sf._order, np.int64), _own(sf._norm2)
         else:
             self.g, self.h = np.zeros((params.n_items, 1)), zeros
             self.g_order, self.g_norm2 = np.zeros(0, dtype=np.int64), zeros
@@ -166,7 +172,7 @@ class CompiledReplay:
     def log_cot_ready(self, cot_row) -> np.ndarray:
         """The CoT lengths a session would accept (NaN: unknown); ValueError naming the first item a
         session would refuse (``session._check_cot``)."""
-        t = np.asarray(cot_row, dtype=np.float64)
+        t = _own(cot_row)
         known = ~np.isnan(t)
         bad = known & ~((t >= 0) & (t <= self.max_cot_length) & (t + self.cot_offset >= MIN_LOG_ARGUMENT))
         if bad.any():
@@ -182,7 +188,7 @@ class CompiledReplay:
         unknown; ignored unless the bank is LaRT). The design draws take uniforms from ``rng`` as a
         session would, and leave it where the session would. Fewer steps when the answered items
         run out."""
-        y = np.asarray(correct_row, dtype=np.float64)
+        y = _own(correct_row)
         eligible = np.ascontiguousarray(y >= 0)
         L = int(min(steps, int(eligible.sum())))
         t = np.full(y.size, np.nan) if cot_row is None or not self.lart else self.log_cot_ready(cot_row)
@@ -197,7 +203,7 @@ class CompiledReplay:
         out_design = np.zeros(L, dtype=np.bool_)
         done, used = K.replay_kernel(
             self.model, self.a, self.b, self.c, self.d, self.has_cov, self.va, self.vb, self.vab, self.lart,
-            self.use_cot, self.phi, self.lam, self.omega, self.cot_offset, np.ascontiguousarray(t),
+            self.use_cot, self.phi, self.lam, self.omega, self.cot_offset, t,
             *self.q, *self.mu, self.max_iter, self.tol, factors,
             self.selector_code, self.adaptive_code, self.opening, self.share, self.extrapolation_share,
             self.has_population, float(self.low), float(self.high), self.eps, self.gh_x, self.gh_w,
@@ -210,16 +216,15 @@ class CompiledReplay:
         """``CATSession.estimate_from`` of the first ``lengths[t]`` answers of ``order`` (bank
         indices in answer order; answers ``correct_row`` and CoT lengths ``cot_row`` over the bank,
         None or NaN: unknown) for each t, in one compiled call: the same estimates."""
-        order = np.ascontiguousarray(order, dtype=np.int64)
-        lengths = np.ascontiguousarray(lengths, dtype=np.int64)
+        order, lengths = _own(order, np.int64), _own(lengths, np.int64)
         if lengths.size == 0 or np.any(np.diff(lengths) <= 0) or lengths[0] < 1 or lengths[-1] > order.size:
             raise ValueError(f"lengths must increase within 1..{order.size}, got {lengths.tolist()}")
-        y = np.asarray(correct_row, dtype=np.float64)
+        y = _own(correct_row)
         t = np.full(y.size, np.nan) if cot_row is None or not self.lart else self.log_cot_ready(cot_row)
         out = np.empty((8, lengths.size))
         K.estimates_at_lengths(
             self.model, self.a, self.b, self.c, self.d, self.has_cov, self.va, self.vb, self.vab, self.lart,
-            self.use_cot, self.phi, self.lam, self.omega, self.cot_offset, np.ascontiguousarray(t), *self.q, *self.mu,
+            self.use_cot, self.phi, self.lam, self.omega, self.cot_offset, t, *self.q, *self.mu,
             self.max_iter, self.tol, np.array([self._table(int(L))[0] for L in lengths]), order, y, lengths, out)
         return [self._estimate_of(out[:, k].tolist(), int(L)) for k, L in enumerate(lengths)]
 
