@@ -70,6 +70,12 @@ class ScoreFactors:
         return int(self.loadings.shape[0])
 
     @property
+    def gain_scan(self) -> tuple[np.ndarray, np.ndarray]:
+        """(items by decreasing |g_j|^2, |g_j|^2): the visiting order and the bound of the
+        D-optimal top-k scan (``score_factor_topk_gain``), read-only."""
+        return self._order, self._norm2
+
+    @property
     def dims(self) -> int:
         return int(self.loadings.shape[1])
 

@@ -67,7 +67,7 @@ class CompiledReplay:
     """The compiled replay of one session configuration (a fresh session's bank, selector, estimator
     and interval curve); build it with :meth:`for_session`."""
 
-    def __init__(self, session, selector_code: int, adaptive_code: int, why: str = ""):
+    def __init__(self, session, selector_code: int, adaptive_code: int):
         items, params, est = session.items, session.params, session.estimator
         self.session = session
         self.ids = list(items.item_ids)
@@ -117,7 +117,8 @@ class CompiledReplay:
         sf = items.score_factors
         if sf is not None and adaptive_code == K.ADAPTIVE_SCORE_FACTOR_D:
             self.g, self.h = _own(sf.loadings), _own(sf.intercepts)
-            self.g_order, self.g_norm2 = _own(sf._order, np.int64), _own(sf._norm2)
+            order, norm2 = sf.gain_scan
+            self.g_order, self.g_norm2 = _own(order, np.int64), _own(norm2)
         else:
             self.g, self.h = np.zeros((params.n_items, 1)), zeros
             self.g_order, self.g_norm2 = np.zeros(0, dtype=np.int64), zeros
