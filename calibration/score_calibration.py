@@ -88,7 +88,7 @@ def score_residuals(sessions, data, rows, lengths, factors) -> dict:
     from catengine.estimation import TraitEstimate
     from catengine.estimation.base import scale_sd
     from catengine.scoring.model_based import predict_accuracy_factors_at_lengths, predict_cot_total_at_lengths
-    from catengine.session.scoring import _records, model_cot_total, model_score, score_curve
+    from catengine.session.scoring import model_cot_total, model_score, recorded_answers, score_curve
 
     acc_resid, acc_var, acc_err, acc_sd, acc_truth, cot_r, cot_v = [], [], [], [], [], [], []
     for s, i in zip(sessions, rows):
@@ -102,7 +102,7 @@ def score_residuals(sessions, data, rows, lengths, factors) -> dict:
         estimates = [scale_sd(TraitEstimate(theta=h.theta, theta_sd=h.theta_sd, n_items=L, tau=h.tau, tau_sd=h.tau_sd), c)
                      for L, c in zip(lengths, factors) for h in (s.history[L - 1],)]
         curves = [score_curve(s, e.theta) for e in estimates]
-        history, order, answers = _records(s)
+        history, order, answers = recorded_answers(s)
         if s.items.score_factors is not None:  # the score-factor prediction at every length in one compiled call
             acc, sd = predict_accuracy_factors_at_lengths(
                 s.items.score_factors, order, answers, lengths,

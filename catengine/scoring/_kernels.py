@@ -471,6 +471,8 @@ def cot_total_trajectory(omega, phi, lam, order, tokens, lengths, taus, tau_sds,
     unknown = np.ones(J, dtype=np.bool_)
     codes = np.zeros(1, dtype=np.int64)
     points = np.empty(P)
+    node_mean = np.empty(P)
+    node_var = np.empty(P)
     n = 0
     for t in range(lengths.size):
         L = lengths[t]
@@ -489,6 +491,7 @@ def cot_total_trajectory(omega, phi, lam, order, tokens, lengths, taus, tau_sds,
         smeared = n >= min_smearing
         m1 = 0.0
         m2 = 0.0
+        spread = 0.0
         rel_var = 0.0
         if smeared:
             for k in range(n):
@@ -505,23 +508,24 @@ def cot_total_trajectory(omega, phi, lam, order, tokens, lengths, taus, tau_sds,
         if extra > 0.0:
             has_common = True
             rel_var = (1.0 + rel_var) * math.exp(extra * extra) - 1.0
-        mean = 0.0
-        for i in range(P):
-            m_i = (sums[0, i, 0] * m1 if smeared else sums[2, i, 0]) - cot_offset * n_unknown + tokens_sum
-            mean += gh_w[i] * m_i
-        var = 0.0
+        # per node: the conditional mean and variance of the total, and the common factor's part
         for i in range(P):
             if smeared:
-                m_i = sums[0, i, 0] * m1 - cot_offset * n_unknown + tokens_sum
-                v_i = sums[1, i, 0] * max(m2 - m1 * m1, 0.0)
+                node_mean[i] = sums[0, i, 0] * m1 - cot_offset * n_unknown + tokens_sum
+                node_var[i] = sums[1, i, 0] * spread
                 common = sums[0, i, 0] * m1
             else:
-                m_i = sums[2, i, 0] - cot_offset * n_unknown + tokens_sum
-                v_i = sums[3, i, 0]
+                node_mean[i] = sums[2, i, 0] - cot_offset * n_unknown + tokens_sum
+                node_var[i] = sums[3, i, 0]
                 common = sums[2, i, 0]
             if has_common and rel_var > 0.0:
-                v_i += rel_var * common * common
-            gap = m_i - mean
-            var += gh_w[i] * v_i + gh_w[i] * gap * gap
+                node_var[i] += rel_var * common * common
+        mean = 0.0
+        for i in range(P):
+            mean += gh_w[i] * node_mean[i]
+        var = 0.0
+        for i in range(P):
+            gap = node_mean[i] - mean
+            var += gh_w[i] * node_var[i] + gh_w[i] * gap * gap
         out_mean[t] = mean
         out_var[t] = var

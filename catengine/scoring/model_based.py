@@ -516,7 +516,7 @@ def predict_accuracy_factors_at_lengths(factors, observed, correct, lengths, res
 
 
 def predict_cot_total_at_lengths(params: ItemParams, taus, tau_sds, observed, cot_tokens, lengths, *, cot_offset: float,
-                                 log_extra_sds=None, n_nodes: int = DEFAULT_SCORE_NODES) -> tuple[np.ndarray, np.ndarray]:
+                                 log_extra_sds=None, n_nodes: int = DEFAULT_SCORE_NODES) -> tuple[np.ndarray, np.ndarray] | None:
     """:func:`predict_cot_total_from_curves` for the whole bank (smeared residuals, mean and SD
     only) after each of ``lengths`` answers of one answer sequence whose CoT lengths are all
     recorded (``observed`` bank indices and ``cot_tokens`` in answer order; ``lengths``

@@ -123,7 +123,7 @@ def _add_answer(j, n, a, b, y_row, has_cov, va, vb, vab, lart, phi, lam, omega, 
 
 
 @njit(cache=True)
-def _design_draw(model, a, b, c, d, theta, sd, gh_x, gh_w, eligible, eps, u, f, scratch_nodes):
+def _design_draw(model, a, b, theta, sd, gh_x, gh_w, eligible, eps, u, f, scratch_nodes):
     """(item, probability): the randomised selector's sqrt-variance draw with uniform ``u``
     (``RandomisedSelection.probabilities`` and ``draw_one``)."""
     J = a.size
@@ -223,7 +223,7 @@ def replay_kernel(model, a, b, c, d, has_cov, va, vb, vab, lart, use_cot, phi, l
                         s = extrapolation_share
                 design = math.floor((n + 1) * s + 1e-9) > math.floor(n * s + 1e-9)
         if design:
-            j, crit = _design_draw(model, a, b, c, d, theta, sd, gh_x, gh_w, eligible, eps, uniforms[used], f, nodes)
+            j, crit = _design_draw(model, a, b, theta, sd, gh_x, gh_w, eligible, eps, uniforms[used], f, nodes)
             used += 1
         elif selector == SELECT_MFI or adaptive == ADAPTIVE_MFI:
             thetas[0] = theta

@@ -111,7 +111,7 @@ def _categories(session, by):
     return field, labels, codes, labels.size
 
 
-def _records(session):
+def recorded_answers(session):
     """(history, bank indices of its items, answers): the arrays kept on the session while its
     history holds the same record objects (a reply or a score check asks for them many times)."""
     h = session.history
@@ -198,7 +198,7 @@ def model_score(session, *, level=0.95, by=None, estimate: TraitEstimate | None 
     ``n_answered`` answers; used for trajectories). ``intervals=False``: mean and SD only (the
     interval ends are NaN; the calibration-time score check needs no more)."""
     params = session.params
-    h, order, correct = _records(session)
+    h, order, correct = recorded_answers(session)
     if n_answered is not None:
         h, order, correct = h[:n_answered], order[:n_answered], correct[:n_answered]
     est = session.estimate if estimate is None else estimate
@@ -426,7 +426,7 @@ def design_parts(session, by=None) -> dict:
     ``sizes``, ``order``, ``correct``, ``codes`` (None without categories), ``field``, ``labels``."""
     check_design(session)
     params = session.params
-    h, order, correct = _records(session)
+    h, order, correct = recorded_answers(session)
     steps, contexts = design_draws(session)
     is_draw = np.zeros(len(h), dtype=bool)
     is_draw[steps] = True
@@ -568,7 +568,7 @@ def doubly_robust_score(session, *, level=0.95, by=None) -> ScoreEstimate:
     # beyond the calibration population the score is the design estimate (docs/math.md §7.8)
     extrapolating = (standing is not None and bool(standing.extrapolation)) or drawn_mostly_beyond(session)
     n_draws = len(design_draws(session)[1])
-    _, order, correct = _records(session)
+    _, order, correct = recorded_answers(session)
 
     def bounds(est, answered):  # answered: which of the answered items lie in the group
         known = float(correct[answered].sum()) if order.size else 0.0
