@@ -29,7 +29,7 @@ from catengine.session import scoring as session_scoring
 from catengine.session.scoring import (
     _categories,
     _initial_estimate,
-    _records,
+    recorded_answers,
     check_design,
     design_cot_variances,
     design_parts,
@@ -83,7 +83,7 @@ def reference_parts(session, by=None) -> dict:
     reference functions design_terms / model_variance_terms / design_cot_variances."""
     check_design(session)
     params = session.params
-    h, order, correct = _records(session)
+    h, order, correct = recorded_answers(session)
     is_draw = np.array([r.design for r in h], dtype=bool)
     prob = np.array([r.criterion for r in h], dtype=float)
     # the posterior each draw was made from: the one it records (in a sequential session, the
