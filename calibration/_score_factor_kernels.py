@@ -11,6 +11,8 @@ Kernels (one pass over the cells each; ``p = sigmoid(z)``, ``w = m p (1 - p)``, 
 ``trait_newton_sums``  per LLM, sum_j r G_j (N, d) and sum_j w G_j G_j' (N, d, d)
 ``log_likelihood``     sum of m (y log sigmoid(z) + (1 - y) log sigmoid(-z))
 ``capped_newton_steps`` per row of a batch, the solution of H s = g (Cholesky) scaled so that max |s| <= 1
+``standardised_sweeps`` the whole default fit (item steps, trait steps, re-standardisation, stopping
+                       rule) in one call, so that a fit on a worker thread holds the GIL once
 
 The cells are processed a row (or a block of a row) at a time: each stage is a plain loop over
 per-cell buffers, and the sigmoid and log terms come from the arithmetic helpers of
@@ -28,7 +30,7 @@ from numba import njit
 
 from catengine.models.kernels import exp_neg, log1p_unit, sigmoid_pair
 
-KERNEL_OPTS = dict(cache=True, fastmath=False, error_model="numpy")
+KERNEL_OPTS = dict(cache=True, nogil=True, fastmath=False, error_model="numpy")
 HELPER_OPTS = dict(cache=True, inline="always", error_model="numpy")
 
 ITEM_BLOCK = 128  # items per block of the item sums: the block's accumulators (<= 14 x 128 doubles) stay in L1
@@ -246,3 +248,131 @@ def capped_newton_steps(hess, grad):
         for k in range(D):
             steps[row, k] /= biggest
     return steps, True
+
+
+#: ``standardised_sweeps`` status codes
+CONVERGED, MAX_ITER, RUNAWAY, NOT_POSITIVE_DEFINITE = 0, 1, 2, 3
+
+
+@njit(**KERNEL_OPTS)
+def log_posterior(Y, M, T, G, h, slope_variance, intercept_variance):
+    """The fit's objective: the log-likelihood plus the Normal log priors of T (I), G and h (up to a constant)."""
+    f = log_likelihood(Y, M, T, G, h)
+    s_t = 0.0
+    for x in T.ravel():
+        s_t += x * x
+    s_g = 0.0
+    for x in G.ravel():
+        s_g += x * x
+    s_h = 0.0
+    for x in h:
+        s_h += x * x
+    return f - 0.5 * s_t - 0.5 * s_g / slope_variance - 0.5 * s_h / intercept_variance
+
+
+@njit(**KERNEL_OPTS)
+def standardise(T, G, h):
+    """(T', G', h'): T' = L^-1 (T - m) row-wise with m the mean and L L' the (biased) covariance of the
+    rows of T plus 1e-12 I; G' = G L, h' = h + G m. The fitted logits do not change. ok False when
+    that covariance is not positive definite."""
+    N, d = T.shape
+    m = np.zeros(d)
+    for i in range(N):
+        for k in range(d):
+            m[k] += T[i, k]
+    for k in range(d):
+        m[k] /= N
+    C = np.zeros((d, d))
+    for i in range(N):
+        for k in range(d):
+            ck = T[i, k] - m[k]
+            for l in range(d):
+                C[k, l] += ck * (T[i, l] - m[l])
+    L = np.zeros((d, d))
+    for k in range(d):
+        s = C[k, k] / N + 1e-12
+        for l in range(k):
+            s -= L[k, l] * L[k, l]
+        if not s > 0.0:
+            return T, G, h, False
+        L[k, k] = np.sqrt(s)
+        for r in range(k + 1, d):
+            t = C[r, k] / N
+            for l in range(k):
+                t -= L[r, l] * L[k, l]
+            L[r, k] = t / L[k, k]
+    T_new = np.empty((N, d))
+    for i in range(N):  # forward substitution: L t = T_i - m
+        for k in range(d):
+            t = T[i, k] - m[k]
+            for l in range(k):
+                t -= L[k, l] * T_new[i, l]
+            T_new[i, k] = t / L[k, k]
+    J = G.shape[0]
+    G_new = np.zeros((J, d))
+    h_new = np.empty(J)
+    for j in range(J):
+        s = h[j]
+        for k in range(d):
+            s += G[j, k] * m[k]
+            for l in range(k, d):  # (G L)_jk = sum_l G_jl L_lk, L lower triangular
+                G_new[j, k] += G[j, l] * L[l, k]
+        h_new[j] = s
+    return T_new, G_new, h_new, True
+
+
+@njit(**KERNEL_OPTS)
+def standardised_sweeps(Y, M, T, G, h, slope_variance, intercept_variance, max_iter, tol, runaway_norm):
+    """The score-factor fit's default scheme, every sweep in one call: a capped Newton step for every
+    item's (g_j, h_j) under its Normal prior, one for every LLM's eta_i under Normal(0, I), then
+    :func:`standardise`; stops when the log posterior changes by at most ``tol`` x max(1, |f|).
+    Returns (T, G, h, status, sweeps, f): status ``CONVERGED``, ``MAX_ITER``, ``RUNAWAY`` (the
+    objective is not finite or a loading's norm passed ``runaway_norm``) or
+    ``NOT_POSITIVE_DEFINITE`` (a Newton step's or the traits' covariance)."""
+    N, J = Y.shape
+    d = G.shape[1]
+    D = d + 1
+    f_old = log_posterior(Y, M, T, G, h, slope_variance, intercept_variance)
+    f = f_old
+    it = 0
+    for it in range(1, max_iter + 1):
+        grad, hess = item_newton_sums(Y, M, T, G, h)
+        for j in range(J):
+            for k in range(D):
+                prior = 1.0 / slope_variance if k < d else 1.0 / intercept_variance
+                grad[j, k] -= prior * (G[j, k] if k < d else h[j])
+                hess[j, k, k] += prior
+        steps, ok = capped_newton_steps(hess, grad)
+        if not ok:
+            return T, G, h, NOT_POSITIVE_DEFINITE, it, f
+        G = G.copy()
+        h = h.copy()
+        for j in range(J):
+            for k in range(d):
+                G[j, k] += steps[j, k]
+            h[j] += steps[j, d]
+        grad_t, hess_t = trait_newton_sums(Y, M, T, G, h)
+        for i in range(N):
+            for k in range(d):
+                grad_t[i, k] -= T[i, k]
+                hess_t[i, k, k] += 1.0
+        steps_t, ok = capped_newton_steps(hess_t, grad_t)
+        if not ok:
+            return T, G, h, NOT_POSITIVE_DEFINITE, it, f
+        T = T + steps_t
+        T, G, h, ok = standardise(T, G, h)
+        if not ok:
+            return T, G, h, NOT_POSITIVE_DEFINITE, it, f
+        f = log_posterior(Y, M, T, G, h, slope_variance, intercept_variance)
+        largest = 0.0
+        for j in range(J):
+            s = 0.0
+            for k in range(d):
+                s += G[j, k] * G[j, k]
+            largest = max(largest, s)
+        if not np.isfinite(f) or not (np.sqrt(largest) <= runaway_norm):
+            return T, G, h, RUNAWAY, it, f
+        if abs(f - f_old) <= tol * max(1.0, abs(f)):
+            return T, G, h, CONVERGED, it, f
+        f_old = f
+    return T, G, h, MAX_ITER, it, f

@@ -342,6 +342,7 @@ class BaseCalibrator(ABC):
         self.item_metadata_ = dict(data.item_metadata)
         self.n_subjects_, self.n_items_ = data.n_subjects, data.n_items
         _check_informative(data)
+        self.convergence_warnings_ = []
         start = time.perf_counter()
         chosen = getattr(self, "progress", None)
         hide_bar = (isinstance(chosen, bool) and chosen and not getattr(self, "_progress_given", True)
@@ -367,9 +368,24 @@ class BaseCalibrator(ABC):
         if not getattr(self, "_fitted", False):
             raise NotFittedError(f"this {type(self).__name__} is not fitted yet; call fit(responses) first")
 
+    #: True on the interval check's fold refits: their convergence warnings are kept in
+    #: ``convergence_warnings_`` and not shown (refits run on worker threads, where
+    #: ``warnings.catch_warnings`` cannot tell one fit's warnings from another's)
+    quiet_convergence: bool = False
+
+    def _warn_convergence(self, message: str, stacklevel: int = 2) -> None:
+        """Issue a :class:`ConvergenceWarning` (unless ``quiet_convergence``) and keep its message in
+        ``convergence_warnings_`` (emptied by every ``fit``); ``stacklevel`` as for ``warnings.warn``,
+        counted from the caller."""
+        if not hasattr(self, "convergence_warnings_"):
+            self.convergence_warnings_ = []
+        self.convergence_warnings_.append(message)
+        if not self.quiet_convergence:
+            warnings.warn(message, ConvergenceWarning, stacklevel=stacklevel + 1)
+
     def _warn_not_converged(self, max_iter: int, detail: str = "") -> None:
         msg = f"{type(self).__name__} stopped at max_iter={max_iter} without meeting its tolerance"
-        warnings.warn(msg + (f" ({detail})" if detail else ""), ConvergenceWarning, stacklevel=4)
+        self._warn_convergence(msg + (f" ({detail})" if detail else ""), stacklevel=4)
 
     def fit_summary(self, data) -> str:
         """One line about the fit for the command line."""

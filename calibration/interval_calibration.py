@@ -37,15 +37,13 @@ from __future__ import annotations
 import json
 import math
 import time
-import warnings
 
 import numpy as np
 
-from calibration.base import ConvergenceWarning
 from calibration.folds import llm_folds, n_llm_groups, with_llm_groups
 from calibration.score_factors import DEFAULT_TOL as DEFAULT_SCORE_FACTOR_TOL
 from calibration.score_factors import attach_score_factors
-from calibration.threads import in_threads
+from calibration.threads import Workers
 
 from calibration.audit._common import Z95
 from calibration.score_calibration import fit_score_curve, score_residuals, smooth_table
@@ -223,11 +221,13 @@ def interval_multipliers(abs_z: np.ndarray) -> np.ndarray:
 def cross_fit_intervals(data, make_bank, *, folds: int = DEFAULT_FOLDS, test_lengths=DEFAULT_LENGTHS,
                         scoring: str | None = None, estimator: str = "map", rng=0,
                         calibration_method: str = "", full_bank=None, widen_b_sd: bool = False,
-                        shortcuts: bool = True) -> dict:
+                        shortcuts: bool = True, prepare_bank=None, workers=None) -> dict:
     """The ``interval_calibration`` record (a dict) of a calibration on ``data``.
 
     ``make_bank(train_data, rng, bank_id) -> (ItemBank, converged)`` refits the calibration on a
-    subset of the LLMs without its own check. ``scoring``: "lart" (with CoT) or "irt" for LaRT
+    subset of the LLMs without its own check. ``prepare_bank(bank, train_data) -> ItemBank``
+    (optional) completes each refitted bank before its replays (the bank's check attaches the
+    score factors there: :class:`FoldScoreFactors`). ``scoring``: "lart" (with CoT) or "irt" for LaRT
     banks (default: the session default, "lart"); ignored otherwise. With ``full_bank`` (the bank
     fitted on all of ``data``) the item SDs are checked too (:func:`item_sd_factors`); with
     ``widen_b_sd`` (PSN banks) the fold banks' b_sd are widened by the measured factor (>= 1)
@@ -236,7 +236,22 @@ def cross_fit_intervals(data, make_bank, *, folds: int = DEFAULT_FOLDS, test_len
     the tabulated lengths only (:func:`_random_replays`) and the adaptive tests are replayed by the
     compiled replay (``catengine.session.fast_replay``); False steps every test through sessions
     (the reference ``benchmarks/check_cost.py`` compares with).
+
+    The refits, replays and score sums are tasks on ``workers`` (a
+    :class:`calibration.threads.Workers`; default: a pool of its own). Every task draws from its
+    own random stream and the results are read in fold order, so the record does not depend on
+    how many threads ran them (``tests/test_interval_calibration_fast.py``).
     """
+    if workers is not None:
+        return _cross_fit(data, make_bank, folds, test_lengths, scoring, estimator, rng, calibration_method, full_bank,
+                          widen_b_sd, shortcuts, prepare_bank, workers)
+    with Workers() as own:
+        return _cross_fit(data, make_bank, folds, test_lengths, scoring, estimator, rng, calibration_method, full_bank,
+                          widen_b_sd, shortcuts, prepare_bank, own)
+
+
+def _cross_fit(data, make_bank, folds, test_lengths, scoring, estimator, rng, calibration_method, full_bank, widen_b_sd,
+               shortcuts, prepare_bank, workers) -> dict:
     from calibration.audit.runner import stream
     from catengine.session import CATSession
 
@@ -251,13 +266,32 @@ def cross_fit_intervals(data, make_bank, *, folds: int = DEFAULT_FOLDS, test_len
     max_len = int(min(max(test_lengths), data.n_items // 2, np.sort(n_obs)[max(0, N - MIN_HELD_OUT * 2)]))
     lengths = [int(L) for L in test_lengths if L <= max_len] or [max(1, max_len)]
     L = lengths[-1]
+    replay = _Replays(data, n_obs, L, lengths, scoring, estimator, seed, shortcuts, workers)
+
+    # every refit first (folds, then the strength-ordered sides), then each bank completed: the
+    # workers take them in this order, so a completion never waits for a refit that has not started
+    def refit(train, key, bank_id):
+        train_data = data.subset(subjects=train)
+        bank, converged = make_bank(train_data, np.random.default_rng(stream(seed, key, "fit")), bank_id)
+        return train_data, bank, converged
+
+    def completed(fit):
+        train_data, bank, converged = fit.result()
+        return (bank if prepare_bank is None else prepare_bank(bank, train_data)), converged
+
+    edges = edge_folds(data, n_obs, L)
+    fits = [workers.submit(refit, np.setdiff1d(np.arange(N), fold_rows[k]), k, f"interval_check_fold{k}")
+            for k in range(K)]
+    side_fits = {side: workers.submit(refit, np.setdiff1d(np.arange(N), rows), K + r, f"interval_check_{side}")
+                 for r, (side, (rows, _)) in enumerate(edges.items())}
+    fold_banks_done = [workers.submit(completed, f) for f in fits]
+    side_banks_done = {side: workers.submit(completed, f) for side, f in side_fits.items()}
+
     n_converged = 0
     fold_banks = []
-    for k in range(K):
-        train = np.setdiff1d(np.arange(N), fold_rows[k])
+    for k, done in enumerate(fold_banks_done):
         try:
-            bank, converged = make_bank(data.subset(subjects=train), np.random.default_rng(stream(seed, k, "fit")),
-                                        f"interval_check_fold{k}")
+            bank, converged = done.result()
         except ValueError as exc:  # the data without this fold's LLMs cannot be calibrated at all
             raise FoldFitError(f"fold {k + 1} of {K} (without {len(fold_rows[k])} of the {N} LLM runs) cannot be "
                                f"calibrated: {exc}") from None
@@ -270,22 +304,22 @@ def cross_fit_intervals(data, make_bank, *, folds: int = DEFAULT_FOLDS, test_len
         if applied > 1.0:
             fold_banks = [scale_b_sd(b, applied, "") for b in fold_banks]
     factors["b_applied"] = round(applied, 4)
-    scoring_used = (scoring or "lart") if fold_banks[0].response_model == "lart" else "irt"
-    default_name = CATSession(fold_banks[0]).selector.name  # fold banks carry no check: the usual default
-    first = [("default", None), ("random", _random())] + ([] if default_name == "mfi" else [("mfi", _mfi())])
-    pooled, replayed = _replay_folds(fold_banks, fold_rows, first, default_name, data, n_obs, L, lengths,
-                                     scoring_used, estimator, seed, shortcuts)
-    curves, score_curves = _fit_curves(pooled, replayed, data, lengths)
-    if _loses_to_random(score_curves, default_name):
+    replay.scoring = (scoring or "lart") if fold_banks[0].response_model == "lart" else "irt"
+    replay.default_name = CATSession(fold_banks[0]).selector.name  # fold banks carry no check: the usual default
+    first = [("default", None), ("random", _random())] + ([] if replay.default_name == "mfi" else [("mfi", _mfi())])
+    folds_replayed = replay.folds(fold_banks, fold_rows, first)
+    sides_replayed = {side: workers.submit(replay.side, side_banks_done[side], np.setdiff1d(np.arange(N), rows), test,
+                                           K + r) for r, (side, (rows, test)) in enumerate(edges.items())}
+    curves, score_curves = replay.curves(*replay.merged([f.result() for f in folds_replayed], first))()
+    if _loses_to_random(score_curves, replay.default_name):
         # sessions of this bank will default to randomised selection (catengine.selection.default_selector_for):
         # measure it too, on the same fold banks, so that they get its own c(L), z95(L) and score check
-        pooled, replayed = _replay_folds(fold_banks, fold_rows, [("randomised", _randomised())], default_name, data,
-                                         n_obs, L, lengths, scoring_used, estimator, seed, shortcuts)
-        more_curves, more_scores = _fit_curves(pooled, replayed, data, lengths)
+        more = [("randomised", _randomised())]
+        more_replayed = [f.result() for f in replay.folds(fold_banks, fold_rows, more)]
+        more_curves, more_scores = replay.curves(*replay.merged(more_replayed, more))()
         curves.update(more_curves)
         score_curves.update(more_scores)
-    beyond = _strength_ordered_check(data, make_bank, default_name, n_obs, L, lengths, scoring_used, estimator,
-                                     seed, K, shortcuts)
+    beyond = _strength_ordered_check(data, edges, sides_replayed, replay)
     return {
         "version": 1,
         "method": "cross-fitted replay of held-out calibration LLMs (docs/math.md §7.5)",
@@ -299,8 +333,8 @@ def cross_fit_intervals(data, make_bank, *, folds: int = DEFAULT_FOLDS, test_len
         "n_llm_groups": n_groups,
         "n_subjects": int(N),
         "estimator": estimator,
-        "scoring": scoring_used,
-        "selection": default_name,
+        "scoring": replay.scoring,
+        "selection": replay.default_name,
         "curves": curves,
         "score_curves": score_curves,
         "score_form": "delta(L): residual SD per unanswered item (accuracy scale), s(L): log-SD of the unrecorded CoT "
@@ -346,39 +380,27 @@ def edge_folds(data, n_obs, min_answers: int) -> dict:
     return out
 
 
-def _strength_ordered_check(data, make_bank, default_name, n_obs, L, lengths, scoring_used, estimator, seed, K,
-                            shortcuts=True):
-    """The ``beyond`` part of the record (docs/math.md §7.5): per side ("above", "below"), a bank
-    fitted without the strongest (weakest) LLMs, the held-out ones replayed with the default
-    selector, and their trait and score curves fitted as for the random folds. Sessions whose
-    trait estimate stands beyond the calibration population on that side widen the model-based
-    score by the larger of these score curves and the random folds' (``catengine.session.scoring
-    .score_curve``); the trait curves are reported with the bank. None when neither side has
-    enough LLMs."""
-    from calibration.audit.runner import stream
-
+def _strength_ordered_check(data, edges, sides_replayed, replay):
+    """The ``beyond`` part of the record (docs/math.md §7.5): per side ("above", "below" of
+    :func:`edge_folds`), a bank fitted without the strongest (weakest) LLMs, the held-out ones
+    replayed with the default selector (``sides_replayed``: side -> future of
+    :meth:`_Replays.side`), and their trait and score curves fitted as for the random folds. Sessions
+    whose trait estimate stands beyond the calibration population on that side widen the
+    model-based score by the larger of these score curves and the random folds' (``catengine.session
+    .scoring.score_curve``); the trait curves are reported with the bank. None when neither side
+    has enough LLMs (or the LLMs left on both cannot be calibrated)."""
+    pending = {}
+    for side, done in sides_replayed.items():
+        result = done.result()
+        if result is not None:  # None: the LLMs left cannot be calibrated, this side is not checked
+            pending[side] = (result[0], replay.curves(*result[1]))  # both sides' score sums queued before either is read
     out = {}
-    sides = []  # the banks first (each refit uses both cores), then both sides replayed side by side
-    for r, (side, (rows, test)) in enumerate(edge_folds(data, n_obs, L).items()):
-        train = np.setdiff1d(np.arange(data.n_subjects), rows)
-        try:
-            bank, _ = make_bank(data.subset(subjects=train), np.random.default_rng(stream(seed, K + r, "fit")),
-                                f"interval_check_{side}")
-        except ValueError:  # the LLMs left cannot be calibrated: this side is not checked
-            continue
-        sides.append((r, side, train, test, bank))
-
-    def replayed_side(entry):
-        r, _, _, test, bank = entry
-        pooled, replayed = _replay_folds([bank], [test], [("default", None)], default_name, data, n_obs, L, lengths,
-                                         scoring_used, estimator, seed, shortcuts, replication_offset=K + r)
-        return _fit_curves(pooled, replayed, data, lengths)
-
-    for (r, side, train, test, bank), (curves, score_curves) in zip(sides, in_threads(replayed_side, sides)):
+    for side, (train, finish) in pending.items():
+        curves, score_curves = finish()
         if curves:
             n_cal = data.correct[train] >= 0
             acc = np.where(n_cal, data.correct[train], 0).sum(axis=1) / np.maximum(n_cal.sum(axis=1), 1)
-            out[side] = {"n_held_out": int(test.size), "n_calibration": int(train.size),
+            out[side] = {"n_held_out": int(edges[side][1].size), "n_calibration": int(train.size),
                          "calibration_accuracy_range": [round(float(acc.min()), 4), round(float(acc.max()), 4)],
                          "curves": curves, "score_curves": score_curves}
     if not out:
@@ -390,48 +412,101 @@ def _strength_ordered_check(data, make_bank, default_name, n_obs, L, lengths, sc
                     "the larger of these score curves and the random folds'; the trait curves are reported", **out}
 
 
-def _replay_folds(fold_banks, fold_rows, selectors, default_name, data, n_obs, L, lengths, scoring_used, estimator,
-                  seed, shortcuts=True, replication_offset=0):
-    """Replay every fold's held-out LLMs (those with at least L answers) against its fold bank with
-    ``selectors``; pooled (diff, sd, full_sd) and replayed sessions per selector name."""
-    from calibration.audit.replay import replay_llms
+class _Replays:
+    """The replays of one check and their curves, as tasks on the check's workers.
 
-    pooled: dict[str, list] = {}
-    replayed: dict[str, list] = {}  # selector -> [(sessions, held-out rows)] per fold, for the score check
-    idx = np.asarray(lengths) - 1
-    # random selection does not look at the answers: its tests are scored at the tabulated lengths
-    # only (_random_replays), the adaptive selectors step by step (replay_llms)
-    stepped = [(name, sel) for name, sel in selectors if name != "random" or not shortcuts]
+    ``folds`` submits one task per fold (its held-out LLMs with at least L answers, replayed against
+    its fold bank with the given selectors); ``merged`` pools their results in fold order: (diff, sd,
+    full_sd) per selector for the trait curves and the replayed sessions with their rows for the
+    score check; ``curves`` fits the trait curves at once and queues the score sums
+    (:func:`score_residuals`, one task per fold and selector), returning the function that waits
+    for them and fits the score curves."""
 
-    def one_fold(k):
-        test = [i for i in fold_rows[k] if n_obs[i] >= L]
+    def __init__(self, data, n_obs, L, lengths, scoring, estimator, seed, shortcuts, workers):
+        self.data, self.n_obs, self.L, self.lengths = data, n_obs, L, lengths
+        self.scoring, self.estimator, self.seed, self.shortcuts = scoring, estimator, seed, shortcuts
+        self.workers = workers
+        self.default_name = None
+
+    def one_fold(self, bank, rows, selectors, replication):
+        from calibration.audit.replay import replay_llms
+
+        test = [i for i in rows if self.n_obs[i] >= self.L]
         if not test:
             return None
-        raw = replay_llms(fold_banks[k], data, test, stepped, [scoring_used], estimator, L, seed, k + replication_offset,
-                          keep_sessions=True, compiled=shortcuts)
+        # random selection does not look at the answers: its tests are scored at the tabulated lengths
+        # only (_random_replays), the adaptive selectors step by step (replay_llms)
+        stepped = [(name, sel) for name, sel in selectors if name != "random" or not self.shortcuts]
+        raw = replay_llms(bank, self.data, test, stepped, [self.scoring], self.estimator, self.L, self.seed, replication,
+                          keep_sessions=True, compiled=self.shortcuts)
         random = None
         if len(stepped) < len(selectors):
-            random = _random_replays(fold_banks[k], data, test, lengths, scoring_used, estimator, seed,
-                                     k + replication_offset)
+            random = _random_replays(bank, self.data, test, self.lengths, self.scoring, self.estimator, self.seed,
+                                     replication)
         return test, raw, random
 
-    # the folds draw from their own streams, so they replay side by side (the compiled replays release
-    # the GIL) and give what they give one after another; merged in fold order
-    for done in in_threads(one_fold, range(len(fold_banks))):
-        if done is None:
-            continue
-        test, raw, random = done
-        for r, (name, _) in enumerate(stepped):
-            key = default_name if name == "default" else name
-            pooled.setdefault(key, []).append((raw["est"][r, 0][:, idx] - raw["full"][0][:, None],
-                                               raw["sd"][r, 0][:, idx], raw["full_sd"][r, 0]))
-            replayed.setdefault(key, []).append((raw["sessions"][r][0], test))
-        if random is not None:
-            est, sd, sessions = random
-            # fold banks carry no interval calibration, so SD_F is the same for every selector
-            pooled.setdefault("random", []).append((est - raw["full"][0][:, None], sd, raw["full_sd"][0, 0]))
-            replayed.setdefault("random", []).append((sessions, test))
-    return pooled, replayed
+    def folds(self, fold_banks, fold_rows, selectors, replication_offset=0) -> list:
+        return [self.workers.submit(self.one_fold, bank, rows, selectors, k + replication_offset)
+                for k, (bank, rows) in enumerate(zip(fold_banks, fold_rows))]
+
+    def merged(self, replayed_folds, selectors):
+        """(pooled, replayed) per selector name from the results of :meth:`one_fold`, in fold order."""
+        idx = np.asarray(self.lengths) - 1
+        stepped = [name for name, _ in selectors if name != "random" or not self.shortcuts]
+        pooled: dict[str, list] = {}
+        replayed: dict[str, list] = {}  # selector -> [(sessions, held-out rows)] per fold, for the score check
+        for done in replayed_folds:
+            if done is None:
+                continue
+            test, raw, random = done
+            for r, name in enumerate(stepped):
+                key = self.default_name if name == "default" else name
+                pooled.setdefault(key, []).append((raw["est"][r, 0][:, idx] - raw["full"][0][:, None],
+                                                   raw["sd"][r, 0][:, idx], raw["full_sd"][r, 0]))
+                replayed.setdefault(key, []).append((raw["sessions"][r][0], test))
+            if random is not None:
+                est, sd, sessions = random
+                # fold banks carry no interval calibration, so SD_F is the same for every selector
+                pooled.setdefault("random", []).append((est - raw["full"][0][:, None], sd, raw["full_sd"][0, 0]))
+                replayed.setdefault("random", []).append((sessions, test))
+        return pooled, replayed
+
+    def side(self, bank_done, train, test, replication):
+        """A strength-ordered side: (its training rows, (pooled, replayed)) of its held-out LLMs
+        ``test`` replayed with the default selector, or None when its training LLMs cannot be
+        calibrated (``bank_done``, the future of its completed bank, raised ValueError)."""
+        try:
+            bank, _ = bank_done.result()
+        except ValueError:
+            return None
+        one = [("default", None)]
+        return train, self.merged([self.one_fold(bank, test, one, replication)], one)
+
+    def curves(self, pooled, replayed):
+        """The trait curves of every selector with at least MIN_HELD_OUT held-out LLMs (fitted now)
+        and a function returning (curves, score curves) once the queued score sums are in."""
+        curves, pending = {}, {}
+        for key, parts in pooled.items():
+            diff = np.concatenate([p[0] for p in parts])
+            sd = np.concatenate([p[1] for p in parts])
+            full_sd = np.concatenate([p[2] for p in parts])
+            if diff.shape[0] < MIN_HELD_OUT:
+                continue
+            curves[key] = {"test_length": self.lengths, **fit_factors(diff, sd, full_sd)}
+            pending[key] = [self.workers.submit(score_residuals, sessions, self.data, rows, self.lengths,
+                                                curves[key]["c"]) for sessions, rows in replayed[key]]
+
+        def finish():
+            score_curves = {}
+            for key, parts in pending.items():
+                parts = [p.result() for p in parts]
+                pooled_scores = {name: np.concatenate([p[name] for p in parts]) for name in parts[0]}
+                score = fit_score_curve(pooled_scores, self.lengths, self.data.n_items)
+                if score is not None:
+                    score_curves[key] = score
+            return curves, score_curves
+
+        return finish
 
 
 def _random_replays(bank, data, rows, lengths, scoring, estimator, seed, replication):
@@ -442,66 +517,62 @@ def _random_replays(bank, data, rows, lengths, scoring, estimator, seed, replica
     ``CATSession.estimate_from`` computes in one solve (the same posterior as recording them one
     by one; tests/test_interval_calibration_fast.py compares the two), here all lengths of an LLM
     in one compiled call where the estimator allows (``CompiledReplay.estimates_at``, the same
-    estimates; tests/test_fast_replay.py). Returns est, sd (llm,
-    length) and one ``ReplayedSession`` per LLM whose history holds every administered item with
-    the estimate at the tabulated lengths (NaN at the other steps: the score check reads no other)."""
+    estimates; tests/test_fast_replay.py). Returns est, sd (llm, length) and one
+    ``ReplayedSession`` per LLM whose steps hold every administered item with the estimate at the
+    tabulated lengths (NaN at the other steps: the score check reads no other)."""
     from calibration.audit.cat import _estimator
     from calibration.audit.runner import stream
     from calibration.score_calibration import ReplayedSession
     from catengine.session import CATSession
     from catengine.session.fast_replay import CompiledReplay
-    from catengine.session.session import StepRecord
 
     ids = list(bank.item_ids)
     give_cot = scoring == "lart" and data.cot_length is not None
     session = CATSession(bank, selector=_random(), estimator=_estimator(estimator, scoring == "lart"))
     rng = np.random.default_rng(stream(seed, replication, "engine", "random", scoring))
     L_max = int(lengths[-1])
+    at_steps = np.asarray(lengths, dtype=np.int64) - 1
     est, sd = np.empty((len(rows), len(lengths))), np.empty((len(rows), len(lengths)))
     sessions = []
-    nan = math.nan
     fast = CompiledReplay.for_estimates(session)  # the same estimates in one compiled call per LLM
     for k, i in enumerate(rows):
         order = rng.permutation(np.flatnonzero(data.correct[i] >= 0))[:L_max]
-        items = [ids[j] for j in order]
-        correct = [int(data.correct[i, j]) for j in order]
-        cots = [None] * len(order)
-        if give_cot:
-            cots = [None if np.isnan(data.cot_length[i, j]) else float(data.cot_length[i, j]) for j in order]
         if fast is not None:
-            at = dict(zip((L - 1 for L in lengths), fast.estimates_at(
-                order, data.correct[i], data.cot_length[i] if give_cot else None, lengths)))
+            found = fast.estimates_at(order, data.correct[i], data.cot_length[i] if give_cot else None, lengths)
         else:
-            at = {L - 1: session.estimate_from(items[:L], correct[:L], cots[:L]) for L in lengths}
-        for t, L in enumerate(lengths):
-            est[k, t], sd[k, t] = at[L - 1].theta, at[L - 1].theta_sd
-        history = []
-        for step in range(len(order)):
-            e = at.get(step)
-            history.append(StepRecord(
-                step=step + 1, item=items[step], correct=correct[step], cot_length=cots[step],
-                theta=nan if e is None else e.theta, theta_sd=nan if e is None else e.theta_sd,
-                tau=None if e is None else e.tau, tau_sd=None if e is None else e.tau_sd,
-                criterion=nan, proposed=True))
+            items = [ids[j] for j in order]
+            cots = [None if not give_cot or np.isnan(v) else float(v) for v in
+                    (data.cot_length[i, order] if give_cot else np.full(order.size, np.nan))]
+            correct = [int(v) for v in data.correct[i, order]]
+            found = [session.estimate_from(items[:L], correct[:L], cots[:L]) for L in lengths]
+        est[k] = [e.theta for e in found]
+        sd[k] = [e.theta_sd for e in found]
         sessions.append(ReplayedSession(session.bank, session.items, session.params, session.estimator,
-                                        session.selector, session.cot_offset, tuple(history)))
+                                        session.selector, session.cot_offset,
+                                        _random_steps(data, i, order, give_cot, at_steps, found)))
     return est, sd, sessions
 
 
-def _fit_curves(pooled, replayed, data, lengths):
-    """The interval and score curves of every selector with at least MIN_HELD_OUT held-out LLMs."""
-    curves, score_curves = {}, {}
-    for key, parts in pooled.items():
-        diff = np.concatenate([p[0] for p in parts])
-        sd = np.concatenate([p[1] for p in parts])
-        full_sd = np.concatenate([p[2] for p in parts])
-        if diff.shape[0] < MIN_HELD_OUT:
-            continue
-        curves[key] = {"test_length": lengths, **fit_factors(diff, sd, full_sd)}
-        score = _score_curve(replayed[key], data, lengths, curves[key]["c"])
-        if score is not None:
-            score_curves[key] = score
-    return curves, score_curves
+def _random_steps(data, row, order, give_cot, at_steps, found):
+    """The :class:`~calibration.score_calibration.ReplayedSteps` of a random test: the items
+    ``order`` of data row ``row``, with the estimates ``found`` at the steps ``at_steps`` (NaN
+    elsewhere)."""
+    from calibration.score_calibration import ReplayedSteps
+
+    n = order.size
+
+    def at(values):
+        out = np.full(n, math.nan)
+        out[at_steps] = values
+        return out
+
+    has_tau = any(e.tau is not None for e in found)
+    return ReplayedSteps(
+        order.astype(np.int64), data.correct[row, order].astype(np.float64),
+        data.cot_length[row, order].astype(np.float64) if give_cot else np.full(n, math.nan),
+        at([e.theta for e in found]), at([e.theta_sd for e in found]),
+        at([math.nan if e.tau is None else e.tau for e in found]) if has_tau else None,
+        at([math.nan if e.tau_sd is None else e.tau_sd for e in found]) if has_tau else None)
 
 
 def _loses_to_random(score_curves: dict, selector_name: str) -> bool:
@@ -511,13 +582,6 @@ def _loses_to_random(score_curves: dict, selector_name: str) -> bool:
 
     scores = ScoreCalibration.from_record({"score_curves": score_curves}, "")
     return scores is not None and scores.loses_to_random(selector_name)
-
-
-def _score_curve(replayed, data, lengths, factors):
-    """The score check of one selector: pooled residuals of its replays with SDs x c(L), fitted."""
-    parts = in_threads(lambda fold: score_residuals(fold[0], data, fold[1], lengths, factors), replayed)
-    pooled = {name: np.concatenate([p[name] for p in parts]) for name in parts[0]}
-    return fit_score_curve(pooled, lengths, data.n_items)
 
 
 def _random():
@@ -546,50 +610,62 @@ class RefitBank:
     start)`` begins at its own item parameters (LaRT SAEM: and its accuracy prior) and the training
     subjects' traits, with the settings of its ``refit_settings()`` (SAEM: a short burn-in, a
     tolerance ``REFIT_TOL_FACTOR`` times looser); a ``refit_start`` of None (cBMM with its
-    empirical-Bayes prior, whose result depends on the start) refits cold. The score factors begin at the full bank's
-    (``score_fit``) and stop at ``REFIT_SCORE_FACTOR_TOL``. The refit still maximises the training
-    folds' own likelihood; what the start saves is the way there (docs/math.md §7.5 and
-    ``benchmarks/check_cost.py``: the check's figures agree with cold-started refits within
-    their Monte-Carlo error). ``warm=False``: cold refits, as a plain ``fit``."""
+    empirical-Bayes prior, whose result depends on the start) refits cold. The refit still
+    maximises the training folds' own likelihood; what the start saves is the way there
+    (docs/math.md §7.5 and ``benchmarks/check_cost.py``: the check's figures agree with
+    cold-started refits within their Monte-Carlo error). ``warm=False``: cold refits, as a plain
+    ``fit``. A refit's convergence warnings are not shown: it counts as converged when its
+    ``converged_`` holds and it issued none (``convergence_warnings_``)."""
 
-    def __init__(self, calibrator, to_bank: dict | None = None, score_dims: int | None = None, score_fit=None,
-                 score_ids=None, warm: bool = True):
+    def __init__(self, calibrator, to_bank: dict | None = None, warm: bool = True):
         self.cls = type(calibrator)
         self.params = {k: v for k, v in calibrator.get_params().items() if k not in ("progress", "rng")}
         self.to_bank = dict(to_bank or {})
-        #: the full bank's number of score factors (None: it has none); each fold bank fits its own
-        self.score_dims = score_dims
         self.full = calibrator if warm and hasattr(calibrator, "refit_start") else None
         if self.full is not None:
             self.params.update(getattr(calibrator, "refit_settings", dict)())
         self.subject_rows = {str(s): k for k, s in enumerate(getattr(calibrator, "subject_ids_", ()) or ())}
-        #: the full bank's ScoreFactorFit and the subject ids of its rows: the fold fits' start
-        self.score_fit = score_fit if warm else None
-        self.score_rows = {str(s): k for k, s in enumerate(score_ids if score_ids is not None else ())}
 
     def __call__(self, data, rng, bank_id):
         ids = [str(s) for s in data.subject_ids]
-        with warnings.catch_warnings(record=True) as caught:  # quiet, as calibration.audit.methods._fitted
-            warnings.simplefilter("always", ConvergenceWarning)
-            cal = self.cls(**{**self.params, "progress": False, "rng": rng})
-            start = None
-            if self.full is not None and all(i in self.subject_rows for i in ids):
-                start = self.full.refit_start([self.subject_rows[i] for i in ids])  # None: refit cold
-            if start is not None:
-                cal.fit_from(data, start)
-            else:
-                cal.fit(data)
-        converged = bool(getattr(cal, "converged_", True)) and not any(
-            issubclass(w.category, ConvergenceWarning) for w in caught)
-        bank = cal.to_item_bank(bank_id, interval_check=False, **self.to_bank)
-        if self.score_dims is not None:
-            start, tol = None, DEFAULT_SCORE_FACTOR_TOL
-            fit = self.score_fit
-            if fit is not None and fit.dims == self.score_dims and all(i in self.score_rows for i in ids):
-                rows = [self.score_rows[i] for i in ids]
-                start, tol = (fit.traits[rows], fit.loadings, fit.intercepts), REFIT_SCORE_FACTOR_TOL
-            bank = attach_score_factors(bank, data, dims=self.score_dims, start=start, tol=tol)
-        return bank, converged
+        cal = self.cls(**{**self.params, "progress": False, "rng": rng})
+        cal.quiet_convergence = True
+        start = None
+        if self.full is not None and all(i in self.subject_rows for i in ids):
+            start = self.full.refit_start([self.subject_rows[i] for i in ids])  # None: refit cold
+        if start is not None:
+            cal.fit_from(data, start)
+        else:
+            cal.fit(data)
+        converged = bool(getattr(cal, "converged_", True)) and not getattr(cal, "convergence_warnings_", ())
+        return cal.to_item_bank(bank_id, interval_check=False, **self.to_bank), converged
+
+
+class FoldScoreFactors:
+    """``prepare_bank`` of the check: a fold bank with score factors, as many as the full bank's, fitted
+    on the fold's training LLMs (none when the full bank has none).
+
+    ``full`` is the future of ``attach_score_factors(full bank, data, keep_fit=True)`` (the check
+    starts it beside the refits) and ``subject_ids`` the ids of its rows. The fold fits begin at the
+    full fit's values of their rows and stop at ``REFIT_SCORE_FACTOR_TOL``; ``warm=False`` starts
+    them cold at the full fit's tolerance."""
+
+    def __init__(self, full, subject_ids, warm: bool = True):
+        self.full = full
+        self.rows = {str(s): k for k, s in enumerate(subject_ids)}
+        self.warm = warm
+
+    def __call__(self, bank, data):
+        full_bank, fit = self.full.result()
+        if full_bank.score_factors is None:
+            return bank
+        dims = full_bank.score_factors.dims
+        ids = [str(s) for s in data.subject_ids]
+        start, tol = None, DEFAULT_SCORE_FACTOR_TOL
+        if self.warm and fit is not None and fit.dims == dims and all(i in self.rows for i in ids):
+            rows = [self.rows[i] for i in ids]
+            start, tol = (fit.traits[rows], fit.loadings, fit.intercepts), REFIT_SCORE_FACTOR_TOL
+        return attach_score_factors(bank, data, dims=dims, start=start, tol=tol)
 
 
 class FoldFitError(ValueError):
@@ -625,17 +701,19 @@ def with_interval_check(calibrator, bank, interval_check="auto", *, cold_start: 
     data, groups_from = with_llm_groups(data)  # runs of one LLM are held out together, given or detected
     # score factors come with the check, never without: the check's score curves make their intervals honest
     without_factors = bank
-    bank, score_fit = attach_score_factors(bank, data, rng=_seed_of(calibrator), keep_fit=True)
-    dims = bank.score_factors.dims if bank.score_factors is not None else None
-    refit = RefitBank(calibrator, to_bank, score_dims=dims, score_fit=score_fit, score_ids=data.subject_ids,
-                      warm=not cold_start)
-    try:
-        record = cross_fit_intervals(data, refit, rng=_seed_of(calibrator), calibration_method=method,
-                                     full_bank=bank, widen_b_sd=psn, shortcuts=not cold_start)
-    except FoldFitError as exc:  # e.g. one LLM holds all the information: no held-out check is possible
-        if interval_check is True:
-            raise ValueError(f"interval check impossible: {exc}") from None
-        return without_factors.replace_attrs(interval_calibration_skipped=str(exc))
+    with Workers() as workers:
+        # the full bank's score factors (their number chosen by cross-validation) are fitted beside the refits
+        full_factors = workers.submit(attach_score_factors, bank, data, rng=_seed_of(calibrator), keep_fit=True)
+        try:
+            record = cross_fit_intervals(data, RefitBank(calibrator, to_bank, warm=not cold_start),
+                                         rng=_seed_of(calibrator), calibration_method=method, full_bank=bank,
+                                         widen_b_sd=psn, shortcuts=not cold_start, workers=workers,
+                                         prepare_bank=FoldScoreFactors(full_factors, data.subject_ids, warm=not cold_start))
+        except FoldFitError as exc:  # e.g. one LLM holds all the information: no held-out check is possible
+            if interval_check is True:
+                raise ValueError(f"interval check impossible: {exc}") from None
+            return without_factors.replace_attrs(interval_calibration_skipped=str(exc))
+        bank, _ = full_factors.result()
     if groups_from.startswith("detected"):  # given groups (or none) leave the record as it was
         record["llm_groups"] = groups_from
     if not record["curves"]:

@@ -28,14 +28,15 @@ approximation of the calibrated interval; the honest evidence is ``benchmarks/sc
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import cached_property
 
 import numpy as np
 
 from calibration.audit._common import Z95
 from catengine.scoring.random_items import random_mean_mae
 
-__all__ = ["MIN_COMPLETE_LLMS", "ReplayedSession", "coverage_matching_variance", "fit_score_curve", "score_residuals",
+__all__ = ["MIN_COMPLETE_LLMS", "ReplayedSession", "ReplayedSteps", "coverage_matching_variance", "fit_score_curve", "score_residuals",
            "smooth_table"]
 
 MIN_COMPLETE_LLMS = 4  # held-out LLMs with complete answers needed to tabulate the check
@@ -43,10 +44,70 @@ SCORE_CHECK_NODES = 11  # Gauss-Hermite nodes over theta: the mean and SD of a s
 
 
 @dataclass(frozen=True)
+class ReplayedSteps:
+    """A replayed test as arrays, one entry per step: the item's bank index (``order``), the
+    answer (``correct``, 0 / 1), its CoT length in tokens (``cot_length``, NaN: unknown) and the
+    session's estimate after it (``theta``, ``theta_sd``; ``tau``, ``tau_sd`` on LaRT banks, None
+    otherwise). NaN estimates where the replay did not compute them (random tests: only at the
+    tabulated lengths)."""
+
+    order: np.ndarray
+    correct: np.ndarray
+    cot_length: np.ndarray
+    theta: np.ndarray
+    theta_sd: np.ndarray
+    tau: np.ndarray | None
+    tau_sd: np.ndarray | None
+
+    @classmethod
+    def of_history(cls, bank, history) -> "ReplayedSteps":
+        """The arrays of a session's ``history`` (``StepRecord`` objects) against ``bank``."""
+        def floats(values):
+            return np.array([math.nan if v is None else float(v) for v in values], dtype=np.float64)
+
+        has_tau = any(r.tau is not None for r in history)
+        return cls(np.array([bank.index_of(r.item) for r in history], dtype=np.int64),
+                   np.array([r.correct for r in history], dtype=np.float64), floats(r.cot_length for r in history),
+                   floats(r.theta for r in history), floats(r.theta_sd for r in history),
+                   floats(r.tau for r in history) if has_tau else None,
+                   floats(r.tau_sd for r in history) if has_tau else None)
+
+    def records(self, item_ids) -> tuple:
+        """The steps as a session's ``StepRecord`` objects (``item_ids``: the bank's ids), with None
+        for an unknown CoT length or speed estimate."""
+        from catengine.session.session import StepRecord
+
+        def maybe(values):
+            return [None] * len(self.order) if values is None else [None if v != v else v for v in values.tolist()]
+
+        cots, taus, tau_sds = maybe(self.cot_length), maybe(self.tau), maybe(self.tau_sd)
+        return tuple(StepRecord(step=n + 1, item=item_ids[j], correct=int(y), cot_length=cots[n], theta=theta,
+                                theta_sd=sd, tau=taus[n], tau_sd=tau_sds[n], criterion=math.nan, proposed=True)
+                     for n, (j, y, theta, sd) in enumerate(zip(self.order.tolist(), self.correct.tolist(),
+                                                              self.theta.tolist(), self.theta_sd.tolist())))
+
+
+def replayed_steps_of_run(run, correct_row, cot_row, lart: bool) -> ReplayedSteps:
+    """The :class:`ReplayedSteps` of a compiled replay's ``run`` (``catengine.session.fast_replay``)
+    of a subject with answers ``correct_row`` and CoT lengths ``cot_row`` over the bank (None: no
+    CoT); the values ``CompiledReplay.history`` puts in the session's records."""
+    items = run.items
+    cots = np.full(items.size, math.nan)
+    if lart and cot_row is not None:
+        cots = np.asarray(cot_row, dtype=np.float64)[items]
+    est = run.estimates[:, 1:]
+    return ReplayedSteps(items.astype(np.int64), np.asarray(correct_row)[items].astype(int).astype(np.float64), cots,
+                         est[0].copy(), est[1].copy(), est[2].copy() if lart else None, est[3].copy() if lart else None)
+
+
+@dataclass(frozen=True)
 class ReplayedSession:
-    """What the score check reads of a replayed adaptive session: its history and the bank objects
-    every session of a fold shares, without the session's per-item state (eleven arrays of the
-    bank's length per session, for every held-out LLM and selector of the check)."""
+    """What the score check reads of a replayed adaptive session: its steps as arrays
+    (:class:`ReplayedSteps`) and the bank objects every session of a fold shares, without the
+    session's per-item state (eleven arrays of the bank's length per session, for every held-out
+    LLM and selector of the check). ``history`` (the session's ``StepRecord`` objects, which
+    the score prediction of a bank without score factors reads) is built on first use, by
+    ``build_history`` when given, else from the steps (:meth:`ReplayedSteps.records`)."""
 
     bank: object
     items: object
@@ -54,12 +115,20 @@ class ReplayedSession:
     estimator: object
     selector: object
     cot_offset: float
-    history: tuple
+    steps: ReplayedSteps
+    build_history: object = field(default=None, repr=False, compare=False)
+
+    @cached_property
+    def history(self) -> tuple:
+        if self.build_history is None:
+            return self.steps.records(list(self.bank.item_ids))
+        return tuple(self.build_history())
 
     @classmethod
     def of(cls, session) -> "ReplayedSession":
+        history = tuple(session.history)
         return cls(session.bank, session.items, session.params, session.estimator, session.selector,
-                   session.cot_offset, tuple(session.history))
+                   session.cot_offset, ReplayedSteps.of_history(session.bank, history), lambda: history)
 
 
 def smooth_table(values, log_scale: bool = False) -> np.ndarray:
@@ -88,7 +157,7 @@ def score_residuals(sessions, data, rows, lengths, factors) -> dict:
     from catengine.estimation import TraitEstimate
     from catengine.estimation.base import scale_sd
     from catengine.scoring.model_based import predict_accuracy_factors_at_lengths, predict_cot_total_at_lengths
-    from catengine.session.scoring import model_cot_total, model_score, recorded_answers, score_curve
+    from catengine.session.scoring import model_cot_total, model_score, score_curve
 
     acc_resid, acc_var, acc_err, acc_sd, acc_truth, cot_r, cot_v = [], [], [], [], [], [], []
     for s, i in zip(sessions, rows):
@@ -99,10 +168,14 @@ def score_residuals(sessions, data, rows, lengths, factors) -> dict:
         truth = float(y.mean())
         cot = None if data.cot_length is None or s.params.response_model != "lart" else data.cot_length[i]
         cot_ok = cot is not None and bool(np.all(np.isfinite(cot)))
-        estimates = [scale_sd(TraitEstimate(theta=h.theta, theta_sd=h.theta_sd, n_items=L, tau=h.tau, tau_sd=h.tau_sd), c)
-                     for L, c in zip(lengths, factors) for h in (s.history[L - 1],)]
+        steps = s.steps
+        taus = (None, None) if steps.tau is None else (steps.tau.tolist(), steps.tau_sd.tolist())
+        estimates = [scale_sd(TraitEstimate(theta=float(steps.theta[L - 1]), theta_sd=float(steps.theta_sd[L - 1]),
+                                            n_items=L, tau=None if taus[0] is None else taus[0][L - 1],
+                                            tau_sd=None if taus[1] is None else taus[1][L - 1]), c)
+                     for L, c in zip(lengths, factors)]
         curves = [score_curve(s, e.theta) for e in estimates]
-        history, order, answers = recorded_answers(s)
+        order, answers = steps.order, steps.correct
         if s.items.score_factors is not None:  # the score-factor prediction at every length in one compiled call
             acc, sd = predict_accuracy_factors_at_lengths(
                 s.items.score_factors, order, answers, lengths,
@@ -112,14 +185,16 @@ def score_residuals(sessions, data, rows, lengths, factors) -> dict:
                       for e, L in zip(estimates, lengths)]
             acc, sd = [sc.accuracy for sc in scores], [sc.sd for sc in scores]
         # the CoT check needs every recorded length up to the longest test (else the row is left out)
-        tokens = [r.cot_length for r in history[:lengths[-1]]]
+        known_tokens = steps.cot_length[:lengths[-1]]
+        tokens = known_tokens.tolist()
         cot_totals = None
-        if cot_ok and estimates[0].tau is not None and None not in tokens:
+        if cot_ok and estimates[0].tau is not None and not np.isnan(known_tokens).any():
             cot_totals = predict_cot_total_at_lengths(
                 s.params, [e.tau for e in estimates], [e.tau_sd for e in estimates], order[:lengths[-1]], tokens,
                 lengths, cot_offset=s.cot_offset, n_nodes=SCORE_CHECK_NODES,
                 log_extra_sds=[0.0 if cu is None else cu.cot_log(L) for cu, L in zip(curves, lengths)])
             if cot_totals is None:  # a large bank: one prediction per length (sums from the bank's panels)
+                history = s.history
                 groups = [model_cot_total(s, e, history[:L], order[:L], cu, n_nodes=SCORE_CHECK_NODES,
                                           intervals=False)[0] for e, L, cu in zip(estimates, lengths, curves)]
                 cot_totals = ([g.mean for g in groups], [g.sd for g in groups])

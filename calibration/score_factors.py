@@ -104,10 +104,7 @@ def fit_score_factors(correct, dims: int, *, slope_variance: float = SLOPE_VARIA
         if start[0].shape != (Y.shape[0], dims) or start[1].shape != (Y.shape[1], dims) or start[2].shape != (Y.shape[1],):
             raise ValueError(f"start shapes {[x.shape for x in start]} do not fit a {Y.shape} matrix with {dims} factors")
     priors = (slope_variance, intercept_variance)
-    try:
-        fit = _standardised_sweeps(Y, M, *start, *priors, max_iter, tol)
-    except (np.linalg.LinAlgError, FloatingPointError):
-        fit = None
+    fit = _standardised_sweeps(Y, M, *start, *priors, max_iter, tol)
     if fit is not None:
         return fit
     return _block_ascent(Y, M, *start, *priors, max_iter, tol)
@@ -167,31 +164,21 @@ def _trait_step(Y, M, T, G, h):
 
 def _standardise(T, G, h):
     """eta -> L^-1 (eta - m); g -> L' g, h -> h + g . m: mean 0, identity covariance, same probabilities."""
-    d = T.shape[1]
-    m = T.mean(axis=0)
-    C = np.atleast_2d(np.cov(T, rowvar=False, bias=True)) + 1e-12 * np.eye(d)
-    L = np.linalg.cholesky(C)
-    return np.linalg.solve(L, (T - m).T).T, G @ L, h + G @ m
+    T, G, h, ok = _kernels.standardise(*_contiguous(T, G, h))
+    if not ok:
+        raise np.linalg.LinAlgError("the traits' covariance is not positive definite")
+    return T, G, h
 
 
 def _standardised_sweeps(Y, M, T, G, h, slope_variance, intercept_variance, max_iter, tol):
-    """The default scheme: item step, trait step, re-standardisation, per sweep. None if it runs away."""
-    d = G.shape[1]
-    prior_item = np.diag([1.0 / slope_variance] * d + [1.0 / intercept_variance])
-    f_old = _objective(Y, M, T, G, h, slope_variance, intercept_variance)
-    converged, it, f = False, 0, f_old
-    for it in range(1, max_iter + 1):
-        G, h = _item_step(Y, M, T, G, h, prior_item)
-        T = _trait_step(Y, M, T, G, h)
-        T, G, h = _standardise(T, G, h)
-        f = _objective(Y, M, T, G, h, slope_variance, intercept_variance)
-        if not math.isfinite(f) or float(np.max(np.linalg.norm(G, axis=1))) > RUNAWAY_LOADING_NORM:
-            return None
-        if abs(f - f_old) <= tol * max(1.0, abs(f)):
-            converged = True
-            break
-        f_old = f
-    return ScoreFactorFit(G, h, T, converged, it, f)
+    """The default scheme: item step, trait step, re-standardisation, per sweep (all sweeps in one
+    compiled call, ``_kernels.standardised_sweeps``). None if it runs away or a step fails."""
+    T, G, h, status, it, f = _kernels.standardised_sweeps(*_contiguous(Y, M, T, G, h), float(slope_variance),
+                                                           float(intercept_variance), int(max_iter), float(tol),
+                                                           RUNAWAY_LOADING_NORM)
+    if status in (_kernels.RUNAWAY, _kernels.NOT_POSITIVE_DEFINITE):
+        return None
+    return ScoreFactorFit(G, h, T, status == _kernels.CONVERGED, int(it), float(f))
 
 
 def _block_ascent(Y, M, T, G, h, slope_variance, intercept_variance, max_iter, tol):

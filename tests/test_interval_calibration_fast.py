@@ -193,15 +193,21 @@ def test_random_tests_scored_at_the_lengths_match_sessions_recording_one_by_one(
                 assert math.isnan(s.history[step].theta)
 
 
-def test_the_check_gives_the_same_record_on_one_thread_and_on_two(monkeypatch):
-    """The folds replay side by side (``calibration.threads``): each draws from its own stream and
-    the results are merged in fold order, so the record is the one a single thread writes."""
+@pytest.mark.parametrize("method", ["cbmm", "saem"])
+def test_the_check_gives_the_same_record_on_one_thread_and_on_two(method, monkeypatch):
+    """The refits, score-factor fits, replays and score sums run side by side (``calibration.threads``):
+    each draws from its own stream and the results are read in fold order, so the record is the
+    one a single thread writes."""
     import json
 
     import calibration.threads as threads
 
-    data = simulate_responses(draw_item_params("2pl", 80, rng=11), draw_abilities(60, rng=12), rng=13)  # complete rows
-    cal = CBMMCalibrator(progress=False, rng=3).fit(data)
+    if method == "cbmm":
+        data = simulate_responses(draw_item_params("2pl", 80, rng=11), draw_abilities(60, rng=12), rng=13)  # complete rows
+        cal = CBMMCalibrator(progress=False, rng=3).fit(data)
+    else:  # LaRT with CoT: the SAEM refits start from the full fit, and 60 LLMs get score factors
+        data, _ = simulate_dataset("lart", 60, 60, rng=14)
+        cal = LaRTSAEMCalibrator(rng=3).fit(data)
     records = []
     for n in (1, 2):
         monkeypatch.setattr(threads, "MAX_THREADS", n)
@@ -225,3 +231,40 @@ def test_in_threads_returns_the_results_in_task_order(monkeypatch):
         return k * k
 
     assert threads.in_threads(slow_first, range(5)) == [0, 1, 4, 9, 16]
+
+
+def test_a_refit_counts_its_convergence_warnings_without_showing_them():
+    """Refits run on worker threads, where ``warnings.catch_warnings`` would mix up fits: a refit's
+    calibrator keeps its convergence warnings (``convergence_warnings_``) and shows none."""
+    data = _sim2pl(60, 30, seed=21)
+    full = CBMMCalibrator(progress=False, max_iter=2, prior="none")
+    with pytest.warns(ConvergenceWarning):
+        full.fit(data)
+    assert full.convergence_warnings_ and not full.converged_
+    with warnings.catch_warnings(record=True) as shown:
+        warnings.simplefilter("always")
+        _, converged = RefitBank(full, warm=False)(data.subset(subjects=np.arange(50)), np.random.default_rng(0), "f")
+    assert not converged
+    assert not [w for w in shown if issubclass(w.category, ConvergenceWarning)]
+    ok = CBMMCalibrator(progress=False).fit(data)
+    assert ok.convergence_warnings_ == [] and RefitBank(ok, warm=False)(data, np.random.default_rng(0), "g")[1]
+
+
+def test_workers_run_numba_and_blas_on_one_thread_and_restore_blas(monkeypatch):
+    import numba
+    from threadpoolctl import threadpool_info
+
+    import calibration.threads as threads
+
+    monkeypatch.setattr(threads.os, "cpu_count", lambda: 2)
+    before = [p["num_threads"] for p in threadpool_info() if p["user_api"] == "blas"]
+    with threads.Workers(2) as workers:
+        assert workers.n_threads == 2
+        inside = workers.submit(numba.get_num_threads).result()
+        during = [p["num_threads"] for p in threadpool_info() if p["user_api"] == "blas"]
+    assert inside == 1 and all(n == 1 for n in during)
+    assert [p["num_threads"] for p in threadpool_info() if p["user_api"] == "blas"] == before
+    with threads.Workers(1) as inline:  # one thread: the task runs at once, its error comes back by its future
+        failed = inline.submit(lambda: 1 / 0)
+        with pytest.raises(ZeroDivisionError):
+            failed.result()

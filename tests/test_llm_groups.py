@@ -101,12 +101,12 @@ def test_the_interval_check_never_trains_on_a_held_out_runs_sibling():
 
     data = _runs().grouped_by(r"_(zero|one)_shot$")
     group_of = dict(zip(data.subject_ids, data.subject_groups))
-    trained_on = []
+    fits = {}  # bank id -> groups trained on (the refits run on worker threads, in no fixed order)
 
     runs_per_group = []
 
     def spy(train, rng, bank_id):
-        trained_on.append({group_of[s] for s in train.subject_ids})
+        fits[bank_id] = {group_of[s] for s in train.subject_ids}
         runs_per_group.append([group_of[s] for s in train.subject_ids])
         n = train.n_subjects
         p = np.clip((train.correct == 1).sum(axis=0) / n, 0.05, 0.95)
@@ -114,20 +114,21 @@ def test_the_interval_check_never_trains_on_a_held_out_runs_sibling():
                                     b=np.log(p / (1 - p))), True
 
     record = cross_fit_intervals(data, spy, folds=4, test_lengths=(5, 10), rng=0)
-    n_edges = sum(side in (record["beyond"] or {}) for side in ("above", "below"))  # fitted after the folds
-    assert record["n_llm_groups"] == 20 and record["folds"] == 4 and len(trained_on) == 4 + n_edges
+    n_edges = sum(side in (record["beyond"] or {}) for side in ("above", "below"))
+    trained_on = [fits[f"interval_check_fold{k}"] for k in range(4)]
+    assert record["n_llm_groups"] == 20 and record["folds"] == 4 and len(fits) == 4 + n_edges
     # every fit, folds and strength-ordered ones alike, trains on both runs of an LLM or on neither
     for runs in runs_per_group:
         assert all(runs.count(g) == 2 for g in set(runs))
     all_groups = set(data.subject_groups)
-    held = [all_groups - seen for seen in trained_on[:4]]
+    held = [all_groups - seen for seen in trained_on]
     assert all(len(h) == 5 for h in held)  # 20 LLMs, 4 folds: each fold holds out 5 whole LLMs (10 runs)
     assert set().union(*held) == all_groups
     # without groups the same split separates some siblings: that is what the groups prevent
-    trained_on.clear()
+    fits.clear()
     cross_fit_intervals(ResponseData.from_arrays(data.correct, subject_ids=data.subject_ids, item_ids=data.item_ids),
                         spy, folds=4, test_lengths=(5, 10), rng=0)
-    held_runs = [set(data.subject_ids) - {s for s in data.subject_ids if group_of[s] in seen} for seen in trained_on]
+    held_runs = [set(data.subject_ids) - {s for s in data.subject_ids if group_of[s] in seen} for seen in fits.values()]
     assert any(len(h) < 10 for h in held_runs)
 
 

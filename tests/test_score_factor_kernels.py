@@ -55,6 +55,36 @@ def reference_trait_step(Y, M, T, G, h):
     return T + step_t
 
 
+def reference_standardise(T, G, h):
+    d = T.shape[1]
+    m = T.mean(axis=0)
+    L = np.linalg.cholesky(np.atleast_2d(np.cov(T, rowvar=False, bias=True)) + 1e-12 * np.eye(d))
+    return np.linalg.solve(L, (T - m).T).T, G @ L, h + G @ m
+
+
+def reference_sweeps(Y, M, T, G, h, slope_variance, intercept_variance, max_iter, tol):
+    """The default scheme as plain numpy steps (what ``_kernels.standardised_sweeps`` compiles)."""
+    d = G.shape[1]
+    prior_item = np.diag([1.0 / slope_variance] * d + [1.0 / intercept_variance])
+    f_old = reference_objective(Y, M, T, G, h, slope_variance, intercept_variance)
+    converged, it, f = False, 0, f_old
+    try:
+        for it in range(1, max_iter + 1):
+            G, h = reference_item_step(Y, M, T, G, h, prior_item)
+            T = reference_trait_step(Y, M, T, G, h)
+            T, G, h = reference_standardise(T, G, h)
+            f = reference_objective(Y, M, T, G, h, slope_variance, intercept_variance)
+            if not np.isfinite(f) or np.max(np.linalg.norm(G, axis=1)) > sf.RUNAWAY_LOADING_NORM:
+                return None
+            if abs(f - f_old) <= tol * max(1.0, abs(f)):
+                converged = True
+                break
+            f_old = f
+    except np.linalg.LinAlgError:
+        return None
+    return sf.ScoreFactorFit(G, h, T, converged, it, f)
+
+
 # ---------------------------------------------------------------------------------------------
 # problems
 
@@ -192,6 +222,8 @@ def _simulated_two_factor(N=300, J=120, seed=3):
 def _fits(y, dims, monkeypatch, **kwargs):
     fit = sf.fit_score_factors(y, dims, **kwargs)
     with monkeypatch.context() as patch:
+        patch.setattr(sf, "_standardised_sweeps", reference_sweeps)
+        patch.setattr(sf, "_standardise", reference_standardise)
         patch.setattr(sf, "_objective", reference_objective)
         patch.setattr(sf, "_item_step", reference_item_step)
         patch.setattr(sf, "_trait_step", reference_trait_step)
@@ -206,6 +238,23 @@ def _assert_same_fit(fit, reference):
     for name in ("loadings", "intercepts", "traits"):
         actual, expected = getattr(fit, name), getattr(reference, name)
         np.testing.assert_allclose(actual, expected, rtol=1e-8, atol=1e-8 * np.max(np.abs(expected)), err_msg=name)
+
+
+@pytest.mark.parametrize("d", [1, 2, 3])
+def test_standardise_keeps_the_logits_and_whitens_the_traits_as_numpy_does(d):
+    g = np.random.default_rng(d)
+    T = g.normal(0.3, 1.7, size=(57, d)) @ np.triu(g.normal(size=(d, d)) + 2.0 * np.eye(d))
+    G, h = g.normal(size=(40, d)), g.normal(size=40)
+    T2, G2, h2, ok = kernels.standardise(T, G, h)
+    assert ok
+    np.testing.assert_allclose(T2 @ G2.T + h2, T @ G.T + h, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(T2.mean(axis=0), 0.0, atol=1e-12)
+    np.testing.assert_allclose(np.atleast_2d(np.cov(T2, rowvar=False, bias=True)), np.eye(d), atol=1e-10)
+    for actual, expected in zip((T2, G2, h2), reference_standardise(T, G, h)):
+        np.testing.assert_allclose(actual, expected, rtol=1e-11, atol=1e-11)
+    broken = T.copy()
+    broken[3, 0] = np.nan
+    assert not kernels.standardise(broken, G, h)[3]  # no covariance: the fit falls back (fit_score_factors)
 
 
 @pytest.mark.parametrize("dims", [1, 2, 3])

@@ -33,6 +33,7 @@ estimates computed once per scoring.
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 
@@ -111,7 +112,7 @@ def replay_llms(bank, data: ResponseData, rows, selectors, scorings, estimator: 
     configuration allows (``catengine.session.fast_replay``: the same steps, estimates and draws as
     a session); False: every test stepped through a ``CATSession`` (the reference).
     """
-    from calibration.score_calibration import ReplayedSession
+    from calibration.score_calibration import ReplayedSession, replayed_steps_of_run
 
     from catengine.errors import BankExhaustedError
     from catengine.session import CATSession
@@ -136,13 +137,21 @@ def replay_llms(bank, data: ResponseData, rows, selectors, scorings, estimator: 
         # one scoring session per selector when the bank's stored curves differ by selector; else one
         scorers = ([CATSession(bank, selector=selector, estimator=estimator_obj) for _, selector in selectors]
                    if "interval_calibration" in bank.attrs else [CATSession(bank, estimator=estimator_obj)])
+        # the same estimates in one compiled call per LLM where the estimator allows (CompiledReplay.estimates_at)
+        fast_scorers = [CompiledReplay.for_estimates(scorer) for scorer in scorers] if compiled else [None]
+        if any(f is None for f in fast_scorers):
+            fast_scorers = None
         for k, i in enumerate(rows):  # the full-benchmark estimate: every observed answer
             seen = np.flatnonzero(data.correct[i] >= 0)
-            cots = [None] * seen.size
-            if give_cot:
-                cots = [None if v != v else v for v in data.cot_length[i, seen].tolist()]  # NaN: unknown
-            answers = ([ids[j] for j in seen], data.correct[i, seen], cots)
-            estimates = [scorer.estimate_from(*answers) for scorer in scorers]  # the same theta, SDs by curve
+            if fast_scorers is not None:
+                cot_row = data.cot_length[i] if give_cot else None
+                estimates = [f.estimates_at(seen, data.correct[i], cot_row, [seen.size])[0] for f in fast_scorers]
+            else:
+                cots = [None] * seen.size
+                if give_cot:
+                    cots = [None if v != v else v for v in data.cot_length[i, seen].tolist()]  # NaN: unknown
+                answers = ([ids[j] for j in seen], data.correct[i, seen], cots)
+                estimates = [scorer.estimate_from(*answers) for scorer in scorers]  # the same theta, SDs by curve
             full[c, k] = estimates[0].theta
             full_sd[:, c, k] = [e.theta_sd for e in estimates] if len(estimates) > 1 else estimates[0].theta_sd
         for r, (sel_name, selector) in enumerate(selectors):
@@ -163,7 +172,8 @@ def replay_llms(bank, data: ResponseData, rows, selectors, scorings, estimator: 
                     if keep_sessions:
                         sessions[r][c].append(ReplayedSession(
                             template.bank, template.items, template.params, template.estimator, template.selector,
-                            template.cot_offset, fast.history(run, y, cots)))
+                            template.cot_offset, replayed_steps_of_run(run, y, cots, fast.lart),
+                            functools.partial(fast.history, run, y, cots)))
                 continue
             for k, i in enumerate(rows):
                 s = CATSession(bank, selector=selector, estimator=estimator_obj, stopping=MaxItems(L), rng=engine_rng)

@@ -43,13 +43,12 @@ from __future__ import annotations
 import json
 import math
 import numbers
-import warnings
 from dataclasses import dataclass
 
 import numpy as np
 
 from calibration.methods.cbmm import _kernels as _k
-from calibration.base import BaseCalibrator, ConvergenceWarning, Setting, choice, integer, non_negative, positive, seed, switch
+from calibration.base import BaseCalibrator, Setting, choice, integer, non_negative, positive, seed, switch
 from calibration.data import ResponseData
 from calibration.diagnostics import DEFAULT_MAX_SLOPE, item_diagnostics
 
@@ -607,8 +606,7 @@ class CBMMCalibrator(BaseCalibrator):
                 a_data_precision=a_data_precision,
             )
             if converged and not self.diagnostics_.fit_identified:
-                warnings.warn(f"{type(self).__name__}: {self.diagnostics_.message()}; converged_ is False",
-                              ConvergenceWarning, stacklevel=3)
+                self._warn_convergence(f"{type(self).__name__}: {self.diagnostics_.message()}; converged_ is False", stacklevel=3)
                 converged = False
         else:
             self.a_sd_ = self.b_sd_ = self.ab_cov_ = None

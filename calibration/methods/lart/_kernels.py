@@ -55,7 +55,7 @@ _ARS_MODE_TOL_SD = 0.05
 # ----------------------------------------------------------------------------- scalar helpers
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, nogil=True, inline="always")
 def _probit_terms(x):
     """(log Phi(x), m(x), m(x)(x + m(x))) with a single erfc for x >= -20.
 
@@ -85,7 +85,7 @@ _TWO52 = 4503599627370496.0  # 2^52
 _SQRT2 = 1.4142135623730951
 
 
-@njit(cache=True, inline="always", error_model="numpy", fastmath={"contract"})
+@njit(cache=True, nogil=True, inline="always", error_model="numpy", fastmath={"contract"})
 def _log_pos(y):
     """log(y) for a positive normal float64: y = 2^e u, u in [sqrt(1/2), sqrt 2), log u = 2 atanh(s)."""
     bits = _f64_to_bits(y)
@@ -99,7 +99,7 @@ def _log_pos(y):
     return e * _LN2 + _two_atanh_small(s)
 
 
-@njit(cache=True, inline="always", error_model="numpy", fastmath={"contract"})
+@njit(cache=True, nogil=True, inline="always", error_model="numpy", fastmath={"contract"})
 def _erfcx_pos(z):
     """erfcx(z) = exp(z^2) erfc(z) for z >= 0 (Weideman's expansion, 40 terms). The degree-39
     polynomial in Z is evaluated as four interleaved Horner chains in Z^4: one chain of 39 steps
@@ -152,7 +152,7 @@ def _erfcx_pos(z):
     return (2.0 * p * d + _INV_SQRT_PI) * d
 
 
-@njit(cache=True, inline="always", error_model="numpy", fastmath={"contract"})
+@njit(cache=True, nogil=True, inline="always", error_model="numpy", fastmath={"contract"})
 def _probit_vec(x):
     """(log Phi(x), m(x) = phi(x) / Phi(x), m(x)(x + m(x))) for any finite x, branch-free.
 
@@ -173,7 +173,7 @@ def _probit_vec(x):
     return lp, m, m * (x + m)
 
 
-@njit(cache=True, error_model="numpy", fastmath={"contract"})  # no division checks: vectorises
+@njit(cache=True, nogil=True, error_model="numpy", fastmath={"contract"})  # no division checks: vectorises
 def probit_vec_array(x):
     """``_probit_vec`` over an array (for tests): (N, 3)."""
     out = np.empty((x.size, 3))
@@ -188,7 +188,7 @@ def probit_vec_array(x):
 # ----------------------------------------------------------------------------- 1-D posterior of theta
 
 
-@njit(cache=True, error_model="numpy", fastmath={"contract"})  # no division checks: vectorises
+@njit(cache=True, nogil=True, error_model="numpy", fastmath={"contract"})  # no division checks: vectorises
 def log_post_theta(theta, mu, v, a, b, r_row):
     """(l, l', l'') of l(theta) = -(theta - mu)^2 / (2 v) + sum_{j: r_j >= 0} log Phi(s_j (a_j theta + b_j)).
 
@@ -223,7 +223,7 @@ def log_post_theta(theta, mu, v, a, b, r_row):
     return l, g, h
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _find_mode(theta0, mu, v, a, b, r_row, tol_sd):
     """Safeguarded Newton for the mode of the concave l; returns (mode, l, l', l'') at the last point.
 
@@ -256,7 +256,7 @@ def _find_mode(theta0, mu, v, a, b, r_row, tol_sd):
     return x, l, g, h
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _seg_log_mass(uL, uR, g, w):
     """log of int exp(u) over a segment of the hull: u linear with slope g, u(L) = uL, u(R) = uR.
 
@@ -275,7 +275,7 @@ def _seg_log_mass(uL, uR, g, w):
     return uL + math.log(-math.expm1(gw)) - math.log(-g)
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _seg_draw(L, R, g, u):
     """Inverse cdf of the density ∝ exp(g x) on [L, R] at the uniform u (L or R may be infinite)."""
     if math.isinf(L):
@@ -291,7 +291,7 @@ def _seg_draw(L, R, g, u):
     return L + math.log1p(u * math.expm1(gw)) / g
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _ars_one(mode, sd, mu, v, a, b, r_row, unif, lmode, gmode):
     """One exact draw from exp(l) by adaptive rejection sampling.
 
@@ -416,7 +416,7 @@ def _ars_one(mode, sd, mu, v, a, b, r_row, unif, lmode, gmode):
     return np.nan, -1
 
 
-@njit(cache=True, parallel=True)
+@njit(cache=True, nogil=True, parallel=True)
 def sample_theta_ars(R, a, b, mu, v, theta_start, unif, out, mode_out, status):
     """Exact draws theta_i ~ p(theta | R_i, T_i) ∝ N(theta; mu_i, v_i) prod_j Phi(s_ij (a_j theta + b_j)).
 
@@ -440,7 +440,7 @@ def sample_theta_ars(R, a, b, mu, v, theta_start, unif, out, mode_out, status):
 # ----------------------------------------------------------------------------- M-step, accuracy block
 
 
-@njit(cache=True, error_model="numpy", fastmath={"contract"})  # no division checks: vectorises
+@njit(cache=True, nogil=True, error_model="numpy", fastmath={"contract"})  # no division checks: vectorises
 def _item_sums(sg, th, aj, bj, lpb, mb, cb):
     """Data part (f, ga, gb, haa, hab, hbb) of one draw's probit objective for one item (Hessian
     entries not negated). ``sg`` (N,) holds s_ij = +1 / -1 for observed cells and 0 for missing
@@ -476,7 +476,7 @@ def _item_sums(sg, th, aj, bj, lpb, mb, cb):
     return f, ga, gb, haa, hab, hbb
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _item_signs(j, R, sg):
     """sg[i] = +1 (correct), -1 (incorrect), 0 (missing) for column j of R (contiguous for ``_item_sums``)."""
     for i in range(R.shape[0]):
@@ -484,7 +484,7 @@ def _item_signs(j, R, sg):
         sg[i] = 1.0 if r > 0 else (-1.0 if r == 0 else 0.0)
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _item_pass(j, R, theta_hist, n_hist, aj, bj, ridge):
     """Averaged objective of item j over the stored draws, with gradient and Hessian.
 
@@ -517,7 +517,7 @@ def _item_pass(j, R, theta_hist, n_hist, aj, bj, ridge):
     return (f, ga * w, gb * w - ridge * bj, -haa * w, -hab * w, -hbb * w - ridge)
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _item_new_term(j, R, th, aj, bj):
     """Data part of one draw's probit objective for item j: (f, ga, gb, haa, hab, hbb), no ridge."""
     N = R.shape[0]
@@ -527,7 +527,7 @@ def _item_new_term(j, R, th, aj, bj):
     return f, ga, gb, -haa, -hab, -hbb
 
 
-@njit(cache=True, parallel=True)
+@njit(cache=True, nogil=True, parallel=True)
 def item_newton_cached(R, theta_hist, n_hist, alpha, a, b, prior, cache, tol, max_newton, n_passes,
                        carry_tol=0.0, carried=None):
     """Exact M-step of the accuracy block with a cached history (in place on a, b, cache).
@@ -642,7 +642,7 @@ def item_newton_cached(R, theta_hist, n_hist, alpha, a, b, prior, cache, tol, ma
         n_passes[j] = passes if done else -1
 
 
-@njit(cache=True, parallel=True)
+@njit(cache=True, nogil=True, parallel=True)
 def item_objective_cache(R, theta_hist, n_hist, a, b, cache):
     """cache[j] = data part (f, ga, gb, haa, hab, hbb) of the averaged objective at (a_j, b_j), exactly."""
     for j in prange(a.shape[0]):
@@ -658,7 +658,7 @@ def item_objective_cache(R, theta_hist, n_hist, a, b, cache):
 # ----------------------------------------------------------------------------- MAP traits
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _map_objective(th, ta, r_row, y_row, cens_row, a, b, omega, phi, lam, p11, p12, p22, use_cot):
     """Log posterior of (theta, tau) for one subject, with gradient and Hessian (up to a constant).
 
@@ -700,7 +700,7 @@ def _map_objective(th, ta, r_row, y_row, cens_row, a, b, omega, phi, lam, p11, p
     return f, g1, g2, h11, h12, h22
 
 
-@njit(cache=True, parallel=True)
+@njit(cache=True, nogil=True, parallel=True)
 def map_traits(R, Y, C, a, b, omega, phi, lam, rho, use_cot, theta0, tau0, out, tol, max_iter):
     """MAP (theta, tau) of every subject by damped Newton; out[i] = (theta, tau, sd_theta, sd_tau, n_iter).
 

@@ -78,13 +78,12 @@ from __future__ import annotations
 
 import json
 import time
-import warnings
 
 import numpy as np
 from scipy import special
 
 from calibration.methods.lart import _kernels as K
-from calibration.base import BaseCalibrator, ConvergenceWarning, choice, integer, non_negative, optional, positive, seed, switch
+from calibration.base import BaseCalibrator, choice, integer, non_negative, optional, positive, seed, switch
 from calibration.data import ResponseData
 from calibration.diagnostics import DEFAULT_MAX_SLOPE, item_diagnostics
 from calibration.methods.lart.sampling import _ars_draws, cot_informed_prior, sample_theta_sun
@@ -531,12 +530,9 @@ class LaRTSAEMCalibrator(BaseCalibrator):
         bad_items = np.flatnonzero(n_passes < 0)
         if bad_items.size:
             ids = ", ".join(repr(responses.item_ids[k]) for k in bad_items[:5])
-            warnings.warn(
+            self._warn_convergence(
                 f"the accuracy M-step did not converge for {bad_items.size} item(s) ({ids}); their responses "
-                "are (nearly) separated by ability -- set b_prior_sd to keep them finite",
-                ConvergenceWarning,
-                stacklevel=2,
-            )
+                "are (nearly) separated by ability -- set b_prior_sd to keep them finite", stacklevel=2)
 
         if self._carry_tol > 0.0 and n_hist > 1 and carried.any():
             # the reported information is exact at the returned point, not the quadratic model's
@@ -615,7 +611,7 @@ class LaRTSAEMCalibrator(BaseCalibrator):
         )
         self.perfect_items_ = perfect  # answered identically by all who saw them: identified by the prior only
         if converged and not self.diagnostics_.fit_identified:
-            warnings.warn(f"{type(self).__name__}: {self.diagnostics_.message()}; converged_ is False", ConvergenceWarning, stacklevel=2)
+            self._warn_convergence(f"{type(self).__name__}: {self.diagnostics_.message()}; converged_ is False", stacklevel=2)
             converged = False
         self.converged_ = converged
         self.n_burnin_ = K_burn

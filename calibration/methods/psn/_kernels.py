@@ -37,7 +37,7 @@ _LOG_FLOOR = -100.0  # torch.nn.BCELoss clamps log(P) and log(1 - P) at -100
 _EXP_FLOOR = math.exp(_LOG_FLOOR)
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, nogil=True, inline="always")
 def _sig(x):
     if x >= 0.0:
         return 1.0 / (1.0 + math.exp(-x))
@@ -45,7 +45,7 @@ def _sig(x):
     return e / (1.0 + e)
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, nogil=True, inline="always")
 def _asymptotes(p2, p3, ordered):
     """(c, 1 - c, d, 1 - d, dd/dp2, dd/dp3, dc/dp2) with d - c computed by the caller."""
     c = _sig(p2)
@@ -68,7 +68,7 @@ def _asymptotes(p2, p3, ordered):
 # ------------------------------------------------------------------------------- loss and gradient
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def cell_loss_grad(theta, out, y, ordered, weight, g_theta, g_out):
     """Weighted BCE summed over cells; fills g_theta (B,) and g_out (B, 4) with its gradient.
 
@@ -111,7 +111,7 @@ def cell_loss_grad(theta, out, y, ordered, weight, g_theta, g_out):
     return total
 
 
-@njit(cache=False, error_model="numpy", fastmath=True)  # not cached: see calibration/methods/cbmm/_kernels.py
+@njit(cache=False, nogil=True, error_model="numpy", fastmath=True)  # not cached: see calibration/methods/cbmm/_kernels.py
 def _fold_rows(T, idx, b1, M, c, hid, out):
     """hid[n] = relu(T[idx[n]] + b1); out[n] = c + hid[n] @ M (M: (H, K))."""
     H = T.shape[1]
@@ -128,7 +128,7 @@ def _fold_rows(T, idx, b1, M, c, hid, out):
             out[n, k] = acc
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, nogil=True, error_model="numpy")
 def prior_loss_grad(theta, out, subj, item, prior, weight, g_theta, g_out):
     """Add the prior's per-cell share to g_theta (B,) and g_out (B, 4); returns its weighted sum.
 
@@ -150,7 +150,7 @@ def prior_loss_grad(theta, out, subj, item, prior, weight, g_theta, g_out):
     return total
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, nogil=True, error_model="numpy")
 def batch_forward_backward(S, I, subj, item, y, s_b1, m_s, c_s, i_b1, M_i, c_i, ordered, prior, g_hs, g_hi, a_s, A,
                            sums):
     """Fused mini-batch pass of the folded network (see ``PSNNetwork.forward_backward``).
@@ -198,7 +198,7 @@ def batch_forward_backward(S, I, subj, item, y, s_b1, m_s, c_s, i_b1, M_i, c_i, 
     return total
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def cell_probabilities(theta, beta, a, c, d, subj, item):
     """P = c + (d - c) sigmoid(a (theta - beta)) of every listed cell (subject, item)."""
     n = subj.shape[0]
@@ -212,7 +212,7 @@ def cell_probabilities(theta, beta, a, c, d, subj, item):
 # ------------------------------------------------------------------------------------------ Adam
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, nogil=True, inline="always")
 def _typed_consts(w, consts):
     """(b1, 1 - b1, b2, 1 - b2, eps, wd) cast to w's dtype, in a scratch array (8,) whose last two
     slots take the per-step factors lr / (1 - b1^t) and 1 / sqrt(1 - b2^t)."""
@@ -226,13 +226,13 @@ def _typed_consts(w, consts):
     return tc
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, nogil=True, inline="always")
 def _step_factors(tc, consts, t):
     tc[6] = consts[0] / (1.0 - consts[1] ** t)
     tc[7] = 1.0 / math.sqrt(1.0 - consts[2] ** t)
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, nogil=True, error_model="numpy")
 def adam_dense(w, g, m, v, t, consts):
     """One torch.optim.Adam step (coupled weight decay) on flat arrays, in place.
 
@@ -262,7 +262,7 @@ def step_factors(n_steps: int, consts, dtype) -> np.ndarray:
     return out
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, nogil=True, error_model="numpy")
 def _replay_row(w, m, v, r, start, stop, tc, fac):
     """Apply the weight-decay-only Adam steps start..stop-1 (1-based step numbers) to row r.
 
@@ -283,7 +283,7 @@ def _replay_row(w, m, v, r, start, stop, tc, fac):
             w[r, h] -= step * mk / (np.sqrt(vk) * isbc2 + eps)
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, nogil=True, error_model="numpy")
 def _gather_rows(idx, grads, slot, acc):
     """Sum gradient rows per distinct table row: returns the distinct rows (in first-seen order)."""
     B = idx.shape[0]
@@ -307,7 +307,7 @@ def _gather_rows(idx, grads, slot, acc):
     return uniq[:k]
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, nogil=True, error_model="numpy")
 def adam_rows(w, m, v, last, idx, grads, t, consts, slot, acc, fac):
     """Adam step t on the rows listed in ``idx`` (repeats summed), replaying skipped steps first.
 
@@ -336,7 +336,7 @@ def adam_rows(w, m, v, last, idx, grads, t, consts, slot, acc, fac):
         last[r] = t
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, nogil=True, error_model="numpy")
 def adam_flush_rows(w, m, v, last, t, consts, fac):
     """Bring every row up to step t (weight-decay-only steps for rows not seen since)."""
     tc = _typed_consts(w, consts)
@@ -351,7 +351,7 @@ def adam_flush_rows(w, m, v, last, t, consts, fac):
 CURVATURE_CODES = {"fisher": 0, "logistic": 1, "exact": 2}
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def cell_curvature(theta, beta, a, c, d, subj, item, y, mode, lam, loglik):
     """Per-cell curvature of the loss wrt the logit eta = a (theta - beta), and the log-likelihood.
 

@@ -22,11 +22,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import warnings
 
 import numpy as np
 
-from calibration.base import BaseCalibrator, ConvergenceWarning, Setting, choice, integer, non_negative, positive, seed, switch
+from calibration.base import BaseCalibrator, Setting, choice, integer, non_negative, positive, seed, switch
 from catengine.itembank.schema import PLAUSIBLE_RANGES
 from catengine.validation import in_unit_interval, positive_finite
 from calibration.data import ResponseData
@@ -292,13 +291,10 @@ class PSNCalibrator(BaseCalibrator):
         self._refresh_point_estimates()
         spread = float(np.std(self.native_theta_))
         if spread < 1e-3:
-            warnings.warn(
+            self._warn_convergence(
                 f"PSN training collapsed: the abilities barely vary (SD {spread:.2g} on the network's scale), so a "
                 "standardised scale and its posterior would be meaningless; with the reference head d starts equal "
-                "to c and the 4PL is flat at initialisation - retry with ordered_asymptotes=True or more epochs",
-                ConvergenceWarning,
-                stacklevel=2,
-            )
+                "to c and the 4PL is flat at initialisation - retry with ordered_asymptotes=True or more epochs", stacklevel=2)
         self.split_half_ = None
         if self.temperature == MEAN_LOSS:
             self.temperature_ = float(subj.size)
@@ -329,8 +325,7 @@ class PSNCalibrator(BaseCalibrator):
         a_std = self._bank_arrays(True, clip=False)[0]
         self.diagnostics_ = item_diagnostics(responses.item_ids, a_std, perfect=(n_right == 0) | (n_right == n_seen))
         if self.converged_ and not self.diagnostics_.fit_identified:
-            warnings.warn(f"{type(self).__name__}: {self.diagnostics_.message()}; converged_ is False",
-                          ConvergenceWarning, stacklevel=3)
+            self._warn_convergence(f"{type(self).__name__}: {self.diagnostics_.message()}; converged_ is False", stacklevel=3)
             self.converged_ = False
 
     def fit_summary(self, data) -> str:
