@@ -28,10 +28,12 @@ default empirical-Bayes prior and with ``prior="none"`` (joint ML; median of ``-
 L-BFGS-B at cBMM's joint-ML loss (the baseline of the fit rows), the two streaming passes of a
 two-pass sweep (``col_pass_r1`` with and without the loss, ``row_pass_r1``) and the fused one-pass
 sweep that fits of >= 128 items run (``sweep_r1``, with and without the loss; priors on, the
-problem built as a fit builds it) beside two measured baselines over the same int8 cells: a numba
-parallel sum of the transposed matrix (the memory limit: GB/s of int8 read) and a parallel sum of
+problem built as a fit builds it) beside three measured baselines over the same int8 cells: a numba
+parallel sum of the transposed matrix (the memory limit: GB/s of int8 read), a parallel sum of
 sigmoid(theta_i a_j + b_j) over the observed cells by the kernels' own sigmoid (the compute floor:
-the one exp and one division per cell that any pass needs). Kernel timings interleave the candidates round-robin and report medians, so a
+the one exp and one division per cell that any pass needs), and the same sum in float32 with the
+crudest rational exp ([2/2] Pade, relative error ~1e-5, too coarse for a fit: how far any pass
+that evaluates a sigmoid per cell stays from the memory limit on this machine). Kernel timings interleave the candidates round-robin and report medians, so a
 shared machine's load falls on all of them alike; the ratios are the figures to quote.
 
 Timings are wall-clock on whatever machine runs this; state its load when quoting them. cBMM
@@ -381,7 +383,46 @@ def _stream_kernels():
                 z += w * (q if x >= 0.0 else eq)
             out[j] = z
 
-    return int8_sum, sigmoid_sum
+    from llvmlite import ir
+    from numba.core import types
+    from numba.extending import intrinsic
+
+    @intrinsic
+    def bits_to_f32(typingctx, x):
+        def codegen(context, builder, signature, args):
+            return builder.bitcast(args[0], ir.FloatType())
+        return types.float32(types.int32), codegen
+
+    @intrinsic
+    def f32_to_bits(typingctx, x):
+        def codegen(context, builder, signature, args):
+            return builder.bitcast(args[0], ir.IntType(32))
+        return types.int32(types.float32), codegen
+
+    shifter = np.float32(12582912.0 + 127.0)  # 1.5 * 2^23 + the float32 exponent bias
+    log2e, ln2_hi, ln2_lo = np.float32(1.4426950408889634), np.float32(0.693359375), np.float32(-2.12194440e-4)
+
+    @njit(parallel=True, **K._OPTS)
+    def sigmoid_sum_f32(ct, theta32, a, b, out):  # below any usable floor: float32 and a [2/2] Pade exp (~1e-5)
+        for j in prange(ct.shape[0]):
+            aj = np.float32(a[j])
+            bj = np.float32(b[j])
+            z = np.float32(0.0)
+            for i in range(np.uint64(0), np.uint64(ct.shape[1])):
+                x = theta32[i] * aj + bj
+                y = max(-abs(x), np.float32(-80.0))
+                kd = y * log2e + shifter
+                k = kd - shifter
+                f = y - k * ln2_hi - k * ln2_lo
+                ev = np.float32(1.0 / 12.0) * f * f + np.float32(1.0)
+                od = np.float32(0.5) * f
+                num = bits_to_f32(f32_to_bits(kd) << 23) * (ev + od)
+                eq = num / ((ev - od) + num)
+                w = np.float32(1.0) if ct[j, i] >= 0 else np.float32(0.0)
+                z += w * (np.float32(1.0) - eq if x >= np.float32(0.0) else eq)
+            out[j] = z
+
+    return int8_sum, sigmoid_sum, sigmoid_sum_f32
 
 
 def _medians(fns: dict, repeat: int) -> dict:
@@ -403,7 +444,7 @@ def kernel_rows(data, repeat: int) -> dict:
     from calibration.methods.cbmm import _kernels as K
     from calibration.methods.cbmm.calibrator import _Problem, _find_extremes, _transposed
 
-    int8_sum, sigmoid_sum = _stream_kernels()
+    int8_sum, sigmoid_sum, sigmoid_sum_f32 = _stream_kernels()
     c = np.ascontiguousarray(data.correct, dtype=np.int8)
     n, j = c.shape
     cal = CBMMCalibrator(progress=False).fit(data)
@@ -416,6 +457,7 @@ def kernel_rows(data, repeat: int) -> dict:
     db = np.zeros(j)
     tn = th.copy()
     out = np.zeros(j)
+    th32 = th.astype(np.float32)
     ridge = 0.0 if cal.prior_ is None else cal.prior_.theta_precision / 0.25
     threads = numba.get_num_threads()
     if c.size < 2_100_000:  # as the fit does (calibrator._PARALLEL_MIN_CELLS)
@@ -435,6 +477,7 @@ def kernel_rows(data, repeat: int) -> dict:
         fns = {
             "int8 sum": lambda: int8_sum(ct),
             "sigmoid sum": lambda: sigmoid_sum(ct, th, a, b, out),
+            "f32 sigmoid sum": lambda: sigmoid_sum_f32(ct, th32, a, b, out),
             "col pass + loss": lambda: prob.col_pass(th, a, b, True),
             "col pass": lambda: prob.col_pass(th, a, b, False),
             "row pass": lambda: K.row_pass_r1(c, th, a, b, an, an * an, an * a, an * db, ridge, prob.rows, prob.full_row, tn,
@@ -539,7 +582,9 @@ def issue33_table(args) -> None:
               f"{med['col pass'] * 1e3:.1f} / {med['row pass'] * 1e3:.1f} ms = {med['col pass + loss'] / cells * 1e9:.3f} / "
               f"{med['col pass'] / cells * 1e9:.3f} / {med['row pass'] / cells * 1e9:.3f} ns per cell; int8 sum "
               f"{med['int8 sum'] / cells * 1e9:.3f} ns/cell ({cells / med['int8 sum'] / 1e9:.1f} GB/s), sigmoid sum "
-              f"{med['sigmoid sum'] / cells * 1e9:.3f} ns/cell; per fit call column / row = "
+              f"{med['sigmoid sum'] / cells * 1e9:.3f} ns/cell, float32 [2/2] sigmoid sum "
+              f"{med['f32 sigmoid sum'] / cells * 1e9:.3f} ns/cell = {med['f32 sigmoid sum'] / med['int8 sum']:.1f}x the int8 sum; "
+              f"per fit call column / row = "
               f"{pc['col'][0] / pc['row'][0] if pc['col'][1] and pc['row'][1] else float('nan'):.2f}")
         if "sweep" in med:
             print(f"  cBMM {ln['shape']}, one fused sweep (both blocks, one exp per cell): {med['sweep + loss'] * 1e3:.1f} "

@@ -161,9 +161,23 @@ def accuracy_sums(model, uncertainty, points, items, a, b, c, d, a_var, b_var, a
 
 
 @njit(cache=True)
-def cot_sums(points, items, omega, phi, lam, codes, n_cols):
+def cot_item_factors(lam):
+    """(smear, spread) per item: exp(lam_j^2 / 2) and (exp(lam_j^2) - 1) exp(lam_j^2), the factors of
+    the log-normal CoT moments that do not depend on the speed (``cot_sums`` takes them)."""
+    smear = np.empty(lam.size)
+    spread = np.empty(lam.size)
+    for j in range(lam.size):
+        lam2 = lam[j] * lam[j]
+        smear[j] = math.exp(0.5 * lam2)
+        spread[j] = math.expm1(lam2) * math.exp(lam2)
+    return smear, spread
+
+
+@njit(cache=True)
+def cot_sums(points, items, omega, phi, smear_j, spread_j, codes, n_cols):
     """(4, P, n_cols): the sums over ``items`` of exp(mu_j), exp(mu_j)^2, exp(mu_j + lam_j^2 / 2) and
-    (exp(lam_j^2) - 1) exp(2 mu_j + lam_j^2), mu_j = omega_j - phi_j t, at ``points``."""
+    (exp(lam_j^2) - 1) exp(2 mu_j + lam_j^2), mu_j = omega_j - phi_j t, at ``points``; ``smear_j`` and
+    ``spread_j`` are :func:`cot_item_factors` of the items' lam."""
     P = points.size
     out = np.zeros((4, P, n_cols))
     comp = np.zeros((4, P, n_cols))
@@ -173,9 +187,8 @@ def cot_sums(points, items, omega, phi, lam, codes, n_cols):
         for jj in range(start, min(start + BLOCK, n)):
             j = items[jj]
             g = 1 + codes[j] if n_cols > 1 else 0
-            lam2 = lam[j] * lam[j]
-            smear = math.exp(0.5 * lam2)
-            spread = math.expm1(lam2) * math.exp(lam2)
+            smear = smear_j[j]
+            spread = spread_j[j]
             oj, pj = omega[j], phi[j]
             for i in range(P):
                 base = math.exp(oj - pj * points[i])
@@ -473,6 +486,7 @@ def cot_total_trajectory(omega, phi, lam, order, tokens, lengths, taus, tau_sds,
     points = np.empty(P)
     node_mean = np.empty(P)
     node_var = np.empty(P)
+    item_smear, item_spread = cot_item_factors(lam)
     n = 0
     for t in range(lengths.size):
         L = lengths[t]
@@ -483,7 +497,7 @@ def cot_total_trajectory(omega, phi, lam, order, tokens, lengths, taus, tau_sds,
         tau = taus[t]
         for i in range(P):
             points[i] = tau + tau_sds[t] * gh_x[i]
-        sums = cot_sums(points, items, omega, phi, lam, codes, 1)
+        sums = cot_sums(points, items, omega, phi, item_smear, item_spread, codes, 1)
         tokens_sum = 0.0
         for k in range(n):
             tokens_sum += tokens[k]

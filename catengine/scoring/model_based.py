@@ -947,7 +947,8 @@ def cot_curves(params: ItemParams, *, codes=None, n_groups: int = 0) -> SummedCu
     from catengine.scoring import _kernels as kernels
 
     group_codes, n_groups = _groups(codes, n_groups, params.n_items)
-    arrays = tuple(np.ascontiguousarray(v, dtype=np.float64) for v in (params.omega, params.phi, params.lam))
+    arrays = (*(np.ascontiguousarray(v, dtype=np.float64) for v in (params.omega, params.phi)),
+              *kernels.cot_item_factors(np.ascontiguousarray(params.lam, dtype=np.float64)))
 
     def item_sums(points, items):
         return kernels.cot_sums(np.ascontiguousarray(points, dtype=np.float64),
