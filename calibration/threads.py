@@ -77,13 +77,3 @@ class Workers:
 
     def __exit__(self, *exc) -> None:
         self.close()
-
-
-def in_threads(work, tasks, workers: Workers | None = None) -> list:
-    """``[work(t) for t in tasks]``, run on ``workers`` (or on up to ``MAX_THREADS`` threads of
-    their own), results in task order."""
-    tasks = list(tasks)
-    if workers is not None:
-        return workers.map(work, tasks)
-    with Workers(min(MAX_THREADS, len(tasks)) if tasks else 1) as own:
-        return own.map(work, tasks)

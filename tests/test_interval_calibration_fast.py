@@ -219,7 +219,7 @@ def test_the_check_gives_the_same_record_on_one_thread_and_on_two(method, monkey
     assert records[0] == records[1]
 
 
-def test_in_threads_returns_the_results_in_task_order(monkeypatch):
+def test_workers_map_returns_the_results_in_task_order(monkeypatch):
     import time
 
     import calibration.threads as threads
@@ -230,7 +230,8 @@ def test_in_threads_returns_the_results_in_task_order(monkeypatch):
         time.sleep(0.05 if k == 0 else 0.0)
         return k * k
 
-    assert threads.in_threads(slow_first, range(5)) == [0, 1, 4, 9, 16]
+    with threads.Workers() as workers:
+        assert workers.n_threads == 2 and workers.map(slow_first, range(5)) == [0, 1, 4, 9, 16]
 
 
 def test_a_refit_counts_its_convergence_warnings_without_showing_them():
