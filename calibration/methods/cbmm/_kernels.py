@@ -851,3 +851,126 @@ def extreme_theta(c, rows, a, b, col_on, target, lo, hi, n_bisect, theta_out):
             else:
                 th = t
         theta_out[i] = 0.5 * (tl + th)
+
+
+# ---------------------------------------------------------------------------------- empirical Bayes
+# Compiled without fastmath (no reassociation, no fused multiply-add): every operation rounds as
+# the numpy expression it replaces does, and the means sum pairwise as numpy's do, so the EM below
+# gives the bits of its numpy form (``tests/test_cbmm_priors.py`` compares them).
+_NUMPY_EXACT_OPTS = dict(cache=True, nogil=True, error_model="numpy")
+
+
+@njit(**_NUMPY_EXACT_OPTS)
+def _numpy_block_sum(x, start, n):
+    """numpy's sum of a block of at most 128 contiguous float64: plain below 8, else eight partial sums."""
+    if n < 8:
+        s = 0.0
+        for i in range(start, start + n):
+            s += x[i]
+        return s
+    r0, r1, r2, r3 = x[start], x[start + 1], x[start + 2], x[start + 3]
+    r4, r5, r6, r7 = x[start + 4], x[start + 5], x[start + 6], x[start + 7]
+    i = 8
+    while i < n - n % 8:
+        k = start + i
+        r0 += x[k]
+        r1 += x[k + 1]
+        r2 += x[k + 2]
+        r3 += x[k + 3]
+        r4 += x[k + 4]
+        r5 += x[k + 5]
+        r6 += x[k + 6]
+        r7 += x[k + 7]
+        i += 8
+    s = ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7))
+    while i < n:
+        s += x[start + i]
+        i += 1
+    return s
+
+
+@njit(**_NUMPY_EXACT_OPTS)
+def numpy_sum(x, start, n):
+    """sum(x[start:start + n]) in numpy's order: its pairwise summation of a contiguous float64
+    array (blocks of at most 128, ``_numpy_block_sum``; longer runs split in halves at a multiple of
+    8, left sum + right sum). The recursion runs on an explicit stack (numba's cache cannot load
+    recursive functions)."""
+    if n <= 128:
+        return _numpy_block_sum(x, start, n)
+    frame_start = np.empty(64, dtype=np.int64)
+    frame_n = np.empty(64, dtype=np.int64)
+    stage = np.zeros(64, dtype=np.int64)  # 0: not split yet, 1: left half pending, 2: right half pending
+    left = np.empty(64)
+    frame_start[0], frame_n[0], top = start, n, 1
+    while True:
+        i = top - 1
+        if frame_n[i] > 128 and stage[i] == 0:  # split: the left half first
+            half = frame_n[i] // 2
+            half -= half % 8
+            stage[i] = 1
+            frame_start[top], frame_n[top], stage[top] = frame_start[i], half, 0
+            top += 1
+            continue
+        value = _numpy_block_sum(x, frame_start[i], frame_n[i])
+        top -= 1
+        while top > 0:  # hand the finished sum to the frames above
+            p = top - 1
+            if stage[p] == 1:  # its left half: keep it, start the right half
+                left[p] = value
+                stage[p] = 2
+                half = frame_n[p] // 2
+                half -= half % 8
+                frame_start[top], frame_n[top], stage[top] = frame_start[p] + half, frame_n[p] - half, 0
+                top += 1
+                break
+            value = left[p] + value  # its right half: the frame is done
+            top -= 1
+        if top == 0:
+            return value
+
+
+@njit(**_NUMPY_EXACT_OPTS)
+def eb_prior_em(h0, h1, h2, g_a, g_b, mu_a, mu_b, var_a, var_b, min_var, max_iter, tol):
+    """The EM of cBMM's empirical-Bayes update to its fixed point (``CBMMCalibrator._eb_update``,
+    step 3): items j with quadratic log-likelihoods of information [[h2, h1], [h1, h0]]_j and
+    H_j x_j^ML = (g_a, g_b)_j under x_j ~ N((mu_a, mu_b), diag(var_a, var_b)); per iteration
+    V_j = (H_j + S^-1)^-1, m_j = V_j (H_j x_j^ML + S^-1 mu), mu = mean m_j, var = max(mean((m_j -
+    mu)^2 + diag V_j), min_var); stops after an iteration whose largest move (variances as ratios)
+    is below ``tol``, or after ``max_iter``. Returns (mu_a, mu_b, var_a, var_b)."""
+    J = h0.size
+    ma = np.empty(J)
+    mb = np.empty(J)
+    dev_a = np.empty(J)
+    dev_b = np.empty(J)
+    for _ in range(max_iter):
+        pa = 1.0 / var_a
+        pb = 1.0 / var_b
+        qa = mu_a / var_a
+        qb = mu_b / var_b
+        for j in range(J):
+            ia = h2[j] + pa
+            ib = h0[j] + pb
+            det = ia * ib - h1[j] * h1[j]
+            va = ib / det
+            vb = ia / det
+            vab = -h1[j] / det
+            ra = g_a[j] + qa
+            rb = g_b[j] + qb
+            ma[j] = va * ra + vab * rb
+            mb[j] = vab * ra + vb * rb
+            dev_a[j] = va  # the diagonal of V_j, until the means are known
+            dev_b[j] = vb
+        new_mu_a = numpy_sum(ma, 0, J) / J
+        new_mu_b = numpy_sum(mb, 0, J) / J
+        for j in range(J):
+            da = ma[j] - new_mu_a
+            db = mb[j] - new_mu_b
+            dev_a[j] = da * da + dev_a[j]
+            dev_b[j] = db * db + dev_b[j]
+        new_var_a = max(numpy_sum(dev_a, 0, J) / J, min_var)
+        new_var_b = max(numpy_sum(dev_b, 0, J) / J, min_var)
+        step = max(abs(new_var_a / var_a - 1), abs(new_var_b / var_b - 1), abs(new_mu_a - mu_a), abs(new_mu_b - mu_b))
+        mu_a, mu_b, var_a, var_b = new_mu_a, new_mu_b, new_var_a, new_var_b
+        if step < tol:
+            break
+    return mu_a, mu_b, var_a, var_b

@@ -62,6 +62,7 @@ _EB_TOL = 0.05
 _EB_SCALE_TOL = 0.05  # the EB update re-standardises theta only when its SD or mean drifted by more
 _EB_MAX_UPDATES = 25  # at most this many empirical-Bayes updates (then the prior is frozen)
 _EB_INNER_ITER = 500  # EM iterations of one update (O(J) each, no data pass)
+_EB_EM_TOL = 1e-7  # the EM of one update stops below this move (means, and variances as ratios)
 _EB_MIN_VAR = 1e-4  # floor on the prior variances (keeps a 1PL-like bank from collapsing the prior)
 
 
@@ -939,19 +940,8 @@ class CBMMCalibrator(BaseCalibrator):
         mu_a, mu_b = float(x_a.mean()), float(x_b.mean())
         var_a = max(1.0 / p_old[0, 0], _EB_MIN_VAR)
         var_b = max(1.0 / p_old[1, 1], _EB_MIN_VAR)
-        for _ in range(_EB_INNER_ITER):
-            ia, ib = h2 + 1.0 / var_a, h0 + 1.0 / var_b
-            det = ia * ib - h1 * h1
-            va, vb, vab = ib / det, ia / det, -h1 / det
-            ra, rb = g_a + mu_a / var_a, g_b + mu_b / var_b
-            ma, mb = va * ra + vab * rb, vab * ra + vb * rb
-            new_mu_a, new_mu_b = float(ma.mean()), float(mb.mean())
-            new_var_a = max(float(np.mean((ma - new_mu_a) ** 2 + va)), _EB_MIN_VAR)
-            new_var_b = max(float(np.mean((mb - new_mu_b) ** 2 + vb)), _EB_MIN_VAR)
-            step = max(abs(new_var_a / var_a - 1), abs(new_var_b / var_b - 1), abs(new_mu_a - mu_a), abs(new_mu_b - mu_b))
-            mu_a, mu_b, var_a, var_b = new_mu_a, new_mu_b, new_var_a, new_var_b
-            if step < 1e-7:
-                break
+        mu_a, mu_b, var_a, var_b = _k.eb_prior_em(*(np.ascontiguousarray(v, dtype=np.float64) for v in (h0, h1, h2, g_a, g_b)),
+                                                  mu_a, mu_b, var_a, var_b, _EB_MIN_VAR, _EB_INNER_ITER, _EB_EM_TOL)
         change = max(abs(mu_a - mu_old[0]) * math.sqrt(p_old[0, 0]), abs(mu_b - mu_old[1]) * math.sqrt(p_old[1, 1]),
                      abs(math.log(var_a * p_old[0, 0])), abs(math.log(var_b * p_old[1, 1])))
         if sd != 1.0 or m != 0.0:
