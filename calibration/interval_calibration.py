@@ -43,7 +43,7 @@ import numpy as np
 from calibration.folds import llm_folds, n_llm_groups, with_llm_groups
 from calibration.score_factors import DEFAULT_TOL as DEFAULT_SCORE_FACTOR_TOL
 from calibration.score_factors import attach_score_factors
-from calibration.threads import Workers
+from calibration.threads import Workers, threads_for
 
 from calibration.audit._common import Z95
 from calibration.score_calibration import fit_score_curve, score_residuals, smooth_table
@@ -238,14 +238,15 @@ def cross_fit_intervals(data, make_bank, *, folds: int = DEFAULT_FOLDS, test_len
     (the reference ``benchmarks/check_cost.py`` compares with).
 
     The refits, replays and score sums are tasks on ``workers`` (a
-    :class:`calibration.threads.Workers`; default: a pool of its own). Every task draws from its
-    own random stream and the results are read in fold order, so the record does not depend on
-    how many threads ran them (``tests/test_interval_calibration_fast.py``).
+    :class:`calibration.threads.Workers`; default: a pool of its own, one thread from
+    ``threads.MAX_POOLED_CELLS`` cells on). Every task draws from its own random stream and the
+    results are read in fold order, so the record does not depend on how many threads ran them
+    (``tests/test_interval_calibration_fast.py``).
     """
     if workers is not None:
         return _cross_fit(data, make_bank, folds, test_lengths, scoring, estimator, rng, calibration_method, full_bank,
                           widen_b_sd, shortcuts, prepare_bank, workers)
-    with Workers() as own:
+    with Workers(threads_for(data.n_subjects * data.n_items)) as own:
         return _cross_fit(data, make_bank, folds, test_lengths, scoring, estimator, rng, calibration_method, full_bank,
                           widen_b_sd, shortcuts, prepare_bank, own)
 
@@ -701,7 +702,7 @@ def with_interval_check(calibrator, bank, interval_check="auto", *, cold_start: 
     data, groups_from = with_llm_groups(data)  # runs of one LLM are held out together, given or detected
     # score factors come with the check, never without: the check's score curves make their intervals honest
     without_factors = bank
-    with Workers() as workers:
+    with Workers(threads_for(data.n_subjects * data.n_items)) as workers:
         # the full bank's score factors (their number chosen by cross-validation) are fitted beside the refits
         full_factors = workers.submit(attach_score_factors, bank, data, rng=_seed_of(calibrator), keep_fit=True)
         try:

@@ -23,6 +23,16 @@ from concurrent.futures import Future, ThreadPoolExecutor
 
 #: threads at most (and never more than the machine's cores)
 MAX_THREADS = 2
+#: a response matrix of at least this many cells: the calibration's pieces run one after another
+#: in the caller's thread, each kernel on all of numba's threads (as a cBMM fit of that size does),
+#: so that two refits never hold their working copies of a large matrix at once
+MAX_POOLED_CELLS = 2_100_000
+
+
+def threads_for(n_cells: int) -> int | None:
+    """The ``max_threads`` of :class:`Workers` for a response matrix of ``n_cells`` cells: 1 from
+    ``MAX_POOLED_CELLS`` on, else None (up to ``MAX_THREADS``)."""
+    return 1 if n_cells >= MAX_POOLED_CELLS else None
 
 
 def _one_numba_thread() -> None:
@@ -36,8 +46,8 @@ class Workers:
 
     ``submit(fn, *args)`` returns a :class:`concurrent.futures.Future`; tasks start in the order
     they were submitted, so a task may wait for the result of one submitted before it (that one has
-    started, and never waits for a later one). With one core (or ``MAX_THREADS`` = 1) every task runs
-    at once in the caller's thread. Use as a context manager: leaving it cancels the tasks not yet
+    started, and never waits for a later one). With one thread (one core, ``MAX_THREADS`` = 1 or
+    ``max_threads=1``) every task runs at once in the caller's thread, with the caller's numba threads. Use as a context manager: leaving it cancels the tasks not yet
     started (e.g. after an error) and waits for the running ones."""
 
     def __init__(self, max_threads: int | None = None):

@@ -265,6 +265,8 @@ def test_workers_run_numba_and_blas_on_one_thread_and_restore_blas(monkeypatch):
         during = [p["num_threads"] for p in threadpool_info() if p["user_api"] == "blas"]
     assert inside == 1 and all(n == 1 for n in during)
     assert [p["num_threads"] for p in threadpool_info() if p["user_api"] == "blas"] == before
+    # a large matrix: one thread, the caller's (each kernel then uses all of numba's threads)
+    assert threads.threads_for(threads.MAX_POOLED_CELLS) == 1 and threads.threads_for(158 * 500) is None
     with threads.Workers(1) as inline:  # one thread: the task runs at once, its error comes back by its future
         failed = inline.submit(lambda: 1 / 0)
         with pytest.raises(ZeroDivisionError):
