@@ -169,6 +169,8 @@ def test_fitted_attributes(fitted):
     assert np.isnan(cal.theta_sd_).all() or (np.isfinite(cal.theta_sd_).all() and (cal.theta_sd_ > 0).all())
     assert cal.item_params_.response_model == get_method(name).response_model and cal.item_params_.n_items == N_ITEMS
     assert isinstance(cal.converged_, bool)
+    # every convergence warning of the fit is kept (the interval check's refits read it, quietly)
+    assert isinstance(cal.convergence_warnings_, list) and all(isinstance(w, str) for w in cal.convergence_warnings_)
     assert isinstance(cal.n_iter_, int) and cal.n_iter_ >= 1
     assert cal.loss_trace_.ndim == 1 and cal.loss_trace_.size >= 1 and np.isfinite(cal.loss_trace_).all()
     assert cal.elapsed_ > 0
