@@ -55,7 +55,11 @@ SELECTORS_TRIED = {
     "randomised": lambda: RandomisedSelection(uniform_share=0.3, n_nodes=15),
     "doubly-robust-mfi": lambda: DoublyRobustSelection(adaptive=SELECTORS["mfi"](), share=0.25, opening=2,
                                                         extrapolation_share=0.75),
+    # posterior-expected information over the items' (a, b): banks with item uncertainty only
+    "pei": lambda: SELECTORS["pei"](),
+    "doubly-robust-pei": lambda: DoublyRobustSelection(adaptive=SELECTORS["pei"](n_nodes=7), share=0.25, opening=2),
 }
+NEEDS_ITEM_UNCERTAINTY = {"pei", "doubly-robust-pei"}
 ESTIMATORS = {
     "default": lambda: MAPEstimator(),
     "irt-only": lambda: MAPEstimator(use_cot=False),
@@ -63,7 +67,10 @@ ESTIMATORS = {
     "fixed-items-own-prior": lambda: MAPEstimator(item_uncertainty=False, prior=TraitPrior(0.3, 1.5, -0.2, 0.8, 0.4)),
 }
 CASES = [(b, s, e) for b in BANKS for s in SELECTORS_TRIED for e in ESTIMATORS
-         if not (e == "irt-only" and b != "lart") and (e == "default" or s == "default")]
+         if not (e == "irt-only" and b != "lart") and (e == "default" or s == "default")
+         and not (s in NEEDS_ITEM_UNCERTAINTY and b == "plain-2pl")]
+# the expected information without the estimator's item-uncertainty term (the selection still reads the bank's covariance)
+CASES += [("2pl", "doubly-robust-pei", "fixed-items-own-prior")]
 
 
 def _close(x, y, tol=1e-12):
@@ -118,7 +125,7 @@ def test_compiled_replay_gives_the_sessions_history(math500, bank_name, selector
         assert rng_compiled.bit_generator.state == rng_session.bit_generator.state
         n_design += int(run.design.sum())
         n_adaptive += int((~run.design).sum())
-    if selector_name == "mfi":
+    if selector_name in ("mfi", "pei"):
         assert n_design == 0
     elif selector_name == "randomised":
         assert n_adaptive == 0

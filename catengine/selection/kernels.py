@@ -4,8 +4,13 @@ import them from here, not from the private module.
 
 ``topk_info(model, thetas, weights, a, b, c, d, eligible, order, bound, k, best_idx, best_val)``:
 the ``k`` eligible items of largest (weighted) Fisher information, best first.
+
+``topk_expected_info_ab(model, theta, a, b, va, vb, cab, c, d, nodes, weights, nodes_s, weights_s,
+eligible, order, bound, k, best_idx, best_val)``: the same for the Fisher information averaged over
+each item's Gaussian (a, b) (``PosteriorExpectedInformation``), with the shorter rule
+(``nodes_s``, ``weights_s``; at most ``NARROW_NODES`` nodes) where sd(z) is small.
 """
 
-from catengine.selection._kernels import topk_info
+from catengine.selection._kernels import NARROW_NODES, topk_expected_info_ab, topk_info
 
-__all__ = ["topk_info"]
+__all__ = ["NARROW_NODES", "topk_expected_info_ab", "topk_info"]

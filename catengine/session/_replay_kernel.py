@@ -8,9 +8,9 @@ It performs, step by step, what ``CATSession.next_item`` / ``record`` do for the
 uncertainty term, the design-draw probabilities and schedule) written out in the session's order of
 operations. ``tests/test_fast_replay.py`` compares it with sessions step by step.
 
-Selector codes: 0 = maximum Fisher information, 1 = doubly robust (design draws and adaptive steps),
+Selector codes: 0 = adaptive steps only, 1 = doubly robust (design draws and adaptive steps),
 2 = randomised (every step a design draw). Adaptive codes: 0 = maximum Fisher information,
-1 = score-factor D-optimal. Model codes as in ``catengine.estimation.state`` (0 = 2PL, 2 = probit).
+1 = score-factor D-optimal, 2 = posterior-expected information over the items' (a, b). Model codes as in ``catengine.estimation.state`` (0 = 2PL, 2 = probit).
 """
 
 from __future__ import annotations
@@ -23,10 +23,10 @@ from numba import njit
 from catengine.estimation.kernels import item_parameter_sensitivity, map_newton_1d
 from catengine.models.score_factors import score_factor_mode, score_factor_topk_gain
 from catengine.scoring.kernels import expected_logistic
-from catengine.selection.kernels import topk_info
+from catengine.selection.kernels import topk_expected_info_ab, topk_info
 
 SELECT_MFI, SELECT_DOUBLY_ROBUST, SELECT_RANDOMISED = 0, 1, 2
-ADAPTIVE_MFI, ADAPTIVE_SCORE_FACTOR_D = 0, 1
+ADAPTIVE_MFI, ADAPTIVE_SCORE_FACTOR_D, ADAPTIVE_EXPECTED_AB = 0, 1, 2
 _INV_SQRT2 = 1.0 / math.sqrt(2.0)
 
 
@@ -176,6 +176,7 @@ def replay_kernel(model, a, b, c, d, has_cov, va, vb, vab, lart, use_cot, phi, l
                   q11, q12, q22, mu_t, mu_u, max_iter, tol, factors,
                   selector, adaptive, opening, share, extrapolation_share, has_population, low, high, eps, gh_x, gh_w,
                   info_order, info_bound, g, h, g_order, g_norm2, sf_tol, sf_max_iter,
+                  pe_va, pe_vb, pe_vab, pe_x, pe_w, pe_xs, pe_ws, pe_order, pe_bound,
                   eligible, y_row, uniforms, L,
                   out_items, out_est, out_crit, out_design):
     """Replay one subject's answers (``y_row`` over the bank, ``cot_row`` the CoT lengths, NaN when
@@ -225,9 +226,13 @@ def replay_kernel(model, a, b, c, d, has_cov, va, vb, vab, lart, use_cot, phi, l
         if design:
             j, crit = _design_draw(model, a, b, theta, sd, gh_x, gh_w, eligible, eps, uniforms[used], f, nodes)
             used += 1
-        elif selector == SELECT_MFI or adaptive == ADAPTIVE_MFI:
+        elif adaptive == ADAPTIVE_MFI:
             thetas[0] = theta
             topk_info(model, thetas, ones, a, b, c, d, eligible, info_order, info_bound, 1, best_idx, best_val)
+            j, crit = best_idx[0], best_val[0]
+        elif adaptive == ADAPTIVE_EXPECTED_AB:
+            topk_expected_info_ab(model, theta, a, b, pe_va, pe_vb, pe_vab, c, d, pe_x, pe_w, pe_xs, pe_ws, eligible,
+                                  pe_order, pe_bound, 1, best_idx, best_val)
             j, crit = best_idx[0], best_val[0]
         else:
             # with no answer the Newton stays at its start, 0, and returns the prior: mode 0, covariance I

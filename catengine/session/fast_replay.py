@@ -11,15 +11,16 @@ they agree to ~1e-15), and it draws the same uniforms from the same generator, l
 session would (``tests/test_fast_replay.py`` compares both on every configuration it accepts).
 
 It accepts the configurations the check and audits use: ``MAPEstimator``; 2PL and LaRT banks;
-maximum Fisher information, the sqrt-variance ``RandomisedSelection`` and the doubly robust
-selection with that design rule and maximum information or score-factor D-optimal adaptive steps;
-no exposure control. :meth:`CompiledReplay.for_session` returns None for anything else, and the
+maximum Fisher information, posterior-expected information over the items' (a, b)
+(``PosteriorExpectedInformation``, banks with item uncertainty), the sqrt-variance
+``RandomisedSelection`` and the doubly robust selection with that design rule and maximum
+information, posterior-expected information or score-factor D-optimal adaptive steps; no exposure
+control. :meth:`CompiledReplay.for_session` returns None for anything else, and the
 caller steps a session instead.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from statistics import NormalDist
 
@@ -31,7 +32,8 @@ from catengine.models.expected_information import gauss_hermite_normal
 from catengine.models.score_factors import POSTERIOR_MAX_ITER, POSTERIOR_TOL
 from catengine.selection.base import DrawContext
 from catengine.selection.doubly_robust import DoublyRobustSelection
-from catengine.selection.information import MaxFisherInformation
+from catengine.selection import kernels as selection_kernels
+from catengine.selection.information import MaxFisherInformation, PosteriorExpectedInformation
 from catengine.selection.randomised import RandomisedSelection
 from catengine.selection.score_factors import ScoreFactorDOptimal
 from catengine.session import _replay_kernel as K
@@ -122,6 +124,19 @@ class CompiledReplay:
         else:
             self.g, self.h = np.zeros((params.n_items, 1)), zeros
             self.g_order, self.g_norm2 = np.zeros(0, dtype=np.int64), zeros
+        # posterior-expected information steps: the bank's item covariance (whatever the estimator
+        # does with it) and the selector's two Gauss-Hermite rules, as PosteriorExpectedInformation
+        if adaptive_code == K.ADAPTIVE_EXPECTED_AB:
+            adaptive = sel.adaptive_for(items) if isinstance(sel, DoublyRobustSelection) else sel
+            cv = items.covariance
+            x, w = gauss_hermite_normal(adaptive.n_nodes)
+            xs, ws = gauss_hermite_normal(min(adaptive.n_nodes, selection_kernels.NARROW_NODES))
+            self.expected = (_own(cv.a_var), _own(cv.b_var), _own(cv.ab_cov), _own(x), _own(w), _own(xs), _own(ws),
+                             _own(items.expected_info_order, np.int64), _own(items.expected_info_bound))
+        else:
+            one = np.ones(1)
+            self.expected = (zeros, zeros, zeros, one.copy(), one.copy(), one.copy(), one.copy(),
+                             np.zeros(0, dtype=np.int64), zeros)
         self._tables: dict[int, tuple] = {}
 
     @classmethod
@@ -135,6 +150,8 @@ class CompiledReplay:
         sel = session.selector
         if type(sel) is MaxFisherInformation:
             return cls(session, K.SELECT_MFI, K.ADAPTIVE_MFI)
+        if type(sel) is PosteriorExpectedInformation and session.items.covariance is not None:
+            return cls(session, K.SELECT_MFI, K.ADAPTIVE_EXPECTED_AB)
         if type(sel) is RandomisedSelection and sel.weight == "sqrt-variance":
             return cls(session, K.SELECT_RANDOMISED, K.ADAPTIVE_MFI)
         if type(sel) is DoublyRobustSelection and type(sel.design) is RandomisedSelection \
@@ -142,6 +159,8 @@ class CompiledReplay:
             adaptive = sel.adaptive_for(session.items)
             if type(adaptive) is MaxFisherInformation:
                 return cls(session, K.SELECT_DOUBLY_ROBUST, K.ADAPTIVE_MFI)
+            if type(adaptive) is PosteriorExpectedInformation and session.items.covariance is not None:
+                return cls(session, K.SELECT_DOUBLY_ROBUST, K.ADAPTIVE_EXPECTED_AB)
             if type(adaptive) is ScoreFactorDOptimal and session.items.score_factors is not None:
                 return cls(session, K.SELECT_DOUBLY_ROBUST, K.ADAPTIVE_SCORE_FACTOR_D)
         return None
@@ -209,7 +228,7 @@ class CompiledReplay:
             self.selector_code, self.adaptive_code, self.opening, self.share, self.extrapolation_share,
             self.has_population, float(self.low), float(self.high), self.eps, self.gh_x, self.gh_w,
             self.info_order, self.info_bound, self.g, self.h, self.g_order, self.g_norm2, POSTERIOR_TOL,
-            POSTERIOR_MAX_ITER, eligible, y, uniforms, L, out_items, out_est, out_crit, out_design)
+            POSTERIOR_MAX_ITER, *self.expected, eligible, y, uniforms, L, out_items, out_est, out_crit, out_design)
         rng.random(used)  # the generator ends where the session's draws leave it
         return ReplayRun(out_items[:done], out_est[:, : done + 1], out_crit[:done], out_design[:done])
 
