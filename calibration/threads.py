@@ -19,6 +19,7 @@ result does not depend on where it ran.
 from __future__ import annotations
 
 import os
+import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 
 #: threads at most (and never more than the machine's cores)
@@ -41,6 +42,33 @@ def _one_numba_thread() -> None:
     numba.set_num_threads(1)
 
 
+# BLAS's thread count is process-wide: the pools open at a time share one limit (the first sets it,
+# the last restores what was there before the first), so pools that overlap in time (e.g. two
+# checks run by the threads of a Dask worker) never leave BLAS limited
+_blas_lock = threading.Lock()
+_blas_users = 0
+_blas_limit = None
+
+
+def _limit_blas() -> None:
+    global _blas_users, _blas_limit
+    with _blas_lock:
+        if _blas_users == 0:
+            from threadpoolctl import threadpool_limits
+
+            _blas_limit = threadpool_limits(limits=1, user_api="blas")
+        _blas_users += 1
+
+
+def _release_blas() -> None:
+    global _blas_users, _blas_limit
+    with _blas_lock:
+        _blas_users -= 1
+        if _blas_users == 0 and _blas_limit is not None:
+            _blas_limit.restore_original_limits()
+            _blas_limit = None
+
+
 class Workers:
     """Up to ``MAX_THREADS`` worker threads (numba on one thread in each) for independent tasks.
 
@@ -53,11 +81,9 @@ class Workers:
     def __init__(self, max_threads: int | None = None):
         n = min(MAX_THREADS if max_threads is None else int(max_threads), os.cpu_count() or 1)
         self.n_threads = max(1, n)
-        self._pool = self._blas = None
+        self._pool = None
         if self.n_threads > 1:
-            from threadpoolctl import threadpool_limits
-
-            self._blas = threadpool_limits(limits=1, user_api="blas")
+            _limit_blas()
             self._pool = ThreadPoolExecutor(self.n_threads, initializer=_one_numba_thread)
 
     def submit(self, fn, *args, **kwargs) -> Future:
@@ -78,9 +104,7 @@ class Workers:
         if self._pool is not None:
             self._pool.shutdown(wait=True, cancel_futures=True)
             self._pool = None
-        if self._blas is not None:
-            self._blas.restore_original_limits()
-            self._blas = None
+            _release_blas()
 
     def __enter__(self) -> "Workers":
         return self

@@ -259,11 +259,18 @@ def test_workers_run_numba_and_blas_on_one_thread_and_restore_blas(monkeypatch):
 
     monkeypatch.setattr(threads.os, "cpu_count", lambda: 2)
     before = [p["num_threads"] for p in threadpool_info() if p["user_api"] == "blas"]
+    assert before  # numpy's BLAS is loaded: the limits below are checked on it
     with threads.Workers(2) as workers:
         assert workers.n_threads == 2
         inside = workers.submit(numba.get_num_threads).result()
         during = [p["num_threads"] for p in threadpool_info() if p["user_api"] == "blas"]
     assert inside == 1 and all(n == 1 for n in during)
+    assert [p["num_threads"] for p in threadpool_info() if p["user_api"] == "blas"] == before
+    # pools that overlap in time share the limit: it holds while either is open and is lifted after both
+    first, second = threads.Workers(2), threads.Workers(2)
+    first.close()
+    assert all(p["num_threads"] == 1 for p in threadpool_info() if p["user_api"] == "blas")
+    second.close()
     assert [p["num_threads"] for p in threadpool_info() if p["user_api"] == "blas"] == before
     # a large matrix: one thread, the caller's (each kernel then uses all of numba's threads)
     assert threads.threads_for(threads.MAX_POOLED_CELLS) == 1 and threads.threads_for(158 * 500) is None
