@@ -2,13 +2,15 @@
 
 The interval check's refits, score-factor fits, fold replays and score sums are independent of each
 other (each draws from its own random stream) and spend most of their time in compiled kernels
-that release the GIL, so two threads finish them sooner on a machine with two cores, and give
-exactly what running them one after another gives: every result is read from its own future, in
-the order the caller chooses.
+that release the GIL, so worker threads, one per core, finish them sooner and give exactly what
+running them one after another gives: every result is read from its own future, in the order the
+caller chooses. A pool has as many threads as the calling thread has numba threads (all cores
+unless ``NUMBA_NUM_THREADS`` or ``numba.set_num_threads`` says fewer; an audit's worker processes
+run one), never more than the cores the process may use.
 
 Each worker thread runs numba kernels on one thread (``numba.set_num_threads`` is per thread):
-two workers already keep two cores busy, and a parallel kernel whose region waits for a worker
-descheduled by the other task would stall. For the same reason BLAS (numpy's OpenBLAS) runs on one
+the workers already keep the cores busy, and a parallel kernel whose region waits for a worker
+descheduled by another task would stall. For the same reason BLAS (numpy's OpenBLAS) runs on one
 thread while a pool is open (``threadpoolctl``; process-wide): two tasks calling a multithreaded
 BLAS at once made its spinning threads take turns with the tasks themselves (measured on
 MATH500: the score-factor cross-validation beside a SAEM refit took 1.7x as long). The kernels of
@@ -22,8 +24,8 @@ import os
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 
-#: threads at most (and never more than the machine's cores)
-MAX_THREADS = 2
+#: threads at most (None: no cap beyond the caller's numba threads and the cores it may use)
+MAX_THREADS: int | None = None
 #: a response matrix of at least this many cells: the calibration's pieces run one after another
 #: in the caller's thread, each kernel on all of numba's threads (as a cBMM fit of that size does),
 #: so that two refits never hold their working copies of a large matrix at once
@@ -32,8 +34,26 @@ MAX_POOLED_CELLS = 2_100_000
 
 def threads_for(n_cells: int) -> int | None:
     """The ``max_threads`` of :class:`Workers` for a response matrix of ``n_cells`` cells: 1 from
-    ``MAX_POOLED_CELLS`` on, else None (up to ``MAX_THREADS``)."""
+    ``MAX_POOLED_CELLS`` on, else None (the default)."""
     return 1 if n_cells >= MAX_POOLED_CELLS else None
+
+
+def available_cores() -> int:
+    """The cores this process may run on (its CPU affinity where the system tells it)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def default_threads() -> int:
+    """Worker threads of a default pool: the calling thread's numba thread count (numba's
+    ``NUMBA_NUM_THREADS`` / ``numba.set_num_threads``: all cores unless limited, 1 in an audit's
+    worker processes), at most ``available_cores()`` and ``MAX_THREADS``."""
+    import numba
+
+    n = min(numba.get_num_threads(), available_cores())
+    return max(1, n if MAX_THREADS is None else min(n, int(MAX_THREADS)))
 
 
 def _one_numba_thread() -> None:
@@ -70,16 +90,18 @@ def _release_blas() -> None:
 
 
 class Workers:
-    """Up to ``MAX_THREADS`` worker threads (numba on one thread in each) for independent tasks.
+    """Worker threads (numba on one thread in each) for independent tasks: ``max_threads`` at most,
+    by default :func:`default_threads`, never more than the available cores.
 
     ``submit(fn, *args)`` returns a :class:`concurrent.futures.Future`; tasks start in the order
     they were submitted, so a task may wait for the result of one submitted before it (that one has
-    started, and never waits for a later one). With one thread (one core, ``MAX_THREADS`` = 1 or
-    ``max_threads=1``) every task runs at once in the caller's thread, with the caller's numba threads. Use as a context manager: leaving it cancels the tasks not yet
+    started, and never waits for a later one). With one thread (one core, one numba thread in the
+    caller, or ``max_threads=1``) every task runs at once in the caller's thread, with the caller's
+    numba threads. Use as a context manager: leaving it cancels the tasks not yet
     started (e.g. after an error) and waits for the running ones."""
 
     def __init__(self, max_threads: int | None = None):
-        n = min(MAX_THREADS if max_threads is None else int(max_threads), os.cpu_count() or 1)
+        n = default_threads() if max_threads is None else min(int(max_threads), available_cores())
         self.n_threads = max(1, n)
         self._pool = None
         if self.n_threads > 1:

@@ -211,7 +211,7 @@ def test_the_check_gives_the_same_record_on_one_thread_and_on_two(method, monkey
     records = []
     for n in (1, 2):
         monkeypatch.setattr(threads, "MAX_THREADS", n)
-        monkeypatch.setattr(threads.os, "cpu_count", lambda: 2)
+        monkeypatch.setattr(threads, "available_cores", lambda: 2)
         record = json.loads(cal.to_item_bank("b", interval_check=True).attrs["interval_calibration"])
         record.pop("seconds")
         records.append(record)
@@ -224,13 +224,13 @@ def test_workers_map_returns_the_results_in_task_order(monkeypatch):
 
     import calibration.threads as threads
 
-    monkeypatch.setattr(threads.os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(threads, "available_cores", lambda: 2)
 
     def slow_first(k):
         time.sleep(0.05 if k == 0 else 0.0)
         return k * k
 
-    with threads.Workers() as workers:
+    with threads.Workers(2) as workers:
         assert workers.n_threads == 2 and workers.map(slow_first, range(5)) == [0, 1, 4, 9, 16]
 
 
@@ -257,7 +257,7 @@ def test_workers_run_numba_and_blas_on_one_thread_and_restore_blas(monkeypatch):
 
     import calibration.threads as threads
 
-    monkeypatch.setattr(threads.os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(threads, "available_cores", lambda: 2)
     before = [p["num_threads"] for p in threadpool_info() if p["user_api"] == "blas"]
     assert before  # numpy's BLAS is loaded: the limits below are checked on it
     with threads.Workers(2) as workers:
@@ -271,6 +271,17 @@ def test_workers_run_numba_and_blas_on_one_thread_and_restore_blas(monkeypatch):
     first.close()
     assert all(p["num_threads"] == 1 for p in threadpool_info() if p["user_api"] == "blas")
     second.close()
+    assert [p["num_threads"] for p in threadpool_info() if p["user_api"] == "blas"] == before
+    # a default pool has the caller's numba threads (an audit worker process runs one: no pool)
+    threads_before = numba.get_num_threads()
+    numba.set_num_threads(1)
+    try:
+        with threads.Workers() as one:
+            assert one.n_threads == 1
+    finally:
+        numba.set_num_threads(threads_before)
+    with threads.Workers() as default:
+        assert default.n_threads == min(threads_before, 2)
     assert [p["num_threads"] for p in threadpool_info() if p["user_api"] == "blas"] == before
     # a large matrix: one thread, the caller's (each kernel then uses all of numba's threads)
     assert threads.threads_for(threads.MAX_POOLED_CELLS) == 1 and threads.threads_for(158 * 500) is None
