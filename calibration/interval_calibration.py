@@ -267,7 +267,6 @@ def _cross_fit(data, make_bank, folds, test_lengths, scoring, estimator, rng, ca
     max_len = int(min(max(test_lengths), data.n_items // 2, np.sort(n_obs)[max(0, N - MIN_HELD_OUT * 2)]))
     lengths = [int(L) for L in test_lengths if L <= max_len] or [max(1, max_len)]
     L = lengths[-1]
-    replay = _Replays(data, n_obs, L, lengths, scoring, estimator, seed, shortcuts, workers)
 
     # every refit first (folds, then the strength-ordered sides), then each bank completed: the
     # workers take them in this order, so a completion never waits for a refit that has not started
@@ -305,14 +304,15 @@ def _cross_fit(data, make_bank, folds, test_lengths, scoring, estimator, rng, ca
         if applied > 1.0:
             fold_banks = [scale_b_sd(b, applied, "") for b in fold_banks]
     factors["b_applied"] = round(applied, 4)
-    replay.scoring = (scoring or "lart") if fold_banks[0].response_model == "lart" else "irt"
-    replay.default_name = CATSession(fold_banks[0]).selector.name  # fold banks carry no check: the usual default
-    first = [("default", None), ("random", _random())] + ([] if replay.default_name == "mfi" else [("mfi", _mfi())])
+    scoring_used = (scoring or "lart") if fold_banks[0].response_model == "lart" else "irt"
+    default_name = CATSession(fold_banks[0]).selector.name  # fold banks carry no check: the usual default
+    replay = _Replays(data, n_obs, L, lengths, scoring_used, default_name, estimator, seed, shortcuts, workers)
+    first = [("default", None), ("random", _random())] + ([] if default_name == "mfi" else [("mfi", _mfi())])
     folds_replayed = replay.folds(fold_banks, fold_rows, first)
     sides_replayed = {side: workers.submit(replay.side, side_banks_done[side], np.setdiff1d(np.arange(N), rows), test,
                                            K + r) for r, (side, (rows, test)) in enumerate(edges.items())}
     curves, score_curves = replay.curves(*replay.merged([f.result() for f in folds_replayed], first))()
-    if _loses_to_random(score_curves, replay.default_name):
+    if _loses_to_random(score_curves, default_name):
         # sessions of this bank will default to randomised selection (catengine.selection.default_selector_for):
         # measure it too, on the same fold banks, so that they get its own c(L), z95(L) and score check
         more = [("randomised", _randomised())]
@@ -334,8 +334,8 @@ def _cross_fit(data, make_bank, folds, test_lengths, scoring, estimator, rng, ca
         "n_llm_groups": n_groups,
         "n_subjects": int(N),
         "estimator": estimator,
-        "scoring": replay.scoring,
-        "selection": replay.default_name,
+        "scoring": scoring_used,
+        "selection": default_name,
         "curves": curves,
         "score_curves": score_curves,
         "score_form": "delta(L): residual SD per unanswered item (accuracy scale), s(L): log-SD of the unrecorded CoT "
@@ -423,11 +423,11 @@ class _Replays:
     (:func:`score_residuals`, one task per fold and selector), returning the function that waits
     for them and fits the score curves."""
 
-    def __init__(self, data, n_obs, L, lengths, scoring, estimator, seed, shortcuts, workers):
+    def __init__(self, data, n_obs, L, lengths, scoring, default_name, estimator, seed, shortcuts, workers):
         self.data, self.n_obs, self.L, self.lengths = data, n_obs, L, lengths
-        self.scoring, self.estimator, self.seed, self.shortcuts = scoring, estimator, seed, shortcuts
+        self.scoring, self.default_name = scoring, default_name
+        self.estimator, self.seed, self.shortcuts = estimator, seed, shortcuts
         self.workers = workers
-        self.default_name = None
 
     def one_fold(self, bank, rows, selectors, replication):
         from calibration.audit.replay import replay_llms

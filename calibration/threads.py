@@ -118,10 +118,6 @@ class Workers:
             done.set_exception(exc)
         return done
 
-    def map(self, work, tasks) -> list:
-        """``[work(t) for t in tasks]`` on the workers, results in task order."""
-        return [f.result() for f in [self.submit(work, t) for t in tasks]]
-
     def close(self) -> None:
         if self._pool is not None:
             self._pool.shutdown(wait=True, cancel_futures=True)
