@@ -13,6 +13,8 @@ _LAZY = {
     "ItemBank": "catengine.itembank",
     "open_item_bank": "catengine.itembank",
     "write_item_bank": "catengine.itembank",
+    "upgrade_item_bank": "catengine.itembank",
+    "ItemContent": "catengine.itembank.content",
     "list_banks": "catengine.itembank",
     "bank_card": "catengine.itembank",
     "ItemParams": "catengine.models.params",

@@ -498,6 +498,11 @@ def _card_lines(card: dict) -> list[str]:
 def _cmd_banks(args) -> int:
     from catengine.itembank.shipped import list_banks
 
+    action = str(args.directories[0]) if args.directories else ""
+    if action in ("show", "upgrade") and not Path(action).exists():
+        if len(args.directories) != 2:
+            raise ValueError(f"`catengine banks {action}` takes one bank (a shipped id, a bank directory or file)")
+        return (_cmd_banks_show if action == "show" else _cmd_banks_upgrade)(args, str(args.directories[1]))
     cards = list_banks(*args.directories, shipped=not args.no_shipped)
     if args.json:
         print(json.dumps(cards, indent=2, default=str))
@@ -511,6 +516,40 @@ def _cmd_banks(args) -> int:
                 + ("  (shipped)" if card.get("shipped") else ""))
         print(head)
         print("\n".join(_card_lines(card)) + "\n")
+    return 0
+
+
+def _cmd_banks_show(args, name: str) -> int:
+    """``catengine banks show NAME [--item ID ...] [--content FILE]``: the card, the protocol and items."""
+    from catengine import open_item_bank
+    from catengine.itembank.describe import content_json, item_lines, protocol_lines
+    from catengine.itembank.shipped import bank_card
+
+    bank = open_item_bank(name, content=args.content)
+    items = list(args.item or [])
+    for item in items:
+        bank.index_of(item)  # a KeyError naming the id and the bank
+    if args.json:
+        print(content_json(bank, items) if bank.has_content else json.dumps(bank_card(bank), indent=2, default=str))
+        return 0
+    print(f"{bank.bank_id} v{bank.version}  {bank.response_model}  {bank.n_items} items  "
+          f"{bank.attrs.get('benchmark') or '-'}  license {bank.attrs.get('license') or 'not stated'}")
+    print("\n".join(_card_lines(bank_card(bank))))
+    if args.content:
+        print(f"  questions attached from {args.content}: {bank.n_items}/{bank.n_items} texts match the bank's sha256")
+    print("\n".join(protocol_lines(bank)))
+    for item in items:
+        print()
+        print("\n".join(item_lines(bank, item)))
+    return 0
+
+
+def _cmd_banks_upgrade(args, name: str) -> int:
+    """``catengine banks upgrade BANK [--out DIR]``: the latest version again, checksummed, as a new version."""
+    from catengine.itembank import upgrade_item_bank
+
+    path = upgrade_item_bank(name, args.out)
+    print(f"wrote {path} (the current schema, with its content checksum; earlier versions are unchanged)")
     return 0
 
 
@@ -553,9 +592,20 @@ def build_parser() -> argparse.ArgumentParser:
     _add_strategy_options(sv)
     sv.set_defaults(func=_cmd_serve)
 
-    bk = sub.add_parser("banks", help="list the shipped item banks and any under the given directories, with their cards")
+    bk = sub.add_parser("banks", help="list the shipped item banks and any under the given directories, with their cards; "
+                                      "`banks show BANK` prints one bank's protocol and items, `banks upgrade BANK` "
+                                      "writes its latest version again with a content checksum",
+                        usage="catengine banks [DIR ...] [--json] [--no-shipped]\n"
+                              "       catengine banks show BANK [--item ID ...] [--content FILE] [--json]\n"
+                              "       catengine banks upgrade BANK [--out DIR]")
     bk.add_argument("directories", nargs="*", type=Path, metavar="DIR",
                     help="also list the banks at or below these directories (latest version of each)")
+    bk.add_argument("--item", action="append", metavar="ID", help="with `show`: print this item (repeatable)")
+    bk.add_argument("--content", type=Path, default=None, metavar="FILE",
+                    help="with `show`: attach the question texts from this JSON-lines file (banks that ship only "
+                         "their hashes, e.g. amc23_lart), each verified against the bank")
+    bk.add_argument("--out", type=Path, default=None, metavar="DIR",
+                    help="with `upgrade`: write the new version here (default: the bank's own directory)")
     bk.add_argument("--json", action="store_true",
                     help="print a JSON list of cards (bank_id, version, path, benchmark, response_model, n_items, "
                          "n_subjects, license, source, calibration_method, calibration_date, replay_audit, ...)")

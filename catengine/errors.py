@@ -33,3 +33,8 @@ class ResponseFileError(CatEngineError, ValueError):
     def __init__(self, message: str, *, file=None, line=None, column=None, value=None):
         self.file, self.line, self.column, self.value = file, line, column, value
         super().__init__(message)
+
+
+class BankChecksumWarning(UserWarning):
+    """A bank file records no content checksum, so damage to its parameters cannot be detected
+    (``catengine banks upgrade`` writes a checksummed version)."""

@@ -73,6 +73,7 @@ class Recipe:
     item_id_scheme: str
     replay_lengths: tuple[int, ...]
     description: str
+    content: str = ""  # which item content the bank carries: "math500", "amc23", "chembench" (see content_for)
 
 
 LART_SOURCE = {
@@ -103,7 +104,7 @@ def lart_paper_recipe(benchmark: str, n_items: int, n_runs: int, replay_lengths:
                   {**LART_SOURCE, "paths": [f"data/{f}" for f in files]}, "MIT",
                   f"{name}/<k>: k = the item's column header (0..{n_items - 1}) in data/{files[0]} of the source "
                   "repository",
-                  replay_lengths, f"{benchmark} calibrated by {fitted_by}")
+                  replay_lengths, f"{benchmark} calibrated by {fitted_by}", content=name)
 
 
 RECIPES = {
@@ -117,7 +118,8 @@ RECIPES = {
                "chembench/<k>: k = the item's row index (0..2853) in results/binary_matrix.csv of the source "
                "repository; item metadata 'difficulty' from data/difficulty_dict.json",
                (10, 25, 50),
-               "ChemBench calibrated by a 2PL (cBMM) on the correctness of 22 LLMs, with human difficulty labels"),
+               "ChemBench calibrated by a 2PL (cBMM) on the correctness of 22 LLMs, with human difficulty labels",
+               content="chembench"),
     )
 }
 
@@ -170,6 +172,170 @@ def chembench_difficulty(path: Path, n_items: int) -> list[str]:
                 raise ValueError(f"{path}: item {k} is labelled both {labels[int(k)]!r} and {label!r}")
             labels[int(k)] = str(label)
     return labels
+
+
+# ----------------------------------------------------------------------------- item content
+#: how the LaRT paper's LLMs were run (data/lart/SOURCE.md); its exact prompts are not published
+LART_RUNS = {
+    "engine": "vLLM", "temperature": 0.5, "top_p": 0.95, "max_output_tokens": 10240,
+    "prompts": "zero-shot and one-shot (two runs per LLM); the exact prompt texts are not published",
+    "cot_length": "completion tokens of the reply (reasoning included); a reply stopped at 10,240 tokens is censored",
+}
+MATH_PROMPT = ("{question}\n\nReason step by step, and put your final answer within \\boxed{}.")
+MATH_EXTRACTION = ("the last \\boxed{...} of the reply, else a final-answer line ('Final answer: ...', "
+                   "'The answer is ...'); no answer found is graded wrong")
+#: MATH500 items that no calibration run solved and whose reference answers have formats a plain
+#: string or number comparison misses (data/math500/SOURCE.md): the calibration data most likely
+#: marks correct answers to them wrong
+MATH500_FRAGILE = (96, 99, 154, 176, 217, 242, 257, 284, 383, 408, 422)
+CHEMBENCH_MCQ_PROMPT = (
+    "The following is a multiple-choice question about chemistry. Choose the correct answer.\n\n"
+    "Question: {question}\n\nOptions:\n{options}\n\n"
+    "Give the letter(s) of the correct answer between [ANSWER] and [/ANSWER], separated by commas if more "
+    "than one option is correct, for example [ANSWER]A[/ANSWER] or [ANSWER]A, C[/ANSWER]. "
+    "Put nothing else between the tags.")
+CHEMBENCH_NUMBER_PROMPT = (
+    "The following is a question about chemistry.\n\nQuestion: {question}\n\n"
+    "Give your final answer as one number, with a dot as the decimal separator, between [ANSWER] and "
+    "[/ANSWER], for example [ANSWER]0.25[/ANSWER]. Put nothing else between the tags.")
+#: ChemBench's prompter removes these wrappers around chemistry markup before asking (keeping the content)
+#: ChemBench's topic keywords (a question's first one is its topic; 878 questions have none)
+CHEMBENCH_TOPICS = ("analytical-chemistry", "chemical-preference", "general-chemistry", "inorganic-chemistry",
+                    "materials-science", "organic-chemistry", "physical-chemistry", "technical-chemistry", "toxicity")
+_CHEMBENCH_BRACED = ("\\ce{", "\\pu{")
+_CHEMBENCH_TAGS = (("[START_SMILES]", "[END_SMILES]"), ("[START_RXNSMILES]", "[END_RXNSMILES]"))
+
+
+def content_for(recipe: Recipe, data_root: Path = DEFAULT_DATA, n_items: int | None = None):
+    """The item content of a shipped bank (one ItemContent per item, in bank order) and its protocol."""
+    builders = {"math500": math500_content, "amc23": amc23_content, "chembench": chembench_content}
+    return builders[recipe.content](Path(data_root), recipe.prefix)
+
+
+def math500_content(data_root: Path, prefix: str):
+    """MATH-500 (data/math500/test.jsonl.gz): line j is item j of the LaRT data."""
+    import gzip
+
+    from catengine.itembank.content import ItemContent
+
+    with gzip.open(data_root / "math500" / "test.jsonl.gz", "rt", encoding="utf-8") as fh:
+        rows = [json.loads(line) for line in fh]
+    note = ("no calibration run was graded correct on this item, whose reference answer has a format that a plain "
+            "string or number comparison misses: the calibration data most likely marks correct answers wrong, so its "
+            "parameters describe that grading, not the item")
+    contents = [ItemContent(item=f"{prefix}/{k}", question=row["problem"], answer=row["answer"], answer_type="math",
+                            grading_note=note if k in MATH500_FRAGILE else "",
+                            metadata={"subject": row["subject"], "level": str(row["level"]),
+                                      "unique_id": row["unique_id"]})
+                for k, row in enumerate(rows)]
+    protocol = {
+        "prompts": {"math": MATH_PROMPT},
+        "answer_extraction": MATH_EXTRACTION,
+        "grader": {"name": "math", "version": "1"},
+        "calibration_runs": LART_RUNS,
+        "source": "MATH-500 (openai/prm800k test split, MIT): problems, reference answers, subject and level",
+        "flagged_items": "items with a grading_note are excluded from adaptive runs by default",
+    }
+    return contents, protocol
+
+
+def amc23_content(data_root: Path, prefix: str):
+    """AMC23 answers (data/amc23/answers.csv): the problem texts are not shipped, only their sha256."""
+    import csv
+
+    from catengine.itembank.content import ItemContent
+
+    with open(data_root / "amc23" / "answers.csv", encoding="utf-8", newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    contents = [ItemContent(item=f"{prefix}/{row['item']}", question=None, answer=str(int(row["answer"])),
+                            answer_type="integer", question_sha256=row["problem_sha256"],
+                            metadata={"contest": row["contest"], "problem_number": row["problem_number"],
+                                      "url": row["url"]})
+                for row in rows]
+    if [c.item for c in contents] != [f"{prefix}/{k}" for k in range(len(contents))]:
+        raise ValueError(f"{data_root / 'amc23' / 'answers.csv'}: items must be 0..{len(contents) - 1} in order")
+    protocol = {
+        "prompts": {"integer": MATH_PROMPT},
+        "answer_extraction": MATH_EXTRACTION + "; the answer is an integer",
+        "grader": {"name": "integer", "version": "1"},
+        "calibration_runs": LART_RUNS,
+        "source": "2023 AMC 12A/12B problems as reworded in the Qwen2.5-Math evaluation set; the texts carry no "
+                  "licence and are not shipped: attach a copy (--content FILE), verified by each problem's sha256",
+    }
+    return contents, protocol
+
+
+def _strip_chembench_markup(text: str) -> str:
+    """``text`` with ``\\ce{...}`` and ``\\pu{...}`` (balanced braces), ``$...$`` and the SMILES tags replaced
+    by their content, as ChemBench's prompter does before asking."""
+    import re
+
+    for opening in _CHEMBENCH_BRACED:
+        while (start := text.find(opening)) >= 0:
+            depth, k = 1, start + len(opening)
+            while k < len(text) and depth:
+                depth += {"{": 1, "}": -1}.get(text[k], 0)
+                k += 1
+            if depth:  # unbalanced: leave the rest as it is
+                break
+            text = text[:start] + text[start + len(opening):k - 1] + text[k:]
+    for opening, closing in _CHEMBENCH_TAGS:
+        text = text.replace(opening, "").replace(closing, "")
+    return re.sub(r"\$(.*?)\$", r"\1", text, flags=re.S)
+
+
+def chembench_content(data_root: Path, prefix: str):
+    """ChemBench (data/chembench/questions.jsonl.gz): row k's question, in the realigned row order."""
+    import gzip
+
+    from catengine.itembank.content import OPTION_LETTERS, ItemContent
+
+    with gzip.open(data_root / "chembench" / "questions.jsonl.gz", "rt", encoding="utf-8") as fh:
+        rows = [json.loads(line) for line in fh]
+    canaries = {row["question"].get("canary") for row in rows}
+    difficulty = chembench_difficulty(data_root / "chembench" / "difficulty_dict.json", len(rows))
+    contents = []
+    for k, row in enumerate(rows):
+        if row["item"] != str(k):
+            raise ValueError(f"questions.jsonl.gz line {k + 1}: item {row['item']!r}, expected '{k}'")
+        example = row["question"]["examples"][0]
+        question = _strip_chembench_markup(example["input"])
+        keywords = row["question"].get("keywords", [])
+        meta = {"name": row["name"], "uuid": row["uuid"], "path": row["path"], "source_folder": row["path"].split("/")[0],
+                "topic": next((k for k in keywords if k in CHEMBENCH_TOPICS), ""), "difficulty": difficulty[k],
+                "keywords": ", ".join(keywords),
+                "exchangeable_group": "" if row["exchangeable_group"] is None else str(row["exchangeable_group"])}
+        if "target_scores" in example:
+            options = [_strip_chembench_markup(text) for text in example["target_scores"]]
+            correct = [OPTION_LETTERS[i] for i, score in enumerate(example["target_scores"].values()) if float(score) == 1.0]
+            contents.append(ItemContent(item=f"{prefix}/{k}", question=question, answer=", ".join(correct),
+                                        answer_type="multiple_choice", options=options, correct_options=correct,
+                                        metadata=meta))
+        else:
+            target = float(example["target"])
+            note = ("ChemBench's rule (correct iff the absolute error is below 1% of the target) never accepts a "
+                    "target <= 0: every calibration LLM is marked wrong whatever it answered") if target <= 0 else ""
+            contents.append(ItemContent(item=f"{prefix}/{k}", question=question, answer=str(example["target"]),
+                                        answer_type="number", tolerance=0.01, grading_note=note, metadata=meta))
+    protocol = {
+        "prompts": {"multiple_choice": CHEMBENCH_MCQ_PROMPT, "number": CHEMBENCH_NUMBER_PROMPT},
+        "answer_extraction": "the text between [ANSWER] and [/ANSWER] (also [ANS], <ANS>, <ANSWER>); for a "
+                             "multiple-choice item the option letters in it, for a numeric item the number in it "
+                             "(scientific notation accepted)",
+        "grader": {"name": "chembench", "version": "1"},
+        "calibration_runs": {
+            "engine": "ChemBench's own runner (chem-bench @ 344e10e5), one run per LLM, instruction templates",
+            "scoring": "multiple choice: correct iff exactly the set of options scored 1; numeric: correct iff "
+                       "|answer - target| < 0.01 * target",
+            "markup": "\\ce{}, \\pu{}, $...$ and SMILES tags replaced by their content before asking",
+            "options": "in the order of the question file (not permuted)",
+        },
+        "canary": sorted(c for c in canaries if c)[0] if any(canaries) else "",
+        "source": "ChemBench questions (lamalab-org/chembench-paper @ 344e10e5, MIT), realigned with the matrix rows; "
+                  "rows in an exchangeable group (identical answers of all 22 LLMs) hold one valid assignment",
+        "flagged_items": "items with a grading_note are excluded from adaptive runs by default",
+    }
+    return contents, protocol
 
 
 def license_text(recipe: Recipe, data_root: Path = DEFAULT_DATA) -> str:
@@ -258,7 +424,10 @@ def build_bank(bank_id: str, data_root: Path = DEFAULT_DATA, *, replay: bool = T
         t1 = time.perf_counter()
         summary = replay_summary(recipe, data, workers=workers)
         timings["replay_s"] = time.perf_counter() - t1
-    return bank.replace_attrs(**bank_card(recipe, data, data_root, summary)), timings
+    bank = bank.replace_attrs(**bank_card(recipe, data, data_root, summary))
+    if recipe.content:
+        bank = bank.with_content(*content_for(recipe, data_root))
+    return bank, timings
 
 
 def shipped_directory(bank_id: str) -> Path:
@@ -285,6 +454,8 @@ def compare(stored, rebuilt) -> list[str]:
                 problems.append(f"/items/{name} differs by up to {dev} (tolerance {atol})")
         elif not np.array_equal(x.astype(str), y.astype(str)):
             problems.append(f"/items/{name} differs")
+    if stored.contents() != rebuilt.contents() or stored.protocol != rebuilt.protocol:
+        problems.append("item content or protocol differs")
     if stored.attrs["responses_sha256"] != rebuilt.attrs["responses_sha256"]:
         problems.append("calibration responses differ (responses_sha256)")
     for key in ("benchmark", "source", "license", "license_text", "n_subjects", "calibration_date", "item_id_scheme"):

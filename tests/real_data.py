@@ -21,9 +21,21 @@ LART = DATA / "lart"
 CHEMBENCH = DATA / "chembench"
 LRM_TOKEN_ECONOMY = DATA / "lrm_token_economy"
 REFERENCE = DATA / "reference"
+MATH500 = DATA / "math500"
+AMC23 = DATA / "amc23"
 
 PSN_DATA = ROOT.parent / "shared" / "data"
 PSN_IRT = PSN_DATA / "psn_irt"
+#: the AMC23 problem texts state no licence: never in the repository, read from beside it when present
+AMC23_PROBLEMS = PSN_DATA / "amc23" / "test.jsonl"
+
+
+def amc23_problems_missing() -> str | None:
+    """Why the AMC23 problem texts cannot be read (None when they are there)."""
+    if AMC23_PROBLEMS.is_file():
+        return None
+    return (f"{AMC23_PROBLEMS} is absent: the AMC23 problem texts state no licence, so they are not shipped; "
+            f"place a copy there (beside the repository) to run this")
 
 
 def lart_files(benchmark: str) -> tuple[Path, Path]:
@@ -39,5 +51,5 @@ def psn_missing(path: Path = PSN_IRT) -> str | None:
             f"place it in {PSN_DATA} (beside the repository) to run this")
 
 
-__all__ = ["CHEMBENCH", "DATA", "LART", "LRM_TOKEN_ECONOMY", "PSN_DATA", "PSN_IRT", "REFERENCE", "ROOT", "lart_files",
+__all__ = ["AMC23", "AMC23_PROBLEMS", "CHEMBENCH", "DATA", "LART", "MATH500", "amc23_problems_missing", "LRM_TOKEN_ECONOMY", "PSN_DATA", "PSN_IRT", "REFERENCE", "ROOT", "lart_files",
            "psn_missing"]

@@ -322,6 +322,76 @@ class ItemBank:
         tree.attrs["score_factors"] = _json_attr(record)
         return ItemBank(tree, source=self._source)
 
+    # ------------------------------------------------------------------ item content (schema v3)
+    @property
+    def has_content(self) -> bool:
+        """Whether the bank knows its items: what each asks, its reference answer and how it is graded."""
+        return "content" in self._tree.children
+
+    @cached_property
+    def protocol(self) -> dict | None:
+        """The administration protocol (prompt templates, answer extraction, grader and version, how the
+        calibration LLMs were run), or None for a bank without item content."""
+        from catengine.itembank.content import PROTOCOL_ATTR
+
+        value = self._tree.attrs.get(PROTOCOL_ATTR)
+        return None if value is None else json.loads(value)
+
+    @cached_property
+    def _contents(self) -> tuple:
+        from catengine.itembank.content import contents_from_dataset
+
+        if not self.has_content:
+            return ()
+        return tuple(contents_from_dataset(self._tree["content"].to_dataset()))
+
+    def content(self, item_id: str):
+        """What item ``item_id`` asks and how it is graded (:class:`catengine.itembank.content.ItemContent`).
+
+        Raises KeyError naming the id when it is not in the bank, and LookupError when the bank holds no
+        item content (banks written before schema v3, or fitted from a matrix alone)."""
+        k = self.index_of(item_id)
+        if not self.has_content:
+            raise LookupError(f"bank {self.bank_id!r} holds no item content (questions, answers, protocol); "
+                              "attach it with ItemBank.with_content(...)")
+        return self._contents[k]
+
+    def contents(self) -> tuple:
+        """Every item's :class:`~catengine.itembank.content.ItemContent`, in bank order (empty without content)."""
+        return self._contents
+
+    def prompt(self, item_id: str) -> str:
+        """The prompt that puts item ``item_id`` to an LLM under the bank's protocol."""
+        from catengine.itembank.content import render_prompt
+
+        return render_prompt(self.content(item_id), self.protocol)
+
+    def with_content(self, contents, protocol: dict) -> "ItemBank":
+        """A new bank that carries ``contents`` (one :class:`ItemContent` per item, in bank order) and
+        the administration ``protocol`` (a dict: ``prompts``, ``answer_extraction``, ``grader`` ...)."""
+        from catengine.itembank.content import PROTOCOL_ATTR, content_dataset, protocol_problems
+
+        problems = protocol_problems(protocol)
+        if problems:
+            raise ValueError("; ".join(problems))
+        tree = self._tree.copy(deep=True)
+        tree["content"] = xr.DataTree(content_dataset(list(contents), self.item_ids))
+        tree.attrs[PROTOCOL_ATTR] = _json_attr(protocol)
+        tree.attrs["schema_version"] = SCHEMA_VERSION
+        return ItemBank(tree, source=self._source)
+
+    def with_content_file(self, path) -> "ItemBank":
+        """A new bank (in memory) whose questions come from the JSON-lines file ``path`` (a user's copy
+        of the problems, for banks that ship only each question's sha256): every text is verified
+        against the bank's record; the error names each item whose text does not match."""
+        from catengine.itembank.content import attach_questions
+
+        if not self.has_content:
+            raise LookupError(f"bank {self.bank_id!r} holds no item content to attach questions to")
+        prefix = self.item_ids[0].split("/", 1)[0] if "/" in self.item_ids[0] else ""
+        contents = attach_questions(list(self._contents), path, prefix=prefix)
+        return self.with_content(contents, self.protocol)
+
     def item_metadata(self, field: str) -> np.ndarray:
         """A per-item metadata or extra variable as a read-only array (raises KeyError naming the fields)."""
         items = self._tree["items"]

@@ -57,8 +57,12 @@ def _shipped(name) -> Path | None:
     return shipped_bank_directory(text)
 
 
-def open_item_bank(path_or_dir, version="latest") -> ItemBank:
+def open_item_bank(path_or_dir, version="latest", *, content=None) -> ItemBank:
     """Open and validate an item bank file, or a version (default the latest) from a bank directory.
+
+    ``content`` (a JSON-lines file of the questions, one ``problem`` or ``question`` per line) attaches
+    the question texts that a bank ships only as hashes (``amc23_lart``): each text is verified
+    against the item's recorded sha256, and the error names every item that does not match.
 
     A bare bank id that is not an existing path (``open_item_bank("math500_lart")``) opens the
     shipped bank of that id (``catengine banks`` lists them; see ``catengine.itembank.shipped``).
@@ -66,7 +70,8 @@ def open_item_bank(path_or_dir, version="latest") -> ItemBank:
     Raises :class:`ItemBankSchemaError` listing every problem when the file is not a valid bank
     (truncated, not netCDF, missing variables, NaN parameters, unknown schema version, ...).
     """
-    return _read_checked(_resolve(path_or_dir, version))
+    bank = _read_checked(_resolve(path_or_dir, version))
+    return bank if content is None else bank.with_content_file(content)
 
 
 def _read_checked(path: Path) -> ItemBank:
@@ -88,7 +93,36 @@ def _read_checked(path: Path) -> ItemBank:
             problems.append(f"file name says version {match['version']} but the file says bank_version {bank.version}")
     if problems:
         raise ItemBankSchemaError(str(path), problems)
+    if CHECKSUM_ATTR not in tree.attrs:
+        import warnings
+
+        from catengine.errors import BankChecksumWarning
+
+        warnings.warn(f"{path}: this bank records no content checksum ({CHECKSUM_ATTR}), so damage to its parameters "
+                      f"cannot be detected; `catengine banks upgrade {path}` writes a checksummed new version",
+                      BankChecksumWarning, stacklevel=3)
     return bank
+
+
+def upgrade_item_bank(path_or_dir, directory=None) -> Path:
+    """Write the latest version of the bank at ``path_or_dir`` (a file, a bank directory or a shipped
+    id) again as a new version in the current schema, with its content checksum; returns the new
+    file. ``directory`` (default: the bank's own) receives it; the old version stays as it was."""
+    import warnings
+
+    from catengine.errors import BankChecksumWarning
+    from catengine.itembank.schema import SCHEMA_VERSION
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", BankChecksumWarning)
+        bank = open_item_bank(path_or_dir)
+    target = Path(directory) if directory is not None else Path(bank.source).parent
+    tree = bank.to_datatree()
+    tree.attrs.pop(CHECKSUM_ATTR, None)
+    tree.attrs["schema_version"] = SCHEMA_VERSION  # every later schema reads what an earlier one wrote
+    upgraded = ItemBank(tree, source=bank.source)
+    return write_item_bank(upgraded, target, parent=bank.version if target.resolve() == Path(bank.source).parent.resolve()
+                           else None)
 
 
 def _encoding(tree: xr.DataTree) -> dict:

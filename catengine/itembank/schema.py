@@ -20,8 +20,8 @@ from catengine.models.score_factors import MAX_SCORE_FACTORS
 from catengine.validation import is_number
 
 SCHEMA_NAME = "irt-llm-eval.itembank"
-SCHEMA_VERSION = 2  # v2 adds optional item-parameter uncertainty (see UNCERTAINTY_DESCRIPTIONS)
-SUPPORTED_SCHEMA_VERSIONS = (1, 2)
+SCHEMA_VERSION = 3  # v2 adds optional item-parameter uncertainty (UNCERTAINTY_DESCRIPTIONS); v3 the item content
+SUPPORTED_SCHEMA_VERSIONS = (1, 2, 3)
 
 RESPONSE_FUNCTIONS = {
     "lart": "P(correct) = Phi(a*theta + b); log(T + cot_offset) ~ Normal(omega - phi*tau, lam^2), "
@@ -85,7 +85,7 @@ ROOT_ATTRS = {
     "scale": (str,),
 }
 JSON_ATTRS = ("calibration_settings", "scale")
-GROUPS = ("items", "posterior", "subjects", "calibration", "responses")
+GROUPS = ("items", "posterior", "subjects", "calibration", "responses", "content")
 
 
 def schema_version_problem(version: int, written_by) -> str:
@@ -200,6 +200,26 @@ def validate_tree(tree) -> list[str]:
         problems.extend(_validate_subjects(tree["subjects"].to_dataset()))
     if "responses" in tree.children:
         problems.extend(_validate_responses(tree["responses"].to_dataset()))
+    problems.extend(_validate_content(tree))
+    return problems
+
+
+def _validate_content(tree) -> list[str]:
+    """The optional item content (schema v3): the /content group and the root attribute 'protocol'."""
+    from catengine.itembank.content import PROTOCOL_ATTR, content_group_problems, protocol_problems
+
+    problems = []
+    protocol = tree.attrs.get(PROTOCOL_ATTR)
+    if protocol is not None:
+        try:
+            problems.extend(protocol_problems(json.loads(protocol)))
+        except (TypeError, ValueError, RecursionError) as exc:
+            problems.append(f"root attribute {PROTOCOL_ATTR!r} is not valid JSON ({exc})")
+    if "content" in tree.children:
+        if protocol is None:
+            problems.append(f"group '/content' needs the root attribute {PROTOCOL_ATTR!r} (how its items are asked and graded)")
+        if "items" in tree.children and "item" in tree["items"].coords:
+            problems.extend(content_group_problems(tree["content"].to_dataset(), tree["items"]["item"].values))
     return problems
 
 
@@ -344,8 +364,10 @@ def _validate_responses(responses) -> list[str]:
 #
 # content_sha256 (root attribute, written by ``write_item_bank``): the sha256 of the canonical
 # bytes of every variable of /items (coordinates included; sorted by name; for each its name,
-# dtype, shape and values, strings as JSON), the response model and the cot_offset. ``open``
-# recomputes it; a bank without it (written before it existed) still opens.
+# dtype, shape and values, strings as JSON), the response model and the cot_offset, and, when the
+# bank has item content, the protocol and every variable of /content. ``open`` recomputes it; a
+# bank without it still opens, with a warning that damage cannot be detected
+# (``catengine banks upgrade`` writes a checksummed version).
 # ---------------------------------------------------------------------------------------------
 PLAUSIBLE_RANGES = {
     "a": (-50.0, 50.0),
@@ -467,12 +489,20 @@ def content_sha256(tree) -> str:
     head = {"format": _CHECKSUM_FORMAT, "response_model": str(tree.attrs.get("response_model")),
             "cot_offset": None if offset is None else float(offset)}
     h = hashlib.sha256(json.dumps(head, sort_keys=True).encode())
-    for name in sorted(map(str, items.variables)):
-        values = np.asarray(items.variables[name].values)
-        dtype, data = _canonical_bytes(values)
-        h.update(json.dumps([name, dtype, list(values.shape), len(data)]).encode())
-        h.update(data)
+    _hash_variables(h, items, "")
+    # the item content (schema v3) and its protocol, when the bank has them (a bank without keeps its v1/v2 hash)
+    if "content" in tree.children:
+        h.update(json.dumps(["protocol", str(tree.attrs.get("protocol"))]).encode())
+        _hash_variables(h, tree["content"].to_dataset(), "content/")
     return h.hexdigest()
+
+
+def _hash_variables(h, dataset, prefix: str) -> None:
+    for name in sorted(map(str, dataset.variables)):
+        values = np.asarray(dataset.variables[name].values)
+        dtype, data = _canonical_bytes(values)
+        h.update(json.dumps([prefix + name, dtype, list(values.shape), len(data)]).encode())
+        h.update(data)
 
 
 def checksum_problems(tree) -> list[str]:
