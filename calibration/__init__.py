@@ -1,20 +1,19 @@
 """Offline calibration of item banks from LLM response matrices.
 
-The calibrators (numba kernels) and the heavier tools load lazily on first use.
+The calibrators (numba kernels), the simulators (scipy) and the heavier tools load lazily on
+first use, so ``import calibration`` loads numpy and the response data only.
 """
 
 from calibration.base import BaseCalibrator, ConvergenceWarning, NotFittedError
 from calibration.data import ResponseData
-from calibration.simulate import (
-    SimulationTruth,
-    draw_abilities,
-    draw_item_params,
-    simulate_dataset,
-    simulate_responses,
-)
 from catengine.lazy import lazy_attributes
 
 _LAZY = {
+    "SimulationTruth": "calibration.simulate",
+    "draw_abilities": "calibration.simulate",
+    "draw_item_params": "calibration.simulate",
+    "simulate_dataset": "calibration.simulate",
+    "simulate_responses": "calibration.simulate",
     "CBMMCalibrator": "calibration.methods.cbmm",
     "LaRTSAEMCalibrator": "calibration.methods.lart",
     "PSNCalibrator": "calibration.methods.psn",
@@ -26,6 +25,8 @@ _LAZY = {
     "link": "calibration.linking",
     "read_lm_eval_samples": "calibration.readers",
     "read_inspect_logs": "calibration.readers",
+    "check_response_data": "calibration.data_check",
+    "DataCheck": "calibration.data_check",
 }
 
 __all__ = [

@@ -26,7 +26,7 @@ reads that).
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+from catengine.numba_cache import njit
 
 from catengine.models.kernels import exp_neg, log1p_unit, sigmoid_pair
 

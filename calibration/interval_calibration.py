@@ -37,6 +37,7 @@ from __future__ import annotations
 import json
 import math
 import time
+import warnings
 
 import numpy as np
 
@@ -52,6 +53,7 @@ __all__ = ["DEFAULT_FOLDS", "DEFAULT_LENGTHS", "EDGE_SHARE", "MIN_SUBJECTS", "cr
            "interval_multipliers", "item_sd_factors", "MIN_LLMS_TO_NARROW", "narrowing_floor", "quantile_bound_order", "robust_scale", "scale_b_sd", "with_interval_check"]
 
 DEFAULT_FOLDS = 5
+MIN_FOLDS = 2  # fewer folds possible (fewer than 4 LLMs): no check (the bank says so)
 DEFAULT_LENGTHS = (5, 10, 15, 20, 30, 40, 50, 75, 100)
 MIN_SUBJECTS = 8  # fewer calibration LLMs: no check (the bank says so)
 MIN_HELD_OUT = 4  # a length is tabulated only with at least this many held-out LLMs
@@ -106,7 +108,9 @@ def item_sd_factors(full_bank, fold_banks, folds: int) -> dict:
     RMS is not used: it is dominated by items with slopes near zero, whose PSN b_sd (|a| times
     beta's SD) is near zero while their intercepts move between refits -- items that carry no
     information. On ChemBench (22 LLMs) the RMS was 3,000-8,000 and widened every b_sd to 35-1,000
-    logits, so every interval was 10-25 times too wide."""
+    logits, so every interval was 10-25 times too wide. A fold whose LLMs' traits (fold or full fit)
+    have no spread cannot be linked and is left out (LLMs of equal accuracy give a cBMM fit with every
+    trait 0); with no fold left the factors are None."""
     from catengine.session.session import bank_item_covariance
 
     cov = bank_item_covariance(full_bank)
@@ -123,9 +127,11 @@ def item_sd_factors(full_bank, fold_banks, folds: int) -> dict:
         x = fs["theta"].values
         y = np.array([full_theta.get(i, np.nan) for i in ids])
         ok = np.isfinite(x) & np.isfinite(y)
-        if ok.sum() < 3:
+        if ok.sum() < 3 or not (_has_spread(x[ok]) and _has_spread(y[ok])):
             continue
         A, B = np.polyfit(x[ok], y[ok], 1)
+        if not (math.isfinite(A) and math.isfinite(B) and A != 0.0):
+            continue
         fp = fb.params
         a_l, b_l = fp.a / A, fp.b - fp.a * B / A
         for key, mine, full, var in (("a", a_l, pa.a, cov.a_var), ("b", b_l, pa.b, cov.b_var)):
@@ -139,6 +145,27 @@ def item_sd_factors(full_bank, fold_banks, folds: int) -> dict:
         out[key] = round(robust_scale(z), 4) if z.size else None
         out[f"{key}_rms"] = round(float(np.sqrt(np.mean(z * z))), 4) if z.size else None
     return out
+
+
+def _trait_spread_problem(bank) -> str:
+    """Why the traits a fold bank gives its calibration LLMs cannot be checked (they are all equal:
+    LLMs of equal accuracy, or items that do not discriminate, give every LLM the same trait, and
+    held-out replays then measure nothing), or ""."""
+    subjects = bank.subjects
+    if subjects is None:
+        return ""
+    theta = np.asarray(subjects["theta"].values, dtype=float)
+    theta = theta[np.isfinite(theta)]
+    if theta.size >= 2 and not _has_spread(theta):
+        return (f"the refit gives all its {theta.size} LLMs the same trait ({float(theta[0]):.3g}); the data do not "
+                "tell the LLMs apart (equal accuracies?), so held-out replays measure nothing")
+    return ""
+
+
+def _has_spread(values) -> bool:
+    """Whether ``values`` (finite) differ by more than rounding: a line can be fitted through them
+    (``np.polyfit`` on values that are all 0 hands LAPACK a NaN: it prints errors and fails)."""
+    return bool(np.ptp(values) > 1e-12 * max(1.0, float(np.max(np.abs(values)))))
 
 
 def scale_b_sd(bank, factor: float, note: str):
@@ -260,6 +287,9 @@ def _cross_fit(data, make_bank, folds, test_lengths, scoring, estimator, rng, ca
     N = data.n_subjects
     n_groups = n_llm_groups(data)
     K = int(min(folds, n_groups // 2))
+    if K < 2:  # every fold holds out at least 2 LLMs, and there are at least 2 folds
+        raise FoldFitError(f"{_llms(data, n_groups)} are too few to split into {MIN_FOLDS} folds of at least 2 LLMs "
+                           f"(needs {2 * MIN_FOLDS} LLMs; the runs of one LLM stay in one fold)")
     seed = int(np.random.SeedSequence(rng).entropy) if not isinstance(rng, np.random.Generator) else int(rng.integers(2**63))
     # the runs of one LLM (data.subject_groups) are held out together: a sibling in the training folds would flatter the check
     fold_rows = llm_folds(data.llm_groups, K, stream(seed, 0, "interval-folds"))
@@ -297,6 +327,9 @@ def _cross_fit(data, make_bank, folds, test_lengths, scoring, estimator, rng, ca
                                f"calibrated: {exc}") from None
         n_converged += int(converged)
         fold_banks.append(bank)
+        spread = _trait_spread_problem(bank)
+        if spread:
+            raise FoldFitError(f"fold {k + 1} of {K} (without {len(fold_rows[k])} of the {N} LLM runs): {spread}")
     factors = item_sd_factors(full_bank, fold_banks, K) if full_bank is not None else {"a": None, "b": None}
     applied = 1.0
     if widen_b_sd and factors.get("b"):
@@ -677,8 +710,13 @@ def with_interval_check(calibrator, bank, interval_check="auto", *, cold_start: 
     """The hook every ``to_item_bank`` calls last: ``bank`` with its ``interval_calibration`` attribute.
 
     ``interval_check``: "auto" (default) runs the cross-fit when the calibrator kept its training
-    data and it has at least ``MIN_SUBJECTS`` LLMs (else the bank records why not); True requires
-    it; False skips it (the fold banks of the check itself). Costs ``folds`` refits plus replays.
+    data and it has at least ``MIN_SUBJECTS`` LLM runs of at least ``2 * MIN_FOLDS`` LLMs (else the
+    bank records why not); True requires it; False skips it (the fold banks of the check itself).
+    Costs ``folds`` refits plus replays. The check never makes the fit fail: with "auto", a check
+    that cannot run (a fold that cannot be calibrated, or any other failure of the check, which
+    also issues a RuntimeWarning) leaves the bank as it is without the check, its reason in the
+    root attribute ``interval_calibration_skipped``; sessions then use the model's own intervals
+    and scores, as for any bank without a check.
     The refits start from the full fit (:class:`RefitBank`); ``cold_start=True`` refits from
     scratch and steps every test, random ones too, through sessions (the reference of
     ``benchmarks/check_cost.py``).
@@ -700,21 +738,34 @@ def with_interval_check(calibrator, bank, interval_check="auto", *, cold_start: 
     method = bank.attrs.get("calibration_method", "")
     psn = method in ("psn", "psn-laplace") and "b_sd" in bank.items.data_vars
     data, groups_from = with_llm_groups(data)  # runs of one LLM are held out together, given or detected
+    n_groups = n_llm_groups(data)
+    if n_groups < 2 * MIN_FOLDS:
+        reason = (f"{_llms(data, n_groups)}: too few to hold out (needs {2 * MIN_FOLDS} LLMs, {MIN_FOLDS} folds of "
+                  "at least 2; the runs of one LLM stay in one fold)")
+        if interval_check is True:
+            raise ValueError(f"interval check impossible: {reason}")
+        return bank.replace_attrs(interval_calibration_skipped=reason)
     # score factors come with the check, never without: the check's score curves make their intervals honest
     without_factors = bank
-    with Workers(threads_for(data.n_subjects * data.n_items)) as workers:
-        # the full bank's score factors (their number chosen by cross-validation) are fitted beside the refits
-        full_factors = workers.submit(attach_score_factors, bank, data, rng=_seed_of(calibrator), keep_fit=True)
-        try:
+    try:
+        with Workers(threads_for(data.n_subjects * data.n_items)) as workers:
+            # the full bank's score factors (their number chosen by cross-validation) are fitted beside the refits
+            full_factors = workers.submit(attach_score_factors, bank, data, rng=_seed_of(calibrator), keep_fit=True)
             record = cross_fit_intervals(data, RefitBank(calibrator, to_bank, warm=not cold_start),
                                          rng=_seed_of(calibrator), calibration_method=method, full_bank=bank,
                                          widen_b_sd=psn, shortcuts=not cold_start, workers=workers,
                                          prepare_bank=FoldScoreFactors(full_factors, data.subject_ids, warm=not cold_start))
-        except FoldFitError as exc:  # e.g. one LLM holds all the information: no held-out check is possible
-            if interval_check is True:
-                raise ValueError(f"interval check impossible: {exc}") from None
-            return without_factors.replace_attrs(interval_calibration_skipped=str(exc))
-        bank, _ = full_factors.result()
+            bank, _ = full_factors.result()
+    except FoldFitError as exc:  # e.g. one LLM holds all the information: no held-out check is possible
+        if interval_check is True:
+            raise ValueError(f"interval check impossible: {exc}") from None
+        return without_factors.replace_attrs(interval_calibration_skipped=str(exc))
+    except Exception as exc:  # noqa: BLE001 - the check never makes the fit fail: the bank says why it has none
+        if interval_check is True:
+            raise
+        reason = f"the check failed ({type(exc).__name__}: {str(exc)[:300]})"
+        warnings.warn(f"interval check skipped: {reason}; the bank is written without it", RuntimeWarning, stacklevel=3)
+        return without_factors.replace_attrs(interval_calibration_skipped=reason)
     if groups_from.startswith("detected"):  # given groups (or none) leave the record as it was
         record["llm_groups"] = groups_from
     if not record["curves"]:
@@ -724,6 +775,12 @@ def with_interval_check(calibrator, bank, interval_check="auto", *, cold_start: 
         bank = scale_b_sd(bank, factor, f"posterior SD of b, widened x{factor:.3g} to the spread of refits on "
                           f"{record['folds']} folds of the calibration LLMs (cross-fitted, interval_calibration)")
     return bank.replace_attrs(interval_calibration=json.dumps(record, sort_keys=True))
+
+
+def _llms(data, n_groups: int) -> str:
+    """"3 LLMs (30 runs)" or "7 LLMs": the calibration LLMs of ``data``, counted as the check counts them."""
+    runs = f" ({data.n_subjects} runs)" if n_groups < data.n_subjects else ""
+    return f"{n_groups} LLM{'s' if n_groups != 1 else ''}{runs}"
 
 
 def _seed_of(calibrator):

@@ -76,6 +76,9 @@ def _limit_blas() -> None:
         if _blas_users == 0:
             from threadpoolctl import threadpool_limits
 
+            if _blas_limit is not None:  # left by a release that was interrupted half-way: undo it first
+                _blas_limit.restore_original_limits()
+                _blas_limit = None
             _blas_limit = threadpool_limits(limits=1, user_api="blas")
         _blas_users += 1
 
@@ -83,7 +86,7 @@ def _limit_blas() -> None:
 def _release_blas() -> None:
     global _blas_users, _blas_limit
     with _blas_lock:
-        _blas_users -= 1
+        _blas_users = max(0, _blas_users - 1)
         if _blas_users == 0 and _blas_limit is not None:
             _blas_limit.restore_original_limits()
             _blas_limit = None
@@ -98,15 +101,23 @@ class Workers:
     started, and never waits for a later one). With one thread (one core, one numba thread in the
     caller, or ``max_threads=1``) every task runs at once in the caller's thread, with the caller's
     numba threads. Use as a context manager: leaving it cancels the tasks not yet
-    started (e.g. after an error) and waits for the running ones."""
+    started (e.g. after an error) and waits for the running ones. However it is left (an error, a
+    KeyboardInterrupt, even one that interrupts that wait), the BLAS limit is lifted once this pool
+    no longer holds it; the worker threads' numba limit dies with them."""
 
     def __init__(self, max_threads: int | None = None):
         n = default_threads() if max_threads is None else min(int(max_threads), available_cores())
         self.n_threads = max(1, n)
         self._pool = None
+        self._holds_blas = False
         if self.n_threads > 1:
             _limit_blas()
-            self._pool = ThreadPoolExecutor(self.n_threads, initializer=_one_numba_thread)
+            self._holds_blas = True
+            try:
+                self._pool = ThreadPoolExecutor(self.n_threads, initializer=_one_numba_thread)
+            except BaseException:
+                self._give_back_blas()
+                raise
 
     def submit(self, fn, *args, **kwargs) -> Future:
         if self._pool is not None:
@@ -119,9 +130,18 @@ class Workers:
         return done
 
     def close(self) -> None:
-        if self._pool is not None:
-            self._pool.shutdown(wait=True, cancel_futures=True)
-            self._pool = None
+        """Cancel the tasks not yet started, wait for the running ones, lift the BLAS limit (also when
+        the wait is interrupted). Closing twice is harmless."""
+        pool, self._pool = self._pool, None
+        try:
+            if pool is not None:
+                pool.shutdown(wait=True, cancel_futures=True)
+        finally:
+            self._give_back_blas()
+
+    def _give_back_blas(self) -> None:
+        if self._holds_blas:
+            self._holds_blas = False
             _release_blas()
 
     def __enter__(self) -> "Workers":

@@ -318,8 +318,10 @@ def _cmd_evaluate(args) -> int:
 
     bank = _open_bank(args.bank)
     responses = load_responses(args.responses, args.subject, args.cot)
-    # ids keyed by the benchmark's own positions (0 .. J-1) read with the bank's prefix: --item-prefix or automatically
-    ids = map_item_ids(responses, bank.item_ids, prefix=args.item_prefix, source=args.responses)
+    # ids keyed by the benchmark's own positions (0 .. J-1) read with the bank's prefix: --item-prefix, or
+    # automatically when --bank named the bank (against the default bank bare ids are an error naming it)
+    ids = map_item_ids(responses, bank.item_ids, prefix=args.item_prefix, source=args.responses,
+                       assumed=None if args.bank is not None else bank.bank_id)
     responses = ids.apply(responses)
     if ids.mapping:
         print(f"catengine evaluate: note: {ids.note(args.responses)}", file=sys.stderr)
@@ -613,17 +615,29 @@ def build_parser() -> argparse.ArgumentParser:
     bk.set_defaults(func=_cmd_banks)
 
     from catengine.adapters.lm_eval import add_subcommand as add_lm_eval
+    from catengine.runner.commands import add_subcommands as add_run
 
+    add_run(sub, add_strategy_options=_add_strategy_options, strategies=_strategies, open_bank=_open_bank)
     add_lm_eval(sub, add_strategy_options=_add_strategy_options, strategies=_strategies, open_bank=_open_bank)
     return parser
 
 
+def _without_dask() -> None:
+    """Keep xarray from importing dask in this process: no command makes dask arrays, and xarray
+    imports an installed dask (with its widgets and templating, ~0.2 s) to test every variable it
+    decodes. Effective only before xarray is imported (it records then whether dask is there)."""
+    if "xarray" not in sys.modules and "dask" not in sys.modules:
+        sys.modules["dask"] = None  # importlib.util.find_spec("dask") is None: xarray sees no dask
+
+
 def main(argv=None) -> int:
     """The ``catengine`` command. Run as the console script (``argv`` None), warnings print as one
-    line each (``catengine.console.plain_warnings``); called with ``argv`` (tests, scripts), as Python
-    shows them."""
+    line each (``catengine.console.plain_warnings``) and dask stays unimported (``_without_dask``);
+    called with ``argv`` (tests, scripts), as Python shows them, and the process is left as it is."""
     from catengine.console import plain_warnings
 
+    if argv is None:
+        _without_dask()
     parser = build_parser()
     args = parser.parse_args(argv)
     try:

@@ -14,11 +14,11 @@ next work unit from a queue in collection order whenever it is nearly idle. This
 
 Without xdist (``-n 0``) only the order applies.
 
-Before an xdist run starts its workers, the controller compiles the library's cached numba kernels
-(``tests/numba_warmup.py``, one process per worker, sharing the list), so that the workers and the
-subprocesses of the tests load them from the cache instead of each compiling them at the same
-time on a clean clone. With warm caches this costs the loading, about 2 s; ``IRT_NUMBA_WARMUP=0``
-skips it.
+Before an xdist run starts its workers, the controller compiles the library's numba kernels, all
+cached on disk (``catengine/numba_cache.py``; ``tests/numba_warmup.py``, one process per worker,
+sharing the list), so that the workers and the subprocesses of the tests load them from the cache
+instead of each compiling them on a clean clone. With warm caches this costs the loading, about
+2 s; ``IRT_NUMBA_WARMUP=0`` skips it.
 
 The workers, and every process a test starts, run BLAS / LAPACK single-threaded
 (``OPENBLAS_NUM_THREADS=1`` unless set): two workers already occupy both cores, and OpenBLAS's
@@ -121,17 +121,9 @@ EXPECTED_SECONDS = {
     "tests/test_scoring_design.py::test_model_variance_floor_recomputes_the_logged_probabilities_and_matches_its_formula": 4,
 }
 #: tests that share a process-wide cost without a fixture, by node-id prefix -> the work unit they form
-#: (one worker then pays the cost once): the parallel cBMM kernels, compiled in every process that
-#: calls them with more than one numba thread (calibration/methods/cbmm/_kernels.py)
-SHARED_UNITS = {
-    "tests/test_cbmm.py::test_rank1_kernels_match_naive": "cbmm-parallel-kernels",
-    "tests/test_cbmm.py::test_rank_r_kernels_match_naive": "cbmm-parallel-kernels",
-    "tests/test_cbmm.py::test_extreme_theta_kernel_matches_brentq": "cbmm-parallel-kernels",
-    "tests/test_kernel_fast_paths.py::test_cbmm_loss_pass_over_several_product_blocks_matches_naive": "cbmm-parallel-kernels",
-    "tests/test_cbmm.py::test_sweep_is_the_paper_sweep": "cbmm-parallel-kernels",
-    "tests/test_cbmm.py::test_every_sweep_lowers_the_loss": "cbmm-parallel-kernels",
-    "tests/test_calibration_priors.py::test_penalised_sweep_never_increases_the_penalised_loss": "cbmm-parallel-kernels",
-}
+#: (one worker then pays the cost once); none at present: every compiled kernel, the parallel cBMM ones
+#: included, is loaded from the on-disk cache that the warm-up fills (catengine/numba_cache.py)
+SHARED_UNITS: dict[str, str] = {}
 #: a test marked ``slow`` without an entry above
 SLOW_MARK_SECONDS = 5.0
 #: fixture scopes whose tests form one work unit per module

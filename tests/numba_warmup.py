@@ -2,7 +2,7 @@
 
 ``tests/conftest.py`` runs this at the start of an xdist run (in the controller only) as two
 processes in parallel, and the workers start when both have finished. On a clean clone the numba
-caches (``__pycache__/*.nbi``, ``*.nbc`` beside each kernel module) are empty; without this every
+caches (``__pycache__/irt-*.nbi``, ``*.nbc`` beside each kernel module, ``catengine.numba_cache``) are empty; without this every
 worker and every subprocess a test starts (CLI runs, notebook kernels, dask and audit workers)
 compiles the kernels it meets at the same time as the others, each compile costing seconds. With
 warm caches a process only loads what it finds (about 2 s here for every signature).
@@ -76,7 +76,8 @@ def _dispatcher(name: str):
     obj = importlib.import_module(module)
     for part in qualname.split("."):
         obj = getattr(obj, part)
-    # cBMM's kernels are a serial (cached) and a parallel (uncached) dispatcher behind one function
+    # cBMM's kernels are a serial and a parallel dispatcher behind one function: the list names them
+    # ``kernel`` (the serial one) and ``kernel.parallel``
     return getattr(obj, "serial", obj)
 
 
@@ -121,22 +122,24 @@ def _index_files() -> list[Path]:
     cache_dir = os.environ.get("NUMBA_CACHE_DIR")
     if cache_dir:
         raise SystemExit("--record reads the in-tree caches (__pycache__ beside the sources): unset NUMBA_CACHE_DIR")
-    return sorted(Path(p) for pkg in PACKAGES for p in glob.glob(str(ROOT / pkg / "**" / "__pycache__" / "*.nbi"), recursive=True))
+    return sorted(Path(p) for pkg in PACKAGES for p in glob.glob(str(ROOT / pkg / "**" / "__pycache__" / "irt-*.nbi"), recursive=True))
 
 
 def record(path: Path = SIGNATURES) -> int:
     """Rewrite the list from the in-tree cache indexes of the current sources (keeps the order of
-    the functions already listed; new ones go last)."""
-    import hashlib
+    the functions already listed; new ones go last). An index counts when its stamp is the one the
+    kernel's cache computes now (``catengine.numba_cache``: the sources it reaches are unchanged)."""
+    import numba
 
-    import numba  # noqa: F401 - the index keys are numba types
+    from catengine.numba_cache import cache_stamp
 
     found: dict[str, list[str]] = {}
     tag = f".py{sys.version_info.major}{sys.version_info.minor}.nbi"
     for index in _index_files():
         if not index.name.endswith(tag):
             continue
-        source = index.parent.parent / (index.name.split(".", 1)[0] + ".py")
+        base = index.name[len("irt-"):]
+        source = index.parent.parent / (base.split(".", 1)[0] + ".py")
         if not source.exists():
             continue
         with open(index, "rb") as f:
@@ -145,11 +148,18 @@ def record(path: Path = SIGNATURES) -> int:
         if version != numba.__version__:
             continue
         stamp, overloads = pickle.loads(data)
-        if stamp != hashlib.sha256(source.read_bytes()).digest():
-            continue  # stale: the source changed since
-        qualname = index.name[len(source.stem) + 1: -len(tag)].rsplit("-", 1)[0]
-        module = ".".join(source.relative_to(ROOT).with_suffix("").parts)
-        found.setdefault(f"{module}:{qualname}", []).extend(sorted({str(key[0]) for key in overloads}))
+        qualname = base[len(source.stem) + 1: -len(tag)].rsplit("-", 1)[0]
+        name = f"{'.'.join(source.relative_to(ROOT).with_suffix('').parts)}:{qualname}"
+        try:
+            module, attrs = name.split(":")
+            disp = importlib.import_module(module)
+            for part in attrs.split("."):
+                disp = getattr(disp, part)
+            fresh = stamp == cache_stamp(getattr(disp, "serial", disp))
+        except Exception:  # noqa: BLE001 - not reachable by name (e.g. a private copy of a helper)
+            continue
+        if fresh:
+            found.setdefault(name, []).extend(sorted({str(key[0]) for key in overloads}))
     old = list(read_signatures(path))
     order = [n for n in old if n in found] + sorted(n for n in found if n not in old)
     lines = ["# numba kernels and argument types the test suite compiles (tests/numba_warmup.py --record);",

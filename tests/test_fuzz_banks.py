@@ -4,6 +4,7 @@ foreign exception; a bank that opens is usable by a session (finite estimates, l
 import json
 import math
 import os
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -25,10 +26,19 @@ _N = int(os.environ.get("CATENGINE_FUZZ_EXAMPLES", "0"))
 FUZZ = settings(max_examples=_N or 40, deadline=None, derandomize=not _N, database=None,
                 suppress_health_check=list(HealthCheck))
 
-_DIR = Path(tempfile.mkdtemp(prefix="fuzz_banks_"))
-_SOURCE = write_item_bank(naive.make_bank("lart", 8, seed=3, metadata=False), _DIR / "store" / "testbank")
-_BYTES = _SOURCE.read_bytes()
+with tempfile.TemporaryDirectory(prefix="fuzz_banks_") as _tmp:  # the bytes the fuzzer damages
+    _BYTES = write_item_bank(naive.make_bank("lart", 8, seed=3, metadata=False), Path(_tmp) / "store" / "testbank").read_bytes()
+_DIR: Path  # the scratch folder of the damaged copies (``_scratch_folder``)
 _COUNTER = iter(range(10**9))
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _scratch_folder():
+    """The module's scratch folder (``_DIR``): made before its first test, removed after its last."""
+    global _DIR
+    _DIR = Path(tempfile.mkdtemp(prefix="fuzz_banks_"))
+    yield
+    shutil.rmtree(_DIR, ignore_errors=True)
 
 
 @pytest.fixture(autouse=True, scope="module")

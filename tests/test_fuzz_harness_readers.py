@@ -7,12 +7,14 @@ import io
 import itertools
 import json
 import os
+import shutil
 import tempfile
 import warnings
 import zipfile
 from pathlib import Path
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -26,8 +28,17 @@ from catengine.session import CATSession
 _N = int(os.environ.get("CATENGINE_FUZZ_EXAMPLES", "0"))
 FUZZ = settings(max_examples=_N or 60, deadline=None, derandomize=not _N, database=None,
                 suppress_health_check=list(HealthCheck))
-_DIR = Path(tempfile.mkdtemp(prefix="fuzz_harness_"))
+_DIR: Path  # the scratch folder (``_scratch_folder``)
 _COUNTER = itertools.count()
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _scratch_folder():
+    """The module's scratch folder (``_DIR``): made before its first test, removed after its last."""
+    global _DIR
+    _DIR = Path(tempfile.mkdtemp(prefix="fuzz_harness_"))
+    yield
+    shutil.rmtree(_DIR, ignore_errors=True)
 
 scalars = (st.none() | st.booleans() | st.integers(-10, 10) | st.sampled_from([2e9, -5, 1e400 * 0, 0.5, 1.0, 0.0, 10**30])
            | st.floats(allow_nan=True) | st.text(max_size=6))

@@ -1,13 +1,17 @@
 """Fuzz: `catengine serve` protocol lines. Property: one reply per line, each ok or a named protocol
-error (never InternalError), the server keeps going, and its log resumes to the same sessions."""
+error (never InternalError) whose message is at most 1,000 characters and quotes no long value whole,
+the server keeps going, no id longer than 1,000 characters reaches a session, and its log resumes to
+the same sessions."""
 
 import io
 import itertools
 import json
 import os
+import shutil
 import tempfile
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -20,16 +24,25 @@ _N = int(os.environ.get("CATENGINE_FUZZ_EXAMPLES", "0"))
 FUZZ = settings(max_examples=_N or 100, deadline=None, derandomize=not _N, database=None,
                 suppress_health_check=list(HealthCheck))
 BANK = naive.make_bank("lart", 25, seed=4)
-_DIR = Path(tempfile.mkdtemp(prefix="fuzz_protocol_"))
+_DIR: Path  # the scratch folder (``_scratch_folder``)
 _COUNTER = itertools.count()
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _scratch_folder():
+    """The module's scratch folder (``_DIR``): made before its first test, removed after its last."""
+    global _DIR
+    _DIR = Path(tempfile.mkdtemp(prefix="fuzz_protocol_"))
+    yield
+    shutil.rmtree(_DIR, ignore_errors=True)
 NAMED = {"MalformedJSON", "InvalidRequestError", "UnknownSubjectError", "UnknownItemError", "ItemAlreadyAnsweredError",
          "InvalidResponseError", "CoTOutOfRangeError", "BankExhaustedError", "SessionLogError"}
 
 anything = st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=6),
                         lambda inner: st.lists(inner, max_size=2) | st.dictionaries(st.text(max_size=4), inner, max_size=2),
                         max_leaves=4)
-subjects = st.sampled_from(["m1", "m2", "", "\ud800", "m1 ", "x" * 300]) | anything
-items = st.sampled_from(list(BANK.item_ids[:6]) + ["nope", ""]) | anything
+subjects = st.sampled_from(["m1", "m2", "", "\ud800", "m1 ", "x" * 300, "x" * 1000, "z" * 1001, "z" * 5000]) | anything
+items = st.sampled_from(list(BANK.item_ids[:6]) + ["nope", "", "y" * 999, "y" * 5000]) | anything
 numbers = st.sampled_from([0, 1, 2, -1, 0.5, True, None, 10**400, 1e300, -5, 300, 5e-324, "1", [1]]) | anything
 requests = st.fixed_dictionaries(
     {"op": st.sampled_from(["next", "record", "estimate", "start", "exclude", "subjects", "fly"]) | anything},
@@ -48,11 +61,16 @@ well_formed = st.builds(
     st.sampled_from(["next", "record", "record", "record", "exclude", "estimate"]), st.sampled_from(["m1", "m2"]),
     st.sampled_from(BANK.item_ids[:8]), st.sampled_from([0, 1]), st.none() | st.integers(0, 5000),
 )
+long_ids = st.builds(  # ids at and beyond the 1,000-character bound, in otherwise valid requests
+    lambda op, subject, item: {"op": op, "subject": subject, "item": item, "correct": 1},
+    st.sampled_from(["next", "record", "estimate", "exclude"]), st.sampled_from(["m1", "x" * 1000, "z" * 5000]),
+    st.sampled_from([BANK.item_ids[0], "y" * 999, "y" * 5000]),
+)
 raw_lines = st.sampled_from([b"not json", b"[" * 50_000, b"\xff\xfe", b"{}", b"null", b'{"op": "quit"', b"9" * 5000])
 
 
 @FUZZ
-@given(reqs=st.lists(well_formed | well_formed | requests | raw_lines, min_size=1, max_size=16))
+@given(reqs=st.lists(well_formed | well_formed | requests | raw_lines | long_ids, min_size=1, max_size=16))
 def test_fuzzed_protocol_lines(reqs):
     log = _DIR / f"log_{next(_COUNTER)}.jsonl"
     lines = [_line(r).replace(b"\n", b" ") for r in reqs if not (isinstance(r, dict) and r.get("op") == "quit")]
@@ -64,8 +82,12 @@ def test_fuzzed_protocol_lines(reqs):
     assert len(replies) == payload.count(b"\n")
     for reply in replies:
         assert reply["ok"] or reply["error"] in NAMED, reply
+        if not reply["ok"]:
+            assert len(reply["message"]) <= 1100 and "z" * 100 not in reply["message"], reply["message"][:200]
+            assert "y" * 100 not in reply["message"], reply["message"][:200]
         if reply["ok"] and "estimate" in reply:
             assert all(v is not None for k, v in reply["estimate"].items() if k != "theta_95")
+    assert all(len(subject) <= 1000 for subject in engine.sessions)
     # the log holds exactly what the sessions did: resuming rebuilds them
     resumed = Engine.resume(log, BANK)
     assert sorted(resumed.sessions) == sorted(engine.sessions)

@@ -2,6 +2,7 @@
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -36,3 +37,37 @@ def test_adapters_are_optional_and_lazy():
         "import catengine, catengine.cli, catengine.adapters.lm_eval, catengine.adapters.inspect; "
         "catengine.cli.build_parser()"))
     assert "inspect_ai" not in top and "calibration" not in top
+
+
+#: what no command of ``catengine`` needs: Dask (xarray imports an installed one unless told), the
+#: widgets (ipywidgets and the packages' own) and plotting
+_NOT_FOR_COMMANDS = ("dask", "distributed", "ipywidgets", "matplotlib")
+
+
+def _heavy(modules) -> list[str]:
+    return sorted(m for m in modules if m.split(".")[0] in _NOT_FOR_COMMANDS or "widgets" in m.split("."))
+
+
+def test_the_command_line_module_imports_no_dask_widgets_or_plotting():
+    assert not _heavy(_modules_after_import("import catengine.cli; catengine.cli.build_parser()"))
+
+
+def test_catengine_evaluate_imports_no_dask_widgets_or_plotting(tmp_path):
+    """The console command end to end (``main()`` as the ``catengine`` script calls it): a shipped
+    bank opened with xarray, an adaptive run, the score; none of these modules in the process."""
+    code = (
+        "import sys\n"
+        "from catengine.cli import main\n"
+        "sys.argv = ['catengine', 'evaluate', '--bank', 'math500_2pl', '--responses',\n"
+        "            'data/lart/accuracy_math500.csv.gz', '--subject', 'Qwen_Qwen3_8B_zero_shot', '--seed', '0',\n"
+        f"            '--log', {str(tmp_path / 'log.jsonl')!r}]\n"
+        "rc = main()\n"
+        "print('\\n'.join(sorted(m for m, v in sys.modules.items() if v is not None)))\n"
+        "sys.exit(rc)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).resolve().parents[1], capture_output=True,
+                         text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    modules = set(out.stdout.split())
+    assert "xarray" in modules and "catengine.session.session" in modules  # it did run
+    assert not _heavy(modules)

@@ -82,6 +82,9 @@ def test_notebook_runs_top_to_bottom(name, tmp_path, monkeypatch):
         f"{name} does not read the fast-path switch CATENGINE_NOTEBOOK_FAST"
     for key, value in FAST_PATH_ENV.items():  # the kernel inherits this process's environment
         monkeypatch.setenv(key, value)
+    scratch = tmp_path / "tmp"  # the notebooks' scratch folders (tempfile.mkdtemp) go here, not in /tmp
+    scratch.mkdir()
+    monkeypatch.setenv("TMPDIR", str(scratch))
     client = nbclient.NotebookClient(
         nb,
         timeout=CELL_TIMEOUT_S,

@@ -56,19 +56,41 @@ def test_readme_states_the_defaults_the_code_has():
     assert isinstance(CATSession(open_item_bank("math500_lart")).selector, DoublyRobustSelection)
 
 
+def test_readme_run_against_the_test_endpoint_runs(tmp_path):
+    """The README's `catengine run` against the repository's simulated LLM endpoint (started in the
+    background by the block itself, on 127.0.0.1) prints the summary; its quoted output lines start
+    as the real ones do; the options it names exist."""
+    real, simulated = _blocks_under("## Evaluate your LLM")
+    assert real.startswith("catengine run --bank math500_lart --model my-model --base-url http://127.0.0.1:")
+    done = _run(simulated, ROOT, tmp_path)
+    _assert_score_summary(done.stdout)
+    assert re.search(r"^asked \d+ of 500 items .* completion tokens", done.stdout, flags=re.M), done.stdout
+    assert re.search(r"^the whole benchmark would have taken 500 items", done.stdout, flags=re.M), done.stdout
+    for line in _blocks_under("## Evaluate your LLM", "text")[0].splitlines():
+        start = re.split(r"[\d:]", line, maxsplit=1)[0]
+        assert re.search(rf"^{re.escape(start)}", done.stdout, flags=re.M), (line, done.stdout[-3000:])
+    help_text = subprocess.run([Path(sys.executable).parent / "catengine", "run", "--help"], capture_output=True,
+                               text=True).stdout
+    section = README.split("## Evaluate your LLM", 1)[1].split("\n## ", 1)[0]
+    for option in set(re.findall(r"(--[a-z-]+)", section)) - {"--content", "--grader", "--theta", "--port"}:
+        assert option in help_text, option  # (--theta and --port are the test endpoint's)
+    assert "--content" in help_text and "--grader" in subprocess.run(
+        [Path(sys.executable).parent / "catengine", "regrade", "--help"], capture_output=True, text=True).stdout
+
+
 def test_readme_evaluate_your_llm_runs(tmp_path):
-    answers = _blocks_under("## Evaluate your LLM", "text")[0]
+    answers = _blocks_under("## Score answers you already have", "text")[0]
     assert len(answers.splitlines()) == 3 and answers.startswith("item,correct")
     (tmp_path / "answers.csv").write_text(answers)
-    command = _blocks_under("## Evaluate your LLM")[0]
+    command = _blocks_under("## Score answers you already have")[0]
     _assert_score_summary(_run(command, tmp_path, tmp_path).stdout)
-    for option in re.findall(r"`(--[a-z-]+)`", README.split("## Evaluate your LLM", 1)[1].split("\n## ", 1)[0]):
+    for option in re.findall(r"`(--[a-z-]+)`", README.split("## Score answers you already have", 1)[1].split("\n## ", 1)[0]):
         assert option in subprocess.run([Path(sys.executable).parent / "catengine", "evaluate", "--help"],
                                         capture_output=True, text=True).stdout, option
 
 
 def test_readme_session_loop_runs(tmp_path, monkeypatch):
-    code = _blocks_under("## Evaluate your LLM", "python")[0]
+    code = _blocks_under("## Score answers you already have", "python")[0]
     asked = []
 
     def ask_my_llm(item):  # a stand-in LLM: right on two items in three, 400 CoT tokens each
@@ -91,9 +113,12 @@ def test_readme_shipped_bank_on_its_source_data(tmp_path):
         assert re.search(rf"^{re.escape(start)}", done.stdout, flags=re.M), (line, done.stdout[-3000:])
 
 
-def test_readme_inspect_example_is_the_tested_one():
-    harnesses = (ROOT / "docs" / "harnesses.md").read_text(encoding="utf-8")
-    assert _blocks_under("## Inside Inspect AI", "python") == _blocks_under("## Inspect AI", "python", harnesses)[:1]
+def test_readme_harness_section_points_to_the_tested_examples():
+    """The README names the harness entry points and links the page whose examples
+    tests/test_harness_docs.py runs offline."""
+    section = README.split("\n## Inside Inspect AI", 1)[1].split("\n## ", 1)[0]
+    assert "run_adaptive" in section and "lm-eval next" in section and "(docs/harnesses.md)" in section
+    from catengine.adapters.inspect import run_adaptive  # noqa: F401 - the name the README gives exists
 
 
 @pytest.mark.slow

@@ -44,6 +44,9 @@ def add_common_arguments(fit: argparse.ArgumentParser, method) -> None:
     add_progress_argument(fit)
     fit.add_argument("--keep-responses", action=argparse.BooleanOptionalAction, default=True,
                      help="store the responses in the bank so that it can be recalibrated (default on)")
+    fit.add_argument("--no-interval-check", dest="interval_check", action="store_false", default=True,
+                     help="skip the cross-fitted interval and score check (faster; the bank records that it was "
+                          "skipped and sessions use the model's own intervals; `calibration recalibrate` runs it)")
     fit.add_argument("--include-subjects", metavar="IDS|FILE",
                      help="calibrate on these LLMs only: comma-separated ids, or a file with one id per line")
     fit.add_argument("--exclude-subjects", metavar="IDS|FILE",
@@ -161,7 +164,16 @@ def method_first(argv: list[str]) -> list[str]:
 
 
 def run_fit(args) -> int:
-    """Load the responses, fit with the chosen method, write a new bank version, print its path."""
+    """Load the responses, fit with the chosen method, write a new bank version, print its path.
+    Ctrl-C stops it with one line on stderr and exit status 130."""
+    try:
+        return _run_fit(args)
+    except KeyboardInterrupt:
+        print("\ncalibration fit: interrupted", file=sys.stderr)
+        return 130
+
+
+def _run_fit(args) -> int:
     from calibration.io import load_responses
     from catengine import write_item_bank
 
@@ -186,7 +198,17 @@ def run_fit(args) -> int:
             calibrator.fit(data)
         except ValueError as exc:  # the data cannot be calibrated as they are: say which file
             raise ValueError(f"{Path(args.responses).name}: {exc}") from None
-        bank = calibrator.to_item_bank(args.bank_id, **export_options(args))
+        check = run_data_check(data, calibrator)
+        if args.interval_check:
+            bank = calibrator.to_item_bank(args.bank_id, **export_options(args))
+        else:
+            from calibration.recalibrate import SKIPPED_ON_REQUEST
+
+            bank = calibrator.to_item_bank(args.bank_id, interval_check=False, **export_options(args)).replace_attrs(
+                interval_calibration_skipped=f"{SKIPPED_ON_REQUEST} (calibration fit --no-interval-check): sessions "
+                                             "use the model's own intervals")
+        if check is not None:
+            bank = bank.replace_attrs(data_check=check.to_json())
         if args.keep_responses:
             bank = bank.with_group("responses", data.to_dataset())
         _announce_lineage(Path(args.out) / args.bank_id, args.bank_id)
@@ -198,6 +220,23 @@ def run_fit(args) -> int:
     print(_interval_summary(bank), file=sys.stderr)
     print(path)
     return 0
+
+
+def run_data_check(data, calibrator):
+    """The data check of the responses against the fitted items (``calibration.data_check``): its
+    summary goes to stderr at once; a flag never stops the fit, and neither does a failed check."""
+    import numpy as np
+
+    from calibration.data_check import check_response_data
+
+    try:
+        check = check_response_data(data, params=getattr(calibrator, "item_params_", None),
+                                    theta=getattr(calibrator, "theta_", None))
+    except (ValueError, TypeError, ArithmeticError, np.linalg.LinAlgError) as exc:
+        print(f"data check: skipped ({exc})", file=sys.stderr)
+        return None
+    print(check.summary(), file=sys.stderr)
+    return check
 
 
 def _interval_summary(bank) -> str:

@@ -26,7 +26,10 @@ the bank's calibration LLM runs (``catengine.console.result_lines``).
 The stopping rule is set when ``next`` creates the log: by default
 ``catengine.stopping.default_stopping`` (the predicted accuracy known to within a stated half-width,
 or an item cap), or the stopping options of ``catengine evaluate``. A batch never runs past the
-rule's item cap (``CATSession.next_items``): the last one is cut to what is left.
+rule's item cap (``CATSession.next_items``): the last one is cut to what is left. A resumed log keeps
+the configuration it records: selection, estimation, stopping or seed options given to a later
+``next`` must build that same configuration, else ``next`` refuses (exit status 2) naming each
+differing setting, as recorded and as given (``LogConfigMismatchError``).
 
 Item ids <-> documents: ``DocIds(template, task)``; the template has the fields ``{task}`` and
 ``{doc_id}`` (default ``"{task}/{doc_id}"``; for ids such as ``math500/17`` run with the harness
@@ -255,13 +258,19 @@ def add_subcommand(sub, *, add_strategy_options, strategies, open_bank) -> None:
     nx = lsub.add_parser("next", help="print the next batch as a --samples JSON mapping; exit status 1 once finished",
                          description="Print the next batch as a --samples JSON mapping; exit status 1 once finished. "
                                      "The selection, estimation and stopping options and --seed apply when the log is "
-                                     "created; a resumed log keeps the configuration it records.")
+                                     "created; a resumed log keeps the configuration it records, and options given "
+                                     "then must build that same configuration (else exit status 2, naming each "
+                                     "differing setting as recorded and as given).")
     common(nx)
     nx.add_argument("--k", type=int, default=20,
                     help="batch size (default 20; a batch never runs past the stopping rule's item cap)")
     nx.add_argument("--force", action="store_true", help="propose items even if the stopping rule is met")
+    known = {id(action) for action in nx._actions}
     add_strategy_options(nx)
-    nx.set_defaults(func=lambda args: _cmd_next(args, strategies, open_bank))
+    tracked = [action for action in nx._actions if id(action) not in known]
+    for action in tracked:  # tells an option given on the command line from its default (see _given_options)
+        action.default = _NotGiven(action.default)
+    nx.set_defaults(func=lambda args: _cmd_next(args, strategies, open_bank, tracked))
 
     ing = lsub.add_parser("ingest", help="record the answers in the harness's --log_samples output")
     common(ing)
@@ -270,6 +279,89 @@ def add_subcommand(sub, *, add_strategy_options, strategies, open_bank) -> None:
     ing.add_argument("--filter", default=None, help="filter whose lines to use when a task has several (e.g. strict-match)")
     ing.add_argument("--no-cot", action="store_true", help="record no CoT lengths")
     ing.set_defaults(func=lambda args: _cmd_ingest(args, open_bank))
+
+
+class _NotGiven:
+    """The default of a strategy option of ``next``, marking it as not given on the command line."""
+
+    def __init__(self, default):
+        self.default = default
+
+    def __repr__(self) -> str:
+        return repr(self.default)
+
+    def __str__(self) -> str:
+        return str(self.default)
+
+
+def _given_options(args, tracked) -> dict[str, str]:
+    """The strategy options given on the command line, dest -> how they were written (``--max-items
+    30``); the others get their defaults back in ``args``."""
+    given = {}
+    for action in tracked:
+        value = getattr(args, action.dest, None)
+        if isinstance(value, _NotGiven):
+            default = value.default
+            if isinstance(default, str) and callable(action.type):
+                default = action.type(default)
+            setattr(args, action.dest, default)
+        elif action.option_strings:
+            flag = max(action.option_strings, key=len)
+            given[action.dest] = flag if action.nargs == 0 else f"{flag} {value}"
+    return given
+
+
+#: which strategy options set which part of the configuration a log records
+_PARTS = {
+    "selector": ("selector",),
+    "estimator": ("estimator", "no_cot", "sd_scale"),
+    "stopping": ("score_within", "target_sd", "min_items", "max_items", "min_information", "rivals",
+                 "rival_probability"),
+    "exposure": ("randomesque", "content_field", "content_targets", "sympson_hetter"),
+}
+
+
+def _configuration_differences(engine, log, args, given: dict[str, str], strategies) -> list[str]:
+    """Each setting of the resumed ``engine``'s recorded configuration that the options ``given``
+    would set otherwise, as 'setting (options): recorded: ...; given: ...'."""
+    import json
+
+    from catengine.session import to_config
+    from catengine.session.session import strategy_words
+
+    if not given:
+        return []
+    recorded = engine.config()
+    wanted = strategies(args, engine.bank)
+    out = []
+
+    def differ(setting, dests, old, new):
+        options = " ".join(given[d] for d in dests if d in given)
+        out.append(f"{setting} ({options}): recorded: {old}; given: {new}")
+
+    for part, dests in _PARTS.items():
+        if not any(d in given for d in dests):
+            continue
+        if part == "estimator":
+            old, new = recorded["estimator"], to_config(wanted["estimator"])
+            if "estimator" in given and old.get("type") != new.get("type"):
+                differ("estimator", ["estimator"], old.get("type"), new.get("type"))
+            if "no_cot" in given and old.get("use_cot", True) != new.get("use_cot", True):
+                differ("CoT lengths in scoring", ["no_cot"], "used" if old.get("use_cot", True) else "ignored",
+                       "used" if new.get("use_cot", True) else "ignored")
+            if "sd_scale" in given and old.get("sd_scale") != new.get("sd_scale"):
+                differ("SD scale", ["sd_scale"], old.get("sd_scale"), new.get("sd_scale"))
+            continue
+        new = ([to_config(c) for c in wanted["exposure"]] if part == "exposure" else to_config(wanted[part]))
+        if new != recorded[part]:
+            differ({"stopping": "stopping rule", "exposure": "exposure controls"}.get(part, part), dests,
+                   strategy_words(part, recorded[part]), strategy_words(part, new))
+    if "seed" in given:
+        with open(log, encoding="utf-8") as fh:
+            entropy = json.loads(fh.readline()).get("seed_entropy")
+        if entropy != int(np.random.SeedSequence(args.seed).entropy):
+            differ("seed", ["seed"], "none recorded" if entropy is None else f"seed entropy {entropy}", args.seed)
+    return out
 
 
 def _engine(args, strategies, open_bank, *, create: bool):
@@ -311,18 +403,27 @@ def _print_result(prog: str, head: str, lines) -> None:
         print(f"  {line}", file=sys.stderr)
 
 
-def _cmd_next(args, strategies, open_bank) -> int:
+def _cmd_next(args, strategies, open_bank, tracked=()) -> int:
     import json
     import sys
 
     from catengine.console import describe_stopping
+    from catengine.session import LogConfigMismatchError
 
+    given = _given_options(args, tracked)
     if args.k < 1:
         raise ValueError(f"--k (the batch size) must be an integer >= 1, got {args.k}")
     doc_ids = DocIds(args.item_id, args.task)
     created = not (args.log.exists() and args.log.stat().st_size > 0)
     engine = _engine(args, strategies, open_bank, create=True)
     try:
+        differences = [] if created else _configuration_differences(engine, args.log, args, given, strategies)
+        if differences:
+            raise LogConfigMismatchError(
+                f"{args.log} is resumed with the configuration it records, which differs from the options given:\n  "
+                + "\n  ".join(differences)
+                + "\nOmit these options to go on with the log's configuration, or start a new log with another "
+                  "--log to use them.")
         session = engine.start(args.subject)
         if created:
             print(f"catengine lm-eval next: new session log {args.log}; {describe_stopping(session.stopping)}",

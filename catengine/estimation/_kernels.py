@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from numba import njit
+from catengine.numba_cache import njit
 
 from catengine.models.kernels import log_p_4pl as _log_p_4pl
 from catengine.models.kernels import weights_4pl as _weights_4pl

@@ -8,8 +8,10 @@ keyed and which shipped bank holds that benchmark.
 
 A file keyed by the benchmark's own ids (``0 .. 499``, as the source data is) is matched to the
 bank's by :func:`map_item_ids`: explicitly with a prefix (``--item-prefix math500/``), or
-automatically when the bank's ids share one prefix, every id of the file becomes a bank id by
-adding it and the file names no other benchmark.
+automatically when the user named the bank, the bank's ids share one prefix, every id of the file
+becomes a bank id by adding it and the file names no other benchmark. Bare ids are never read
+against a bank that stood in by default: positions fit many benchmarks (``0 .. 39`` are AMC23's
+items and the first forty of MATH500's), so the user must name the one they answer.
 """
 
 from __future__ import annotations
@@ -63,7 +65,8 @@ class ItemIdMap:
         return f"read {len(pairs)} item ids of {source} with the bank's prefix {self.prefix!r}: {span}{how}"
 
 
-def map_item_ids(file_ids, bank_ids, *, prefix: str | None = None, source="the answer file") -> ItemIdMap:
+def map_item_ids(file_ids, bank_ids, *, prefix: str | None = None, source="the answer file",
+                 assumed: str | None = None) -> ItemIdMap:
     """Match the item ids of an answer file (``source``, named in errors) to a bank's ids.
 
     With ``prefix`` (e.g. ``"math500/"``): every file id that is not a bank id becomes ``prefix +
@@ -72,10 +75,19 @@ def map_item_ids(file_ids, bank_ids, *, prefix: str | None = None, source="the a
     becomes one with that prefix, and at least one needs it, the prefix is added automatically;
     otherwise nothing is mapped. An id given twice, once with the prefix and once without
     (``3`` and ``math500/3``), is a ValueError naming both and ``source``.
+
+    ``assumed``: the id of a bank the user did not name (a default stood in for it). Without
+    ``prefix``, bare file ids (no benchmark part) that are not its ids are then never mapped to
+    its prefixed ids: they are a ValueError (:func:`bare_ids_message`) naming the assumed bank and saying that ``--bank``
+    or ``--item-prefix`` must name the benchmark they answer.
     """
     file_ids = [str(i) for i in file_ids]
     in_bank = set(map(str, bank_ids))
     automatic = prefix is None
+    if automatic and assumed is not None and bank_prefix(in_bank) is not None:
+        bare = [i for i in file_ids if namespace(i) is None and i not in in_bank]
+        if bare:
+            raise ValueError(bare_ids_message(source, assumed, list(map(str, bank_ids)), bare))
     if automatic:
         prefix = bank_prefix(in_bank)
         if prefix is None:
@@ -91,6 +103,28 @@ def map_item_ids(file_ids, bank_ids, *, prefix: str | None = None, source="the a
         raise ValueError(f"{source}: item {both!r} and item {mapping[both]!r} are both given, and with the prefix "
                          f"{prefix!r} they are the same item of the bank; keep one of them")
     return ItemIdMap(mapping, prefix if mapping else None, automatic and bool(mapping))
+
+
+def bare_ids_message(source, assumed: str, bank_ids, bare) -> str:
+    """The error for bare item ids (``bare``: positions such as ``0 .. 39``, which name no benchmark)
+    in ``source`` read against the bank ``assumed`` (ids ``bank_ids``), which the user did not name:
+    which bank was assumed, that ``--bank`` or ``--item-prefix`` must name the benchmark, and the
+    shipped banks whose items the ids are with their benchmark's prefix."""
+    bare = [str(i) for i in bare]
+    span = f"{bare[0]!r} .. {bare[-1]!r}" if len(bare) > 1 else repr(bare[0])
+    bank_span = f"{bank_ids[0]!r} .. {bank_ids[-1]!r}" if bank_ids else "none"
+    prefix = bank_prefix(bank_ids)
+    message = (f"{source}: {len(bare)} item id{'s' if len(bare) != 1 else ''} ({span}) name{'s' if len(bare) == 1 else ''} "
+               "no benchmark (bare positions fit many benchmarks), and no "
+               f"--bank was given, so the default bank {assumed!r} was assumed ({len(bank_ids)} items, ids "
+               f"{bank_span}); bare ids are read only against a bank you name: name the benchmark these answers "
+               "are for with --bank (a shipped bank id or a bank directory)")
+    message += (f" or --item-prefix (--item-prefix {prefix} reads them as items of {assumed!r})" if prefix
+                else " or --item-prefix")
+    holders = shipped_banks_for(bare)
+    if holders:
+        message += f"; with their benchmark's prefix they are item ids of the shipped {_named(holders)}"
+    return message
 
 
 def _shipped_ids() -> dict[str, tuple[str, ...]]:
@@ -175,4 +209,4 @@ def foreign_ids_message(bank_id: str, bank_ids, foreign, *, limit: int = 5) -> s
     return message
 
 
-__all__ = ["ItemIdMap", "bank_prefix", "foreign_ids_message", "map_item_ids", "namespace", "shipped_banks_for"]
+__all__ = ["ItemIdMap", "bank_prefix", "bare_ids_message", "foreign_ids_message", "map_item_ids", "namespace", "shipped_banks_for"]

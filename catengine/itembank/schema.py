@@ -89,9 +89,20 @@ GROUPS = ("items", "posterior", "subjects", "calibration", "responses", "content
 
 
 def schema_version_problem(version: int, written_by) -> str:
-    """The message for a bank whose schema this library cannot read, saying how to get one that can."""
+    """The message for a bank whose schema this library cannot read, saying how to get one that can
+    (an upgrade only when the bank's writer is a newer release than this library)."""
+    import re
     from importlib.metadata import PackageNotFoundError
     from importlib.metadata import version as installed_version
+
+    def _release_number(text) -> tuple[int, ...] | None:  # "0.1.0.dev3" -> (0, 1); None without numbers
+        match = re.match(r"\s*v?(\d+(?:\.\d+)*)", text) if isinstance(text, str) else None
+        if match is None:
+            return None
+        numbers = tuple(int(part) for part in match.group(1).split("."))
+        while len(numbers) > 1 and numbers[-1] == 0:  # 0.1 and 0.1.0 are one release
+            numbers = numbers[:-1]
+        return numbers
 
     try:
         mine = installed_version("irt-llm-eval")
@@ -99,12 +110,21 @@ def schema_version_problem(version: int, written_by) -> str:
         mine = "unknown"
     supported = ", ".join(map(str, SUPPORTED_SCHEMA_VERSIONS))
     if version > max(SUPPORTED_SCHEMA_VERSIONS):
-        by = f" by irt-llm-eval {written_by}" if isinstance(written_by, str) and written_by else ""
-        need = f">= {written_by}" if isinstance(written_by, str) and written_by and written_by != "unknown" else "a newer release"
+        known = isinstance(written_by, str) and written_by and written_by != "unknown"
+        by = f" by irt-llm-eval {written_by}" if known else ""
+        writer, reader = _release_number(written_by), _release_number(mine)
+        if known and writer is not None and reader is not None and writer <= reader:
+            # the writer is this release or an older one: no upgrade to it can help
+            advice = (f"irt-llm-eval {written_by} is not newer than this library, so a development build wrote it "
+                      f"or its schema_version was changed; open it with the build that wrote it, or with a release "
+                      f"that reads schema {version}")
+        elif known and writer is not None:
+            advice = f"upgrade to irt-llm-eval >= {written_by}, e.g. `pip install -U irt-llm-eval`"
+        else:
+            advice = f"upgrade to a release that reads schema {version}, e.g. `pip install -U irt-llm-eval`"
         return (
             f"unknown schema_version {version}: the bank was written{by} with a newer schema than this library "
-            f"(irt-llm-eval {mine}) reads (schema {supported}); upgrade to irt-llm-eval {need}, "
-            "e.g. `pip install -U irt-llm-eval`"
+            f"(irt-llm-eval {mine}) reads (schema {supported}); {advice}"
         )
     return f"unknown schema_version {version} (this library, irt-llm-eval {mine}, reads schema {supported})"
 

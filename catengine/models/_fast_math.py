@@ -10,7 +10,7 @@ below would undo it.
 from __future__ import annotations
 
 from llvmlite import ir
-from numba import njit
+from catengine.numba_cache import njit
 from numba.core import types
 from numba.extending import intrinsic
 

@@ -35,7 +35,7 @@ from __future__ import annotations
 from functools import lru_cache
 
 import numpy as np
-from numba import njit
+from catengine.numba_cache import njit
 
 from catengine.validation import is_integer
 

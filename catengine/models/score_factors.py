@@ -19,7 +19,7 @@ import functools
 from dataclasses import dataclass
 
 import numpy as np
-from numba import njit
+from catengine.numba_cache import njit
 from scipy.special import expit, log_expit
 
 from catengine.models.expected_information import gauss_hermite_normal

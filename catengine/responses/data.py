@@ -212,7 +212,7 @@ def _parse_cot(value) -> float:
     return x
 
 
-_CORRECT_ALLOWED = "must be 0 or 1; allowed: 0, 1, true/false; empty, NA or NaN = missing; -1 is rejected in files as ambiguous"
+_CORRECT_ALLOWED = "must be 0 or 1; allowed: 0, 1, 0.0, 1.0, true/false; empty, NA or NaN = missing; -1 is rejected in files as ambiguous"
 #: CoT lengths above this many tokens are rejected as implausible (the engine's default limit too)
 MAX_COT_TOKENS = 1e9
 _COT_ALLOWED = f"a CoT length must be a finite token count >= 0 and <= {MAX_COT_TOKENS:g}; empty, NA or NaN = missing"

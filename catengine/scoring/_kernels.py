@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from numba import njit
+from catengine.numba_cache import njit
 
 from catengine.models._fast_math import sigmoid_pair
 from catengine.models.kernels import cholesky_in_place

@@ -121,7 +121,9 @@ def model_variance_terms(predictions, probabilities, remaining, *, member=None, 
     (n_draws, J) bool, the items not yet answered at step t. ``variances`` (n_draws, J): each
     outcome's variance in place of f (1 - f), for outcomes that are not 0/1 (CoT tokens).
     ``weight`` lam: the variance of the terms built with predictions lam f (:func:`power_tuning`),
-    sum_{R_t in G} (Var y_j + ((1 - lam) f_j)^2) / pi_t(j) - (sum_{R_t in G} (1 - lam) f_j)^2, over |G|^2."""
+    sum_{R_t in G} (Var y_j + ((1 - lam) f_j)^2) / pi_t(j) - (sum_{R_t in G} (1 - lam) f_j)^2, over |G|^2.
+    A variance, so never below 0: the difference is clipped there, since with near-certain
+    predictions its two terms agree to rounding and their difference can come out as -1e-17."""
     f = np.asarray(predictions, dtype=np.float64)
     pi = np.asarray(probabilities, dtype=np.float64)
     rem = np.asarray(remaining, dtype=bool)
@@ -135,7 +137,7 @@ def model_variance_terms(predictions, probabilities, remaining, *, member=None, 
     off = (1.0 - float(weight)) * f  # E_t(y_j - lam f_j) under the model
     ratio = np.where(rem & (pi > 0), (var + off * off) / np.where(pi > 0, pi, 1.0), 0.0)
     mean_correction = np.where(rem, off, 0.0) @ member
-    return (ratio @ member - mean_correction**2) / member.sum(axis=0) ** 2
+    return np.maximum(ratio @ member - mean_correction**2, 0.0) / member.sum(axis=0) ** 2
 
 
 def group_sums(values, codes=None, n_groups: int = 0) -> np.ndarray:
@@ -251,13 +253,14 @@ def design_terms_from_sums(order, outcomes, design_step, probabilities, predicte
 
 def model_variances_from_sums(variance, square, predicted, sizes, *, weight: float = 1.0) -> np.ndarray:
     """:func:`model_variance_terms` from each draw's sums (:class:`DrawSums`, stacked to (n_draws, 1 + G)):
-    [sum Var y / pi + (1 - lam)^2 sum f^2 / pi - ((1 - lam) sum f)^2] / |G|^2, the sums over R_t in G."""
+    [sum Var y / pi + (1 - lam)^2 sum f^2 / pi - ((1 - lam) sum f)^2] / |G|^2, the sums over R_t in G,
+    clipped at 0 as there (a variance whose terms can cancel to a rounding error below 0)."""
     if not 0.0 <= float(weight) <= 1.0:
         raise ValueError(f"weight must lie in [0, 1], got {weight!r}")
     off = 1.0 - float(weight)
     variance, square, predicted = (np.asarray(x, dtype=np.float64) for x in (variance, square, predicted))
     sizes = np.asarray(sizes, dtype=np.float64).reshape(1, -1)
-    return (variance + off * off * square - (off * predicted) ** 2) / sizes**2
+    return np.maximum(variance + off * off * square - (off * predicted) ** 2, 0.0) / sizes**2
 
 
 def power_tuning(terms_without, terms_with) -> float:

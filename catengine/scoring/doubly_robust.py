@@ -95,7 +95,11 @@ def combine_model_and_design(model_mean: float, model_sd: float, model_low: floa
     centre = float(model_mean) + w_e * d
     # the combination's variance P s^2 / (P + s^2) is uncertain only through s^2 while P_e = P (the
     # model's variance, from the bank's check, not from the draws): Welch-Satterthwaite degrees of freedom
-    nu_combined = nu * (1.0 + s2 / P) ** 2 if P_e == P and P > 0 else nu
+    # (infinite, the normal quantile, when P is so small beside s^2 that their ratio squared overflows)
+    nu_combined = nu
+    if P_e == P and P > 0:
+        ratio = s2 / P
+        nu_combined = nu * (1.0 + ratio) ** 2 if ratio < 1e100 else math.inf
     q_combined = float(stdtrit(nu_combined, 0.5 + level / 2.0))
     half = q_combined * math.sqrt(P_e * s2 / total) if total > 0 else 0.0
     lo_b, hi_b = float(bounds[0]), float(bounds[1])

@@ -8,6 +8,7 @@ from types import MappingProxyType
 from typing import Mapping
 
 METHODS = ("model", "design", "doubly-robust")
+_FIGURES = ("accuracy", "low", "high", "sd", "cot_total", "cot_total_low", "cot_total_high", "cot_total_sd")
 
 
 @dataclass(frozen=True)
@@ -64,6 +65,10 @@ class ScoreEstimate:
         if self.extrapolation not in ("", "above", "below"):
             raise ValueError(f"extrapolation must be '', 'above' or 'below', got {self.extrapolation!r}")
         object.__setattr__(self, "by_category", MappingProxyType(dict(self.by_category)))
+        for name in _FIGURES:  # a clip or a projection at 0 can leave -0.0, which prints as "-0"
+            value = getattr(self, name)
+            if isinstance(value, float) and value == 0.0:
+                object.__setattr__(self, name, 0.0)
 
     __hash__ = None  # holds a mapping
 

@@ -338,6 +338,12 @@ def predict_from_sums(weights, mean_sums, var_sums, known_sum, n_known, n_unknow
         low, high = _mixture_intervals(weights, m, v, level, known_sum, hi_bound)
     else:
         low = high = np.full(m.shape[1], math.nan)
+    # the mean lies in the attainable range (beyond it only by rounding), and the interval holds it:
+    # with near-certain predictions a mixture with one far node of tiny weight has its mean beyond
+    # both central quantiles. Adding 0.0 turns a negative zero (a clip at 0 keeps -0.0) into 0.0.
+    mean = np.clip(mean, known_sum, hi_bound) + 0.0
+    if intervals:
+        low, high = np.minimum(low, mean) + 0.0, np.maximum(high, mean) + 0.0
     out = []
     for g in range(m.shape[1]):
         out.append(GroupPrediction(float(mean[g]), math.sqrt(max(float(var[g]), 0.0)), float(low[g]), float(high[g]),

@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from numba import njit
+from catengine.numba_cache import njit
 
 from catengine.models.kernels import info_4pl_z as _info_z
 from catengine.models.kernels import log_p_4pl as _log_p_4pl

@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from numba import njit
+from catengine.numba_cache import njit
 
 from catengine.estimation.kernels import item_parameter_sensitivity, map_newton_1d
 from catengine.models.score_factors import score_factor_mode, score_factor_topk_gain

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
+from catengine.responses.readers import id_length_problem
 from catengine.validation import is_integer
 from catengine.session.bank_log import (
     attach_writer,
@@ -67,8 +68,12 @@ class Engine:
 
     @staticmethod
     def _check_subject(subject) -> str:
+        """A subject id: a non-empty string of valid Unicode, at most ``MAX_ID_LENGTH`` (1,000) characters."""
         if not isinstance(subject, str) or not subject:
             raise UnknownSubjectError(f"subject ids are non-empty strings, got {str(subject)[:80]!r}")
+        problem = id_length_problem(subject, "subject")
+        if problem:
+            raise UnknownSubjectError(problem)
         try:
             subject.encode("utf-8")
         except UnicodeEncodeError:
@@ -91,8 +96,10 @@ class Engine:
         try:
             return self.sessions[subject]
         except (KeyError, TypeError):
+            text = str(subject)
+            shown = repr(subject) if len(text) <= 80 else f"{text[:40]!r}... ({len(text):,} characters)"
             raise UnknownSubjectError(
-                f"unknown subject {subject!r}: start its session first (next_item or start); "
+                f"unknown subject {shown}: start its session first (next_item or start); "
                 f"{len(self.sessions)} subject(s) known"
             ) from None
 

@@ -5,11 +5,13 @@ from __future__ import annotations
 from catengine.errors import CatEngineError
 
 __all__ = [
+    "CoTBeyondCalibrationWarning",
     "CoTIgnoredWarning",
     "CoTOutOfRangeError",
     "CorruptLogWarning",
     "InvalidResponseError",
     "ItemAlreadyAnsweredError",
+    "LogConfigMismatchError",
     "ResumeMismatchWarning",
     "SessionLogError",
     "SessionLogLockedError",
@@ -49,6 +51,11 @@ class SessionLogLockedError(SessionLogError):
     """Another writer (this process or another one) holds the session log's lock."""
 
 
+class LogConfigMismatchError(SessionLogError):
+    """A session log to resume records a configuration (selector, estimator, stopping rule, exposure
+    controls, seed) that differs from the one asked for; the message names each difference."""
+
+
 class CoTOutOfRangeError(InvalidResponseError):
     """A CoT length outside the plausible range (see ``catengine.session.session.MAX_COT_TOKENS``)."""
 
@@ -59,6 +66,12 @@ class CorruptLogWarning(UserWarning):
 
 class CoTIgnoredWarning(UserWarning):
     """A CoT length was given for a bank whose response model does not use it; it was ignored."""
+
+
+class CoTBeyondCalibrationWarning(UserWarning):
+    """A CoT length longer than any the bank's calibration saw (the longest in its stored calibration
+    responses, else its protocol's output cap): the answer is recorded, and the speed estimate (tau)
+    extrapolates beyond the calibration data. Given once per session."""
 
 
 class ResumeMismatchWarning(UserWarning):

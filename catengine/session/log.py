@@ -48,6 +48,7 @@ _REQUIRED = {
     "record": ("subject", "item", "correct", "estimate"),
     "exclude": ("subject", "item"),
     "score": ("subject", "score"),
+    "note": ("subject",),
 }
 
 

@@ -6,7 +6,8 @@ value), if given, is echoed back. Replies may gain fields in later versions: ign
 The JSON Schema of every reply ships with the package (``catengine/session/serve_protocol.schema.json``,
 ``catengine.session.serve.protocol_schema()``); docs/serve_protocol.md has examples.
 
-Requests and their replies (S: subject id, a non-empty string; ID: item id of the bank; E: an
+Requests and their replies (S: subject id, a non-empty string of at most 1,000 characters; ID: item
+id of the bank, at most 1,000 characters; E: an
 estimate {"theta", "theta_sd", "n_items", "theta_95": [lo, hi], "tau", "tau_sd" for LaRT banks, and
 "interval_calibration", how the SDs were widened, when they were}):
 
@@ -19,7 +20,7 @@ estimate {"theta", "theta_sd", "n_items", "theta_95": [lo, hi], "tau", "tau_sd" 
       -> {"items": [], "finished": true, "reason": R, "estimate": E}
   {"op": "record", "subject": S, "item": ID, "correct": 0|1[, "cot_length": tokens|null]}
       -> {"estimate": E, "finished": bool, "reason": R|null, "proposed": bool, "n_unproposed": n,
-          "score": SC[, "design_score": SC][, "warnings": [text, ...]]}
+          "score": SC[, "design_score": SC][, "warnings": [text, ...]][, "failed": {"score": text}]}
   {"op": "estimate", "subject": S}
       -> {"estimate": E, "finished": bool, "reason": R|null, "administered": [ID, ...], "pending": [ID, ...],
           "n_unproposed": n, "person_fit": {"lz", "n_items", "flagged", "message"}, "score": SC[, "design_score": SC]}
@@ -33,7 +34,10 @@ SC is the predicted full-benchmark score (ScoreEstimate.to_dict): accuracy over 
 bank with its 95% interval, CoT tokens for LaRT banks, and per-category results; "design_score"
 is the design-based estimate, present for sessions run with the ``randomised`` selector.
 "proposed" is false when the answered item was not the one the engine proposed (allowed, but the
-test is then less adaptive; "n_unproposed" counts such answers).
+test is then less adaptive; "n_unproposed" counts such answers); the proposal stays pending. A
+``record`` either fails and changes nothing, or records the answer (in the log too) and succeeds:
+should its score then fail to compute, the reply has no "score" and "failed": {"score": text} says
+why (``estimate`` replies likewise); the subject's next requests work as before.
 
 ``next`` / ``next_batch`` start the subject's session when it is new; once the stopping rule is met
 they answer finished (send ``"force": true`` to get items anyway). Any failure is answered as
@@ -42,8 +46,9 @@ one of the protocol's error names: MalformedJSON (not JSON, not UTF-8, nested to
 InvalidRequestError (not an object, a missing or mistyped field, an unknown op, a bad value), the
 library's own errors (UnknownSubjectError, UnknownItemError, ItemAlreadyAnsweredError,
 InvalidResponseError, CoTOutOfRangeError, BankExhaustedError, SessionLogError, ...), or
-InternalError for anything else (a bug: the message says what happened). End of input (closed
-stdin) ends the server cleanly. With ``--log`` every proposal and answer is in the
+InternalError for anything else (a bug: the message says what happened). A message quotes at most
+the first 40 characters of a long value from the request, and is at most 1,000 characters long.
+End of input (closed stdin) ends the server cleanly. With ``--log`` every proposal and answer is in the
 session log, and restarting the server on the same log resumes every session (pending items and
 half-answered batches included).
 """
@@ -56,6 +61,7 @@ import sys
 import warnings
 
 from catengine.errors import BankExhaustedError, CatEngineError
+from catengine.responses.readers import id_length_problem
 from catengine.session.engine import Engine
 
 PROTOCOL_HELP = __doc__
@@ -63,6 +69,10 @@ PROTOCOL_HELP = __doc__
 PROTOCOL_VERSION = 1
 SCHEMA_FILE = "serve_protocol.schema.json"
 OPS = ("next", "next_batch", "record", "estimate", "start", "exclude", "subjects", "info", "quit")
+#: the longest error message sent, in characters (longer ones are cut, saying so)
+MAX_MESSAGE_LENGTH = 1000
+#: a string of the request longer than this is quoted in error messages by its first ``QUOTED_PREFIX`` characters
+QUOTED_PREFIX = 40
 
 
 def protocol_schema() -> dict:
@@ -76,15 +86,44 @@ class InvalidRequestError(CatEngineError, ValueError):
     """A request that is not an object, lacks a field, has a field of the wrong type, or an unknown op."""
 
 
-def _error_reply(exc: BaseException) -> dict:
-    """The named protocol error for any exception a request raised."""
+def _long_strings(value, out: list, depth: int = 0) -> list:
+    """The strings longer than ``QUOTED_PREFIX`` characters in a request's values (a few levels deep)."""
+    if isinstance(value, str):
+        if len(value) > QUOTED_PREFIX:
+            out.append(value)
+    elif depth < 3 and isinstance(value, dict):
+        for v in value.values():
+            _long_strings(v, out, depth + 1)
+    elif depth < 3 and isinstance(value, (list, tuple)):
+        for v in value[:100]:
+            _long_strings(v, out, depth + 1)
+    return out
+
+
+def _shortened(message: str, req) -> str:
+    """``message`` with every long string of the request ``req`` it quotes replaced by its first
+    ``QUOTED_PREFIX`` characters (and its length), cut at ``MAX_MESSAGE_LENGTH`` characters."""
+    if isinstance(req, dict):
+        for value in sorted(_long_strings(req, []), key=len, reverse=True):
+            short = f"{value[:QUOTED_PREFIX]!r}... ({len(value):,} characters)"
+            message = message.replace(repr(value), short).replace(value, short)
+    if len(message) > MAX_MESSAGE_LENGTH:
+        message = message[:MAX_MESSAGE_LENGTH] + f"... (message cut: {len(message):,} characters)"
+    return message
+
+
+def _error_reply(exc: BaseException, req=None) -> dict:
+    """The named protocol error for any exception a request ``req`` raised (long values of the
+    request are quoted by a short prefix: :func:`_shortened`)."""
     if isinstance(exc, CatEngineError):
         message = str(exc.args[0]) if isinstance(exc, KeyError) and exc.args else str(exc)
-        return {"ok": False, "error": type(exc).__name__, "message": message}
+        return {"ok": False, "error": type(exc).__name__, "message": _shortened(message, req)}
     if isinstance(exc, (ValueError, TypeError, KeyError, OverflowError, UnicodeError)):
         message = str(exc.args[0]) if isinstance(exc, KeyError) and exc.args else str(exc)
-        return {"ok": False, "error": "InvalidRequestError", "message": f"{type(exc).__name__}: {message}"}
-    return {"ok": False, "error": "InternalError", "message": f"internal error ({type(exc).__name__}): {exc}"}
+        return {"ok": False, "error": "InvalidRequestError",
+                "message": _shortened(f"{type(exc).__name__}: {message}", req)}
+    return {"ok": False, "error": "InternalError",
+            "message": _shortened(f"internal error ({type(exc).__name__}): {exc}", req)}
 
 
 def _encode_reply(reply: dict) -> str:
@@ -109,8 +148,13 @@ def _estimate(est) -> dict:
 
 def _scores(session, record: bool) -> dict:
     """The ``score`` (``predicted_score()``: the design-based estimate whenever the draws allow it, else
-    the model's) and, when it is the design-based one, the same as ``design_score``."""
-    score = session.predicted_score(record=record).to_dict()
+    the model's) and, when it is the design-based one, the same as ``design_score``. A score that
+    cannot be computed (or, with ``record``, logged) is no reason to fail a request whose answer is
+    already recorded: the reply then says so in ``failed``."""
+    try:
+        score = session.predicted_score(record=record).to_dict()
+    except Exception as exc:  # noqa: BLE001 - reported in the reply; the session stays usable
+        return {"failed": {"score": f"{type(exc).__name__}: {str(exc)[:300]}"}}
     return {"score": score, "design_score": score} if score["method"] == "design" else {"score": score}
 
 
@@ -121,6 +165,9 @@ def _field(req: dict, name: str, kind=str):
     if kind is str and not isinstance(value, str):
         raise InvalidRequestError(f"{name!r} must be a string, got {type(value).__name__} {json.dumps(value)[:80]}")
     if kind is str:
+        problem = id_length_problem(value, name) if name in ("subject", "item") else None
+        if problem:
+            raise InvalidRequestError(problem)
         try:
             value.encode("utf-8")
         except UnicodeEncodeError:
@@ -174,10 +221,12 @@ def handle(engine: Engine, req) -> dict:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             est = engine.record(subject, item, req["correct"], req.get("cot_length"))
-        session = engine.session(subject)
-        reply = {"estimate": _estimate(est), "finished": session.finished, "reason": session.stop_reason,
-                 "proposed": session.history[-1].proposed, "n_unproposed": session.n_unproposed,
-                 **_scores(session, record=True)}
+            # the answer is recorded: what follows never fails the request (a score that cannot be
+            # computed is named in "failed"; the stopping rule takes it as unknown)
+            session = engine.session(subject)
+            reply = {"estimate": _estimate(est), "finished": session.finished, "reason": session.stop_reason,
+                     "proposed": session.history[-1].proposed, "n_unproposed": session.n_unproposed,
+                     **_scores(session, record=True)}
         if caught:
             reply["warnings"] = [str(w.message) for w in caught]
         return reply
@@ -259,7 +308,7 @@ def serve(engine: Engine, stdin=None, stdout=None) -> int:
             try:
                 reply = {"ok": True, **handle(engine, req)}
             except Exception as exc:  # noqa: BLE001 - the server must survive anything a request triggers
-                reply = _error_reply(exc)
+                reply = _error_reply(exc, req)
         reply["protocol"] = PROTOCOL_VERSION
         if isinstance(req, dict) and "id" in req:
             reply["id"] = req["id"]

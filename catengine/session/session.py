@@ -38,16 +38,20 @@ from catengine.session.bank_log import (
 )
 from catengine.session.config import to_config
 from catengine.session.errors import (
+    CoTBeyondCalibrationWarning,
     CoTIgnoredWarning,
     CoTOutOfRangeError,
+    CorruptLogWarning,
     InvalidResponseError,
     ItemAlreadyAnsweredError,
+    LogConfigMismatchError,
     ResumeMismatchWarning,
     SessionLogError,
     UnknownItemError,
 )
 from catengine.session.log import (
     LogWriter,
+    read_log,
     restore_rng,
     rng_state_to_json,
 )
@@ -83,7 +87,7 @@ def _check_correct(correct) -> int:
         return int(correct)
     if isinstance(correct, (float, np.floating)) and float(correct) in (0.0, 1.0):
         return int(correct)
-    raise InvalidResponseError(f"correct must be 0 or 1 (or a bool), got {correct!r}")
+    raise InvalidResponseError(f"correct must be 0 or 1 (also accepted: 0.0, 1.0, true, false), got {correct!r}")
 
 
 #: Plausible CoT lengths, in tokens: 0 <= T <= MAX_COT_TOKENS, and T + cot_offset >= MIN_LOG_ARGUMENT
@@ -113,6 +117,54 @@ def _check_cot(cot_length, max_tokens: float = MAX_COT_TOKENS, cot_offset: float
             f"(session.max_cot_length) and T + cot_offset >= {MIN_LOG_ARGUMENT:g} (cot_offset {cot_offset:g})"
         )
     return value
+
+
+def calibration_cot_bound(bank) -> tuple[float, str] | None:
+    """The longest CoT length (tokens) the bank's calibration saw, and where that figure comes from:
+    the longest ``cot_length`` in the bank's stored calibration responses (``/responses``) when it
+    keeps them, else the output cap of its calibration runs (``bank.protocol["calibration_runs"]
+    ["max_output_tokens"]``) when it has a protocol; None when the bank states neither."""
+    try:
+        responses = getattr(bank, "responses", None)
+    except (KeyError, ValueError, OSError):  # an in-memory stand-in or an unreadable group: no bound
+        responses = None
+    if responses is not None and "cot_length" in responses:
+        values = np.asarray(responses["cot_length"].values, dtype=np.float64)
+        values = values[np.isfinite(values)]
+        if values.size:
+            return float(values.max()), "the longest CoT length in its stored calibration responses"
+    protocol = getattr(bank, "protocol", None)
+    runs = protocol.get("calibration_runs") if isinstance(protocol, dict) else None
+    cap = runs.get("max_output_tokens") if isinstance(runs, dict) else None
+    if isinstance(cap, (int, float)) and not isinstance(cap, bool) and math.isfinite(cap) and cap > 0:
+        return float(cap), "the output cap of its calibration runs (protocol calibration_runs.max_output_tokens)"
+    return None
+
+
+def strategy_words(part: str, cfg) -> str:
+    """A strategy config (:meth:`CATSession.config`'s ``part``: selector, estimator, stopping or
+    exposure) in a few words: the stopping rule as ``catengine.console.describe_stopping`` says it,
+    the others as ``type(field=value, ...)``."""
+    if part == "stopping":
+        from catengine.console import describe_stopping
+        from catengine.session.config import from_config
+
+        try:
+            return describe_stopping(from_config(cfg))
+        except (KeyError, TypeError, ValueError):
+            pass
+    if part == "exposure" and isinstance(cfg, (list, tuple)):
+        return ", ".join(strategy_words("", c) for c in cfg) if cfg else "none"
+
+    def words(value):
+        if isinstance(value, dict) and "type" in value:
+            fields_ = [f"{k}={words(v)}" for k, v in value.items() if k != "type"]
+            return str(value["type"]) + (f"({', '.join(fields_)})" if fields_ else "")
+        if isinstance(value, (list, tuple)):
+            return "[" + ", ".join(words(v) for v in value) + "]"
+        return repr(value)
+
+    return words(cfg)
 
 
 def _checked_answers(correct) -> np.ndarray:
@@ -196,6 +248,8 @@ class CATSession:
 
     #: CoT lengths above this (tokens) raise CoTOutOfRangeError (set it per session to allow longer chains)
     max_cot_length: float = MAX_COT_TOKENS
+    #: whether this session has warned of a CoT length beyond the bank's calibration (once per session)
+    _cot_beyond_warned: bool = False
 
     def __init__(self, bank, *, selector: ItemSelector | None = None, estimator: TraitEstimator | None = None,
                  stopping: StoppingRule | None = None, exposure=(), rng=None, subject: str = "subject",
@@ -222,6 +276,7 @@ class CATSession:
         self._excluded: set[int] = set()
         self._pending: tuple[int, float] | None = None
         self._pending_draw: DrawContext | None = None  # the pending proposal's context when it is a design draw
+        self._pending_outlived = False  # another item was answered while the pending proposal stayed pending
         self._batch: dict[int, float] = {}  # proposed batch items awaiting answers -> criterion
         self._batch_draws: dict[int, DrawContext] = {}  # the batch's design draws awaiting answers -> context
         self._history: list[StepRecord] = []
@@ -346,7 +401,20 @@ class CATSession:
         return self.stop_reason is not None
 
     def _stopping_score(self, level: float):
-        return self.predicted_score(level=level, by=False)
+        """The score a stopping rule sees. One that cannot be computed (a numerical failure on an
+        extreme bank) is reported as unknown, the whole range [0, 1], with a RuntimeWarning: the
+        rules that read it are then not met, and the session can always go on (the item cap still
+        stops it)."""
+        try:
+            return self.predicted_score(level=level, by=False)
+        except Exception as exc:  # noqa: BLE001 - a failed score must never block the test
+            from catengine.scoring import ScoreEstimate
+
+            warnings.warn(f"the predicted score of subject {self.subject!r} after {self._responses.n} answers "
+                          f"could not be computed ({type(exc).__name__}: {str(exc)[:200]}); the stopping rule "
+                          "takes it as unknown", RuntimeWarning, stacklevel=2)
+            return ScoreEstimate(accuracy=math.nan, low=0.0, high=1.0, sd=math.nan, level=level,
+                                 n_observed=self._responses.n, n_items=self.params.n_items)
 
     def _max_information(self) -> float:
         if self._n_available == 0:
@@ -381,7 +449,8 @@ class CATSession:
         return mask
 
     def next_item(self) -> str:
-        """The item to administer next (the same one until it, or another item, is answered).
+        """The item to administer next (the same one until it is answered or excluded: answering another
+        item keeps it pending).
 
         Raises :class:`BankExhaustedError` when every item has been answered or excluded. It keeps
         proposing after the stopping rule is met; check :attr:`finished` to stop.
@@ -454,6 +523,7 @@ class CATSession:
                     "design": [bool(p.design) for p in picks], "rng": rng_before})
         self._pending = None
         self._pending_draw = None
+        self._pending_outlived = False
         self._batch = {p.index: p.criterion for p in picks}
         self._batch_draws = {p.index: p.context for p in picks if p.design}
         return [ids[p.index] for p in picks]
@@ -461,13 +531,25 @@ class CATSession:
     def _log_posterior(self, thetas):
         return self.estimator.log_posterior(self.params, self._responses, thetas)
 
-    def record(self, item_id, correct, cot_length=None) -> TraitEstimate:
+    def record(self, item_id, correct, cot_length=None, *, evidence: dict | None = None) -> TraitEstimate:
         """Record an answer (0/1) and, for LaRT banks, the CoT length in tokens; returns the new estimate.
+
+        The CoT length is the number of completion tokens of the model's reply, reasoning included:
+        what an OpenAI-compatible API reports as ``usage.completion_tokens`` (its
+        ``completion_tokens_details.reasoning_tokens`` are a part of it, not to be added), as the LaRT
+        banks' calibration runs counted it (``bank.protocol["calibration_runs"]["cot_length"]``). A
+        reply cut off at the output cap still counts the tokens it has.
 
         The item may be any unanswered item of the bank (it need not be the proposed one); it counts
         once. Errors (unknown item, answered twice, correct not 0/1, CoT length negative / NaN /
         infinite) leave the session unchanged. A CoT length for a logistic bank is ignored with a
-        :class:`CoTIgnoredWarning`; ``None`` means unknown.
+        :class:`CoTIgnoredWarning`; ``None`` means unknown. A CoT length longer than any the bank's
+        calibration saw (:func:`calibration_cot_bound`: the longest in its stored calibration
+        responses, else its protocol's output cap) is recorded with a
+        :class:`CoTBeyondCalibrationWarning`, once per session: tau, the speed estimate, then
+        extrapolates beyond the calibration data. ``evidence`` (a JSON-able dict: the LLM's
+        reply, its grade, its token counts) is stored in the answer's log line, in the same write,
+        so a log holds each answer with what it was graded from (``catengine run`` uses it).
         """
         j = self._index(item_id)
         item = self.items.item_ids[j]
@@ -486,7 +568,28 @@ class CATSession:
             cot = _check_cot(cot_length, self.max_cot_length, self.cot_offset)
         # _check_cot guarantees a finite T with T + offset >= MIN_LOG_ARGUMENT: the scalar form of lart.log_cot_length
         log_t = math.nan if cot is None else math.log(cot + self.cot_offset)
-        return self._apply(j, y, cot, log_t)
+        if evidence is not None and not isinstance(evidence, dict):
+            raise InvalidResponseError(f"evidence must be a JSON object (dict) or None, got {type(evidence).__name__}")
+        bound = None if cot is None or self._cot_beyond_warned else self._calibration_cot_bound()
+        est = self._apply(j, y, cot, log_t, evidence=evidence)
+        if bound is not None and cot > bound[0]:
+            self._cot_beyond_warned = True
+            warnings.warn(
+                f"CoT length {cot:g} tokens (item {item!r}, subject {self.subject!r}) is beyond the longest the "
+                f"calibration of bank {getattr(self.bank, 'bank_id', '?')!r} saw: {bound[0]:,.0f} tokens, {bound[1]}. "
+                "The answer is recorded, but tau (the speed estimate) now extrapolates beyond the calibration data, "
+                "and theta with it through their correlation. Check that the length is the reply's completion tokens "
+                "(reasoning included) and that the model ran within the calibration's output cap. "
+                "(Said once per session.)",
+                CoTBeyondCalibrationWarning, stacklevel=2,
+            )
+        return est
+
+    def _calibration_cot_bound(self) -> tuple[float, str] | None:
+        """:func:`calibration_cot_bound` of the session's bank, read once per session."""
+        if "_cot_bound" not in self.__dict__:
+            self._cot_bound = calibration_cot_bound(self.bank)
+        return self._cot_bound
 
     def _compare_replayed(self, est: TraitEstimate, logged, step: int, strict: bool) -> None:
         """The estimate recomputed from a replayed answer against the one the log recorded. Beyond
@@ -510,7 +613,7 @@ class CATSession:
         )
 
     def _apply(self, j: int, y: int, cot: float | None, log_t: float, logged: dict | None = None,
-               strict_replay: bool = False) -> TraitEstimate:
+               strict_replay: bool = False, evidence: dict | None = None) -> TraitEstimate:
         state = self._responses
         snap = state.snapshot()
         state.add(j, y, log_t)
@@ -529,8 +632,11 @@ class CATSession:
                          criterion=crit, proposed=proposed, interval_z95=est.interval_z95,
                          interval_factor=est.interval_factor, design=draw is not None, draw=draw)
         try:
-            self._emit({"event": "record", "subject": self.subject, "step": state.n, "item": rec.item, "correct": y,
-                        "cot_length": cot, "proposed": proposed, "estimate": _estimate_json(est)})
+            line = {"event": "record", "subject": self.subject, "step": state.n, "item": rec.item, "correct": y,
+                    "cot_length": cot, "proposed": proposed, "estimate": _estimate_json(est)}
+            if evidence is not None:
+                line["evidence"] = evidence
+            self._emit(line)
         except BaseException:
             state.restore(snap)
             raise
@@ -542,8 +648,12 @@ class CATSession:
         self._excluded.discard(j)
         self._estimate = est
         self._history.append(rec)
-        self._pending = None
-        self._pending_draw = None
+        if self._pending is None or self._pending[0] == j:
+            self._pending = None
+            self._pending_draw = None
+            self._pending_outlived = False
+        else:  # an answer to another item: the proposal stays pending, its draw made before this answer
+            self._pending_outlived = True
         self._batch.pop(j, None)
         self._batch_draws.pop(j, None)
         return est
@@ -585,6 +695,7 @@ class CATSession:
         if self._pending is not None and self._pending[0] == j:
             self._pending = None
             self._pending_draw = None
+            self._pending_outlived = False
         self._batch.pop(j, None)
         self._batch_draws.pop(j, None)
         self._stop_cache = None
@@ -609,6 +720,13 @@ class CATSession:
         return score
 
     # ------------------------------------------------------------------ logging / resume
+    def note(self, payload: dict) -> None:
+        """Append a ``note`` event (a JSON-able dict, e.g. the settings of a run) to the session log;
+        notes do not change the session and are skipped on resume (read them with ``read_log``)."""
+        if not isinstance(payload, dict):
+            raise TypeError(f"a note is a dict, got {type(payload).__name__}")
+        self._emit({"event": "note", "subject": self.subject, **{k: v for k, v in payload.items() if k not in ("event", "subject")}})
+
     def _emit(self, event: dict) -> None:
         if self._writer is not None and not self._replaying:
             self._writer.write(event)
@@ -627,7 +745,10 @@ class CATSession:
     def _check_replay_sequence(self, kind: str, event: dict) -> None:
         """Refuse a logged event that cannot follow the state replayed so far (a duplicated,
         reordered or forged line): resuming must rebuild the session, never a different one."""
-        if kind in ("propose", "propose_batch") and (self._pending is not None or self._batch):
+        # a batch may open with the pending single proposal (``next_items`` after ``next_item``)
+        opens = (kind == "propose_batch" and not self._batch and self._pending is not None
+                 and list(event.get("items") or [])[:1] == [self.items.item_ids[self._pending[0]]])
+        if kind in ("propose", "propose_batch") and (self._pending is not None or self._batch) and not opens:
             waiting = self.items.item_ids[self._pending[0]] if self._pending is not None else self.pending_items
             raise SessionLogError(f"out of sequence: a second proposal while {waiting!r} awaits its answer")
         if kind in ("record", "exclude"):
@@ -648,14 +769,31 @@ class CATSession:
         if step is not None and step != n + (1 if kind in ("propose", "propose_batch", "record") else 0):
             raise SessionLogError(f"out of sequence: {kind} for step {step!r}, but subject {self.subject!r} has {n} answer(s)")
 
+    def _drop_outlived_pending(self, kind: str, event: dict) -> None:
+        """Replaying a log of a library version that dropped a single pending proposal once another
+        item was answered: an event that shows the proposal was dropped (a new single proposal, a
+        batch that does not open with it, or its answer recorded as not proposed) drops it here too.
+        A log of this version has none of these while a proposal is pending (``next_item`` repeats it,
+        a batch opens with it, and its answer is recorded as proposed)."""
+        if self._pending is None or not self._pending_outlived:
+            return
+        pending = self.items.item_ids[self._pending[0]]
+        if (kind == "propose" or (kind == "propose_batch" and list(event.get("items") or [])[:1] != [pending])
+                or (kind == "record" and event.get("item") == pending and event.get("proposed") is False)):
+            self._pending = None
+            self._pending_draw = None
+            self._pending_outlived = False
+
     def _replay(self, event: dict, strict: bool = False) -> None:
         """Apply one logged event (``strict``: the log is this library version's, see ``_compare_replayed``)."""
         kind = event["event"]
+        self._drop_outlived_pending(kind, event)
         self._check_replay_sequence(kind, event)
         if kind == "propose":
             self._rng.bit_generator.state = restore_rng(event["rng"]).bit_generator.state
             self._pending = None
             self._pending_draw = None
+            self._pending_outlived = False
             got = self.next_item()
             if got != event["item"]:
                 raise SessionLogError(
@@ -681,8 +819,8 @@ class CATSession:
                         strict_replay=strict)
         elif kind == "exclude":
             self.exclude(event["item"])
-        elif kind == "score":
-            pass  # a reported score: derived from the answers, recomputed on demand
+        elif kind in ("score", "note"):
+            pass  # a reported score (derived from the answers, recomputed on demand) or a note (see note())
         else:
             raise SessionLogError(f"unexpected {kind!r} event for subject {self.subject!r} during replay")
 
@@ -712,6 +850,76 @@ class CATSession:
             raise
         session = sessions[subject]
         session._owns_writer = True
+        return session
+
+    @classmethod
+    def open(cls, bank, *, log, subject: str = "subject", rng=None, fsync: bool = False,
+             **strategies) -> "CATSession":
+        """Start or resume: the session of ``subject`` logged to ``log``, resumed (:meth:`resume`) when
+        the log exists and holds that subject's session, else started as a new one (``CATSession(bank,
+        log=log, subject=subject, rng=rng, **strategies)``). A script written with it runs again as it
+        is, and goes on where the last run stopped:
+
+        >>> session = CATSession.open(bank, log="run.jsonl", subject="my-llm", stopping=MaxItems(20))
+
+        ``strategies`` (``selector``, ``estimator``, ``stopping``, ``exposure``) and ``rng`` (an int
+        seed or a Generator) set up a new session. On resume the log's own configuration is used;
+        those that are given must equal the recorded ones, else a :class:`LogConfigMismatchError`
+        names each difference (recorded and given). Leave them out to go on with the log's, or
+        choose a new log to use them. A log without this subject's session is a
+        :class:`SessionLogError` naming the subjects it has.
+        """
+        unknown = sorted(set(strategies) - {"selector", "estimator", "stopping", "exposure"})
+        if unknown:
+            raise TypeError(f"CATSession.open() got unexpected keyword argument(s) {', '.join(unknown)} "
+                            "(strategies are selector, estimator, stopping and exposure)")
+        from pathlib import Path
+
+        path = Path(log)
+        if not path.exists() or path.stat().st_size == 0:
+            return cls(bank, log=path, subject=subject, rng=rng, fsync=fsync, **strategies)
+        subject = str(subject)
+        with warnings.catch_warnings():  # a torn last line: reported once, by resume below
+            warnings.simplefilter("ignore", CorruptLogWarning)
+            contents = read_log(path)
+        opened = {e["subject"]: e for e in contents.events if e.get("event") == "open"}
+        if subject not in opened:
+            held = ", ".join(repr(name) for name in list(opened)[:5]) + (
+                f" and {len(opened) - 5} more" if len(opened) > 5 else "")
+            raise SessionLogError(
+                f"{path} holds the session{'s' if len(opened) != 1 else ''} of {held or 'no subject'}, not "
+                f"{subject!r}: give this subject a log of its own (log=...), or add it to this one with "
+                f"Engine.resume({str(path)!r}).start({subject!r})")
+        session = cls.resume(path, bank, subject=subject, fsync=fsync)
+        try:
+            recorded = session.config()
+            differences = []
+            for name in ("selector", "estimator", "stopping", "exposure"):
+                value = strategies.get(name)
+                if value is None:
+                    continue
+                if name == "exposure":
+                    value = (value,) if isinstance(value, ExposureControl) else tuple(value)
+                    given = [to_config(c) for c in value]
+                else:
+                    given = to_config(value)
+                if given != recorded[name]:
+                    differences.append(f"{name}: recorded {strategy_words(name, recorded[name])}; "
+                                       f"given {strategy_words(name, given)}")
+            if rng is not None and not isinstance(rng, np.random.Generator) and opened[subject].get("rng") != \
+                    rng_state_to_json(np.random.default_rng(rng)):
+                differences.append(f"rng: the log's session was started from another seed than {rng!r}")
+            elif isinstance(rng, np.random.Generator) and opened[subject].get("rng") != rng_state_to_json(rng):
+                differences.append("rng: the log's session was started from another generator state than the one given")
+            if differences:
+                raise LogConfigMismatchError(
+                    f"{path} holds the session of {subject!r} with another configuration than the one given:\n  "
+                    + "\n  ".join(differences)
+                    + "\nA resumed session keeps the configuration its log records: leave these arguments out to go "
+                      "on with the log's, or choose a new log to use them.")
+        except BaseException:
+            session.close()
+            raise
         return session
 
     # ------------------------------------------------------------------ export

@@ -41,45 +41,58 @@ from __future__ import annotations
 
 import functools
 import math
+import types
 
 import numba
 import numpy as np
-from numba import njit, prange
+from numba import prange
 
 from catengine.models.kernels import exp_neg as _exp_neg
 from catengine.models.kernels import sigmoid_pair as _sigmoid_pair
 from catengine.models.kernels import log1p_unit as _log1p01
 from catengine.models import kernels as _shared_kernels
+from catengine.numba_cache import njit
 
-# Each array kernel is compiled twice from its source (``_serial_and_parallel``): a serial
-# version (``prange`` is ``range`` there), cached on disk, runs whenever numba has one thread (fits
-# below 2.1 M cells and audit workers set one); the ``parallel=True`` version runs otherwise and is
-# compiled in every process that needs it, never cached. Numba's cached machine code of a
-# parallel fastmath kernel is not the code a fresh compile runs: the process that compiles it
-# executes the outlined loop body compiled once, the cache holds the kernel's own copy of that body,
-# re-optimised after linking, whose reductions LLVM reassociates differently (seen here: numba
-# 0.68) - a few ulps that SQUAREM amplifies along flat directions of the loss. A serial kernel is
-# compiled once, so its cached code is the fresh code, and it computes the bits of the parallel
-# kernel on one thread (rows and columns are independent: no reduction spans threads). So a fit
-# stays bit-for-bit reproducible across runs, processes and audit workers, and compiles once.
+# Each array kernel is compiled twice from its source (``_serial_and_parallel``): a serial version
+# (``prange`` is ``range`` there) runs whenever numba has one thread (fits below 2.1 M cells and
+# audit workers set one), the ``parallel=True`` version otherwise. Both are cached on disk
+# (``catengine.numba_cache``, which also keeps the parallel kernels' outlined loop bodies, so a
+# process that loads a parallel kernel runs the machine code the compiling process ran). The serial
+# kernel computes the bits of the parallel one on one thread (rows and columns are independent: no
+# reduction spans threads), so a fit is bit-for-bit reproducible across runs, processes, thread
+# counts and audit workers.
 _OPTS = dict(cache=False, fastmath=True, nogil=True, error_model="numpy")
 _SERIAL_OPTS = dict(_OPTS, cache=True)
+_PARALLEL_OPTS = dict(_SERIAL_OPTS, parallel=True)
 # the polynomial helpers must not be reassociated (that would undo the Cody-Waite split); they are
 # compiled with these flags and inlined by LLVM, keeping their own flags inside fastmath loops
 _EXACT_OPTS = dict(cache=True, nogil=True, error_model="numpy", fastmath={"nnan", "ninf", "nsz", "contract"})
+
+
+def _renamed(fn, qualname: str):
+    """A copy of the Python function ``fn`` under another ``__qualname__``: numba names its cache
+    entries and symbols after it, so two compilations of one source with different flags never
+    share either."""
+    copy = types.FunctionType(fn.__code__, fn.__globals__, fn.__name__, fn.__defaults__, fn.__closure__)
+    copy.__qualname__ = qualname
+    copy.__doc__ = fn.__doc__
+    return copy
+
+
 # numba compiles a callee that sets no fastmath / error_model with the flags of the caller that
 # first needs it, and caches that: the shared Cholesky helpers set none, so cBMM calls its own
 # copies, with its flags stated
-cholesky_in_place = njit(**_OPTS)(_shared_kernels.cholesky_in_place.py_func)
-cholesky_solve_in_place = njit(**_OPTS)(_shared_kernels.cholesky_solve_in_place.py_func)
+cholesky_in_place = njit(**_SERIAL_OPTS)(_renamed(_shared_kernels.cholesky_in_place.py_func, "cholesky_in_place_cbmm"))
+cholesky_solve_in_place = njit(**_SERIAL_OPTS)(
+    _renamed(_shared_kernels.cholesky_solve_in_place.py_func, "cholesky_solve_in_place_cbmm"))
 
 
 def _serial_and_parallel(fn):
-    """The kernel ``fn`` as a serial (cached) and a parallel (uncached) numba function; calling it
-    runs the serial one when numba has one thread (``numba.get_num_threads()``), else the parallel one.
+    """The kernel ``fn`` as a serial and a parallel numba function, both cached; calling it runs
+    the serial one when numba has one thread (``numba.get_num_threads()``), else the parallel one.
     Both are reachable, as ``.serial`` and ``.parallel``."""
     serial = njit(**_SERIAL_OPTS)(fn)
-    parallel = njit(parallel=True, **_OPTS)(fn)
+    parallel = njit(**_PARALLEL_OPTS)(_renamed(fn, f"{fn.__qualname__}.parallel"))
 
     @functools.wraps(fn)
     def kernel(*args):
@@ -89,10 +102,6 @@ def _serial_and_parallel(fn):
 
     kernel.serial, kernel.parallel = serial, parallel
     return kernel
-
-
-
-
 
 
 @njit(**_SERIAL_OPTS)

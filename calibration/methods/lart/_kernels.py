@@ -32,7 +32,9 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from numba import njit, prange
+from numba import prange
+
+from catengine.numba_cache import njit
 
 from catengine.models.kernels import bits_to_f64 as _bits_to_f64
 from catengine.models.kernels import exp_neg as _exp_neg

@@ -31,7 +31,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from numba import njit
+from catengine.numba_cache import njit
 
 _LOG_FLOOR = -100.0  # torch.nn.BCELoss clamps log(P) and log(1 - P) at -100
 _EXP_FLOOR = math.exp(_LOG_FLOOR)
@@ -111,7 +111,7 @@ def cell_loss_grad(theta, out, y, ordered, weight, g_theta, g_out):
     return total
 
 
-@njit(cache=False, nogil=True, error_model="numpy", fastmath=True)  # not cached: see calibration/methods/cbmm/_kernels.py
+@njit(cache=True, nogil=True, error_model="numpy", fastmath=True)
 def _fold_rows(T, idx, b1, M, c, hid, out):
     """hid[n] = relu(T[idx[n]] + b1); out[n] = c + hid[n] @ M (M: (H, K))."""
     H = T.shape[1]

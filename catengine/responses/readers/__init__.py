@@ -22,11 +22,19 @@ Common behaviour
 * Bad input raises ValueError naming the file and the line (JSONL) or the sample (JSON):
   unparsable / truncated JSON (with line and column), duplicated samples with different values,
   non-binary or mixed metrics, several epochs, partial credit without a threshold, and, with
-  ``expected_items=`` (ids or a bank), log items that are not in the bank. Readers write nothing.
+  ``expected_items=`` (ids or a bank), log items that are not in the bank, and subject or item ids
+  longer than ``MAX_ID_LENGTH`` (1,000) characters. Readers write nothing.
 """
 
-from catengine.responses.readers._common import CotLengthApproximationWarning, FileReport, ReadReport
+from catengine.responses.readers._common import (
+    MAX_ID_LENGTH,
+    CotLengthApproximationWarning,
+    FileReport,
+    ReadReport,
+    id_length_problem,
+)
 from catengine.responses.readers.inspect_ai import read_inspect_logs
 from catengine.responses.readers.lm_eval_harness import read_lm_eval_samples
 
-__all__ = ["CotLengthApproximationWarning", "FileReport", "ReadReport", "read_inspect_logs", "read_lm_eval_samples"]
+__all__ = ["MAX_ID_LENGTH", "CotLengthApproximationWarning", "FileReport", "ReadReport", "id_length_problem",
+           "read_inspect_logs", "read_lm_eval_samples"]

@@ -12,9 +12,24 @@ import numpy as np
 
 from catengine.responses.data import MISSING, ResponseData
 
-__all__ = ["BadSample", "CotLengthApproximationWarning", "FileReport", "Origin", "ReadReport"]
+__all__ = ["BadSample", "CotLengthApproximationWarning", "FileReport", "MAX_ID_LENGTH", "Origin", "ReadReport",
+           "id_length_problem"]
 
 WHITESPACE_SOURCE = "whitespace-approximation"
+
+#: the longest subject or item id accepted where ids arrive from outside (these readers, ``catengine
+#: serve``), in characters: real ids are names and task/sample keys, and a longer one is damage
+#: (a document pasted into an id field) that would be copied into every matrix, bank and log line
+MAX_ID_LENGTH = 1000
+
+
+def id_length_problem(value: str, kind: str) -> str | None:
+    """Why ``value`` (a ``kind`` id, e.g. "item") is refused for its length, or None; the message
+    quotes only the id's first 40 characters."""
+    if len(value) <= MAX_ID_LENGTH:
+        return None
+    return (f"{kind} id of {len(value):,} characters is too long (ids are at most {MAX_ID_LENGTH:,} characters): "
+            f"{value[:40]!r}...")
 
 
 class CotLengthApproximationWarning(UserWarning):
@@ -213,6 +228,10 @@ class _Assembler:
 
     def add(self, subject: str, item: str, correct: int, cot: float, where: str, benchmark: str, file: str,
             origin: Origin | None = None):
+        for value, kind in ((subject, "subject"), (item, "item")):
+            problem = id_length_problem(value, kind)
+            if problem:
+                raise ValueError(f"{where}: {problem}")
         self.subjects.setdefault(subject, None)
         known = self.items.get(item)
         if known is None:

@@ -1,0 +1,161 @@
+"""``catengine run``'s own cost per item and throughput, and the coverage of its interval over
+simulated LLMs (not timed tests).
+
+``python benchmarks/runner.py overhead [--items 60] [--reps 3]``
+``python benchmarks/runner.py throughput [--items 120] [--delay 0.05] [--concurrency 8]``
+``python benchmarks/runner.py coverage [--bank math500_lart] [--thetas -1,0,1,2] [--seeds 10]``
+
+All against the test server (``tests/llm_server.py``: a real HTTP server on 127.0.0.1 answering the
+bank's questions like an LLM of known trait, through the real ``openai`` client).
+
+* **overhead**: the same items asked one at a time (concurrency 1, replies at once) by
+  ``run_model`` (selection, prompt, request, grading, MAP update, one fsync-ed log line) and by a
+  bare ``openai`` loop over the same prompts (request only); printed: the wall time per item of
+  each, side by side, their difference (the runner's own cost per item) and the ratio. Each
+  repetition runs both in the same process, the order alternating.
+* **throughput**: items per second of ``run_model`` at ``--concurrency`` with every reply taking
+  ``--delay`` seconds (ideal: concurrency / delay), beside a bare threaded ``openai`` loop.
+* **coverage**: simulated LLMs at several traits, ``--seeds`` LLMs each (their answers drawn from
+  the bank's model at that trait), each run with every default (the default stopping rule); the
+  share of runs whose 95% interval holds the LLM's realised accuracy on all the bank's items, the
+  mean absolute error, and the items used.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import statistics
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+import _paths  # noqa: E402,F401  (puts tests/real_data.py in sys.modules, which the server imports)
+
+_spec = importlib.util.spec_from_file_location("llm_server", ROOT / "tests" / "llm_server.py")
+llm_server = importlib.util.module_from_spec(_spec)
+sys.modules["llm_server"] = llm_server
+_spec.loader.exec_module(llm_server)
+
+import openai  # noqa: E402
+
+from catengine import open_item_bank  # noqa: E402
+from catengine.clients import OpenAIChatClient  # noqa: E402
+from catengine.runner import run_model  # noqa: E402
+from catengine.stopping import MaxItems  # noqa: E402
+
+
+def _bare(server, prompts, concurrency=1):
+    client = openai.OpenAI(base_url=server.base_url, api_key="EMPTY", max_retries=0)
+
+    def ask(prompt):
+        reply = client.chat.completions.create(model=server.model, messages=[{"role": "user", "content": prompt}],
+                                               max_tokens=10240)
+        return reply.choices[0].message.content
+
+    t0 = time.perf_counter()
+    if concurrency == 1:
+        for p in prompts:
+            ask(p)
+    else:
+        with ThreadPoolExecutor(concurrency) as pool:
+            list(pool.map(ask, prompts))
+    return time.perf_counter() - t0
+
+
+def _run(server, bank, n_items, concurrency, seed=1):
+    client = OpenAIChatClient(server.model, base_url=server.base_url)
+    with tempfile.TemporaryDirectory() as tmp:
+        t0 = time.perf_counter()
+        result = run_model(bank, client, log=Path(tmp) / "run.jsonl", concurrency=concurrency,
+                           stopping=MaxItems(n_items), seed=seed)
+        seconds = time.perf_counter() - t0
+    return seconds, result
+
+
+def overhead(args):
+    bank = open_item_bank(args.bank)
+    with llm_server.LLMServer(bank, theta=0.5, seed=1) as server:
+        _run(server, bank, 5, 1)  # warm: compile, open, first requests
+        rows = []
+        for rep in range(args.reps):
+            seconds, result = _run(server, bank, args.items, 1, seed=rep + 2)
+            prompts = [bank.prompt(r.item) for r in result.session.history]
+            bare_s = _bare(server, prompts) / len(prompts)
+            rows.append((seconds / result.session.n_items, bare_s))
+    print(f"{args.bank}: {args.items} items per repetition, concurrency 1, replies at once")
+    print(f"{'rep':>4} {'run_model ms/item':>18} {'bare openai ms/item':>20} {'runner ms/item':>15} {'ratio':>7}")
+    for k, (r, b) in enumerate(rows):
+        print(f"{k:>4} {1e3 * r:>18.2f} {1e3 * b:>20.2f} {1e3 * (r - b):>15.2f} {r / b:>7.2f}")
+    med = statistics.median(r - b for r, b in rows)
+    print(f"median runner cost per item: {1e3 * med:.2f} ms")
+
+
+def throughput(args):
+    bank = open_item_bank(args.bank)
+    with llm_server.LLMServer(bank, theta=0.5, seed=1, delay=args.delay) as server:
+        _run(server, bank, 8, args.concurrency)
+        seconds, result = _run(server, bank, args.items, args.concurrency)
+        prompts = [bank.prompt(r.item) for r in result.session.history]
+        bare = _bare(server, prompts, args.concurrency)
+    n = result.session.n_items
+    ideal = args.concurrency / args.delay
+    print(f"{args.bank}: {n} items, concurrency {args.concurrency}, {1e3 * args.delay:.0f} ms per reply "
+          f"(ideal {ideal:.0f} items/s)")
+    print(f"run_model: {n / seconds:.1f} items/s; bare threaded openai: {n / bare:.1f} items/s; "
+          f"ratio {(n / seconds) / (n / bare):.2f}")
+
+
+def coverage(args):
+    import numpy as np
+
+    bank = open_item_bank(args.bank)
+    thetas = [float(t) for t in args.thetas.split(",")]
+    print(f"{args.bank}: every default; {args.seeds} simulated LLMs per trait")
+    print(f"{'theta':>6} {'true acc':>9} {'cover':>6} {'MAE':>6} {'items':>6}")
+    total = []
+    for theta in thetas:
+        hits, errs, items, accs = [], [], [], []
+        for seed in range(args.seeds):
+            with llm_server.LLMServer(bank, theta=theta, seed=1000 + seed) as server:
+                client = OpenAIChatClient(server.model, base_url=server.base_url)
+                with tempfile.TemporaryDirectory() as tmp:
+                    result = run_model(bank, client, log=Path(tmp) / "run.jsonl", concurrency=args.concurrency,
+                                       seed=seed)
+                truth = server.llm.true_accuracy(bank)
+            score = result.session.predicted_score()
+            hits.append(score.low <= truth <= score.high)
+            errs.append(abs(score.accuracy - truth))
+            items.append(result.session.n_items)
+            accs.append(truth)
+        total += hits
+        print(f"{theta:>+6.1f} {np.mean(accs):>9.3f} {np.mean(hits):>6.2f} {np.mean(errs):>6.3f} {np.median(items):>6.0f}")
+    print(f"all: coverage {np.mean(total):.3f} over {len(total)} runs")
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="what", required=True)
+    o = sub.add_parser("overhead")
+    o.add_argument("--items", type=int, default=60)
+    o.add_argument("--reps", type=int, default=3)
+    t = sub.add_parser("throughput")
+    t.add_argument("--items", type=int, default=120)
+    t.add_argument("--delay", type=float, default=0.05)
+    t.add_argument("--concurrency", type=int, default=8)
+    c = sub.add_parser("coverage")
+    c.add_argument("--thetas", default="-1,0,1,2")
+    c.add_argument("--seeds", type=int, default=10)
+    c.add_argument("--concurrency", type=int, default=8)
+    for p in (o, t, c):
+        p.add_argument("--bank", default="math500_2pl")
+    args = parser.parse_args(argv)
+    {"overhead": overhead, "throughput": throughput, "coverage": coverage}[args.what](args)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,198 @@
+"""``catengine run`` (ask an LLM a bank's questions adaptively) and ``catengine regrade`` (grade a
+finished run's replies again with another grader); thin commands over :mod:`catengine.runner`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from pathlib import Path
+
+RUN_DESCRIPTION = """\
+Put the bank's questions to an LLM behind an OpenAI-compatible chat-completions endpoint (vLLM,
+llama.cpp's server, Ollama, SGLang, a hosted API), adaptively: the session chooses each batch of
+items, they are asked at once (--concurrency), each reply is graded by the bank's grader and
+recorded with its text and token counts in the log, and the run stops once the predicted
+full-benchmark accuracy is known to the stopping rule's precision. The log is the record: the same
+command resumes a killed run without asking a recorded item again. The API key is read from the
+environment variable --api-key-env names (none is needed for a local server).
+"""
+
+
+def add_subcommands(sub, *, add_strategy_options, strategies, open_bank) -> None:
+    """Register ``catengine run`` and ``catengine regrade`` (called by ``catengine.cli``)."""
+    run = sub.add_parser("run", help="ask an LLM endpoint the bank's questions adaptively, grade, stop on the score",
+                         description=RUN_DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
+    run.add_argument("--bank", default=None, help="a shipped bank id, bank directory or file (default math500_lart)")
+    run.add_argument("--model", required=True, help="the model name the endpoint serves")
+    run.add_argument("--base-url", default=None,
+                     help="the endpoint's base URL, e.g. http://127.0.0.1:8000/v1 (default: the openai client's, "
+                          "OPENAI_BASE_URL or api.openai.com)")
+    run.add_argument("--api-key-env", default="OPENAI_API_KEY", metavar="VAR",
+                     help="environment variable holding the API key (default OPENAI_API_KEY; unset: no key)")
+    run.add_argument("--content", type=Path, default=None, metavar="FILE",
+                     help="the question texts for a bank that ships only their hashes (amc23_lart), verified")
+    run.add_argument("--concurrency", type=int, default=4, help="items asked at once (default 4)")
+    run.add_argument("--max-tokens", type=int, default=None,
+                     help="output cap per reply (default: the cap the calibration LLMs ran with, e.g. 10240 for the "
+                          "LaRT banks, so that CoT lengths are comparable)")
+    run.add_argument("--temperature", type=float, default=None, help="sampling temperature (default: the server's)")
+    run.add_argument("--top-p", type=float, default=None, help="nucleus sampling (default: the server's)")
+    run.add_argument("--sampling", default=None, metavar="JSON",
+                     help='further request parameters as a JSON object, e.g. \'{"seed": 1}\' (passed through)')
+    run.add_argument("--timeout", type=float, default=600.0, help="seconds per request before it is retried (default 600)")
+    run.add_argument("--retries", type=int, default=6, help="retries of a failed request (429, 5xx, timeouts; default 6)")
+    run.add_argument("--max-requests", type=int, default=None, help="stop before sending more requests than this")
+    run.add_argument("--max-completion-tokens", type=int, default=None,
+                     help="stop before the completion tokens spent could exceed this")
+    run.add_argument("--include-flagged", action="store_true",
+                     help="also ask items whose calibration grading is known to be wrong (left out by default)")
+    run.add_argument("--log", type=Path, default=None,
+                     help="the run's session log (default runs/<bank>-<model>.jsonl); an existing log is resumed")
+    run.add_argument("--subject", default=None, help="subject id in the log (default: the model name)")
+    run.add_argument("--fsync", action="store_true",
+                     help="sync every log line to disk (survives a power loss, not only a killed process)")
+    run.add_argument("--json", action="store_true", help="print one JSON line per answer and a final {\"summary\": ...}")
+    run.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_strategy_options(run)
+    run.set_defaults(func=lambda args: _cmd_run(args, strategies, open_bank))
+
+    rg = sub.add_parser("regrade", help="grade the replies a run's log holds again, with the same or another grader")
+    rg.add_argument("--log", type=Path, required=True, help="the session log of a `catengine run`")
+    rg.add_argument("--bank", default=None, help="the bank it ran on (default: the one the log names)")
+    rg.add_argument("--content", type=Path, default=None, metavar="FILE", help="question texts (amc23_lart)")
+    rg.add_argument("--grader", default=None, help="the grader to use (default: the bank's; see docs/grading.md)")
+    rg.add_argument("--json", action="store_true", help="print the result as one JSON object")
+    rg.set_defaults(func=lambda args: _cmd_regrade(args, open_bank))
+
+
+def _bank(args, open_bank):
+    bank = open_bank(args.bank)
+    return bank.with_content_file(args.content) if getattr(args, "content", None) else bank
+
+
+def _sampling(args) -> dict:
+    sampling = {}
+    if args.sampling:
+        try:
+            sampling = json.loads(args.sampling)
+        except ValueError as exc:
+            raise ValueError(f"--sampling must be a JSON object: {exc}") from None
+        if not isinstance(sampling, dict):
+            raise ValueError(f"--sampling must be a JSON object, got {args.sampling!r}")
+    for key, value in (("temperature", args.temperature), ("top_p", args.top_p)):
+        if value is not None:
+            sampling[key] = value
+    return sampling
+
+
+def _default_log(bank, model: str) -> Path:
+    safe = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in model)[:120] or "model"
+    return Path("runs") / f"{bank.bank_id}-{safe}.jsonl"
+
+
+def _cmd_run(args, strategies, open_bank) -> int:
+    from catengine.clients import Budget, OpenAIChatClient
+    from catengine.console import calibration_size, result_lines
+    from catengine.runner import full_run_cost, run_model
+
+    bank = _bank(args, open_bank)
+    if args.concurrency < 1:
+        raise ValueError(f"--concurrency must be an integer >= 1, got {args.concurrency}")
+    chosen = strategies(args, bank)
+    sampling = _sampling(args)
+    budget = None
+    if args.max_requests is not None or args.max_completion_tokens is not None:
+        budget = Budget(max_requests=args.max_requests, max_completion_tokens=args.max_completion_tokens)
+    client = OpenAIChatClient(args.model, base_url=args.base_url, api_key_env=args.api_key_env, timeout=args.timeout,
+                              max_retries=args.retries, sampling=sampling, budget=budget)
+    log = args.log or _default_log(bank, args.model)
+    log.parent.mkdir(parents=True, exist_ok=True)
+    resuming = log.exists() and log.stat().st_size > 0
+    if not args.json:
+        print(f"{'resuming' if resuming else 'running'} {args.model} at {client.endpoint} on {bank.bank_id} "
+              f"v{bank.version} ({bank.n_items} items); log {log}", file=sys.stderr)
+    bar = None if args.json or args.no_progress else _progress_bar(bank)
+    on_answer = _json_lines if args.json else (bar.update_from if bar is not None else None)
+    try:
+        result = run_model(bank, client, log=log, subject=args.subject, concurrency=args.concurrency,
+                           max_tokens=args.max_tokens, sampling=sampling, selector=chosen["selector"],
+                           stopping=chosen["stopping"], seed=args.seed, include_flagged=args.include_flagged,
+                           on_answer=on_answer, fsync=args.fsync)
+    finally:
+        if bar is not None:
+            bar.close()
+    session, progress = result.session, result.progress
+    score = session.predicted_score() if session.n_items else None
+    cost = full_run_cost(bank, result) if session.n_items else None
+    summary = {"subject": session.subject, "model": args.model, "endpoint": client.endpoint, "bank": bank.bank_id,
+               "bank_version": bank.version, "n_items": session.n_items, "stop_reason": result.stop_reason,
+               "error": result.error, "score": None if score is None else score.to_dict(),
+               "completion_tokens": progress.completion_tokens, "prompt_tokens": progress.prompt_tokens,
+               "requests": progress.requests, "truncated_replies": progress.truncated, "wall_seconds": progress.seconds,
+               "resumed_items": result.resumed_items, "excluded_flagged": result.excluded_flagged,
+               "full_benchmark": cost, "log": str(log)}
+    if args.json:
+        print(json.dumps({"summary": summary}, default=_json_default))
+    else:
+        if score is not None:
+            print("\n".join(result_lines(score, result.stop_reason, calibration_size(session))))
+        print(f"asked {session.n_items} of {bank.n_items} items ({progress.requests} requests"
+              + (f", {result.resumed_items} recorded before this resume" if result.resumed_items else "")
+              + f"); {progress.completion_tokens} completion tokens, {progress.prompt_tokens} prompt tokens; "
+              f"{progress.seconds:.1f} s" + (f"; {progress.truncated} replies stopped at the output cap" if progress.truncated else ""))
+        if cost is not None and math.isfinite(cost["completion_tokens"]):
+            print(f"the whole benchmark would have taken {bank.n_items} items and about "
+                  f"{cost['completion_tokens']:,.0f} completion tokens: this run used "
+                  f"{100 * cost['share_of_items']:.0f}% of the items and {100 * cost['share_of_tokens']:.0f}% of the tokens")
+        if result.error:
+            print(f"catengine run: stopped early: {result.error}", file=sys.stderr)
+    return 0 if result.error is None else 3
+
+
+def _json_default(obj):
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    return str(obj)
+
+
+def _json_lines(progress, session) -> None:
+    rec = session.history[-1]
+    print(json.dumps({"step": rec.step, "item": rec.item, "correct": rec.correct, "cot_length": rec.cot_length,
+                      "theta": rec.theta, "theta_sd": rec.theta_sd, "completion_tokens": progress.completion_tokens}),
+          flush=True)
+
+
+class _Bar:
+    """A tqdm bar showing the running score, its interval, items and tokens."""
+
+    def __init__(self, bank):
+        from tqdm import tqdm
+
+        self._bar = tqdm(total=None, unit="item", file=sys.stderr, dynamic_ncols=True, leave=True)
+
+    def update_from(self, progress, session) -> None:
+        score = session.predicted_score(by=False)
+        self._bar.n = progress.items
+        self._bar.set_postfix_str(f"accuracy {100 * score.accuracy:.1f}% [{100 * score.low:.1f}, {100 * score.high:.1f}] "
+                                  f"tokens {progress.completion_tokens:,}", refresh=True)
+
+    def close(self) -> None:
+        self._bar.close()
+
+
+def _progress_bar(bank):
+    return _Bar(bank)
+
+
+def _cmd_regrade(args, open_bank) -> int:
+    from catengine.runner.regrade import regrade_log
+
+    bank = None if args.bank is None else _bank(args, open_bank)
+    report = regrade_log(args.log, bank=bank, grader=args.grader, content=args.content)
+    if args.json:
+        print(json.dumps(report.to_dict(), default=_json_default))
+        return 0
+    print("\n".join(report.lines()))
+    return 0
