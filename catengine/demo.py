@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from catengine.session import CATSession, draw_traits, simulate_answer
+from catengine.session.session import calibration_cot_bound
 
 
 @dataclass(frozen=True)
@@ -43,10 +44,14 @@ def run_demo(bank, *, stopping=None, rng=None, on_step=None, selector=None, esti
                          subject="simulated-llm", log=log)
     steps = []
     offset = bank.effective_cot_offset
+    # a simulated reply stops where the calibration LLMs' replies did: at the longest CoT the bank saw
+    bound = calibration_cot_bound(bank)
     while not session.finished:
         item = session.next_item()
         j = bank.index_of(item)
         correct, tokens = simulate_answer(bank.params, j, true_theta, true_tau, rng, offset)
+        if bound is not None and tokens is not None:
+            tokens = min(tokens, bound[0])
         est = session.record(item, correct, tokens)
         steps.append(DemoStep(est.n_items, j, item, correct, tokens, est.theta, est.theta_sd, est.tau, est.tau_sd))
         if on_step is not None:

@@ -70,7 +70,12 @@ def njit(function=None, **options):
         return functools.partial(njit, **options)
     disp = numba.njit(**options)(function)
     if options.get("cache"):
-        _use_shared_cache(disp, parallel=bool(options.get("parallel")))
+        try:
+            _use_shared_cache(disp, parallel=bool(options.get("parallel")))
+        except Exception as exc:  # noqa: BLE001 - another numba's internals: its own cache still works
+            warnings.warn(f"numba {numba.__version__}: {function.__qualname__} uses numba's own cache "
+                          f"({type(exc).__name__}: {exc})", stacklevel=2)
+            disp = numba.njit(**options)(function)
     return disp
 
 

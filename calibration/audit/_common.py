@@ -101,7 +101,7 @@ def alter_bank(bank, *, a_scale: float = 1.0, b_shift: float = 0.0, rho: float |
 class AbilitySpec:
     """An ability distribution given as ``"family"`` or ``"family:key=value,key=value"``.
 
-    Families: those of :func:`calibration.draw_abilities` (normal, skew-normal, bimodal,
+    Families: those of :func:`calibration.simulate.draw_abilities` (normal, skew-normal, bimodal,
     student-t, empirical) and ``"bank"`` (resample the bank's calibration subjects' theta, i.e.
     ``empirical`` with ``sample=bank.subjects.theta``). Keyword values are numbers, e.g.
     ``"skew-normal:skew=8"``, ``"bimodal:separation=4,weight=0.3"``, ``"bank:jitter=0.1"``.

@@ -65,7 +65,7 @@ class ItemContent:
     """One item as an LLM is asked it and as its answer is graded (read-only).
 
     ``question`` is None when the bank holds only the question's hash (``question_sha256``):
-    attach a copy with :meth:`catengine.ItemBank.with_content_file`. ``grading_note`` is non-empty
+    attach a copy with :meth:`catengine.itembank.bank.ItemBank.with_content_file`. ``grading_note`` is non-empty
     when the calibration data's grading of this item is known to be wrong.
     """
 
