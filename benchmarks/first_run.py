@@ -135,11 +135,11 @@ def _have_mirt() -> bool:
 
 def _row(label: str, case: str, rec: dict | None, base: float | None, note: str = "") -> str:
     if rec is None:
-        return f"{label:12s} {case:30s} {note}"
+        return f"{label:17s} {case:30s} {note}"
     ratio = f"{rec['total'] / base:9.1f}x" if base else f"{'':>10s}"
     proc = f"{rec['process']:8.2f}" if "process" in rec else f"{'-':>8s}"
     imp = f"{rec['import']:7.2f}" if rec.get("import") is not None else f"{'-':>7s}"
-    return f"{label:12s} {case:30s} {imp} {rec['fit']:8.3f} {rec['total']:11.3f} {proc} {ratio} {note}"
+    return f"{label:17s} {case:30s} {imp} {rec['fit']:8.3f} {rec['total']:11.3f} {proc} {ratio} {note}"
 
 
 def main(argv=None) -> int:
@@ -163,7 +163,7 @@ def main(argv=None) -> int:
 
     print(f"first run: {os.cpu_count()} CPUs, numba {numba.__version__} ({numba.config.NUMBA_NUM_THREADS} threads), "
           f"python {sys.version.split()[0]}; load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
-    header = (f"{'':12s} {'':30s} {'import':>7s} {'fit/step':>8s} {'import->fit':>11s} {'process':>8s} "
+    header = (f"{'':17s} {'':30s} {'import':>7s} {'fit/step':>8s} {'import->fit':>11s} {'process':>8s} "
               f"{'x warm fit':>10s}")
     print(header)
     mirt_ok = _have_mirt() and not args.no_mirt

@@ -14,7 +14,8 @@ bank's questions like an LLM of known trait, through the real ``openai`` client)
   each, side by side, their difference (the runner's own cost per item) and the ratio. Each
   repetition runs both in the same process, the order alternating.
 * **throughput**: items per second of ``run_model`` at ``--concurrency`` with every reply taking
-  ``--delay`` seconds (ideal: concurrency / delay), beside a bare threaded ``openai`` loop.
+  ``--delay`` seconds (ideal: concurrency / delay), beside a bare threaded ``openai`` loop; the
+  endpoint runs in a process of its own, as a real one does.
 * **coverage**: simulated LLMs at several traits, ``--seeds`` LLMs each (their answers drawn from
   the bank's model at that trait), each run with every default (the default stopping rule); the
   share of runs whose 95% interval holds the LLM's realised accuracy on all the bank's items, the
@@ -67,12 +68,23 @@ def _bare(server, prompts, concurrency=1):
     return time.perf_counter() - t0
 
 
-def _run(server, bank, n_items, concurrency, seed=1):
+class ConstantGrader:
+    """A grader that reads nothing (every reply correct): isolates the runner's own cost from grading's."""
+
+    name, version = "constant", "1"
+
+    def grade(self, text, item):
+        from catengine.grading import Grade
+
+        return Grade(True, None, "constant")
+
+
+def _run(server, bank, n_items, concurrency, seed=1, grader=None):
     client = OpenAIChatClient(server.model, base_url=server.base_url)
     with tempfile.TemporaryDirectory() as tmp:
         t0 = time.perf_counter()
         result = run_model(bank, client, log=Path(tmp) / "run.jsonl", concurrency=concurrency,
-                           stopping=MaxItems(n_items), seed=seed)
+                           stopping=MaxItems(n_items), seed=seed, grader=grader)
         seconds = time.perf_counter() - t0
     return seconds, result
 
@@ -83,31 +95,36 @@ def overhead(args):
         _run(server, bank, 5, 1)  # warm: compile, open, first requests
         rows = []
         for rep in range(args.reps):
-            seconds, result = _run(server, bank, args.items, 1, seed=rep + 2)
-            prompts = [bank.prompt(r.item) for r in result.session.history]
-            bare_s = _bare(server, prompts) / len(prompts)
-            rows.append((seconds / result.session.n_items, bare_s))
-    print(f"{args.bank}: {args.items} items per repetition, concurrency 1, replies at once")
-    print(f"{'rep':>4} {'run_model ms/item':>18} {'bare openai ms/item':>20} {'runner ms/item':>15} {'ratio':>7}")
-    for k, (r, b) in enumerate(rows):
-        print(f"{k:>4} {1e3 * r:>18.2f} {1e3 * b:>20.2f} {1e3 * (r - b):>15.2f} {r / b:>7.2f}")
-    med = statistics.median(r - b for r, b in rows)
-    print(f"median runner cost per item: {1e3 * med:.2f} ms")
+            row = []
+            for grader in (ConstantGrader(), None):
+                seconds, result = _run(server, bank, args.items, 1, seed=rep + 2, grader=grader)
+                prompts = [bank.prompt(r.item) for r in result.session.history]
+                row += [seconds / result.session.n_items, _bare(server, prompts) / len(prompts)]
+            rows.append(row)
+    print(f"{args.bank}: {args.items} items per repetition, concurrency 1, replies at once; ms per item")
+    print(f"{'rep':>4} {'run, no grading':>16} {'bare':>6} {'runner':>7}   {'run, bank grader':>17} {'bare':>6} {'runner':>7}")
+    for k, (r0, b0, r1, b1) in enumerate(rows):
+        print(f"{k:>4} {1e3 * r0:>16.2f} {1e3 * b0:>6.2f} {1e3 * (r0 - b0):>7.2f}   {1e3 * r1:>17.2f} {1e3 * b1:>6.2f} "
+              f"{1e3 * (r1 - b1):>7.2f}")
+    print(f"median runner cost per item: {1e3 * statistics.median(r[0] - r[1] for r in rows):.2f} ms without grading, "
+          f"{1e3 * statistics.median(r[2] - r[3] for r in rows):.2f} ms with the bank's grader")
 
 
 def throughput(args):
     bank = open_item_bank(args.bank)
-    with llm_server.LLMServer(bank, theta=0.5, seed=1, delay=args.delay) as server:
+    # the endpoint in a process of its own, as a real one is (in this process it would share the GIL)
+    with llm_server.ServerProcess(args.bank, theta=0.5, seed=1, delay=args.delay) as server:
         _run(server, bank, 8, args.concurrency)
-        seconds, result = _run(server, bank, args.items, args.concurrency)
+        rates = {}
+        for label, grader in (("no grading", ConstantGrader()), ("the bank's grader", None)):
+            seconds, result = _run(server, bank, args.items, args.concurrency, grader=grader)
+            rates[label] = result.session.n_items / seconds
         prompts = [bank.prompt(r.item) for r in result.session.history]
-        bare = _bare(server, prompts, args.concurrency)
-    n = result.session.n_items
-    ideal = args.concurrency / args.delay
-    print(f"{args.bank}: {n} items, concurrency {args.concurrency}, {1e3 * args.delay:.0f} ms per reply "
-          f"(ideal {ideal:.0f} items/s)")
-    print(f"run_model: {n / seconds:.1f} items/s; bare threaded openai: {n / bare:.1f} items/s; "
-          f"ratio {(n / seconds) / (n / bare):.2f}")
+        bare = len(prompts) / _bare(server, prompts, args.concurrency)
+    print(f"{args.bank}: {args.items} items, concurrency {args.concurrency}, {1e3 * args.delay:.0f} ms per reply "
+          f"(ideal {args.concurrency / args.delay:.0f} items/s); bare threaded openai {bare:.1f} items/s")
+    for label, rate in rates.items():
+        print(f"run_model, {label}: {rate:.1f} items/s (ratio to bare {rate / bare:.2f})")
 
 
 def coverage(args):

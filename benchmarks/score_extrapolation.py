@@ -1,7 +1,8 @@
 """The default full-benchmark score for new LLMs unlike the calibration ones: strength-ordered and random splits.
 
-``python benchmarks/score_extrapolation.py [math500-cbmm|math500-saem|amc23-saem|chembench|psn|all] [--reps 3] [--seed 0]
-[--splits strength-up,strength-down,random] [--design opening=5,share=0.5] [--batch 10]``
+``python benchmarks/score_extrapolation.py [math500-cbmm|math500-saem|amc23-saem|chembench|sim-guess|sim-4pl|
+sim-twofactor|psn|all] [--reps 3] [--seed 0] [--splits strength-up,strength-down,random]
+[--design opening=5,share=0.5] [--batch 10] [--lengths 10,25,50] [--bound]``
 
 Two splits of each shared data set, LLMs (with all their runs) on one side only:
 
@@ -10,19 +11,29 @@ Two splits of each shared data set, LLMs (with all their runs) on one side only:
   the mirror image (bank above the 40th, tested below the 15th);
 * ``random``: five folds of whole LLMs, each held out in turn.
 
-Each bank is what a user gets (``CBMMCalibrator`` / ``LaRTSAEMCalibrator`` ``.fit(...).to_item_bank``
-with every default, including its own cross-fitted check); each held-out LLM's recorded answers
-are replayed through a default ``CATSession`` (``DoublyRobustSelection``: the bank's adaptive rule
-on half the steps, known-probability draws on the others and on every step once the LLM stands
-beyond the calibration population; ``--reps`` times, since it draws at random) and scored by the
-default ``predicted_score()`` (the doubly robust estimate for such sessions) after each checked length. Printed per split and
-length: the MAE of the accuracy as a ratio to the exact expected MAE of the mean of as many random
-items (``catengine.scoring.random_mean_mae``), the 95% interval's coverage and mean width, the
-same for the model-only prediction (``method="model"``), coverage by strength decile of the held-out LLMs
-(per kind of split, deciles of the held-out LLMs' true accuracy), and how often the
-extrapolation flag fired: for held-out LLMs beyond the calibration LLMs' range of accuracy,
-and for those inside the middle 80% of it. Data sets with fewer than 40 LLMs (ChemBench, the
-PSN-IRT matrix) are printed LLM by LLM for the strength split.
+Each bank is what a user gets from ``calibration fit`` (``CBMMCalibrator`` / ``LaRTSAEMCalibrator``
+``.fit(...).to_item_bank`` with every default, including its own cross-fitted check, and the
+calibration responses kept in the bank); each held-out LLM's recorded answers are replayed through
+a default ``CATSession`` (``DoublyRobustSelection``: every step a known-probability design draw;
+``--reps`` times, since it draws at random) and scored by the default ``predicted_score()`` (the
+design-based estimate with the model as its control variate) after each checked length. Printed
+per split and length: the MAE of the accuracy as a ratio to the exact expected MAE of the mean of
+as many random items (``catengine.scoring.random_mean_mae``), the 95% interval's coverage and mean
+width, the same for the model-only prediction (``method="model"``), coverage by strength decile of
+the held-out LLMs at every length (per kind of split, deciles of the held-out LLMs' true accuracy),
+and how often the extrapolation flag fired: for held-out LLMs beyond the calibration LLMs' range of
+accuracy, and for those inside the middle 80% of it. Data sets with fewer than 40 LLMs (ChemBench,
+the PSN-IRT matrix) are also printed LLM by LLM for the strength split.
+
+The simulated sets have guessing floors or a second ability, which the 2PL banks fitted to them
+cannot represent: ``sim-guess`` 300 LLMs x 400 four-option items, P = c + (1 - c) logistic(a theta
++ b) with c = 0.25; ``sim-4pl`` floors c ~ U(0.15, 0.3) and ceilings d ~ U(0.85, 1); ``sim-twofactor``
+a second, independent ability with loadings N(0, 1). ``--bound`` also prints, on the random splits
+of banks with score factors, the error a design-unbiased estimator cannot beat: the Godambe-Joshi
+lower bound on the anticipated variance of any design-unbiased estimator from k draws,
+(1/J^2) [(sum_j s_j)^2 / k - sum_j s_j^2], s_j = sqrt(f_j (1 - f_j)) with f_j the bank's score-factor
+probabilities at the held-out LLM's own full-benchmark mode (the model's best knowledge of it), as
+an MAE (sqrt(2 / pi) times its root) over random items' exact MAE.
 """
 
 from __future__ import annotations
@@ -38,14 +49,41 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from _paths import CHEMBENCH, PSN_IRT, lart_files, psn_missing  # noqa: E402
 
-LENGTHS = {"math500": (10, 25, 50, 100), "amc23": (5, 10, 20), "chembench": (10, 25, 50, 100), "psn": (10, 25, 50)}
-SETS = ("math500-cbmm", "math500-saem", "amc23-saem", "chembench", "psn")
+LENGTHS = {"math500": (10, 25, 50, 100), "amc23": (5, 10, 20), "chembench": (10, 25, 50, 100), "psn": (10, 25, 50),
+           "sim": (10, 25, 50)}
+SETS = ("math500-cbmm", "math500-saem", "amc23-saem", "chembench", "sim-guess", "sim-4pl", "sim-twofactor", "psn")
+SIMULATED = {"sim-guess": "guess", "sim-4pl": "4pl", "sim-twofactor": "twofactor"}
+
+
+def simulate(kind, seed=2024, n_llms=300, n_items=400):
+    """A response matrix from a model the 2PL banks cannot represent (module docstring)."""
+    from scipy.special import expit
+
+    import calibration
+
+    rng = np.random.default_rng([seed, list(SIMULATED.values()).index(kind)])
+    a = rng.uniform(0.6, 2.0, n_items)
+    b = rng.normal(0.0, 1.3, n_items)
+    theta = rng.normal(0.0, 1.0, n_llms)
+    if kind == "guess":
+        p = 0.25 + 0.75 * expit(np.outer(theta, a) + b)
+    elif kind == "4pl":
+        c, d = rng.uniform(0.15, 0.3, n_items), rng.uniform(0.85, 1.0, n_items)
+        p = c + (d - c) * expit(np.outer(theta, a) + b)
+    else:
+        a2, eta = rng.normal(0.0, 1.0, n_items), rng.normal(0.0, 1.0, n_llms)
+        p = expit(np.outer(theta, a) + np.outer(eta, a2) + b)
+    y = (rng.random(p.shape) < p).astype(np.int8)
+    return calibration.ResponseData.from_arrays(y, subject_ids=[f"llm{i:03d}" for i in range(n_llms)],
+                                                item_ids=[f"q{j:03d}" for j in range(n_items)])
 
 
 def load(benchmark):
     import calibration
     from calibration.folds import with_llm_groups
 
+    if benchmark in SIMULATED:
+        return simulate(SIMULATED[benchmark])
     if benchmark in ("math500", "amc23"):
         acc, cot = lart_files(benchmark)
         return with_llm_groups(calibration.load_responses(acc, cot=cot))[0]
@@ -58,13 +96,17 @@ def load(benchmark):
 
 
 def fit_bank(train, method, seed):
+    """The bank ``calibration fit`` writes: every default, the calibration responses kept (the standing
+    compares a session's answers with them)."""
     from calibration import CBMMCalibrator, LaRTSAEMCalibrator
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         if method == "saem":
-            return LaRTSAEMCalibrator(rng=seed).fit(train).to_item_bank("extrapolation_check")
-        return CBMMCalibrator(rng=seed, progress=False).fit(train).to_item_bank("extrapolation_check")
+            bank = LaRTSAEMCalibrator(rng=seed).fit(train).to_item_bank("extrapolation_check")
+        else:
+            bank = CBMMCalibrator(rng=seed, progress=False).fit(train).to_item_bank("extrapolation_check")
+    return bank.with_group("responses", train.to_dataset())
 
 
 def answers(data):
@@ -121,17 +163,20 @@ def replay(bank, y, cot, lengths, rng, design=None, batch=1):
                 yield step, s
 
 
-def run_set(name, reps, seed, kinds=None, design=None, batch=1):
+def run_set(name, reps, seed, kinds=None, design=None, batch=1, lengths=None, bound=False):
     from catengine.scoring import random_mean_mae
 
-    benchmark, _, method = name.partition("-")
-    method = method or "cbmm"
+    if name in SIMULATED:
+        benchmark, method, key = name, "cbmm", "sim"
+    else:
+        benchmark, _, method = name.partition("-")
+        method, key = method or "cbmm", benchmark
     data = load(benchmark)
-    lengths = LENGTHS[benchmark]
+    lengths = tuple(lengths or LENGTHS[key])
     _, _, _, accuracy = llm_groups(data)
     Y = answers(data)
     J = data.n_items
-    records = []
+    records, bounds = [], []
     t0 = time.perf_counter()
     for split, train, test in splits(data, seed):
         if kinds is not None and ("random" if split.startswith("random") else split) not in kinds:
@@ -147,6 +192,8 @@ def run_set(name, reps, seed, kinds=None, design=None, batch=1):
             y = Y[i]
             cot = None if data.cot_length is None or bank.response_model != "lart" else data.cot_length[i]
             truth = float(np.nanmean(y))
+            if bound and split.startswith("random") and bank.score_factors is not None and np.all(np.isfinite(y)):
+                bounds.append(design_bound(bank, y, lengths))
             for r in range(reps):
                 rng = np.random.default_rng([seed, int(i), r])
                 for k, s in replay(bank, y, cot, lengths, rng, design, batch):
@@ -163,11 +210,34 @@ def run_set(name, reps, seed, kinds=None, design=None, batch=1):
         print(f"  {name} {split}: bank from {train.size} runs (accuracy {cal_lo:.3f}-{cal_hi:.3f}), "
               f"{test.size} held out ({accuracy[test].min():.3f}-{accuracy[test].max():.3f}), "
               f"{time.perf_counter() - t0:.0f} s", flush=True)
-    return records, lengths, data.n_subjects
+    return records, lengths, data.n_subjects, bounds
 
 
-def summarise(name, records, lengths, n_subjects):
-    print(f"\n== {name}: doubly robust predicted_score() (and method='model'); MAE as x the mean of as many random items")
+def design_bound(bank, y, lengths):
+    """Per length k: (the Godambe-Joshi bound's MAE, random items' exact MAE) for one held-out LLM
+    with answers ``y`` (module docstring): the score factors at the LLM's own full-benchmark mode."""
+    from catengine.scoring import random_mean_mae
+
+    sf = bank.score_factors
+    J = y.size
+    mode, _ = sf.posterior(np.arange(J), y.astype(float))
+    f = sf.probabilities(mode[None, :])[0]
+    sd = np.sqrt(f * (1.0 - f))
+    truth = float(y.mean())
+    return [(np.sqrt(2.0 / np.pi) * np.sqrt(max(sd.sum() ** 2 / k - np.sum(sd * sd), 0.0)) / J,
+             random_mean_mae(truth, J, k)) for k in lengths]
+
+
+def _decile_coverage(part):
+    truths = np.array([r["truth"] for r in part])
+    edges = np.quantile(truths, np.linspace(0, 1, 11))
+    dec = np.clip(np.searchsorted(edges, truths, side="right") - 1, 0, 9)
+    covered = np.array([r["low"] <= r["truth"] <= r["high"] for r in part])
+    return " ".join(f"{covered[dec == d].mean():.2f}" if np.any(dec == d) else "-" for d in range(10))
+
+
+def summarise(name, records, lengths, n_subjects, bounds=()):
+    print(f"\n== {name}: default predicted_score() (and method='model'); MAE as x the mean of as many random items")
     print(f"{'split':14s} {'k':>4s} {'n':>5s} {'MAE x rand':>10s} {'cover':>6s} {'width':>6s} | {'model x':>8s} {'cover':>6s}  estimators")
     for split in ("strength-up", "strength-down", "random"):
         for k in lengths:
@@ -182,6 +252,11 @@ def summarise(name, records, lengths, n_subjects):
             width = np.mean([r["high"] - r["low"] for r in rows])
             methods = sorted({r["method"] for r in rows})
             print(f"{split:14s} {k:4d} {len(rows):5d} {err / base:10.2f} {cov:6.2f} {width:6.3f} | {merr / base:8.2f} {mcov:6.2f}  {','.join(methods)}")
+    if bounds:
+        b = np.array(bounds)  # (LLM, length, (bound, random))
+        print("design-unbiased bound on the random splits (Godambe-Joshi, the model at each LLM's full-benchmark "
+              "mode), MAE x random: " + " / ".join(f"k={k} {b[:, t, 0].mean() / b[:, t, 1].mean():.2f}"
+                                                     for t, k in enumerate(lengths)))
     if n_subjects < 40:
         print("LLM by LLM (strength splits, longest length):")
         k = lengths[-1]
@@ -189,24 +264,20 @@ def summarise(name, records, lengths, n_subjects):
             if r["split"].startswith("strength") and r["k"] == k:
                 print(f"  {r['split']:14s} {r['llm'][:40]:40s} truth {r['truth']:.3f} est {r['est']:.3f} "
                       f"[{r['low']:.3f}, {r['high']:.3f}] flag {r['flag'] or '-'}")
-        return
-    k_mid = lengths[1]
-    rows = [r for r in records if r["k"] == k_mid]
-    for kind in ("strength", "random"):
-        part = [r for r in rows if r["split"].startswith(kind)]
-        if not part:
-            continue
-        truths = np.array([r["truth"] for r in part])
-        edges = np.quantile(truths, np.linspace(0, 1, 11))
-        dec = np.clip(np.searchsorted(edges, truths, side="right") - 1, 0, 9)
-        covered = np.array([r["low"] <= r["truth"] <= r["high"] for r in part])
-        print(f"coverage by strength decile of the held-out LLMs ({kind} splits, k={k_mid}): "
-              + " ".join(f"{covered[dec == d].mean():.2f}" if np.any(dec == d) else "-" for d in range(10)))
-    beyond = [r for r in rows if r["beyond"]]
-    middle = [r for r in rows if r["middle"]]
-    print(f"extrapolation flag at k={k_mid}: fired for {np.mean([bool(r['flag']) for r in beyond]) if beyond else float('nan'):.2f} "
-          f"of {len(beyond)} replays of LLMs beyond the calibration range, "
-          f"{np.mean([bool(r['flag']) for r in middle]) if middle else float('nan'):.2f} of {len(middle)} inside its middle 80%")
+    for k in lengths:
+        rows = [r for r in records if r["k"] == k]
+        for kind in ("strength", "random"):
+            part = [r for r in rows if r["split"].startswith(kind)]
+            if part:
+                print(f"coverage by strength decile of the held-out LLMs ({kind} splits, k={k}): {_decile_coverage(part)}")
+    for k in lengths:
+        rows = [r for r in records if r["k"] == k]
+        beyond = [r for r in rows if r["beyond"]]
+        middle = [r for r in rows if r["middle"]]
+        print(f"extrapolation flag at k={k}: fired for "
+              f"{np.mean([bool(r['flag']) for r in beyond]) if beyond else float('nan'):.2f} "
+              f"of {len(beyond)} replays of LLMs beyond the calibration range, "
+              f"{np.mean([bool(r['flag']) for r in middle]) if middle else float('nan'):.2f} of {len(middle)} inside its middle 80%")
 
 
 def main(argv=None) -> int:
@@ -219,6 +290,8 @@ def main(argv=None) -> int:
     ap.add_argument("--splits", default=None, help="comma-separated kinds of split to run (strength-up, strength-down, random); default all")
     ap.add_argument("--batch", type=int, default=1, help="propose items in batches of this many (CATSession.next_items, "
                     "as the Inspect and lm-eval harnesses do); default 1 (one at a time)")
+    ap.add_argument("--lengths", default=None, help="comma-separated test lengths to check (default: per data set)")
+    ap.add_argument("--bound", action="store_true", help="also print the design-unbiased bound on the random splits")
     args = ap.parse_args(argv)
     chosen = SETS if args.sets == "all" else (args.sets,)
     for name in chosen:
@@ -233,8 +306,9 @@ def main(argv=None) -> int:
             for pair in args.design.split(","):
                 key, _, value = pair.partition("=")
                 design[key.strip()] = int(value) if key.strip() == "opening" else float(value)
-        records, lengths, n = run_set(name, args.reps, args.seed, kinds, design, args.batch)
-        summarise(name, records, lengths, n)
+        lengths = None if args.lengths is None else [int(x) for x in args.lengths.split(",")]
+        records, lengths, n, bounds = run_set(name, args.reps, args.seed, kinds, design, args.batch, lengths, args.bound)
+        summarise(name, records, lengths, n, bounds)
         print(f"({name}: {time.perf_counter() - t0:.0f} s)")
     return 0
 

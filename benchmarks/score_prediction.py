@@ -15,13 +15,12 @@ estimated by
 * ``gp-IRT``       tinyBenchmarks' combination lam * random-mean + (1 - lam) * p-IRT with
                    lam = b^2 / (b^2 + v_k): b^2 the p-IRT mean squared error and v_k the mean variance of
                    the random mean, both measured on the *other* folds' held-out LLMs (no interval);
-* ``default``      the library's default: the session's default selection (D-optimal in the bank's
-                   score factors when it carries them, i.e. calibrated on >= 40 LLMs; otherwise LaRT:
-                   theta-targeted precision, 2PL: maximum information; randomised selection when the
-                   fold bank's own score check found that selector's model-based accuracy worse than
-                   random items' mean at its longest checked length, then replayed ``--reps`` times
-                   like the other random plans) + ``predicted_score()`` (the design-based estimate for
-                   randomised sessions, else the model's);
+* ``default``      the library's default: the session's default selection (``DoublyRobustSelection``,
+                   every step a known-probability design draw; ``RandomisedSelection``, the same draws,
+                   when the fold bank's own score check found the model-based accuracy worse than random
+                   items' mean at its longest checked length), replayed ``--reps`` times like the other
+                   random plans, + ``predicted_score()`` (the design-based estimate with the model as
+                   its control variate);
 * ``design``       ``RandomisedSelection`` + the design-based estimate (``method="design"``);
 * ``rand+model``   the same randomised sessions scored by the model.
 
@@ -110,7 +109,10 @@ def run_fold(name, data, test_rows, bank, reps, sd_scale, seed, use_cot=True):
     estimator = MAPEstimator(sd_scale=sd_scale, use_cot=use_cot)
     J = data.n_items
     rows = []
-    default_reps = reps if isinstance(CATSession(bank).selector, RandomisedSelection) else 1  # random: as many draws
+    default_selector = CATSession(bank).selector
+    # a default that draws every step at random gets as many draws as the random plans
+    drawn = isinstance(default_selector, RandomisedSelection) or getattr(default_selector, "share", 0.0) == 1.0
+    default_reps = reps if drawn else 1
     for i in test_rows:
         y = data.correct[i].astype(float)
         cot = None if data.cot_length is None or bank.response_model != "lart" else data.cot_length[i]

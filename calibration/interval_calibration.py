@@ -196,8 +196,8 @@ def narrowing_floor(c, n: int) -> np.ndarray:
     min(1, its upper confidence bound), c sqrt(n / chi2_{n, 1 - NARROWING_CONFIDENCE}) (n held-out
     LLMs; n c_hat^2 / c^2 ~ chi2_n for normal z), and by 1 with fewer than ``MIN_LLMS_TO_NARROW``
     (24) held-out LLMs: the chi-square bound assumes normal z, and real misses are heavy-tailed (on
-    ChemBench PSN banks, 17 held-out LLMs per check, fold seed 1, it let coverage after 25 items fall
-    to 0.78).
+    ChemBench PSN banks, 17 held-out LLMs per check, fold seed 1, it let random selection's coverage
+    after 25 items fall to 0.86; docs/honest_intervals.md).
     A plain floor at 1 made the check's noise widen only: on a simulated 2PL, whose model is true,
     the intervals after 10 items came out 12% too wide."""
     from scipy.stats import chi2
@@ -419,7 +419,7 @@ def _strength_ordered_check(data, edges, sides_replayed, replay):
     :func:`edge_folds`), a bank fitted without the strongest (weakest) LLMs, the held-out ones
     replayed with the default selector (``sides_replayed``: side -> future of
     :meth:`_Replays.side`), and their trait and score curves fitted as for the random folds. Sessions
-    whose trait estimate stands beyond the calibration population on that side widen the
+    whose standing lies beyond the calibration population on that side (docs/math.md §7.8) widen the
     model-based score by the larger of these score curves and the random folds' (``catengine.session
     .scoring.score_curve``); the trait curves are reported with the bank. None when neither side
     has enough LLMs (or the LLMs left on both cannot be calibrated)."""
@@ -442,7 +442,7 @@ def _strength_ordered_check(data, edges, sides_replayed, replay):
     return {"form": f"the LLMs in the top (above) / bottom (below) {EDGE_SHARE:.0%} of accuracy held out, strictly "
                     "beyond every calibration LLM; a bank fitted on the others; the held-out LLMs replayed with the "
                     "default selector; c(L), z95(L) and the score curves fitted as for the random folds. Sessions "
-                    "whose trait estimate stands beyond the calibration population widen the model-based score by "
+                    "whose standing lies beyond the calibration population widen the model-based score by "
                     "the larger of these score curves and the random folds'; the trait curves are reported", **out}
 
 

@@ -174,7 +174,7 @@ def score_residuals(sessions, data, rows, lengths, factors) -> dict:
                                             n_items=L, tau=None if taus[0] is None else taus[0][L - 1],
                                             tau_sd=None if taus[1] is None else taus[1][L - 1]), c)
                      for L, c in zip(lengths, factors)]
-        curves = [score_curve(s, e.theta) for e in estimates]
+        curves = [score_curve(s, e.theta, L) for e, L in zip(estimates, lengths)]
         order, answers = steps.order, steps.correct
         if s.items.score_factors is not None:  # the score-factor prediction at every length in one compiled call
             acc, sd = predict_accuracy_factors_at_lengths(

@@ -20,6 +20,7 @@ _LAZY = {
     "ItemParams": "catengine.models.params",
     "ItemUncertainty": "catengine.models.params",
     "CATSession": "catengine.session",
+    "PairedSession": "catengine.paired",
     "Engine": "catengine.session",
     "resume": "catengine.session",
     "TraitEstimate": "catengine.estimation",

@@ -26,10 +26,10 @@ def default_bank_directory() -> Path:
 # step; the registry is not imported here, so that `--help` stays fast)
 SELECTOR_HELP = (
     "mfi | pei | pwi | kl | random | randomised | lart-theta | lart-d | lart-a | lart-replication | score-factor-d | "
-    "doubly-robust (default: doubly-robust over the bank's own adaptive rule, which is score-factor-d when it "
-    "carries score factors, else lart-theta for LaRT banks, pei for banks with item-parameter uncertainty, "
-    "mfi otherwise; randomised instead when the bank's score check found that choice's predicted score worse "
-    "than the mean of as many random items)"
+    "doubly-robust (default: doubly-robust, every step a known-probability design draw; its adaptive rule, for "
+    "a share below 1, is the bank's own: score-factor-d when it carries score factors, else lart-theta for LaRT "
+    "banks, pei for banks with item-parameter uncertainty, mfi otherwise; randomised instead when the bank's score "
+    "check found the model's predicted score worse than the mean of as many random items)"
 )
 
 #: the stopping options: none given = catengine.stopping.default_stopping(n) for a bank of n items
@@ -579,8 +579,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help="skip answers to items that are not in the bank (default: an error naming them)")
     ev.add_argument("--item-prefix", default=None, metavar="PREFIX",
                     help="add PREFIX to the file's item ids that are not the bank's (e.g. math500/ for a file keyed "
-                         "0..499, as the benchmark's own data is); without it the bank's single id prefix is added "
-                         "when every id then is one of the bank's and the file names no other benchmark (a note says so)")
+                         "0..499, as the benchmark's own data is); without it, when --bank names the bank, its single id "
+                         "prefix is added when every id then is one of the bank's and the file names no other "
+                         "benchmark (a note says so)")
     _add_strategy_options(ev)
     ev.set_defaults(func=_cmd_evaluate)
 
@@ -619,6 +620,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_run(sub, add_strategy_options=_add_strategy_options, strategies=_strategies, open_bank=_open_bank)
     add_lm_eval(sub, add_strategy_options=_add_strategy_options, strategies=_strategies, open_bank=_open_bank)
+    from catengine.paired.commands import add_subcommands as add_paired
+    add_paired(sub, open_bank=_open_bank)
     return parser
 
 

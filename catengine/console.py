@@ -7,8 +7,8 @@ and line of code), and the result of an adaptive test in the same three statemen
     standing: ahead of 64% of the 158 calibration LLM runs
 
 (:func:`result_lines`). The standing is ``ScoreEstimate.percentile``: the share of the bank's
-calibration LLM runs whose trait lies below the LLM's (``catengine.scoring.standing``), with the
-extrapolation flag when the LLM stands beyond them. :func:`describe_stopping` words a stopping rule
+calibration LLM runs that answered fewer of the LLM's items correctly than it did, on the same items
+(``catengine.scoring.standing``), with the extrapolation flag when that places the LLM beyond them. :func:`describe_stopping` words a stopping rule
 ("stop once ..."). These functions only format values they are given: they compute nothing.
 """
 
@@ -71,7 +71,7 @@ def standing_text(score, n_calibration: int | None) -> str | None:
 def calibration_size(session) -> int | None:
     """How many calibration LLM runs the session's bank ranks an LLM among (None: it stores none)."""
     population = getattr(getattr(session, "items", None), "population", None)
-    return None if population is None else int(population.size)
+    return None if population is None else int(population.n_runs)
 
 
 def result_lines(score, stop_reason: str | None, n_calibration: int | None) -> list[str]:

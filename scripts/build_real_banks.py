@@ -16,7 +16,8 @@ bank id             data                                                    mode
 Item ids say which benchmark and which item they are: ``<benchmark>/<k>`` with ``k`` the item's
 position in the source file (``math500/17`` is column ``17`` of ``data/accuracy_math500.csv`` of
 the LaRT repository, i.e. the 18th MATH500 problem in that file's order; ``chembench/17`` is row
-17 of ``results/binary_matrix.csv`` of irt-on-bench). ChemBench items carry their human
+17 of the realigned matrix ``data/chembench/binary_matrix_items_x_models.csv.gz``, whose rows follow
+irt-on-bench's difficulty labels; ``data/chembench/SOURCE.md``). ChemBench items carry their human
 ``difficulty`` label (easy / intermediate / hard) from ``data/difficulty_dict.json`` as item
 metadata.
 
@@ -84,7 +85,9 @@ LART_SOURCE = {
     "commit": "8e5d71bae876c00cef7ec765097dfdbc4803e4af",
 }
 CHEMBENCH_SOURCE = {
-    "dataset": "ChemBench item-level correctness ('all_correct' metric) of 22 LLMs, via irt-on-bench",
+    "dataset": "ChemBench item-level correctness ('all_correct' metric) of 22 LLMs, via irt-on-bench, realigned "
+               "with the LLMs' published per-question results (data/chembench/SOURCE.md); questions from "
+               "lamalab-org/chembench-paper @ 344e10e5de2d764dbfb031cdba064e7f19b7b513",
     "paper": "Mirza et al., 'A framework for evaluating the chemical knowledge and reasoning abilities of large "
              "language models against the expertise of chemists', Nature Chemistry (2025); ChemBench",
     "repository": "https://github.com/lamalab-org/irt-on-bench",
@@ -115,8 +118,10 @@ RECIPES = {
         lart_paper_recipe("AMC23", 40, 156, (5, 10, 20), cot=True),
         Recipe("chembench_2pl", "ChemBench", "cbmm", "chembench", ("responses_models_x_items.csv.gz",), "chembench",
                {**CHEMBENCH_SOURCE, "paths": ["results/binary_matrix.csv", "data/difficulty_dict.json"]}, "MIT",
-               "chembench/<k>: k = the item's row index (0..2853) in results/binary_matrix.csv of the source "
-               "repository; item metadata 'difficulty' from data/difficulty_dict.json",
+               "chembench/<k>: k = the item's row (0..2853) of the realigned matrix "
+               "data/chembench/binary_matrix_items_x_models.csv.gz of this repository (irt-on-bench's "
+               "results/binary_matrix.csv with two row blocks of 13 LLMs put back in place; rows in the order of "
+               "data/difficulty_dict.json); item metadata 'difficulty' from data/difficulty_dict.json",
                (10, 25, 50),
                "ChemBench calibrated by a 2PL (cBMM) on the correctness of 22 LLMs, with human difficulty labels",
                content="chembench"),

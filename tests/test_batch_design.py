@@ -43,11 +43,11 @@ def test_batches_draw_by_design_on_the_schedule_with_their_contexts():
     J = 80
     bank = bank_2pl(J, 1)
     y = (np.random.default_rng(2).random(J) < 0.55).astype(int)
-    s = run_batches(bank, y, 24, 6, DoublyRobustSelection(), 3)
+    s = run_batches(bank, y, 24, 6, DoublyRobustSelection(share=0.5), 3)
     h = s.history
-    # the first batch, chosen before any answer is known, is all design draws (the opening counts the
-    # answers known); later slots follow the sequential schedule, each counting the batch's earlier
-    # items as answered (these answers keep the LLM inside the calibration population: share 0.5)
+    # with half the steps adaptive: the first batch, chosen before any answer is known, is all design
+    # draws (the opening counts the answers known); later slots follow the sequential schedule, each
+    # counting the batch's earlier items as answered (the bank stores no calibration LLMs: share 0.5)
     assert [r.design for r in h] == [True] * 6 + [scheduled_design_draw(t, 0.5) for t in range(6, 24)]
     for t, r in enumerate(h):
         first = (t // 6) * 6
@@ -82,13 +82,13 @@ def test_a_batch_of_one_is_the_sequential_session():
 
 
 @pytest.mark.slow
-def test_batched_design_estimate_is_unbiased_with_its_variance_under_a_wrong_bank(monkeypatch):
+def test_batched_design_estimate_is_unbiased_with_its_variance_under_a_wrong_bank():
     """One fixed LLM whose answers come from other item parameters than the bank's (the model is
     wrong: it predicts every item far too low), 24 items drawn by design in batches of 6, each batch
-    answered in a random order. Over 1500 sessions the design terms' mean (fixed model weight 1,
-    so no tuning bias) is unbiased for the LLM's full-benchmark accuracy, and the mean of their
-    variance estimate sum (D_t - A^)^2 / (n (n - 1)) is within 10% of the Monte-Carlo variance."""
-    monkeypatch.setattr(session_scoring, "power_tuning", lambda without, with_model: 1.0)
+    answered in a random order. Over 1500 sessions the design terms' mean (each draw's model weight
+    tuned on the draws whose answers were in when it was made, not on the batch's own) is unbiased
+    for the LLM's full-benchmark accuracy, and the mean of their variance estimate
+    sum (D_t - A^)^2 / (n (n - 1)) is within 10% of the Monte-Carlo variance."""
     J, n, k, reps = 120, 24, 6, 1500
     bank = bank_2pl(J, 11)
     rng = np.random.default_rng(12)

@@ -1,7 +1,7 @@
 """The design-based and doubly robust scores from each draw's cached sums
 (``catengine.scoring.design.draw_sums`` and the functions of the sums) against the reference
 functions ``design_terms`` / ``model_variance_terms`` applied to the full (n_draws, J) rows: the
-D_t, the power-tuned lam, the model variances, the CoT terms and variances, and the final scores,
+D_t, the power-tuned lam_t of each draw (tuned on the draws before it), the model variances, the CoT terms and variances, and the final scores,
 on 2PL, LaRT (with CoT) and score-factor banks, with and without categories, with design shares
 0.5 and 1; and the per-draw cache: reused only for the very records it was computed from and per
 category column."""
@@ -21,9 +21,9 @@ from catengine.scoring import (
     expected_cot_lengths,
     expected_probabilities,
     model_variance_terms,
-    power_tuning,
+    predictable_power_tuning,
 )
-from catengine.scoring.design import design_terms_from_sums, draw_sums, group_sums, model_variances_from_sums
+from catengine.scoring.design import design_terms_from_sums, draw_sums, draw_weights, group_sums, model_variances_from_sums
 from catengine.selection import DoublyRobustSelection, RandomisedSelection
 from catengine.session import scoring as session_scoring
 from catengine.session.scoring import (
@@ -110,8 +110,8 @@ def reference_parts(session, by=None) -> dict:
         member[np.arange(J), 1 + codes] = 1.0
     without = design_terms(order, correct, is_draw, prob, np.zeros_like(f), member=member)
     with_model = design_terms(order, correct, is_draw, prob, f, member=member)
-    lam = power_tuning(without[:, 0], with_model[:, 0])
-    out = {"terms": without + lam * (with_model - without), "lam": lam,
+    lam = predictable_power_tuning(without[:, 0], with_model[:, 0])  # sequential: each draw's weight from the earlier ones
+    out = {"terms": without + lam[:, None] * (with_model - without), "lam": lam,
            "model_variances": model_variance_terms(f, pi, remaining, member=member, weight=lam),
            "member": member, "order": order, "correct": correct, "field": field, "labels": labels,
            "f": f, "pi": pi, "remaining": remaining}
@@ -134,11 +134,12 @@ def reference_design_groups(session, level, by):
     observed[order] = 1.0
     n_obs = observed @ member
     acc = []
+    weights = draw_weights(r["terms"].shape[0], J)  # each draw's weight by its index, the bank's for every group
     for g in range(member.shape[1]):
         known = float(correct @ member[order, g])
         e = design_estimate(r["terms"][:, g] * sizes[g], level=level, n_items=int(sizes[g]),
                             bounds=(known, known + sizes[g] - n_obs[g]),
-                            model_variances=r["model_variances"][:, g] * sizes[g] ** 2)
+                            model_variances=r["model_variances"][:, g] * sizes[g] ** 2, weights=weights)
         acc.append((e.mean, e.se, e.low, e.high, n_obs[g]))
     cot = None
     if "cot_terms" in r:
@@ -147,7 +148,8 @@ def reference_design_groups(session, level, by):
             v = r["cot_variances"]
             e = design_estimate(r["cot_terms"][:, g] * sizes[g], level=level, n_items=int(sizes[g]),
                                 bounds=(float(r["tokens"] @ member[order, g]), math.inf),
-                                model_variances=None if v is None else v[:, g] * sizes[g] ** 2, model_rule="floor")
+                                model_variances=None if v is None else v[:, g] * sizes[g] ** 2, model_rule="floor",
+                                weights=weights)
             cot.append((e.mean, e.se, e.low, e.high))
     return list(sizes), acc, cot, r["field"], r["labels"]
 
@@ -194,7 +196,7 @@ def assert_same_array(got, want, where, scale=None):
 def assert_same_parts(got, want, where):
     # D_t on the scale of the group's mean outcome (a category's terms can be near 0 by cancellation)
     assert_same_array(got["terms"], want["terms"], (where, "terms"), scale=np.abs(want["terms"]).max(axis=0) + 1e-300)
-    assert close(got["lam"], want["lam"], 1.0), (where, "lam", got["lam"], want["lam"])
+    assert_same_array(got["lam"], want["lam"], (where, "lam"), scale=1.0)
     assert_same_array(got["model_variances"], want["model_variances"], (where, "model variances"),
                       scale=np.abs(want["model_variances"]).max(axis=0))
     assert ("cot_terms" in got) == ("cot_terms" in want), where
@@ -234,12 +236,12 @@ def test_sums_give_the_reference_terms_lam_variances_and_scores(model, factors, 
 
 
 def session_with_inner_lam(model, share, n, bank_seed):
-    """A session whose power-tuned weight lies strictly inside (0, 1) (a model wrong enough that
+    """A session whose last power-tuned weight lies strictly inside (0, 1) (a model wrong enough that
     every sum, the f^2 / pi ones too, enters the estimate): the first of a few seeds that gives one."""
     bank = make_bank(model, seed=bank_seed)
     for seed in range(1, 30):
         s = run(bank, DoublyRobustSelection(share=share), n, seed)
-        if 0.0 < reference_parts(s)["lam"] < 1.0:
+        if 0.0 < reference_parts(s)["lam"][-1] < 1.0:
             return s
     raise AssertionError("no session with 0 < lam < 1")
 

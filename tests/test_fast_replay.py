@@ -127,30 +127,38 @@ def test_compiled_replay_gives_the_sessions_history(math500, bank_name, selector
         n_adaptive += int((~run.design).sum())
     if selector_name in ("mfi", "pei"):
         assert n_design == 0
-    elif selector_name == "randomised":
+    elif selector_name in ("randomised", "default"):  # the default draws every step by design
         assert n_adaptive == 0
     else:  # both kinds of step were compared
         assert n_design > 0 and n_adaptive > 0
 
 
-@pytest.mark.parametrize("bank_name,side", [("2pl", "above"), ("lart", "below")])
+@pytest.mark.parametrize("bank_name,side", [("2pl", "above"), ("lart", "above")])
 def test_llms_beyond_the_population_reach_the_extrapolation_share(math500, bank_name, side):
-    """Some of the LLMs compared above stand beyond the shipped bank's population (the strongest
-    above the 2PL bank's, a weak one with long CoT below the LaRT bank's): every step after the
-    opening is then a design draw, so the comparison covered the extrapolation share."""
+    """Some of the LLMs compared above stand beyond the shipped bank's population by their answers
+    against the calibration runs' answers to the same items (the strongest ones):
+    with a design share of 1/4 inside and 1 beyond, every step after the opening at which the
+    standing so far is flagged is a design draw, and such steps occur, so the comparison covered the
+    switch to the extrapolation share."""
+    from catengine.scoring.standing import extrapolation_flag
+
     data, rows = math500
     bank = BANKS[bank_name]()
-    plan = CompiledReplay.for_session(CATSession(bank, rng=0))
-    low, high = plan.session.items.population.edges
-    beyond_any = False
+    selector = DoublyRobustSelection(adaptive=SELECTORS["mfi"](), share=0.25, opening=2, extrapolation_share=1.0)
+    plan = CompiledReplay.for_session(CATSession(bank, selector=selector, rng=0))
+    population = plan.session.items.population
+    assert population.responses is not None
+    flagged_any = False
     for i in rows:
+        y = data.correct[i].astype(float)
         cots = data.cot_length[i] if bank.response_model == "lart" else None
-        run = plan.run(data.correct[i].astype(float), cots, STEPS, np.random.default_rng(0))
-        theta = run.estimates[0, 5:-1]
-        beyond = theta > high if side == "above" else theta < low
-        assert run.design[5:][beyond].all()
-        beyond_any |= bool(beyond.any())
-    assert beyond_any
+        run = plan.run(y, cots, STEPS, np.random.default_rng(0))
+        for n in range(2, run.steps):
+            flag = extrapolation_flag(population, run.estimates[0, n], run.items[:n], y[run.items[:n]])
+            if flag == side:
+                assert run.design[n]
+                flagged_any = True
+    assert flagged_any
 
 
 def test_unanswered_items_are_never_proposed_and_the_replay_stops_when_they_run_out(math500):

@@ -51,7 +51,7 @@ def test_readme_states_the_defaults_the_code_has():
 
     assert (rules.DEFAULT_SCORE_HALF_WIDTH, rules.DEFAULT_MIN_ITEMS, rules.DEFAULT_MAX_ITEMS) == (0.05, 10, 100)
     assert "within +-5 points (its 95% interval), after at least 10 items, or at 100 items" in " ".join(README.split())
-    assert DoublyRobustSelection().share == 0.5 and DoublyRobustSelection().extrapolation_share == 1.0
+    assert DoublyRobustSelection().share == 1.0 and DoublyRobustSelection().extrapolation_share == 1.0
     assert "The default selection is `doubly-robust`" in " ".join(README.split())
     assert isinstance(CATSession(open_item_bank("math500_lart")).selector, DoublyRobustSelection)
 

@@ -188,7 +188,7 @@ def test_regrade_is_one_command_and_names_changed_verdicts(tmp_path):
 
 def _run_process(base_url: str, log: Path) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "catengine.cli", "run", "--bank", "math500_2pl", "--model", "sim-llm",
-                             "--base-url", base_url, "--log", str(log), "--concurrency", "4", "--max-items", "60",
+                             "--base-url", base_url, "--log", str(log), "--concurrency", "4", "--max-items", "100",
                              "--seed", "11", "--no-progress"],
                             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
@@ -198,7 +198,7 @@ def test_ten_sigkills_then_resume_end_like_an_uninterrupted_run(tmp_path):
     """A runner killed with SIGKILL at ten random moments and resumed each time ends with the same
     answers and score as an uninterrupted run; no recorded item is asked again; only in-flight items
     (at most the batch of 4 at each kill) are asked twice (counted by the server)."""
-    with ServerProcess("math500_2pl", theta=0.4, seed=9, delay=0.03) as server:
+    with ServerProcess("math500_2pl", theta=0.4, seed=9, delay=0.05) as server:
         reference = tmp_path / "reference.jsonl"
         done = _run_process(server.base_url, reference)
         done.communicate(timeout=300)
@@ -210,7 +210,7 @@ def test_ten_sigkills_then_resume_end_like_an_uninterrupted_run(tmp_path):
         recorded_at_kill = []
         while kills < 10:
             proc = _run_process(server.base_url, log)
-            time.sleep(rnd.uniform(0.8, 2.5))
+            time.sleep(rnd.uniform(1.0, 2.2))  # a process starts in about 1 s, then asks 4 items per 50 ms
             if proc.poll() is not None:
                 break  # finished before this kill
             proc.send_signal(signal.SIGKILL)

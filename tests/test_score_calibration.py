@@ -155,7 +155,9 @@ def test_the_default_path_stores_a_score_check_that_restores_unit_rms_in_sample(
     s = CATSession(bank, stopping=MaxItems(20), rng=0)
     while not s.finished:
         s.record(s.next_item(), int(rng.random() < 0.5))
-    assert "cross-fitted" in s.predicted_score(by=False).calibration
+    # the stored check widens the model-based prediction (the default score, design-based, needs no widening)
+    assert "cross-fitted" in s.predicted_score(method="model", by=False).calibration
+    assert s.predicted_score(by=False).calibration == ""
 
 
 def test_the_fit_summary_names_the_score_check():
@@ -170,10 +172,11 @@ def test_the_fit_summary_names_the_score_check():
 
 def test_the_score_factor_path_stores_a_check_that_restores_coverage():
     """A cBMM bank of 2-D data from enough LLMs for score factors: the check runs the factor
-    prediction (the default selector is score-factor-d) and its residual SDs raise the in-sample
-    95% coverage of the held-out accuracies from 0.76-0.88 to at least 0.93 at every length: the
-    matched coverage is 0.95 per length, and the smoothing over neighbouring lengths can move two
-    of the 90 LLMs across the bound."""
+    prediction for every selector it replays (the default's design draws, maximum information and
+    random items) and its residual SDs raise the in-sample 95% coverage of the held-out accuracies
+    to at least 0.93 at every length (from 0.81-0.92 after maximum information): the matched
+    coverage is 0.95 per length, and the smoothing over neighbouring lengths can move two of the 90
+    LLMs across the bound."""
     from calibration import ResponseData
     from calibration.methods.cbmm.calibrator import CBMMCalibrator
 
@@ -186,13 +189,16 @@ def test_the_score_factor_path_stores_a_check_that_restores_coverage():
     bank = CBMMCalibrator(rng=0, progress=False).fit(data).to_item_bank("two_d_factors")
     assert bank.score_factors is not None
     record = json.loads(bank.attrs["interval_calibration"])
-    # the check measures the default selector: doubly robust, with score-factor-d on its adaptive steps
+    # the check measures the default selector (doubly robust: every step a design draw) beside the others
     assert record["selection"] == "doubly-robust"
-    curve = record["score_curves"]["doubly-robust"]
-    for model, calibrated in zip(curve["accuracy_coverage_model_normal"], curve["accuracy_coverage_calibrated_in_sample_normal"]):
-        assert calibrated >= model - 1e-9
-        assert calibrated >= 0.93 - 1e-9
-    assert min(curve["accuracy_coverage_model_normal"]) < 0.9  # the factor model alone is overconfident here
+    assert set(record["score_curves"]) == {"doubly-robust", "mfi", "random"}
+    for curve in record["score_curves"].values():
+        for model, calibrated in zip(curve["accuracy_coverage_model_normal"],
+                                     curve["accuracy_coverage_calibrated_in_sample_normal"]):
+            assert calibrated >= model - 1e-9
+            assert calibrated >= 0.93 - 1e-9
+    # the factor model alone is overconfident after maximum-information items
+    assert min(record["score_curves"]["mfi"]["accuracy_coverage_model_normal"]) < 0.9
 
 
 def _record_versus(name, accuracy_mae, random_mean_mae):

@@ -201,7 +201,7 @@ def test_session_reports_the_factor_prediction_and_categories():
     s = CATSession(bank, rng=0)
     for answer in (1, 0, 1, 1, 0, 1):
         s.record(s.next_item(), answer)
-    est = s.predicted_score(by="topic")
+    est = s.predicted_score(method="model", by="topic")  # the factors' prediction (the default score is design-based)
     order = [bank.index_of(h.item) for h in s.history]
     ref = predict_accuracy_factors(bank.score_factors, order, [h.correct for h in s.history])[0]
     np.testing.assert_allclose(est.accuracy, ref.mean / bank.n_items, rtol=1e-12)

@@ -271,7 +271,11 @@ def test_session_panel_shows_the_predicted_score():
     assert [t[0] for t in panel.score_trajectory] == list(range(1, 7))
     step, acc, low, high = panel.score_trajectory[-1]
     now = session.predicted_score()
-    assert panel.score == now and acc == pytest.approx(now.accuracy, abs=1e-3) and low < acc < high
+    # the trajectory is the model's prediction; the reported score the default, design-based one, drawn beside it
+    model = session.predicted_score(method="model")
+    assert panel.score == now and acc == pytest.approx(model.accuracy, abs=1e-3) and low < acc < high
+    assert now.method == "doubly-robust"
+    assert "design-based estimate" in panel.score_figure.axes[0].get_legend_handles_labels()[1]
     assert len(panel.score_figure.axes) == 2  # trajectory + per-category bars (subject_area)
     assert "accuracy" in panel.score_text and "CoT tokens" in panel.score_text
     # a randomised session reports the design-based estimate, drawn beside the model's trajectory

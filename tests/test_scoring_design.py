@@ -190,13 +190,19 @@ def test_design_predictions_use_the_model_posterior_and_the_probabilities_the_wi
     pi, remaining = design_probabilities(s, steps, before, order, widened)
     np.testing.assert_allclose(pi[steps, order], [r.criterion for r in h], rtol=1e-12)
     drawn, p_drawn = np.ones(len(h), bool), pi[steps, order]
-    # the power-tuned weight of the predictions, by its closed form -Cov(D(0), D(1) - D(0)) / Var(D(1) - D(0))
+    # each draw's weight of the predictions by its closed form -Cov(D(0), D(1) - D(0)) / Var(D(1) - D(0))
+    # over the draws before it (0 until three are known)
     t0 = design_terms(order, y[order], drawn, p_drawn, np.zeros_like(model))[:, 0]
     diff = design_terms(order, y[order], drawn, p_drawn, model)[:, 0] - t0
-    lam = float(np.clip(-np.cov(t0, diff, bias=True)[0, 1] / diff.var(), 0, 1))
-    terms = design_terms(order, y[order], drawn, p_drawn, lam * model)[:, 0]
+    lam = np.array([0.0 if t < 3 else float(np.clip(-np.cov(t0[:t], diff[:t], bias=True)[0, 1] / diff[:t].var(), 0, 1))
+                    for t in range(t0.size)])
+    assert np.any((lam > 0) & (lam < 1))
+    terms = design_terms(order, y[order], drawn, p_drawn, lam[:, None] * model)[:, 0]
     floor = model_variance_terms(model, pi, remaining, weight=lam)[:, 0]
-    ref = design_estimate(terms, n_items=40, model_variances=floor, bounds=(y[order].sum() / 40, 1 - (12 - y[order].sum()) / 40))
+    # each draw weighted by its index: (J / (J - t))^2, normalised
+    w = (40 / (40 - np.arange(12))) ** 2
+    ref = design_estimate(terms, n_items=40, model_variances=floor, bounds=(y[order].sum() / 40, 1 - (12 - y[order].sum()) / 40),
+                          weights=w / w.sum())
     d = s.predicted_score(method="design", by=False)
     assert d.accuracy == pytest.approx(ref.mean, rel=1e-12) and d.sd == pytest.approx(ref.se, rel=1e-12)
 
@@ -359,9 +365,14 @@ def test_model_variance_floor_recomputes_the_logged_probabilities_and_matches_it
 
 
 def test_design_variance_rules_pool_or_floor_the_model_variance_with_their_quantiles():
-    """moderated (default): max(se^2, (n V + (n - 1) se^2) / (2n - 1)) with t on 2n - 1 df; floor:
-    max(se^2, V) with the normal quantile where V binds, else t on n - 1 df; the mean never moves."""
+    """moderated (default): max(se^2, (m V + (n - 1) se^2) / (m + n - 1)) with t on m + n - 1 df, m =
+    MODEL_DRAWS (the model's variance counted as m draws); floor: max(se^2, V) with the normal
+    quantile where V binds, else t on n - 1 df; the mean never moves."""
     from scipy.stats import norm, t as student_t
+
+    from catengine.scoring.design import MODEL_DRAWS
+
+    m = MODEL_DRAWS
 
     d = np.array([0.50, 0.52, 0.48, 0.51, 0.49])
     n = d.size
@@ -371,11 +382,14 @@ def test_design_variance_rules_pool_or_floor_the_model_variance_with_their_quant
         student_t.ppf(0.975, n - 1) * plain.se)
     for ratio in (0.5, 3.0):  # the model's V = ratio * se^2 (V = sum of the per-draw variances / n^2)
         model_variances = np.full(n, ratio * se2 * n)
-        pooled = (n * ratio * se2 + (n - 1) * se2) / (2 * n - 1)
+        pooled = (m * ratio * se2 + (n - 1) * se2) / (m + n - 1)
         mod = design_estimate(d, n_items=100, model_variances=model_variances)
         assert mod.mean == plain.mean
         assert mod.se == pytest.approx(math.sqrt(max(se2, pooled)))
-        assert (mod.high - mod.mean) == pytest.approx(student_t.ppf(0.975, 2 * n - 1) * mod.se)
+        assert (mod.high - mod.mean) == pytest.approx(student_t.ppf(0.975, m + n - 1) * mod.se)
+        # model_draws=None counts the model as n draws
+        as_many = design_estimate(d, n_items=100, model_variances=model_variances, model_draws=None)
+        assert as_many.se == pytest.approx(math.sqrt(max(se2, (n * ratio * se2 + (n - 1) * se2) / (2 * n - 1))))
         fl = design_estimate(d, n_items=100, model_variances=model_variances, model_rule="floor")
         assert fl.se == pytest.approx(math.sqrt(max(se2, ratio * se2)))
         q = norm.ppf(0.975) if ratio > 1 else student_t.ppf(0.975, n - 1)
@@ -389,8 +403,9 @@ def test_design_variance_rules_pool_or_floor_the_model_variance_with_their_quant
 def test_design_cot_floor_is_the_smeared_variance_of_the_unanswered_tokens():
     """The CoT total's variance floor: each unanswered item's tokens get exp(2 (omega - phi tau_t))
     Var(exp(e)), e the LLM's own log-residuals (smearing), weighted by 1 / pi as the accuracy's
-    floor; the reported SD is max(empirical se^2, floor) on the total scale, recomputed here from
-    the design terms, for a session where the floor binds and one where it does not."""
+    floor; the reported SD is max(empirical se^2, floor) on the total scale (both with the draws'
+    weights), recomputed here from the design terms, for a session where the floor binds and one
+    where it does not."""
     from pathlib import Path
 
     from catengine import open_item_bank
@@ -423,10 +438,13 @@ def test_design_cot_floor_is_the_smeared_variance_of_the_unanswered_tokens():
             var = np.exp(2 * (p.omega[rem] - p.phi[rem] * before[t].tau)) * smeared
             assert floor[t] == pytest.approx(np.sum(var / pi[t][rem]) / J**2, rel=1e-10)
         d_t = design_terms(order, tokens, np.ones(n, bool), np.array([r.criterion for r in h]), g)[:, 0]
-        empirical = np.sum((d_t - d_t.mean()) ** 2) / (n * (n - 1))
+        w = (J / (J - np.arange(n))) ** 2  # each draw weighted by its index (catengine.scoring.design.draw_weights)
+        w /= w.sum()
+        mean = d_t @ w
+        empirical = np.sum(w * w * (d_t - mean) ** 2) / (1 - np.sum(w * w))
         d = s.predicted_score(method="design", by=False)
-        assert d.cot_total_sd == pytest.approx(J * math.sqrt(max(empirical, floor.sum() / n**2)), rel=1e-9)
-        bound.append(floor.sum() / n**2 > empirical)
+        assert d.cot_total_sd == pytest.approx(J * math.sqrt(max(empirical, np.sum(w * w * floor))), rel=1e-9)
+        bound.append(np.sum(w * w * floor) > empirical)
     # a wide spread of the LLM's own lengths: the floor binds; nearly constant lengths: the smeared
     # variance is about 0 and the empirical se^2 (the terms still vary with the model's predictions) is used
     assert bound == [True, False]

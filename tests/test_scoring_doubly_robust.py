@@ -1,18 +1,19 @@
-"""The doubly robust default score (docs/math.md §7.8): the combination rule by closed forms, the
-design part's unbiasedness and variance by simulation, and whole sessions under a right and a
-deliberately wrong bank."""
+"""The default score (docs/math.md §7.8): the design-based estimate with the model as its control
+variate, each draw's model weight tuned on the draws before it. Its pieces by hand, its
+unbiasedness and variance by simulation, the standing by hand, and whole sessions under a right
+and a deliberately wrong bank (tests/test_score_misspecification.py: banks fitted to data they
+cannot represent)."""
 
 import math
 
 import numpy as np
 import pytest
 from scipy.special import expit
-from scipy.stats import t as student_t
 
 from catengine import CATSession, ItemBank
-from catengine.scoring.design import design_estimate, design_terms
-from catengine.scoring.doubly_robust import EVIDENCE, combine_model_and_design
-from catengine.scoring.standing import Population, extrapolation_flag, trait_standing
+from catengine.scoring.design import design_estimate, design_terms, power_tuning, predictable_power_tuning
+from catengine.scoring.doubly_robust import aipw_terms, known_before
+from catengine.scoring.standing import EDGE, Population, extrapolation_flag, standing, trait_standing
 from catengine.selection import DoublyRobustSelection, RandomisedSelection, default_selector_for
 from catengine.selection.doubly_robust import scheduled_design_draw
 from catengine.session import from_config, to_config
@@ -32,56 +33,29 @@ def bank_2pl(J, a, b, thetas=None):
     return bank
 
 
-# ---------------------------------------------------------------- the combination rule, closed forms
+# ---------------------------------------------------------------- the estimator's pieces, by hand
 
-def test_agreement_keeps_the_model_and_its_interval():
-    # d^2 = 0.0004 <= P + s^2 = 0.0009 + 0.0025: weight 0, the model's estimate and interval
-    e = combine_model_and_design(0.60, 0.03, 0.54, 0.66, 0.62, 0.05, 20, bounds=(0, 1))
-    assert e.weight == 0.0 and e.mean == pytest.approx(0.60)
-    assert e.low <= 0.54 + 1e-12 and e.high >= 0.66 - 1e-12
-
-
-def test_disagreement_moves_to_the_design_and_widens():
-    P, s, n = 0.03**2, 0.04, 25
-    d = 0.20  # five times the design's SE
-    e = combine_model_and_design(0.70, 0.03, 0.64, 0.76, 0.90, s, n, bounds=(0, 1))
-    assert e.weight == pytest.approx(1 - EVIDENCE**2 * (P + s * s) / d**2)
-    assert e.mean == pytest.approx(0.70 + e.weight * d)
-    # the precision-weighted interval: P_e = d^2 - s^2
-    P_e = d * d - s * s
-    centre = 0.70 + P_e / (P_e + s * s) * d
-    half = student_t.ppf(0.975, n - 1) * math.sqrt(P_e * s * s / (P_e + s * s))
-    assert e.high == pytest.approx(centre + half)
-    assert e.low == pytest.approx(min(0.64, centre - half))
-    assert e.low <= 0.90 <= e.high  # holds the design estimate
-    widths = [combine_model_and_design(0.70, 0.03, 0.64, 0.76, 0.70 + dd, s, n).high
-              - combine_model_and_design(0.70, 0.03, 0.64, 0.76, 0.70 + dd, s, n).low for dd in (0.0, 0.05, 0.1, 0.2)]
-    assert all(b >= a - 1e-12 for a, b in zip(widths, widths[1:]))  # wider the more they disagree
-
-
-def test_extrapolating_takes_the_design_estimate_and_holds_its_interval():
-    P, s, n = 0.03**2, 0.05, 25
-    e = combine_model_and_design(0.70, 0.03, 0.64, 0.76, 0.80, s, n, bounds=(0, 1), extrapolating=True)
-    q = student_t.ppf(0.975, n - 1)
-    assert e.weight == 1.0 and e.mean == pytest.approx(0.80)
-    # the hull of the precision-weighted combination's interval and the design's, not the model's
-    d = 0.10
-    P_e = max(P, d * d - s * s)
-    centre, half = 0.70 + P_e / (P_e + s * s) * d, q * math.sqrt(P_e * s * s / (P_e + s * s))
-    assert e.low == pytest.approx(min(centre - half, 0.80 - q * s)) and e.high == pytest.approx(max(centre + half, 0.80 + q * s))
-    assert e.low > 0.64  # the model's interval [0.64, 0.76] is not part of it
-    inside = combine_model_and_design(0.70, 0.03, 0.64, 0.76, 0.80, s, n, bounds=(0, 1))
-    assert inside.weight == 0.0  # inside the population: 2 SDs of disagreement not reached
-    assert inside.low == pytest.approx(0.64) and inside.high == pytest.approx(max(0.76, centre + half))
-
-
-def test_bounds_project_and_bad_input_is_named():
-    e = combine_model_and_design(0.95, 0.03, 0.89, 1.0, 1.05, 0.05, 25, bounds=(0.2, 0.99))
-    assert e.high <= 0.99 and e.mean <= 0.99
-    with pytest.raises(ValueError, match="at least 2 design draws"):
-        combine_model_and_design(0.5, 0.1, 0.3, 0.7, 0.5, 0.1, 1)
-    with pytest.raises(ValueError, match="finite"):
-        combine_model_and_design(math.nan, 0.1, 0.3, 0.7, 0.5, 0.1, 5)
+def test_each_draw_weighs_the_model_by_the_draws_known_before_it():
+    rng = np.random.default_rng(0)
+    without = rng.normal(0.6, 0.3, (8, 2))
+    with_model = without + rng.normal(-0.1, 0.2, (8, 2))
+    terms, lam = aipw_terms(without, with_model)
+    want = [0.0, 0.0, 0.0] + [power_tuning(without[:t, 0], with_model[:t, 0]) for t in range(3, 8)]
+    np.testing.assert_allclose(lam, want)  # the Horvitz-Thompson term until three draws are known
+    np.testing.assert_allclose(terms, without + lam[:, None] * (with_model - without))
+    # a draw's weight depends on the past only: changing the last draw changes no weight
+    changed = with_model.copy()
+    changed[-1] += 5.0
+    np.testing.assert_array_equal(aipw_terms(without, changed)[1], lam)
+    # in a batch, draws whose answers were not in when a draw was made are not known to it
+    known = known_before(done=[1, 2, 3, 6, 6, 6, 7, 8], answered=[0, 1, 2, 3, 3, 3, 6, 7])
+    assert known[3].tolist() == [True, True, True, False, False, False, False, False]
+    assert known[6].tolist() == [True] * 6 + [False, False]
+    np.testing.assert_array_equal(known_before(np.arange(1, 9), np.arange(8)), np.tri(8, 8, -1, dtype=bool))
+    assert predictable_power_tuning(without[:, 0], with_model[:, 0], known)[4] == power_tuning(
+        without[:3, 0], with_model[:3, 0])
+    with pytest.raises(ValueError, match="one shape"):
+        aipw_terms(without, with_model[:, :1])
 
 
 # ---------------------------------------------------------------- the design part, by simulation
@@ -89,8 +63,9 @@ def test_bounds_project_and_bad_input_is_named():
 @pytest.mark.slow
 def test_design_part_unbiased_with_its_variance_under_a_wrong_prediction():
     """A fixed LLM, predictions 0.25 too low on every item (the saturating model), 40 draws from 300
-    items with sqrt-variance-like known probabilities: over 2000 draws of the design the estimate is
-    unbiased and its estimated variance matches the Monte-Carlo variance within 10%."""
+    items with sqrt-variance-like known probabilities, each draw's model weight tuned on the draws
+    before it: over 2000 draws of the design the estimate is unbiased and its estimated variance
+    matches the Monte-Carlo variance within 10%."""
     rng = np.random.default_rng(0)
     J, n, reps = 300, 40, 2000
     truth_p = expit(rng.normal(1.0, 1.5, J))
@@ -108,7 +83,9 @@ def test_design_part_unbiased_with_its_variance_under_a_wrong_prediction():
             order.append(j)
             prob.append(pi[j] / cdf[-1])
             remaining[j] = False
-        terms = design_terms(order, y[order], np.ones(n, bool), prob, np.tile(f, (n, 1)))[:, 0]
+        without = design_terms(order, y[order], np.ones(n, bool), prob, np.zeros((n, J)))
+        with_model = design_terms(order, y[order], np.ones(n, bool), prob, np.tile(f, (n, 1)))
+        terms = aipw_terms(without, with_model)[0][:, 0]
         e = design_estimate(terms, n_items=J)
         est[r], se2[r] = terms.mean(), e.se ** 2
     truth = y.mean()
@@ -134,20 +111,24 @@ def test_doubly_robust_selector_schedules_design_draws_and_round_trips():
     rng = np.random.default_rng(1)
     bank = bank_2pl(J, rng.lognormal(0, 0.3, J), rng.normal(0, 1, J), thetas=rng.normal(0, 1, 80))
     sel = default_selector_for(item_table(bank))
-    assert sel == DoublyRobustSelection()  # the default
+    assert sel == DoublyRobustSelection()  # the default: every step a design draw
     assert from_config(to_config(sel)) == sel
     assert [scheduled_design_draw(t, 0.5) for t in range(6)] == [False, True, False, True, False, True]
     assert all(scheduled_design_draw(t, 1.0) for t in range(6))
     answers = (rng.random(J) < 0.5).astype(int)
     s = run(bank, answers, 12, selector=sel, rng=2)
-    # the opening draws, then the schedule (these answers keep the LLM inside the population)
-    assert sel.opening == 5
-    assert [r.design for r in s.history] == [True] * 5 + [scheduled_design_draw(t, 0.5) for t in range(5, 12)]
+    assert all(r.design for r in s.history)
     score = s.predicted_score(by=False)
-    assert score.method == "doubly-robust" and score.n_design == 5 + 4
-    plain = run(bank, answers, 12, selector=DoublyRobustSelection(opening=0), rng=2)
-    assert [r.design for r in plain.history] == [False, True] * 6
+    assert score.method == "doubly-robust" and score.n_design == 12
+    assert (score.accuracy, score.low, score.high) == pytest.approx(
+        tuple(getattr(s.predicted_score(method="design", by=False), k) for k in ("accuracy", "low", "high")))
     assert score.percentile is not None and 0 <= score.percentile <= 1
+    # with half the steps adaptive: the opening draws, then the schedule (inside the population)
+    half = run(bank, answers, 12, selector=DoublyRobustSelection(share=0.5), rng=2)
+    assert [r.design for r in half.history] == [True] * 5 + [scheduled_design_draw(t, 0.5) for t in range(5, 12)]
+    assert half.predicted_score(by=False).n_design == 5 + 4
+    plain = run(bank, answers, 12, selector=DoublyRobustSelection(share=0.5, opening=0), rng=2)
+    assert [r.design for r in plain.history] == [False, True] * 6
     with pytest.raises(ValueError, match="share"):
         DoublyRobustSelection(share=0.0)
     with pytest.raises(ValueError, match="at least share"):
@@ -160,13 +141,34 @@ def test_doubly_robust_selector_schedules_design_draws_and_round_trips():
 
 
 def test_standing_percentile_and_flag_by_hand():
+    # from the calibration runs' answers to the session's items: 20 runs, 4 items
+    runs = np.zeros((20, 6), dtype=np.int8)
+    runs[:, :4] = (np.arange(20)[:, None] * np.array([1, 2, 3, 5]) % 7 < 3)
+    runs[:, 0], runs[:, 3] = 1, 0  # every run solves item 0 and misses item 3
+    runs[0, :] = -1  # a run with no answer at all: a tie
+    runs[1, 2] = -1  # a run compared on the items it answered
+    pop = Population(np.linspace(-2, 2, 20), responses=runs)
+    items, y = np.array([0, 1, 2, 3]), np.array([1, 1, 0, 1])
+    d = [sum(y[k] - runs[r, j] for k, j in enumerate(items) if runs[r, j] >= 0) for r in range(20)]
+    want = (sum(x > 0 for x in d) + 0.5 * sum(x == 0 for x in d)) / 20
+    st = standing(pop, 0.0, items, y)
+    assert st.percentile == pytest.approx(want) and st.n_calibration == 20
+    assert st.extrapolation == ("above" if want > 1 - EDGE else "below" if want < EDGE else "")
+    assert standing(pop, 0.0, [], []).percentile == 0.5  # before any answer: every run ties
+    assert standing(pop, 0.0, [0, 1, 3], [1, 1, 1]).percentile == pytest.approx(19.5 / 20)  # ahead of every run that answered
+    assert standing(pop, 0.0, [0, 1, 3], [1, 1, 1]).extrapolation == "above"
+    assert standing(pop, 0.0, [0, 1, 3], [0, 0, 0]).extrapolation == "below"
+    assert standing(pop, 99.0, [0, 1, 2, 3], [0, 0, 0, 0]).extrapolation == "below"  # the trait does not enter
+    for items_, y_ in (([0, 1, 2, 3], y), ([0, 1, 3], [1, 1, 1]), ([], [])):
+        assert extrapolation_flag(pop, 0.0, items_, y_) == standing(pop, 0.0, items_, y_).extrapolation
+    # a bank that stores no answers: the trait among the calibration traits
     pop = Population(np.arange(100, dtype=float))  # traits 0..99: 5th / 95th percentiles 4.95 / 94.05
-    assert trait_standing(pop, 49.5).percentile == pytest.approx(0.5)
+    assert standing(pop, 49.5).percentile == pytest.approx(0.5)
     assert trait_standing(pop, 50.0).percentile == pytest.approx(50.5 / 100)  # ties count half
     assert trait_standing(pop, 95.0).extrapolation == "above"
     assert trait_standing(pop, 4.0).extrapolation == "below"
     assert trait_standing(pop, 60.0).extrapolation == ""
-    assert trait_standing(None, 1.0) is None
+    assert trait_standing(None, 1.0) is None and standing(None, 1.0) is None
     # the selectors' shortcut says what the standing says, at and beside both edges
     for theta in (-1.0, 4.0, 4.95, np.nextafter(4.95, 5.0), 50.0, np.nextafter(94.05, 94.0), 94.05, 95.0, 200.0):
         assert extrapolation_flag(pop, theta) == trait_standing(pop, theta).extrapolation, theta
@@ -174,8 +176,8 @@ def test_standing_percentile_and_flag_by_hand():
 
 
 def sessions_of(banks, thetas, a, b, n, rng, reps=2):
-    """Per bank name: (doubly robust error, model-only error, interval held the truth, random mean's MAE)
-    of default-selection sessions of ``n`` items for LLMs of traits ``thetas`` (true 2PL items a, b)."""
+    """Per bank name: (default error, model-only error, interval held the truth, random mean's MAE,
+    flagged) of default sessions of ``n`` items for LLMs of traits ``thetas`` (true 2PL items a, b)."""
     from catengine.scoring import random_mean_mae
 
     J = a.size
@@ -197,63 +199,68 @@ def sessions_of(banks, thetas, a, b, n, rng, reps=2):
 def wrong_and_right(rng, J=200, n_calibration=150):
     """A true 2PL bank and a grossly wrong one: half of the items, in truth ordinary 2PL items,
     carry in the bank a slope of 0.05 and a 30% success rate whatever the trait (the saturating
-    prediction, about 25 points too low for a strong LLM). Calibration traits N(0, 1)."""
+    prediction, about 25 points too low for a strong LLM). Calibration traits N(0, 1), their
+    answers (from the true items) stored in both banks."""
+    import xarray as xr
+
     a = rng.lognormal(0.0, 0.3, J)
     b = rng.normal(0.0, 1.2, J)
     thetas = rng.normal(0, 1, n_calibration)
+    answers = (rng.random((n_calibration, J)) < expit(np.outer(thetas, a) + b)).astype(np.int8)
+    responses = xr.Dataset({"correct": (("subject", "item"), answers)},
+                           coords={"subject": [f"s{i}" for i in range(n_calibration)], "item": [f"i{j:03d}" for j in range(J)]})
     flat = np.arange(J) % 2 == 1
     banks = {"right": bank_2pl(J, a, b, thetas=thetas),
              "wrong": bank_2pl(J, np.where(flat, 0.05, a), np.where(flat, math.log(0.3 / 0.7), b), thetas=thetas)}
-    return banks, a, b
+    return {name: bank.with_group("responses", responses) for name, bank in banks.items()}, a, b, float(thetas.max())
 
 
 @pytest.mark.slow
-def test_inside_the_population_a_right_model_keeps_its_error():
-    """LLMs inside the calibration population (traits within its middle 80%): with the right bank
-    the doubly robust error is within 10% of the model-only error on the same sessions, and the
-    intervals cover; 40 LLMs x 2 default sessions of 50 items from 200."""
+def test_inside_the_population_a_right_model_makes_the_score_beat_random_items():
+    """LLMs inside the calibration population (traits within its middle 80%), the right bank: the
+    default score errs no more than the mean of as many random items (up to 2 Monte-Carlo SEs; with
+    these weakly discriminating items the gain of the model as control variate is small), its
+    intervals cover and the flag rarely fires; 100 LLMs x 2 default sessions of 50 items from 200."""
     rng = np.random.default_rng(5)
-    banks, a, b = wrong_and_right(rng)
-    r = sessions_of({"right": banks["right"]}, rng.uniform(-1.2, 1.2, 40), a, b, 50, rng)["right"]
-    mae_dr, mae_model = np.abs(r[:, 0]).mean(), np.abs(r[:, 1]).mean()
-    print(f"inside, right bank: MAE doubly robust {mae_dr:.4f}, model {mae_model:.4f}, cover {r[:, 2].mean():.3f}, "
-          f"flagged {r[:, 4].mean():.2f}")
-    assert mae_dr <= 1.10 * mae_model
+    banks, a, b, _ = wrong_and_right(rng)
+    r = sessions_of({"right": banks["right"]}, rng.uniform(-1.2, 1.2, 100), a, b, 50, rng)["right"]
+    mae, mae_model, rand = np.abs(r[:, 0]).mean(), np.abs(r[:, 1]).mean(), r[:, 3].mean()
+    per_llm = np.abs(r[:, 0]).reshape(-1, 2).mean(axis=1)
+    mc_se = per_llm.std(ddof=1) / math.sqrt(per_llm.size)
+    print(f"inside, right bank: MAE default {mae:.4f}, model {mae_model:.4f}, random items {rand:.4f}, "
+          f"cover {r[:, 2].mean():.3f}, flagged {r[:, 4].mean():.2f}")
+    assert mae <= rand + 2 * mc_se
     assert r[:, 2].mean() >= 0.90
+    assert r[:, 4].mean() <= 0.10
 
 
 @pytest.mark.slow
 def test_beyond_the_population_the_score_is_unbiased_and_never_worse_than_random_items():
-    """LLMs stronger than every calibration LLM (trait 2.5 +- 0.3 against calibration traits N(0, 1)),
-    30 LLMs x 2 default sessions of 50 items from 200. The extrapolation flag fires for at least 90%
-    of the sessions, and for those the score is the design estimate: with the grossly wrong bank
-    (the model alone 15+ points too low) it is unbiased (within 3 Monte-Carlo SEs) and its error is
-    at most that of the mean of as many random items (exact expected MAE, up to 2 Monte-Carlo SEs of
-    the sessions' MAE); with the right bank it is within 10% of the better of the model alone and
-    random items. Every session's interval (flagged or not) covers at least 90% of the time."""
+    """LLMs stronger than every calibration LLM (traits 0.2-1.0 above the strongest of 150 calibration
+    traits N(0, 1)), 30 LLMs x 2 default sessions of 50 items from 200. The extrapolation flag (their answers against
+    the calibration runs' answers to the same items) fires for at least 90% of the sessions; with
+    the grossly wrong bank (the model alone 15+ points too low) and with the right one the score is
+    unbiased (within 3 Monte-Carlo SEs) and its error is at most that of the mean of as many random
+    items (exact expected MAE, up to 2 Monte-Carlo SEs of the sessions' MAE). Every session's
+    interval covers at least 90% of the time."""
     rng = np.random.default_rng(6)
-    banks, a, b = wrong_and_right(rng)
-    res = sessions_of(banks, rng.normal(2.5, 0.3, 30), a, b, 50, rng)
+    banks, a, b, strongest = wrong_and_right(rng)
+    res = sessions_of(banks, strongest + rng.uniform(0.2, 1.0, 30), a, b, 50, rng)
     for name, r in res.items():
         err, merr, cover, rand, flag = r.T
-        f = flag.astype(bool)
-        print(f"beyond, {name} bank: flagged {f.mean():.2f}; flagged sessions: MAE doubly robust {np.abs(err[f]).mean():.4f} "
-              f"(bias {err[f].mean():+.4f}), model {np.abs(merr[f]).mean():.4f} (bias {merr[f].mean():+.4f}), random items "
-              f"{rand[f].mean():.4f}; all sessions cover {cover.mean():.3f}")
+        print(f"beyond, {name} bank: flagged {flag.mean():.2f}; MAE default {np.abs(err).mean():.4f} (bias "
+              f"{err.mean():+.4f}), model {np.abs(merr).mean():.4f} (bias {merr.mean():+.4f}), random items "
+              f"{rand.mean():.4f}; cover {cover.mean():.3f}")
     for name, r in res.items():
         err, merr, cover, rand, flag = r.T
-        f = flag.astype(bool)
-        assert f.mean() >= 0.90
+        assert flag.mean() >= 0.90
         assert cover.mean() >= 0.90
-        per_llm = np.abs(err).reshape(-1, 2)[f.reshape(-1, 2).all(axis=1)].mean(axis=1)  # the two sessions of an LLM together
+        per_llm = np.abs(err).reshape(-1, 2).mean(axis=1)  # the two sessions of an LLM together
         mc_se = per_llm.std(ddof=1) / math.sqrt(per_llm.size)
-        mae = np.abs(err[f]).mean()
-        if name == "right":
-            assert mae <= 1.10 * min(np.abs(merr[f]).mean(), rand[f].mean()) + 2 * mc_se
-        else:
-            assert merr[f].mean() < -0.15  # the wrong bank under-predicts
-            assert mae <= rand[f].mean() + 2 * mc_se
-            assert abs(err[f].mean()) < 3 * err[f].std(ddof=1) / math.sqrt(f.sum())
+        assert np.abs(err).mean() <= rand.mean() + 2 * mc_se
+        assert abs(err.mean()) < 3 * err.std(ddof=1) / math.sqrt(err.size)
+        if name == "wrong":
+            assert merr.mean() < -0.15  # the wrong bank under-predicts; the score does not follow it
 
 
 def test_randomised_sessions_keep_the_design_estimate():
@@ -263,41 +270,3 @@ def test_randomised_sessions_keep_the_design_estimate():
     s = run(bank, (rng.random(J) < 0.6).astype(int), 10, selector=RandomisedSelection(), rng=3)
     assert all(r.design for r in s.history)
     assert s.predicted_score(by=False).method == "design"
-
-
-def test_combined_interval_of_a_right_model_covers_at_least_nominal_without_the_few_draws_penalty():
-    """A right model (M ~ Normal(A, P), P known from the bank's check) and n design terms
-    D_t ~ Normal(A, sigma^2): the doubly robust interval covers A at least as often as the model's
-    interval (0.95). Where the design is noisier than the model (a short test), the combination's
-    Welch-Satterthwaite degrees of freedom keep it below 0.985 (n - 1 degrees of freedom gave
-    0.994 with 5 draws). A closed-form check of the degrees of freedom beside it."""
-    from scipy.stats import t as t_dist
-
-    rng = np.random.default_rng(3)
-    A, P = 0.6, 0.03**2
-    reps = 20000
-    for n in (5, 10):
-        for ratio in (1.0, 4.0, 16.0):  # the design estimate's variance sigma^2 / n over P
-            sigma = math.sqrt(ratio * P * n)
-            M = A + math.sqrt(P) * rng.standard_normal(reps)
-            D = A + sigma * rng.standard_normal((reps, n))
-            Dbar, se = D.mean(axis=1), D.std(axis=1, ddof=1) / math.sqrt(n)
-            covered = 0
-            for m, dm, s in zip(M, Dbar, se):
-                e = combine_model_and_design(m, math.sqrt(P), m - 1.959964 * math.sqrt(P), m + 1.959964 * math.sqrt(P),
-                                             dm, s, n)
-                covered += e.low <= A <= e.high
-            cov = covered / reps
-            print(f"n={n} design var / P={ratio}: coverage {cov:.4f}")
-            assert cov >= 0.95, (n, ratio, cov)
-            if ratio >= 4.0:
-                assert cov <= 0.985, (n, ratio, cov)
-    # agreement (P_e = P): the combination's half-width uses (n - 1)(1 + s^2 / P)^2 degrees of freedom
-    n, s = 5, 0.06
-    # d^2 - s^2 < P: P_e = P; a narrow model interval, so that the combination's ends are the interval's
-    e = combine_model_and_design(0.60, 0.03, 0.59, 0.61, 0.62, s, n)
-    nu = (n - 1) * (1 + s * s / 0.03**2) ** 2
-    half = t_dist.ppf(0.975, nu) * math.sqrt(0.03**2 * s * s / (0.03**2 + s * s))
-    centre = 0.60 + 0.03**2 / (0.03**2 + s * s) * 0.02
-    assert e.low == pytest.approx(centre - half) and e.high == pytest.approx(centre + half)
-    assert half < t_dist.ppf(0.975, n - 1) * math.sqrt(0.03**2 * s * s / (0.03**2 + s * s))

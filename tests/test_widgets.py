@@ -192,8 +192,9 @@ def test_session_panel_answer_buttons_update_display(lart_bank):
 
     from catengine.selection import DoublyRobustSelection
 
-    # no opening design draws: the first step is the adaptive rule's, whose criterion the panel explains
-    s = _session(lart_bank, selector=DoublyRobustSelection(opening=0))
+    # half the steps adaptive and no opening design draws: the first step is the adaptive rule's, whose
+    # criterion the panel explains
+    s = _session(lart_bank, selector=DoublyRobustSelection(share=0.5, opening=0))
     panel = SessionPanel(s)
     assert panel.n_items == 0 and panel.next_item_id in lart_bank.item_ids
     assert "items administered: <span class='catengine-count-value'>0</span>" in panel.count_label.value

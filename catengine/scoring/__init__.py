@@ -1,5 +1,5 @@
 """Full-benchmark scores from an adaptive test: the model-based prediction (docs/math.md §7.6) and the
-design-based estimate that does not trust the model (docs/math.md §7.7). Numerics only: arrays in,
+design-based estimate that uses the model only as a control variate (docs/math.md §7.7-§7.8). Numerics only: arrays in,
 ``ScoreEstimate`` pieces out (the session glue is ``catengine.session.scoring``)."""
 
 from catengine.scoring.design import (
@@ -14,6 +14,7 @@ from catengine.scoring.design import (
     model_variance_terms,
     model_variances_from_sums,
     power_tuning,
+    predictable_power_tuning,
 )
 from catengine.scoring.estimate import ScoreEstimate
 from catengine.scoring.model_based import (
@@ -51,6 +52,7 @@ __all__ = [
     "model_variance_terms",
     "model_variances_from_sums",
     "power_tuning",
+    "predictable_power_tuning",
     "predict_accuracy",
     "predict_accuracy_factors",
     "predict_cot_total",

@@ -17,7 +17,9 @@ and
     se^2 = sum_t (D_t - A^)^2 / (n (n - 1))
 
 is unbiased for it (E sum_t (D_t - A)^2 = n^2 Var(A^), and sum_t (D_t - A^)^2 =
-sum_t (D_t - A)^2 - n (A^ - A)^2); the interval A^ +- z se rests on the martingale CLT. Answers of
+sum_t (D_t - A)^2 - n (A^ - A)^2); the interval A^ +- z se rests on the martingale CLT. The same
+holds for any weights fixed in advance, A^ = sum_t w_t D_t (:func:`draw_weights`, which the
+sessions use, and :func:`design_estimate`). Answers of
 items recorded outside the design (not drawn) simply join O_t. A category G is the same with J
 replaced by |G| and the correction kept only when j_t lies in G. Any per-item outcome works: the
 CoT tokens of a LaRT bank with f_t the model's expected CoT length.
@@ -49,7 +51,7 @@ class DesignNotRandomisedError(CatEngineError, ValueError):
 class DesignEstimate:
     """A design-based estimate of one group's mean outcome (``mean``, projected onto the attainable
     range, its standard error ``se``, the interval ``low``-``high``) from ``n_draws`` randomised draws
-    over ``n_items`` items; ``terms.mean()`` is the unprojected, unbiased estimate."""
+    over ``n_items`` items; ``terms @ weights`` (:attr:`unprojected`) is the unbiased estimate."""
 
     mean: float
     se: float
@@ -58,6 +60,30 @@ class DesignEstimate:
     n_draws: int
     n_items: int
     terms: np.ndarray  # the D_t
+    weights: np.ndarray | None = None  # each term's weight (summing to 1); None: equal
+
+    @property
+    def unprojected(self) -> float:
+        """A^ = sum_t w_t D_t before the projection onto the attainable range."""
+        d = np.asarray(self.terms, dtype=np.float64).reshape(-1)
+        return float(d.mean() if self.weights is None else d @ self.weights)
+
+
+def draw_weights(n_draws: int, n_items: int) -> np.ndarray:
+    """The weights of the terms D_t of ``n_draws`` successive draws over ``n_items`` items (summing to
+    1): w_t proportional to (J / (J - t))^2, the inverse of the factor by which the t-th draw's
+    term (t = 0, 1, ...) varies less than the first's when every earlier step drew an item (its
+    correction term estimates J - t unknown items, each with a probability about 1 / (J - t)). They
+    depend on the draw's index only, so the weighted mean of terms whose conditional means are all A
+    is unbiased for any number of draws fixed in advance; with equal weights the terms of the first
+    draws, which still estimate nearly every item, would count as much as the last ones (half of a
+    40-item benchmark drawn uniformly: their average varies 1.17 times as much as the mean of as many
+    random items; with these weights, 1.01 times)."""
+    n, J = int(n_draws), int(n_items)
+    if n < 0 or J < 1 or n > J:
+        raise ValueError(f"need 0 <= n_draws <= n_items with n_items >= 1, got {n_draws!r} and {n_items!r}")
+    w = (J / (J - np.arange(n, dtype=np.float64))) ** 2
+    return w / w.sum() if n else w
 
 
 def design_terms(order, outcomes, design_step, probabilities, predictions, *, member=None) -> np.ndarray:
@@ -120,7 +146,8 @@ def model_variance_terms(predictions, probabilities, remaining, *, member=None, 
     the f_t, ``probabilities`` (n_draws, J) the design's pi_t over every item, ``remaining``
     (n_draws, J) bool, the items not yet answered at step t. ``variances`` (n_draws, J): each
     outcome's variance in place of f (1 - f), for outcomes that are not 0/1 (CoT tokens).
-    ``weight`` lam: the variance of the terms built with predictions lam f (:func:`power_tuning`),
+    ``weight`` lam (a number, or one per draw, (n_draws,)): the variance of the terms built with
+    predictions lam f (:func:`predictable_power_tuning`),
     sum_{R_t in G} (Var y_j + ((1 - lam) f_j)^2) / pi_t(j) - (sum_{R_t in G} (1 - lam) f_j)^2, over |G|^2.
     A variance, so never below 0: the difference is clipped there, since with near-certain
     predictions its two terms agree to rounding and their difference can come out as -1e-17."""
@@ -132,9 +159,7 @@ def model_variance_terms(predictions, probabilities, remaining, *, member=None, 
     var = f * (1.0 - f) if variances is None else np.asarray(variances, dtype=np.float64)
     if var.shape != f.shape:
         raise ValueError(f"variances must have the predictions' shape {f.shape}, got {var.shape}")
-    if not 0.0 <= float(weight) <= 1.0:
-        raise ValueError(f"weight must lie in [0, 1], got {weight!r}")
-    off = (1.0 - float(weight)) * f  # E_t(y_j - lam f_j) under the model
+    off = (1.0 - _weights(weight, f.shape[0])[:, None]) * f  # E_t(y_j - lam f_j) under the model
     ratio = np.where(rem & (pi > 0), (var + off * off) / np.where(pi > 0, pi, 1.0), 0.0)
     mean_correction = np.where(rem, off, 0.0) @ member
     return np.maximum(ratio @ member - mean_correction**2, 0.0) / member.sum(axis=0) ** 2
@@ -254,13 +279,24 @@ def design_terms_from_sums(order, outcomes, design_step, probabilities, predicte
 def model_variances_from_sums(variance, square, predicted, sizes, *, weight: float = 1.0) -> np.ndarray:
     """:func:`model_variance_terms` from each draw's sums (:class:`DrawSums`, stacked to (n_draws, 1 + G)):
     [sum Var y / pi + (1 - lam)^2 sum f^2 / pi - ((1 - lam) sum f)^2] / |G|^2, the sums over R_t in G,
-    clipped at 0 as there (a variance whose terms can cancel to a rounding error below 0)."""
-    if not 0.0 <= float(weight) <= 1.0:
-        raise ValueError(f"weight must lie in [0, 1], got {weight!r}")
-    off = 1.0 - float(weight)
+    clipped at 0 as there (a variance whose terms can cancel to a rounding error below 0). ``weight``:
+    a number, or one per draw."""
     variance, square, predicted = (np.asarray(x, dtype=np.float64) for x in (variance, square, predicted))
+    off = 1.0 - _weights(weight, variance.shape[0] if variance.ndim else 1)
+    off = off.reshape(-1, *([1] * (variance.ndim - 1))) if variance.ndim else off[0]
     sizes = np.asarray(sizes, dtype=np.float64).reshape(1, -1)
     return np.maximum(variance + off * off * square - (off * predicted) ** 2, 0.0) / sizes**2
+
+
+def _weights(weight, n: int) -> np.ndarray:
+    """lam as one value per draw (n,), each in [0, 1] (ValueError otherwise)."""
+    w = np.asarray(weight, dtype=np.float64)
+    if w.ndim == 0:
+        w = np.full(n, float(w))
+    w = w.reshape(-1)
+    if w.size != n or not np.all((w >= 0.0) & (w <= 1.0)):
+        raise ValueError(f"weight must lie in [0, 1], one value or one per draw ({n}), got {weight!r}")
+    return w
 
 
 def power_tuning(terms_without, terms_with) -> float:
@@ -289,36 +325,92 @@ def power_tuning(terms_without, terms_with) -> float:
     return float(min(1.0, max(0.0, lam)))
 
 
+def predictable_power_tuning(terms_without, terms_with, known=None) -> np.ndarray:
+    """One weight lam_t per draw, each tuned by :func:`power_tuning` on the draws whose terms were
+    determined before draw t was made: lam_t is then a function of the past of draw t, like f_t and
+    pi_t, and D_t(lam_t) = D_t(0) + lam_t (D_t(1) - D_t(0)) keeps E[D_t(lam_t) | past] = A exactly
+    (docs/math.md §7.8), where one lam tuned on all the draws, their own included, would add a bias
+    of order 1/n. Until three such draws are known lam_t = 0, the Horvitz-Thompson term: the model
+    enters only once draws show that it helps (the first draws' predictions come from a posterior
+    that knows almost nothing about the LLM).
+
+    ``known`` (n, n) bool: known[t, s] True when draw s's term was determined before draw t was
+    made (default: s < t, a sequential session; in a batch, draws whose answers were not yet in
+    are not known to the batch's later draws)."""
+    a = np.asarray(terms_without, dtype=np.float64).reshape(-1)
+    b = np.asarray(terms_with, dtype=np.float64).reshape(-1)
+    n = a.size
+    if b.size != n:
+        raise ValueError("terms_without and terms_with must hold one value per draw each")
+    if known is None:
+        known = np.tri(n, n, -1, dtype=bool)
+    known = np.asarray(known, dtype=bool)
+    if known.shape != (n, n):
+        raise ValueError(f"known must have shape ({n}, {n}), got {known.shape}")
+    if n == 0:
+        return np.zeros(0)
+    # :func:`power_tuning` of every row's draws at once, from the moments of the known draws (shifted
+    # by the first draw's values, which leaves covariances unchanged, keeps the sums small and lets no
+    # later draw enter an earlier weight even by rounding)
+    x, d = a - a[0], (b - a) - (b[0] - a[0])
+    k = known.astype(np.float64)
+    count = k.sum(axis=1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mx, md = (k @ x) / count, (k @ d) / count
+        var_x = (k @ (x * x)) / count - mx * mx
+        var_d = (k @ (d * d)) / count - md * md
+        cov = (k @ (x * d)) / count - mx * md
+        tuned = np.clip(-cov / var_d, 0.0, 1.0)
+    spread = var_d > 1e-14 * np.maximum(1.0, var_x)
+    return np.where(count >= 3, np.where(spread, tuned, 1.0), 0.0)
+
+
 MODEL_VARIANCE_RULES = ("moderated", "floor")
 
 
+#: the draws the model's variance estimate counts as in the pooled variance of the "moderated" rule
+MODEL_DRAWS = 10
+
+
 def design_estimate(terms: np.ndarray, *, level: float = 0.95, n_items: int, bounds=(-math.inf, math.inf),
-                    model_variances=None, model_rule: str = "moderated") -> DesignEstimate:
-    """A^ = mean of the D_t, se^2 = sum (D_t - A^)^2 / (n (n - 1)), interval A^ +- q se.
+                    model_variances=None, model_rule: str = "moderated", model_draws: int | None = MODEL_DRAWS,
+                    weights=None) -> DesignEstimate:
+    """A^ = sum_t w_t D_t, se^2 = sum_t w_t^2 (D_t - A^)^2 / (1 - sum_t w_t^2), interval A^ +- q se.
+
+    ``weights`` (n,) w_t, fixed in advance and summing to 1 (:func:`draw_weights`; default equal:
+    A^ the mean of the D_t and se^2 = sum (D_t - A^)^2 / (n (n - 1))). Var(A^) = sum_t w_t^2 E
+    Var_t(D_t), since the D_t - A are martingale differences, and se^2 is unbiased for it when the
+    Var_t(D_t) are proportional to 1 / w_t (the design of :func:`draw_weights`; exactly with equal
+    weights and any variances). The degrees of freedom below count n_e = 1 / sum_t w_t^2 draws.
 
     ``bounds``: the attainable range (the answered items' outcomes plus none / all of the rest).
     The interval's ends and the reported mean are projected onto it. Since the truth lies in the
     range, the projected mean is never farther from it than A^ itself, in every session; A^ is
     unbiased and the projection moves it only when it leaves the range (a draw of small probability
     that surprised the model, or a category of few items: one such draw gave a 55-item category
-    an estimate of 288% after 2 draws). ``terms`` keeps the D_t, whose mean is A^.
+    an estimate of 288% after 2 draws). ``terms`` keeps the D_t.
 
-    ``model_variances`` (n,): the model's Var_t(D_t) (:func:`model_variance_terms`), whose mean
-    square V = sum_t Var_t / n^2 is a second estimate of Var(A^), exact if the model were right.
+    ``model_variances`` (n,): the model's Var_t(D_t) (:func:`model_variance_terms`), whose weighted
+    sum V = sum_t w_t^2 Var_t (sum_t Var_t / n^2 with equal weights) is a second estimate of Var(A^),
+    exact if the model were right.
     With few draws the empirical se^2 is itself noisy and, when small by chance, gives intervals that
-    miss (MATH500, 25 draws: the misses had intervals 25% narrower than the average); V alone is too
-    wide where the model is conservative (MATH500, three fold partitions: its mean was 1.43 / 1.21
-    / 1.07 / 0.99 times the mean squared error after 10 / 25 / 50 / 100 draws, se^2's 1.05 / 1.00 /
-    0.94 / 0.91). The rules change only the variance: A^ is the same under every rule.
+    miss (MATH500, 10 draws: se^2 alone held the truth 0.84 of the time); V is a fixed figure where
+    the model is right and off where it is wrong (for LLMs stronger than every calibration LLM,
+    with a 2PL bank fitted to data with guessing floors, V was twice the Monte-Carlo variance). The
+    rules change only the variance: A^ is the same under every rule.
 
-    * ``model_rule="moderated"`` (the default): the variance is max(se^2, (n V + (n - 1) se^2) /
-      (2n - 1)), the model's estimate pooled with the empirical one as if it came from as many
-      draws, never below the empirical se^2 (the consistent figure whatever the model gets wrong),
-      and q is the Student-t quantile with 2n - 1 degrees of freedom;
+    * ``model_rule="moderated"`` (the default): the variance is max(se^2, (m V + (n_e - 1) se^2) /
+      (m + n_e - 1)) with m = ``model_draws`` (default ``MODEL_DRAWS`` = 10; None: m = n_e), the
+      model's estimate counted as m draws' worth of evidence beside the n_e - 1 degrees of freedom
+      of the empirical one (the posterior of a normal variance under a scaled inverse chi-square
+      prior of m degrees of freedom centred on V), never below the empirical se^2 (the consistent
+      figure whatever the model gets wrong), and q is the Student-t quantile with m + n_e - 1
+      degrees of freedom. A short test borrows the model's stability; a long one rests on its own
+      draws;
     * ``model_rule="floor"``: max(se^2, V), with the normal quantile where V binds and the t
-      quantile with n - 1 degrees of freedom where it does not.
+      quantile with n_e - 1 degrees of freedom where it does not.
 
-    Without ``model_variances``: se^2 and the t quantile with n - 1 degrees of freedom (the usual
+    Without ``model_variances``: se^2 and the t quantile with n_e - 1 degrees of freedom (the usual
     small-sample refinement of the normal quantile the martingale CLT gives)."""
     d = np.asarray(terms, dtype=np.float64).reshape(-1)
     n = d.size
@@ -328,20 +420,32 @@ def design_estimate(terms: np.ndarray, *, level: float = 0.95, n_items: int, bou
         raise ValueError(f"model_rule must be one of {MODEL_VARIANCE_RULES}, got {model_rule!r}")
     if not 0.0 < level < 1.0:
         raise ValueError(f"level must lie in (0, 1), got {level!r}")
-    mean = float(d.mean())
-    se2 = float(np.sum((d - mean) ** 2)) / (n * (n - 1))
+    if weights is None:
+        w = None
+        mean = float(d.mean())
+        se2 = float(np.sum((d - mean) ** 2)) / (n * (n - 1))
+        n_e = float(n)
+    else:
+        w = np.asarray(weights, dtype=np.float64).reshape(-1)
+        if w.shape != (n,) or not np.all(np.isfinite(w)) or np.any(w <= 0) or abs(float(w.sum()) - 1.0) > 1e-9:
+            raise ValueError(f"weights must hold {n} positive values summing to 1, one per draw")
+        mean = float(d @ w)
+        s2 = float(np.sum(w * w))
+        se2 = float(np.sum(w * w * (d - mean) ** 2)) / (1.0 - s2)
+        n_e = 1.0 / s2
     from scipy.special import ndtri, stdtrit  # the normal and Student-t quantiles (scipy.stats loads slowly)
 
-    df = n - 1
+    df = n_e - 1
     normal = False
     if model_variances is not None:
         v = np.asarray(model_variances, dtype=np.float64).reshape(-1)
         if v.shape != (n,) or not np.all(np.isfinite(v)) or np.any(v < 0):
             raise ValueError(f"model_variances must hold {n} finite values >= 0, one per draw")
-        model = float(v.sum()) / n**2
+        model = float(v.sum()) / n**2 if w is None else float(np.sum(w * w * v))
         if model_rule == "moderated":
-            se2 = max(se2, (n * model + (n - 1) * se2) / (2 * n - 1))
-            df = 2 * n - 1
+            m = n_e if model_draws is None else float(model_draws)
+            se2 = max(se2, (m * model + (n_e - 1) * se2) / (m + n_e - 1))
+            df = m + n_e - 1
         else:
             normal = model > se2
             se2 = max(se2, model)
@@ -352,4 +456,4 @@ def design_estimate(terms: np.ndarray, *, level: float = 0.95, n_items: int, bou
     def project(x):
         return min(max(x, lo), hi)
 
-    return DesignEstimate(project(mean), se, project(mean - z * se), project(mean + z * se), n, int(n_items), d)
+    return DesignEstimate(project(mean), se, project(mean - z * se), project(mean + z * se), n, int(n_items), d, w)

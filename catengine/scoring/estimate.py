@@ -22,12 +22,15 @@ class ScoreEstimate:
       the estimator (``method="design"``);
     * ``n_observed``: answered items (among ``n_items``);
     * ``method``: ``"model"`` (the IRT model's prediction, law of total variance), ``"design"``
-      (unbiased under the randomised selection design whatever the model gets wrong) or
-      ``"doubly-robust"`` (the model's prediction corrected by the residuals on the session's
-      design draws, docs/math.md §7.8); ``n_design`` the design draws it used;
-    * ``percentile``: the share of the bank's calibration LLM runs whose trait lies below this
-      LLM's, and ``extrapolation``: ``"above"`` / ``"below"`` when the LLM stands beyond the
-      calibration population (``catengine.scoring.standing``), ``""`` inside it or unknown;
+      (the design-based estimate with the model as its control variate: unbiased under the
+      known-probability draws whatever the model gets wrong) or ``"doubly-robust"`` (the same
+      estimate, for a session of the default ``DoublyRobustSelection``, docs/math.md §7.8);
+      ``n_design`` the design draws it used;
+    * ``percentile``: the share of the bank's calibration LLM runs that answered fewer of this
+      LLM's items correctly than it did, on the same items (ties half; on a bank that stores no
+      calibration answers, whose trait lies below this LLM's), and ``extrapolation``: ``"above"`` /
+      ``"below"`` when that places it beyond the calibration population
+      (``catengine.scoring.standing``), ``""`` inside it or unknown;
     * LaRT banks: ``cot_total`` (predicted chain-of-thought tokens for running every item once)
       with ``cot_total_low`` / ``cot_total_high`` / ``cot_total_sd``, and the per-item mean
       ``cot_mean`` (= cot_total / n_items) with ``cot_mean_low`` / ``cot_mean_high``; ``None``

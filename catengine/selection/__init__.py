@@ -80,15 +80,15 @@ def default_selector(response_model: str, item_uncertainty: bool = False, score_
 def default_selector_for(items: ItemTable) -> ItemSelector:
     """The default selector of the bank behind ``items`` (what sessions and the CLI use).
 
-    :class:`DoublyRobustSelection` with the bank's adaptive rule (:func:`default_selector`): half of
-    the steps adaptive, the others drawn with known probabilities, and every step drawn once the
-    LLM stands beyond the calibration population, so that ``predicted_score()`` can correct the
-    model's prediction of the unasked items where it is wrong (the doubly robust score,
-    docs/math.md §7.8). :class:`RandomisedSelection` instead when the bank's own cross-fitted score
-    check found that default's model-based full-benchmark accuracy worse than the plain mean of as
-    many random items at the longest length it checked (``ScoreCalibration.loses_to_random``; seen
-    on banks calibrated on 8-22 LLMs; a check that did not measure the doubly robust rule decides by
-    its adaptive rule's curve): its design-based estimate does not rely on the model."""
+    :class:`DoublyRobustSelection`: every step a known-probability design draw, weighted towards
+    the items whose answer the model finds uncertain, so that ``predicted_score()`` is the
+    design-based estimate with the model as its control variate, unbiased whatever the model gets
+    wrong (docs/math.md §7.8). :class:`RandomisedSelection` (the same draws, its score labelled
+    ``"design"``) when the bank's own cross-fitted score check found the model-based full-benchmark
+    accuracy worse than the plain mean of as many random items at the longest length it checked
+    (``ScoreCalibration.loses_to_random``; seen on banks calibrated on 8-22 LLMs; a check that did
+    not measure the doubly robust rule decides by its adaptive rule's curve): its intervals then
+    apply that selector's own stored trait curves."""
     choice = DoublyRobustSelection()
     adaptive = choice.adaptive_for(items)
     calib = items.interval_calibration

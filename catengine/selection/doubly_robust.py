@@ -1,27 +1,25 @@
-"""Adaptive selection with a known-probability random share: the design behind the doubly robust score.
+"""Known-probability design draws, with an optional adaptive share: the design behind the default score.
 
-A session's items come from two kinds of steps. At an *adaptive* step the bank's adaptive selector
-picks the most useful item (D-optimal in the score factors, maximum information, ...). At a
-*design draw* the item is drawn at random from the items not yet answered, with a known
-probability pi_t(j) > 0 for every one of them (:class:`RandomisedSelection`). Which kind a step is
-depends only on the answers before it (a predictable schedule), so the design draws keep the
-martingale property behind the design-based correction of the score (docs/math.md §7.8):
-whatever the model gets wrong about the items it did not ask, the residuals on the design draws
-measure it without bias.
+A session's items come from two kinds of steps. At a *design draw* the item is drawn at random from
+the items not yet answered, with a known probability pi_t(j) > 0 for every one of them
+(:class:`RandomisedSelection`: sqrt(f (1 - f)) weights, f the model's prediction, mixed with a
+uniform floor). At an *adaptive* step the bank's adaptive selector picks the most useful item for
+the trait (D-optimal in the score factors, maximum information, ...). Which kind a step is depends
+only on the answers before it (a predictable schedule), so the design draws keep the martingale
+property behind the design-based score (docs/math.md §7.7-§7.8): whatever the model gets wrong
+about the items it did not ask, the draws measure it without bias.
 
-The schedule: the first ``opening`` steps are design draws (before the answers place the LLM the
-session knows neither its standing nor how far the model's predictions hold for it; in batches,
+By default every step is a design draw (``share = 1``): the default score is the design-based
+estimate with the model as its control variate, and each draw that goes to an adaptive step is a
+draw it does not get (on MATH500 with half the steps adaptive its error after 25 items was 1.07x
+the mean of as many random items', against 0.89x with every step a draw; docs/validation.md).
+With ``share`` < 1 the schedule is: the first ``opening`` steps are design draws (in batches,
 ``CATSession.next_items``, every slot of a batch chosen before ``opening`` answers are known);
-after them,
-step t (t = 0, 1, ... answers so far) is a design draw when
+after them, step t (t = 0, 1, ... answers so far) is a design draw when
 floor((t + 1) s) > floor(t s), with the share s = ``share`` while the LLM stands inside the
-calibration population and s = ``extrapolation_share`` once its current trait estimate lies
-beyond it (``catengine.scoring.standing``): there the model's prediction of the unasked items is
-least trustworthy (it saturates at the calibration LLMs' ceiling), and the design-based part of the
-score is what keeps it honest, so more of the items are drawn by design, by the same rule
-(uniform draws there, which do not lean on the model's predictive variance, erred 1.0-1.4x as
-much as the mean of as many random items on real MATH500 LLMs stronger than the calibration ones,
-against 0.7-1.2x with the sqrt-variance weights; docs/validation.md).
+calibration population and s = ``extrapolation_share`` once its answers place it beyond it
+(``catengine.scoring.standing``), where the model's prediction of the unasked items is least
+trustworthy.
 """
 
 from __future__ import annotations
@@ -51,24 +49,23 @@ def scheduled_design_draw(n_answered: int, share: float) -> bool:
 
 @dataclass(frozen=True)
 class DoublyRobustSelection(ItemSelector):
-    """Adaptive steps by ``adaptive`` and known-probability design draws by ``design`` (module docstring).
+    """Known-probability design draws by ``design`` and, with ``share`` < 1, adaptive steps by
+    ``adaptive`` (module docstring).
 
     ``adaptive``: the selector of the adaptive steps (None: the bank's own adaptive default,
     ``catengine.selection.default_selector``); ``design``: the known-probability rule of the
     design draws (default :class:`RandomisedSelection`: sqrt-variance weights mixed half and half
     with uniform); ``share`` in (0, 1]: the share of design draws while the LLM stands inside the
-    calibration population; ``extrapolation_share`` in [share, 1]: the share once it stands beyond
-    it; ``opening`` >= 0: the number of steps drawn by design before the schedule starts (on real
-    LLMs stronger than every calibration LLM, five opening draws took the default score from 1.24x
-    to 1.02x the error of the mean of five random items on AMC23, and cost nothing measurable inside
-    the population on MATH500; docs/validation.md). The criterion value of a design draw is its selection probability, of an adaptive step the
-    adaptive selector's criterion; :meth:`is_design_draw` tells them apart (the session stores it
-    as ``StepRecord.design``)."""
+    calibration population (default 1: every step); ``extrapolation_share`` in [share, 1]: the
+    share once it stands beyond it; ``opening`` >= 0: the number of steps drawn by design before
+    the schedule starts (with ``share`` < 1). The criterion value of a design draw is its selection
+    probability, of an adaptive step the adaptive selector's criterion; :meth:`is_design_draw` tells
+    them apart (the session stores it as ``StepRecord.design``)."""
 
     name: ClassVar[str] = "doubly-robust"
     adaptive: ItemSelector | None = None
     design: RandomisedSelection = field(default_factory=RandomisedSelection)
-    share: float = 0.5
+    share: float = 1.0
     extrapolation_share: float = 1.0
     opening: int = 5
 
@@ -99,10 +96,14 @@ class DoublyRobustSelection(ItemSelector):
 
     @staticmethod
     def extrapolating(state: SelectionState) -> bool:
-        """Whether the current trait estimate lies beyond the calibration population (``catengine.scoring.standing``)."""
+        """Whether the answers so far place the LLM beyond the calibration population
+        (``catengine.scoring.standing``: against the calibration runs' answers to the same items,
+        or by the trait estimate on banks that store no answers)."""
         from catengine.scoring.standing import extrapolation_flag
 
-        return bool(extrapolation_flag(state.items.population, state.estimate.theta))
+        r = state.responses
+        items, correct = ((), ()) if r is None else (r.items, r.correct)
+        return bool(extrapolation_flag(state.items.population, state.estimate.theta, items, correct))
 
     def share_at(self, state: SelectionState) -> float:
         """The design share that applies at this step (``extrapolation_share`` beyond the calibration population)."""

@@ -5,8 +5,8 @@ It performs, step by step, what ``CATSession.next_item`` / ``record`` do for the
 ``fast_replay.CompiledReplay`` accepts, by calling the same compiled pieces the session calls
 (``map_newton_1d``, ``item_parameter_sensitivity``, ``topk_info``, the score factors'
 ``score_factor_mode`` and ``score_factor_topk_gain``) on the same inputs, with the scalar glue (the profiled LaRT Gaussian, the item
-uncertainty term, the design-draw probabilities and schedule) written out in the session's order of
-operations. ``tests/test_fast_replay.py`` compares it with sessions step by step.
+uncertainty term, the design-draw probabilities and schedule, the standing among the calibration
+runs' answers that switches the design share) written out in the session's order of operations. ``tests/test_fast_replay.py`` compares it with sessions step by step.
 
 Selector codes: 0 = adaptive steps only, 1 = doubly robust (design draws and adaptive steps),
 2 = randomised (every step a design draw). Adaptive codes: 0 = maximum Fisher information,
@@ -174,7 +174,8 @@ def _design_draw(model, a, b, theta, sd, gh_x, gh_w, eligible, eps, u, f, scratc
 @njit(cache=True, nogil=True)
 def replay_kernel(model, a, b, c, d, has_cov, va, vb, vab, lart, use_cot, phi, lam, omega, cot_offset, cot_row,
                   q11, q12, q22, mu_t, mu_u, max_iter, tol, factors,
-                  selector, adaptive, opening, share, extrapolation_share, has_population, low, high, eps, gh_x, gh_w,
+                  selector, adaptive, opening, share, extrapolation_share, has_population, low, high,
+                  has_responses, responses, edge, eps, gh_x, gh_w,
                   info_order, info_bound, g, h, g_order, g_norm2, sf_tol, sf_max_iter,
                   pe_va, pe_vb, pe_vab, pe_x, pe_w, pe_xs, pe_ws, pe_order, pe_bound,
                   eligible, y_row, uniforms, L,
@@ -184,9 +185,14 @@ def replay_kernel(model, a, b, c, d, has_cov, va, vb, vab, lart, use_cot, phi, l
     (steps done, uniforms used). ``out_est`` (8, L + 1): the estimate before any answer and after
     each (``_estimate``); ``out_items`` / ``out_crit`` / ``out_design`` (L,): the step's item, its
     criterion value and whether it was a design draw. ``factors`` (L + 1,): the SD factor by number
-    of answers."""
+    of answers. ``responses`` (runs, J) int8, the calibration runs' answers (-1: none; used when
+    ``has_responses``): the standing that switches the design share to ``extrapolation_share`` is
+    the share of runs behind the subject on the items answered so far, beyond ``edge`` or
+    1 - ``edge`` (``catengine.scoring.standing``); without them the trait beyond ``low`` / ``high``."""
     J = a.size
     ab, bb, cb, db, yb, vab_a, vab_b, vab_ab = _answer_buffers(L)
+    n_runs = responses.shape[0]
+    ahead = np.zeros(n_runs)  # per calibration run: the subject's correct answers minus the run's, on the same items
     dims = g.shape[1]
     gb = np.empty((L, dims))
     hb = np.empty(L)
@@ -220,7 +226,18 @@ def replay_kernel(model, a, b, c, d, has_cov, va, vb, vab, lart, use_cot, phi, l
             else:
                 s = share
                 if extrapolation_share != share:
-                    if has_population and (theta > high or theta < low):
+                    if has_responses:
+                        above = 0
+                        tied = 0
+                        for r in range(n_runs):
+                            if ahead[r] > 0.0:
+                                above += 1
+                            elif ahead[r] == 0.0:
+                                tied += 1
+                        pct = (above + 0.5 * tied) / n_runs
+                        if pct > 1.0 - edge or pct < edge:
+                            s = extrapolation_share
+                    elif has_population and (theta > high or theta < low):
                         s = extrapolation_share
                 design = math.floor((n + 1) * s + 1e-9) > math.floor(n * s + 1e-9)
         if design:
@@ -247,6 +264,11 @@ def replay_kernel(model, a, b, c, d, has_cov, va, vb, vab, lart, use_cot, phi, l
         out_crit[n] = crit
         out_design[n] = design
         eligible[j] = False
+        if has_responses:
+            for r in range(n_runs):
+                x = responses[r, j]
+                if x >= 0:
+                    ahead[r] += y_row[j] - x
         cot_info, cot_score = _add_answer(j, n, a, b, y_row, has_cov, va, vb, vab, lart, phi, lam, omega, cot_offset,
                                           cot_row, ab, bb, yb, vab_a, vab_b, vab_ab, cot_info, cot_score)
         for p in range(dims):

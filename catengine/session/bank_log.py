@@ -57,8 +57,10 @@ def item_table(bank) -> ItemTable:
 
 
 def bank_population(bank):
-    """The calibration LLMs' traits (``/subjects`` theta) and full-benchmark accuracies (``/responses``:
-    each row's mean over its answered items) as a ``Population``; None when the bank stores no traits."""
+    """The calibration LLMs' traits (``/subjects`` theta), full-benchmark accuracies and recorded
+    answers (``/responses``: each row's mean over its answered items, and the rows themselves on the
+    bank's items, -1 where a run has no answer) as a ``Population``; None when the bank stores no
+    traits."""
     from catengine.scoring.standing import Population
 
     subjects = getattr(bank, "subjects", None)
@@ -67,15 +69,23 @@ def bank_population(bank):
     thetas = np.asarray(subjects["theta"].values, dtype=float)
     if not np.any(np.isfinite(thetas)):
         return None
-    accuracies = None
+    accuracies = rows = None
     responses = getattr(bank, "responses", None)
-    if responses is not None and "correct" in responses.data_vars:
-        y = np.asarray(responses["correct"].values, dtype=float)
+    if responses is not None and "correct" in responses.data_vars and responses["correct"].ndim == 2 \
+            and "item" in responses["correct"].dims:
+        correct = responses["correct"].transpose(..., "item")
+        y = np.asarray(correct.values, dtype=float)
         y = np.where((y == 0) | (y == 1), y, np.nan)  # missing cells are stored as a fill value
         with np.errstate(invalid="ignore"):
             counts = np.sum(np.isfinite(y), axis=1)
             accuracies = np.where(counts > 0, np.nansum(y, axis=1) / np.maximum(counts, 1), np.nan)
-    return Population(thetas, accuracies)
+        # the answers on the bank's items, in its order (an item the responses lack: no answer)
+        column = {str(i): k for k, i in enumerate(np.asarray(correct["item"].values).astype(str))}
+        where = np.array([column.get(str(i), -1) for i in bank.item_ids], dtype=np.int64)
+        if y.shape[0] and np.any(where >= 0):
+            taken = np.where(np.isfinite(y), y, -1.0)[:, np.maximum(where, 0)]
+            rows = np.where(where[None, :] >= 0, taken, -1.0).astype(np.int8)
+    return Population(thetas, accuracies, rows)
 
 
 def bank_item_covariance(bank) -> ItemCovariance | None:

@@ -30,6 +30,7 @@ from catengine.estimation.base import TraitEstimate, TraitPrior
 from catengine.estimation.map import MAPEstimator
 from catengine.models.expected_information import gauss_hermite_normal
 from catengine.models.score_factors import POSTERIOR_MAX_ITER, POSTERIOR_TOL
+from catengine.scoring.standing import EDGE
 from catengine.selection.base import DrawContext
 from catengine.selection.doubly_robust import DoublyRobustSelection
 from catengine.selection import kernels as selection_kernels
@@ -109,6 +110,9 @@ class CompiledReplay:
         pop = items.population
         self.has_population = pop is not None
         self.low, self.high = pop.edges if pop is not None else (0.0, 0.0)
+        # the standing that switches the design share: the calibration runs' answers, when the bank stores them
+        self.has_responses = pop is not None and pop.responses is not None
+        self.responses = _own(pop.responses, np.int8) if self.has_responses else np.zeros((1, params.n_items), np.int8)
         if isinstance(design, RandomisedSelection):
             self.eps = float(design.uniform_share)
             x, w = gauss_hermite_normal(design.n_nodes)
@@ -226,7 +230,8 @@ class CompiledReplay:
             self.use_cot, self.phi, self.lam, self.omega, self.cot_offset, t,
             *self.q, *self.mu, self.max_iter, self.tol, factors,
             self.selector_code, self.adaptive_code, self.opening, self.share, self.extrapolation_share,
-            self.has_population, float(self.low), float(self.high), self.eps, self.gh_x, self.gh_w,
+            self.has_population, float(self.low), float(self.high), self.has_responses, self.responses, EDGE,
+            self.eps, self.gh_x, self.gh_w,
             self.info_order, self.info_bound, self.g, self.h, self.g_order, self.g_norm2, POSTERIOR_TOL,
             POSTERIOR_MAX_ITER, *self.expected, eligible, y, uniforms, L, out_items, out_est, out_crit, out_design)
         rng.random(used)  # the generator ends where the session's draws leave it

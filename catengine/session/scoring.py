@@ -21,12 +21,13 @@ from catengine.scoring import (
     group_sums,
     model_variance_terms,
     model_variances_from_sums,
-    power_tuning,
     expected_probabilities,
     predict_accuracy_factors,
     smearing_moments,
 )
 from catengine.scoring.calibration import ScoreCurve
+from catengine.scoring.design import draw_weights
+from catengine.scoring.doubly_robust import aipw_terms
 from catengine.scoring.model_based import (
     accuracy_curves,
     cot_curves,
@@ -128,14 +129,15 @@ def recorded_answers(session):
     return h, order, correct
 
 
-def score_curve(session, theta: float | None = None) -> ScoreCurve | None:
+def score_curve(session, theta: float | None = None, n_answered: int | None = None) -> ScoreCurve | None:
     """The bank's cross-fitted score calibration for this session's selector, or None (no stored
     check, an older bank, or an estimator that opted out: ``interval_calibration=False`` or an
-    explicit ``sd_scale``, which overrides every stored calibration). For a trait estimate
-    ``theta`` beyond the calibration population, the pointwise larger of it and the bank's
-    strength-ordered check on that side (``IntervalCalibration.beyond_scores``), where stored."""
-    from catengine.scoring.standing import trait_standing
-
+    explicit ``sd_scale``, which overrides every stored calibration). ``theta`` given: for a
+    session whose standing after its first ``n_answered`` answers (default all; trait estimate
+    ``theta`` on banks without calibration answers) lies beyond the calibration population, the
+    pointwise larger of it and the bank's strength-ordered check on that side
+    (``IntervalCalibration.beyond_scores``), where stored. These curves widen the model-based
+    prediction (``method="model"``) only."""
     est = session.estimator
     if not getattr(est, "interval_calibration", True) or float(getattr(est, "sd_scale", 1.0)) != 1.0:
         return None
@@ -146,7 +148,7 @@ def score_curve(session, theta: float | None = None) -> ScoreCurve | None:
     curve = scores.curve(session.selector.name)
     if theta is None or not calib.beyond_scores:
         return curve
-    standing = trait_standing(session.items.population, theta)
+    standing = session_standing(session, n_answered, theta)
     edge = None if standing is None else calib.beyond_scores.get(standing.extrapolation)
     if edge is None:
         return curve
@@ -203,7 +205,7 @@ def model_score(session, *, level=0.95, by=None, estimate: TraitEstimate | None 
         h, order, correct = h[:n_answered], order[:n_answered], correct[:n_answered]
     est = session.estimate if estimate is None else estimate
     field, labels, codes, n_groups = _categories(session, by)
-    curve = score_curve(session, est.theta)
+    curve = score_curve(session, est.theta, n_answered)
     n = order.size
     residual_sd = 0.0 if curve is None else curve.residual(n)
     factors = session.items.score_factors
@@ -418,10 +420,23 @@ def design_score(session, *, level=0.95, by=None) -> ScoreEstimate:
     return _assemble("design", level, *_design_groups(session, level, by))
 
 
+def known_draws(order, steps, contexts) -> np.ndarray:
+    """(n_draws, n_draws) bool: [t, s] True when draw s's term was determined before draw t was
+    made (``catengine.scoring.doubly_robust.known_before``): its answer and those of the items drawn
+    before it in its batch were among the answers known at draw t (the first
+    ``contexts[t].answered`` of the history). In a sequential session, every earlier draw."""
+    from catengine.scoring.doubly_robust import known_before
+
+    position = {int(j): k for k, j in enumerate(order)}
+    done = [1 + max([int(s)] + [position[int(j)] for j in ctx.selected]) for s, ctx in zip(steps, contexts)]
+    return known_before(done, [ctx.answered for ctx in contexts])
+
+
 def design_parts(session, by=None) -> dict:
     """The pieces of the design-based estimate per group (column 0 the bank, 1 + g category g):
-    ``terms`` (n_draws, 1 + G) the power-tuned D_t, ``lam`` the tuned weight, ``model_variances``
-    the model's Var_t(D_t); for LaRT banks with every CoT length recorded ``cot_terms`` and
+    ``terms`` (n_draws, 1 + G) the power-tuned D_t, ``lam`` (n_draws,) each draw's weight of the
+    model (tuned on the draws before it, :func:`~catengine.scoring.design.predictable_power_tuning`),
+    ``model_variances`` the model's Var_t(D_t); for LaRT banks with every CoT length recorded ``cot_terms`` and
     ``cot_variances`` (None with fewer than ``MIN_SMEARING_ITEMS`` lengths); and the session's
     ``sizes``, ``order``, ``correct``, ``codes`` (None without categories), ``field``, ``labels``."""
     check_design(session)
@@ -444,14 +459,15 @@ def design_parts(session, by=None) -> dict:
     acc = [a for a, _ in sums]
     predicted = np.array([a.predicted for a in acc])
     drawn = np.array([a.drawn for a in acc])
-    # the model's predictions enter with the power-tuned weight lam (bank-level, shared by the
-    # categories): near 1 for a right model, near 0 for one whose predictions are worse than none.
-    # The D_t are linear in the predictions: D_t(lam) = D_t(0) + lam (D_t(1) - D_t(0)).
+    # the model's predictions enter with a power-tuned weight lam_t per draw (bank-level, shared by
+    # the categories), tuned on the draws known before it: near 1 for a right model, near 0 for one
+    # whose predictions are worse than none, and a function of the draw's past, so that every D_t
+    # keeps its conditional mean A. The D_t are linear in the predictions: D_t(lam) = D_t(0) + lam (D_t(1) - D_t(0)).
     without = design_terms_from_sums(order, correct, is_draw, prob, np.zeros_like(predicted), np.zeros_like(drawn),
                                      sizes, codes=codes, known=known)
     with_model = design_terms_from_sums(order, correct, is_draw, prob, predicted, drawn, sizes, codes=codes, known=known)
-    lam = power_tuning(without[:, 0], with_model[:, 0])
-    parts = {"terms": without + lam * (with_model - without), "lam": lam,
+    terms, lam = aipw_terms(without, with_model, known_draws(order, steps, contexts))
+    parts = {"terms": terms, "lam": lam,
              "model_variances": model_variances_from_sums(np.array([a.variance for a in acc]),
                                                           np.array([a.square for a in acc]), predicted, sizes,
                                                           weight=lam),
@@ -489,11 +505,14 @@ def _design_groups(session, level, by):
     n_obs = group_sums(np.ones(order.size), None if codes is None else codes[order], n_groups)
     known = group_sums(correct, None if codes is None else codes[order], n_groups)
     terms, model_var = parts["terms"], parts["model_variances"]
+    # each draw's weight by its index: the bank's items still unknown at it (every group the same,
+    # so that the weights are fixed in advance; catengine.scoring.design.draw_weights)
+    weights = draw_weights(terms.shape[0], int(sizes[0]))
     acc = []
     for g in range(sizes.size):
         e = design_estimate(terms[:, g] * sizes[g], level=level, n_items=int(sizes[g]),
                             bounds=(float(known[g]), float(known[g] + sizes[g] - n_obs[g])),
-                            model_variances=model_var[:, g] * sizes[g] ** 2)
+                            model_variances=model_var[:, g] * sizes[g] ** 2, weights=weights)
         acc.append((e.mean, e.se, e.low, e.high, n_obs[g]))
     cot = None
     if "cot_terms" in parts:
@@ -506,34 +525,22 @@ def _design_groups(session, level, by):
             e = design_estimate(cterms[:, g] * sizes[g], level=level, n_items=int(sizes[g]),
                                 bounds=(float(known_tokens[g]), math.inf),
                                 model_variances=None if cot_var is None else cot_var[:, g] * sizes[g] ** 2,
-                                model_rule="floor")
+                                model_rule="floor", weights=weights)
             cot.append((e.mean, e.se, e.low, e.high))
     return list(sizes), acc, cot, parts["field"], parts["labels"]
 
 
-def session_standing(session):
-    """The session's standing among the bank's calibration LLMs (``catengine.scoring.standing``; None
-    when the bank stores no calibration traits)."""
-    from catengine.scoring.standing import trait_standing
+def session_standing(session, n_answered: int | None = None, theta: float | None = None):
+    """The session's standing among the bank's calibration LLMs (``catengine.scoring.standing``): its
+    answers (the first ``n_answered``, default all) against the calibration runs' answers to the same
+    items, or, on a bank that stores none, its trait estimate (``theta``, default the session's)
+    among theirs. None when the bank stores no calibration traits."""
+    from catengine.scoring.standing import standing
 
-    return trait_standing(session.items.population, session.estimate.theta)
-
-
-def drawn_mostly_beyond(session) -> bool:
-    """Whether at least half of the session's design draws were made while its trait estimate stood
-    beyond the calibration population (the draws of an LLM that the model saw as extrapolating for
-    most of the session, even if its final estimate fell back inside the edge)."""
-    from catengine.scoring.standing import trait_standing
-
-    population = session.items.population
-    steps, contexts = design_draws(session)
-    if population is None or not contexts:
-        return False
-    beyond = 0
-    for ctx in contexts:
-        standing = trait_standing(population, ctx.estimate.theta)
-        beyond += int(standing is not None and bool(standing.extrapolation))
-    return 2 * beyond >= len(contexts)
+    _, order, correct = recorded_answers(session)
+    if n_answered is not None:
+        order, correct = order[:n_answered], correct[:n_answered]
+    return standing(session.items.population, session.estimate.theta if theta is None else theta, order, correct)
 
 
 def _with_standing(score: ScoreEstimate, standing, n_design: int = 0) -> ScoreEstimate:
@@ -542,61 +549,25 @@ def _with_standing(score: ScoreEstimate, standing, n_design: int = 0) -> ScoreEs
     return replace(score, n_design=n_design, percentile=standing.percentile, extrapolation=standing.extrapolation)
 
 
-def _combined(model: ScoreEstimate, design: ScoreEstimate, n_draws: int, level: float, lower: float, upper: float,
-              extrapolating: bool) -> ScoreEstimate:
-    """One group's doubly robust ScoreEstimate from its model and design estimates (proportion units)."""
-    from catengine.scoring.doubly_robust import combine_model_and_design
-
-    acc = combine_model_and_design(model.accuracy, model.sd, model.low, model.high, design.accuracy, design.sd, n_draws,
-                                   level=level, bounds=(lower, upper), extrapolating=extrapolating)
-    kwargs = {}
-    if model.cot_total is not None and design.cot_total is not None and model.cot_total_sd is not None:
-        cot = combine_model_and_design(model.cot_total, model.cot_total_sd, model.cot_total_low, model.cot_total_high,
-                                       design.cot_total, design.cot_total_sd, n_draws, level=level,
-                                       bounds=(0.0, math.inf), extrapolating=extrapolating)
-        kwargs = {"cot_total": cot.mean, "cot_total_sd": cot.sd, "cot_total_low": cot.low, "cot_total_high": cot.high}
-    return replace(model, accuracy=acc.mean, sd=acc.sd, low=acc.low, high=acc.high, method="doubly-robust",
-                   n_design=n_draws, **kwargs)
-
-
 def doubly_robust_score(session, *, level=0.95, by=None) -> ScoreEstimate:
-    """The model's prediction corrected by the residuals on the session's design draws
-    (``catengine.scoring.doubly_robust``, docs/math.md §7.8), for the bank and each category."""
-    design = design_score(session, level=level, by=by)
-    model = model_score(session, level=level, by=by)
-    standing = session_standing(session)
-    # beyond the calibration population the score is the design estimate (docs/math.md §7.8)
-    extrapolating = (standing is not None and bool(standing.extrapolation)) or drawn_mostly_beyond(session)
-    n_draws = len(design_draws(session)[1])
-    _, order, correct = recorded_answers(session)
-
-    def bounds(est, answered):  # answered: which of the answered items lie in the group
-        known = float(correct[answered].sum()) if order.size else 0.0
-        return known / est.n_items, (known + est.n_items - est.n_observed) / est.n_items
-
-    top = _combined(model, design, n_draws, level, *bounds(model, np.ones(order.size, dtype=bool)), extrapolating)
-    by_category = {}
-    if model.by_category:
-        field = model.category_field
-        labels, codes = session.items.groups(field)
-        position = {str(label): g for g, label in enumerate(labels)}
-        answered_codes = codes[order]
-        for label, m in model.by_category.items():
-            by_category[label] = _with_standing(_combined(m, design.by_category[label], n_draws, level,
-                                                          *bounds(m, answered_codes == position[label]), extrapolating),
-                                                standing, n_draws)
-    return _with_standing(replace(top, by_category=by_category), standing, n_draws)
+    """The default score of a session with design draws (``DoublyRobustSelection``): the design-based
+    estimate with the model as its control variate, for the bank, each category and the CoT total
+    (docs/math.md §7.8; :func:`design_score`, labelled ``"doubly-robust"``), with the standing."""
+    score = _assemble("doubly-robust", level, *_design_groups(session, level, by))
+    standing, n_draws = session_standing(session), len(design_draws(session)[1])
+    by_category = {label: _with_standing(c, standing, n_draws) for label, c in score.by_category.items()}
+    return _with_standing(replace(score, by_category=by_category), standing, n_draws)
 
 
 SCORE_METHODS = ("auto", "model", "design", "doubly-robust")
 
 
 def predicted_score(session, level=0.95, method="auto", *, by=None) -> ScoreEstimate:
-    """``CATSession.predicted_score``: dispatch on ``method``. "auto": for a session whose every item
-    was drawn by design (``RandomisedSelection``), the design-based estimate; for one with design
-    draws among adaptive steps (``DoublyRobustSelection``, the default), the doubly robust estimate;
-    the model's when the draws do not support either (no design draws, fewer than 2, exposure
-    control or exclusions)."""
+    """``CATSession.predicted_score``: dispatch on ``method``. "auto": for a session with design draws,
+    the design-based estimate with the model as its control variate (labelled ``"design"`` for
+    ``RandomisedSelection`` sessions and ``"doubly-robust"`` for ``DoublyRobustSelection`` ones, the
+    default); the model's prediction when the draws do not support it (no design draws, fewer than
+    2, exposure control or exclusions)."""
     if method not in SCORE_METHODS:
         raise ValueError(f"method must be one of {SCORE_METHODS}, got {method!r}")
     n_draws = len(design_draws(session)[1])

@@ -705,10 +705,12 @@ class CATSession:
         """The full-benchmark accuracy (and, for LaRT banks, CoT tokens) with an interval at ``level``.
 
         ``method="model"``: the IRT prediction from the reported posterior (answered items count as
-        answered; docs/math.md §7.6); ``"design"``: the design-based estimate, unbiased whatever the model
-        gets wrong, for sessions run with ``RandomisedSelection`` (raises ``DesignNotRandomisedError``
-        otherwise; docs/math.md §7.7); ``"auto"`` (the default): the design-based estimate when the
-        session's draws support it, else the model's. The estimate's ``method`` says which. ``by``: the item column of the per-category breakdown (default: the
+        answered; docs/math.md §7.6); ``"design"``: the design-based estimate with the model as its
+        control variate, unbiased whatever the model gets wrong, for sessions with known-probability
+        draws (``DoublyRobustSelection``, the default, or ``RandomisedSelection``; raises
+        ``DesignNotRandomisedError`` otherwise; docs/math.md §7.7-§7.8); ``"doubly-robust"``: the same,
+        labelled so; ``"auto"`` (the default): the design-based estimate when the session's draws
+        support it, else the model's. The estimate's ``method`` says which. ``by``: the item column of the per-category breakdown (default: the
         bank's declared or first categorical column; ``False`` for none). ``record=True`` also
         appends the estimate to the session log as a ``score`` event. See docs/score_prediction.md.
         """

@@ -418,7 +418,7 @@ class SessionPanel(widgets.VBox):
             tr = np.array(self.score_trajectory)
             ax.fill_between(tr[:, 0], 100 * tr[:, 2], 100 * tr[:, 3], color="C0", alpha=0.2, lw=0, label=f"{pct}% interval")
             ax.plot(tr[:, 0], 100 * tr[:, 1], color="C0", lw=1.5, label="predicted accuracy (model)")
-            if self.score.method == "design":  # the session's reported estimate, when it is not the model's
+            if self.score.method != "model":  # the session's reported estimate, when it is not the model's
                 acc, low, high = self.score.accuracy, self.score.low, self.score.high
                 ax.errorbar([self.score.n_observed], [100 * acc],  # the interval is clipped to [0, 1], the estimate not
                             yerr=[[100 * max(acc - low, 0.0)], [100 * max(high - acc, 0.0)]],

@@ -97,7 +97,7 @@ class PSNCalibrator(BaseCalibrator):
         training loss (docs/math.md §3.4). The ability prior pins the scale that the PSN-IRT
         likelihood leaves free, so the slope prior cannot be dodged by stretching theta; together
         they keep items that a small calibration sample separates perfectly from running away
-        (ChemBench folds of 12-18 LLMs reached standardised slopes of 50 without them). "none":
+        (a 12-LLM ChemBench subset reached standardised slopes of 41 without them). "none":
         the plain PSN-IRT loss of the reference (seed 002).
     slope_prior_sd : the prior SD of the native slopes (default 1).
     prior_precision : delta of the Laplace prior Normal(0, I / delta) on the readout weights.
@@ -140,7 +140,7 @@ class PSNCalibrator(BaseCalibrator):
     ``temperature="split-half"``, else None), ``diagnostics_``
     (:class:`calibration.diagnostics.ItemDiagnostics` on the standardised slopes: perfect items
     and runaway slopes, above 10; a runaway slope sets ``converged_`` to False. With
-    ``item_prior="none"`` many slopes run away on 12-18 LLMs; bank slopes / intercepts beyond the
+    ``item_prior="none"`` many slopes run away on a 12-LLM ChemBench subset; bank slopes / intercepts beyond the
     bank's plausible range (|a| <= 50, |b| <= 100) are held at its edge).
     """
 

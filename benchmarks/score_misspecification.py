@@ -1,0 +1,170 @@
+"""The default score under deliberately wrong banks: bias, variance and coverage by simulation.
+
+``python benchmarks/score_misspecification.py [--reps 2000] [--lengths 10,25,50] [--flag-seeds 0,1,2,3]``
+
+The larger run behind ``tests/test_score_misspecification.py`` (same worlds, same seeds for the
+banks and LLMs). Banks are fitted as 2PL by cBMM (every default but the interval check, the
+calibration responses kept) on 150 calibration LLMs x 200 items whose answers come from models a
+2PL cannot represent:
+
+* ``guess``: guessing floors and ceilings, P = c + (d - c) logistic(a theta + b), c ~ U(0.15, 0.3),
+  d ~ U(0.85, 1);
+* ``twofactor``: a second, independent ability, P = logistic(a theta + g eta + b);
+* ``shuffled``: the ``guess`` answers with the items' columns shuffled before fitting (every item of
+  the bank carries another item's parameters).
+
+For one LLM inside the calibration population and one stronger than every calibration LLM, default
+sessions (``CATSession(bank)``) are replayed ``--reps`` times against the LLM's fixed answers (the
+design draws are the only randomness, so the target is its own full-benchmark accuracy). Printed per
+world, LLM and length: the reported estimate's bias in Monte-Carlo SEs, and that of the unprojected
+estimate A^ = sum_t w_t D_t (the reported one is A^ projected onto the attainable range, which moves
+it only when a surprising draw pushed it outside; docs/math.md §7.7), the martingale variance
+estimate sum_t w_t^2 (D_t - A^)^2 / (1 - sum_t w_t^2) over the Monte-Carlo variance of A^, the
+reported variance (the pooled one) over that of the reported estimate, the 95% interval's coverage,
+the MAE over that of the mean of as many random items, and the model-only prediction's bias.
+
+Then the extrapolation flag (``catengine.scoring.standing``): 400 simulated LLMs x 300 items per
+world and seed; a bank from the LLMs below the 60th accuracy percentile replays those above the
+85th (the share of the LLMs beyond the calibration maximum that are flagged), and a bank from a
+random 60% replays the rest (the share of those inside the middle 80% of the calibration accuracies
+that are flagged), one default test each, for the guessing and two-factor worlds; beside it the
+rule that ranks the trait estimate among the calibration traits.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import time
+import warnings
+
+import numpy as np
+from scipy.special import expit
+
+J, N_CALIBRATION = 200, 150
+WORLDS = ("guess", "twofactor", "shuffled")
+
+
+def truth_model(kind, rng, n_items=J):
+    a, b = rng.uniform(0.7, 2.0, n_items), rng.normal(0.0, 1.2, n_items)
+    if kind in ("guess", "shuffled"):
+        c, d = rng.uniform(0.15, 0.3, n_items), rng.uniform(0.85, 1.0, n_items)
+        return lambda theta, eta=0.0: c + (d - c) * expit(np.multiply.outer(theta, a) + b)
+    g = rng.normal(0.0, 1.2, n_items)
+    return lambda theta, eta: expit(np.multiply.outer(theta, a) + np.multiply.outer(eta, g) + b)
+
+
+def fitted_bank(correct, item_ids):
+    from calibration import CBMMCalibrator, ResponseData
+
+    data = ResponseData.from_arrays(correct, item_ids=item_ids)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        bank = CBMMCalibrator(rng=0, progress=False).fit(data).to_item_bank("misspecified", interval_check=False)
+    return bank.with_group("responses", data.to_dataset())
+
+
+def world(kind, seed):
+    rng = np.random.default_rng(seed)
+    p = truth_model(kind, rng)
+    theta, eta = rng.normal(0.0, 1.0, N_CALIBRATION), rng.normal(0.0, 1.0, N_CALIBRATION)
+    y = (rng.random((N_CALIBRATION, J)) < p(theta, eta)).astype(np.int8)
+    if kind == "shuffled":
+        y = y[:, rng.permutation(J)]
+    return fitted_bank(y, [f"q{j:03d}" for j in range(J)]), p, rng, float(theta.max())
+
+
+def score_runs(reps, lengths):
+    from catengine import CATSession
+    from catengine.scoring import random_mean_mae
+    from catengine.scoring.design import draw_weights
+    from catengine.session.scoring import design_parts
+    from catengine.stopping import MaxItems
+
+    print(f"{'world':9s} {'LLM':6s} {'acc':>5s} {'k':>3s} {'bias/MCSE':>9s} {'A^ bias':>8s} {'se2/MC':>7s} {'rep/MC':>7s} "
+          f"{'cover':>6s} {'MAE x rand':>10s} {'model bias':>10s}")
+    for w, kind in enumerate(WORLDS):
+        t0 = time.perf_counter()
+        bank, p, rng, strongest = world(kind, 10 + w)
+        for where, theta in (("inside", 0.3), ("beyond", strongest + 0.8)):
+            y = (rng.random(J) < p(np.array(theta), np.array(-0.5))).astype(int)
+            truth = float(y.mean())
+            rows = {k: [] for k in lengths}
+            for r in range(reps):
+                s = CATSession(bank, stopping=MaxItems(max(lengths)), rng=[w, r])
+                while not s.finished:
+                    item = s.next_item()
+                    s.record(item, int(y[bank.index_of(item)]))
+                    n = len(s.history)
+                    if n in rows:
+                        score = s.predicted_score(by=False)
+                        model = s.predicted_score(method="model", by=False)
+                        terms = design_parts(s, by=False)["terms"][:, 0]
+                        weights = draw_weights(terms.size, J)
+                        raw = float(terms @ weights)
+                        rows[n].append((score.accuracy, score.low, score.high, score.sd ** 2,
+                                        np.sum(weights**2 * (terms - raw) ** 2) / (1 - np.sum(weights**2)), model.accuracy,
+                                        raw))
+            for k, v in rows.items():
+                est, low, high, rep, se2, model, raw = np.array(v).T
+                mc = est.var(ddof=1)
+                print(f"{kind:9s} {where:6s} {truth:5.3f} {k:3d} {(est.mean() - truth) / math.sqrt(mc / est.size):+9.2f} "
+                      f"{(raw.mean() - truth) / math.sqrt(raw.var(ddof=1) / raw.size):+8.2f} {se2.mean() / raw.var(ddof=1):7.3f} {rep.mean() / mc:7.3f} {np.mean((low <= truth) & (truth <= high)):6.3f} "
+                      f"{np.mean(np.abs(est - truth)) / random_mean_mae(truth, J, k):10.2f} {model.mean() - truth:+10.3f}")
+        print(f"  ({kind}: {time.perf_counter() - t0:.0f} s)", flush=True)
+
+
+def flag_runs(seeds, lengths):
+    from catengine import CATSession
+    from catengine.scoring.standing import standing, trait_standing
+    from catengine.session.fast_replay import CompiledReplay
+
+    n, n_items = 400, 300
+    for kind in ("guess", "twofactor"):
+        out = {k: {"beyond": [], "middle": [], "beyond_trait": [], "middle_trait": []} for k in lengths}
+        for seed in seeds:
+            rng = np.random.default_rng([seed, 0 if kind == "guess" else 1])
+            p = truth_model(kind, rng, n_items)
+            y = (rng.random((n, n_items)) < p(rng.normal(0.0, 1.0, n), rng.normal(0.0, 1.0, n))).astype(np.int8)
+            accuracy = y.mean(axis=1)
+            ids = [f"q{j:03d}" for j in range(n_items)]
+            lo60, hi85 = np.quantile(accuracy, [0.60, 0.85])
+            perm = rng.permutation(n)
+            for part, train, test in (("beyond", np.flatnonzero(accuracy < lo60), np.flatnonzero(accuracy > hi85)),
+                                      ("middle", perm[:240], perm[240:])):
+                bank = fitted_bank(y[train], ids)
+                plan = CompiledReplay.for_session(CATSession(bank, rng=0))
+                population = plan.session.items.population
+                cal = accuracy[train]
+                keep = accuracy[test] > cal.max() if part == "beyond" else \
+                    (accuracy[test] >= np.quantile(cal, 0.1)) & (accuracy[test] <= np.quantile(cal, 0.9))
+                for i in test[keep]:
+                    run = plan.run(y[i].astype(float), None, max(lengths), np.random.default_rng([seed, int(i)]))
+                    for k in lengths:
+                        st = standing(population, run.estimates[0, k], run.items[:k], y[i][run.items[:k]])
+                        out[k][part].append(bool(st.extrapolation))
+                        out[k][part + "_trait"].append(bool(trait_standing(population, run.estimates[0, k]).extrapolation))
+        for k in lengths:
+            o = out[k]
+            print(f"flag, {kind}, {k} items: fired for {np.mean(o['beyond']):.3f} of {len(o['beyond'])} LLMs beyond the "
+                  f"calibration maximum and {np.mean(o['middle']):.3f} of {len(o['middle'])} inside its middle 80% "
+                  f"(the trait among the calibration traits: {np.mean(o['beyond_trait']):.3f} and "
+                  f"{np.mean(o['middle_trait']):.3f})")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--reps", type=int, default=2000)
+    ap.add_argument("--lengths", default="10,25,50")
+    ap.add_argument("--flag-seeds", default="0,1,2,3")
+    args = ap.parse_args(argv)
+    lengths = tuple(int(x) for x in args.lengths.split(","))
+    t0 = time.perf_counter()
+    score_runs(args.reps, lengths)
+    flag_runs([int(x) for x in args.flag_seeds.split(",")], lengths)
+    print(f"({time.perf_counter() - t0:.0f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
