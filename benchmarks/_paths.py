@@ -22,6 +22,16 @@ from real_data import (  # noqa: E402
 )
 
 
+def test_support(name: str):
+    """The test-support module ``tests/<name>.py`` (e.g. ``llm_server``, the simulated chat endpoint),
+    loaded once and registered under ``name``."""
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, ROOT / "tests" / f"{name}.py")
+        sys.modules[name] = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(sys.modules[name])
+    return sys.modules[name]
+
+
 def exit_without_psn(path: Path = PSN_IRT) -> Path:
     """``path`` if the PSN-IRT data is there; otherwise print why it is not and exit with status 2."""
     reason = psn_missing(path)
@@ -32,4 +42,4 @@ def exit_without_psn(path: Path = PSN_IRT) -> Path:
 
 
 __all__ = ["CHEMBENCH", "DATA", "LART", "LRM_TOKEN_ECONOMY", "PSN_DATA", "PSN_IRT", "REFERENCE",
-           "ROOT", "exit_without_psn", "lart_files", "psn_missing"]
+           "ROOT", "exit_without_psn", "lart_files", "psn_missing", "test_support"]

@@ -22,7 +22,6 @@ Timings depend on the machine; the numbers in reports were taken on 2 cores shar
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import statistics
 import sys
 import time
@@ -31,12 +30,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-import _paths  # noqa: E402,F401  (puts tests/real_data.py in sys.modules, which the server imports)
+from _paths import test_support  # noqa: E402  (also puts tests/real_data.py in sys.modules)
 
-_spec = importlib.util.spec_from_file_location("llm_server", ROOT / "tests" / "llm_server.py")
-llm_server = importlib.util.module_from_spec(_spec)
-sys.modules["llm_server"] = llm_server
-_spec.loader.exec_module(llm_server)
+llm_server = test_support("llm_server")
 
 import openai  # noqa: E402
 

@@ -25,7 +25,6 @@ bank's questions like an LLM of known trait, through the real ``openai`` client)
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import statistics
 import sys
 import tempfile
@@ -35,12 +34,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-import _paths  # noqa: E402,F401  (puts tests/real_data.py in sys.modules, which the server imports)
+from _paths import test_support  # noqa: E402  (also puts tests/real_data.py in sys.modules)
 
-_spec = importlib.util.spec_from_file_location("llm_server", ROOT / "tests" / "llm_server.py")
-llm_server = importlib.util.module_from_spec(_spec)
-sys.modules["llm_server"] = llm_server
-_spec.loader.exec_module(llm_server)
+llm_server = test_support("llm_server")
 
 import openai  # noqa: E402
 

@@ -36,42 +36,14 @@ from __future__ import annotations
 import argparse
 import math
 import time
-import warnings
 
 import numpy as np
-from scipy.special import expit
 
-J, N_CALIBRATION = 200, 150
-WORLDS = ("guess", "twofactor", "shuffled")
+from _paths import test_support  # noqa: E402
 
-
-def truth_model(kind, rng, n_items=J):
-    a, b = rng.uniform(0.7, 2.0, n_items), rng.normal(0.0, 1.2, n_items)
-    if kind in ("guess", "shuffled"):
-        c, d = rng.uniform(0.15, 0.3, n_items), rng.uniform(0.85, 1.0, n_items)
-        return lambda theta, eta=0.0: c + (d - c) * expit(np.multiply.outer(theta, a) + b)
-    g = rng.normal(0.0, 1.2, n_items)
-    return lambda theta, eta: expit(np.multiply.outer(theta, a) + np.multiply.outer(eta, g) + b)
-
-
-def fitted_bank(correct, item_ids):
-    from calibration import CBMMCalibrator, ResponseData
-
-    data = ResponseData.from_arrays(correct, item_ids=item_ids)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        bank = CBMMCalibrator(rng=0, progress=False).fit(data).to_item_bank("misspecified", interval_check=False)
-    return bank.with_group("responses", data.to_dataset())
-
-
-def world(kind, seed):
-    rng = np.random.default_rng(seed)
-    p = truth_model(kind, rng)
-    theta, eta = rng.normal(0.0, 1.0, N_CALIBRATION), rng.normal(0.0, 1.0, N_CALIBRATION)
-    y = (rng.random((N_CALIBRATION, J)) < p(theta, eta)).astype(np.int8)
-    if kind == "shuffled":
-        y = y[:, rng.permutation(J)]
-    return fitted_bank(y, [f"q{j:03d}" for j in range(J)]), p, rng, float(theta.max())
+_worlds = test_support("misspecified_worlds")
+J, N_CALIBRATION, WORLDS = _worlds.J, _worlds.N_CALIBRATION, _worlds.WORLDS
+truth_model, fitted_bank, world = _worlds.truth_model, _worlds.fitted_bank, _worlds.world
 
 
 def score_runs(reps, lengths):

@@ -148,6 +148,25 @@ def test_no_amc23_problem_text_is_in_the_repository():
         assert not any(piece in text for piece in pieces), f"{name.decode()} holds an AMC23 problem text"
 
 
+def test_no_shipped_bank_holds_a_run_of_amc23_problem_text():
+    """Every shipped bank's decoded content (questions, options, answers, metadata, protocol): no
+    run of 70 characters of any AMC23 problem appears. (Shorter shared runs are the stock phrasing of
+    contest problems, which MATH-500's own MIT-licensed problems use too: the longest is 59 characters,
+    '$, where $m$ and $n$ are relatively prime positive integers'.)"""
+    reason = amc23_problems_missing()
+    if reason:
+        pytest.skip(reason)
+    from catengine.itembank.shipped import list_banks
+
+    problems = [json.loads(line)["problem"] for line in AMC23_PROBLEMS.read_text(encoding="utf-8").splitlines()]
+    windows = {p[i:i + 70] for p in problems for i in range(max(1, len(p) - 69))}
+    for card in list_banks():
+        bank = open_item_bank(card["path"])
+        text = json.dumps([c.as_dict() for c in bank.contents()], ensure_ascii=False) + json.dumps(bank.protocol)
+        found = [w for w in windows if w in text]
+        assert not found, f"{card['bank_id']}: {found[0]!r}"
+
+
 def test_amc23_content_file_verifies_every_item_and_names_an_altered_one(tmp_path):
     reason = amc23_problems_missing()
     if reason:

@@ -21,52 +21,19 @@ rarely for those inside the middle 80%. Larger runs: ``python benchmarks/score_m
 """
 
 import math
-import warnings
 
 import numpy as np
 import pytest
-from scipy.special import expit
 
-from calibration import CBMMCalibrator, ResponseData
 from catengine import CATSession
 from catengine.scoring.design import draw_weights
 from catengine.scoring.standing import standing
 from catengine.session.fast_replay import CompiledReplay
 from catengine.session.scoring import design_parts
 from catengine.stopping import MaxItems
+from misspecified_worlds import J, WORLDS, fitted_bank, truth_model, world
 
-J, N_CALIBRATION, N_ITEMS_ASKED, REPS = 200, 150, 25, 400
-WORLDS = ("guess", "twofactor", "shuffled")
-
-
-def truth_model(kind, rng, n_items=J):
-    """The answer probabilities of a world: ``p(theta, eta)`` (eta: the second ability, ``twofactor`` only)."""
-    a, b = rng.uniform(0.7, 2.0, n_items), rng.normal(0.0, 1.2, n_items)
-    if kind in ("guess", "shuffled"):
-        c, d = rng.uniform(0.15, 0.3, n_items), rng.uniform(0.85, 1.0, n_items)
-        return lambda theta, eta=0.0: c + (d - c) * expit(np.multiply.outer(theta, a) + b)
-    g = rng.normal(0.0, 1.2, n_items)
-    return lambda theta, eta: expit(np.multiply.outer(theta, a) + np.multiply.outer(eta, g) + b)
-
-
-def fitted_bank(correct, item_ids):
-    """What ``calibration fit --method cbmm`` writes (responses kept), without the interval check."""
-    data = ResponseData.from_arrays(correct, item_ids=item_ids)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        bank = CBMMCalibrator(rng=0, progress=False).fit(data).to_item_bank("misspecified", interval_check=False)
-    return bank.with_group("responses", data.to_dataset())
-
-
-def world(kind, seed):
-    """(bank, answer probabilities, generator, strongest calibration trait) of one wrong-bank world."""
-    rng = np.random.default_rng(seed)
-    p = truth_model(kind, rng)
-    theta, eta = rng.normal(0.0, 1.0, N_CALIBRATION), rng.normal(0.0, 1.0, N_CALIBRATION)
-    y = (rng.random((N_CALIBRATION, J)) < p(theta, eta)).astype(np.int8)
-    if kind == "shuffled":
-        y = y[:, rng.permutation(J)]  # the bank's items carry other items' parameters
-    return fitted_bank(y, [f"q{j:03d}" for j in range(J)]), p, rng, float(theta.max())
+N_ITEMS_ASKED, REPS = 25, 400
 
 
 @pytest.fixture(scope="module")

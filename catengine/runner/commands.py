@@ -113,7 +113,7 @@ def _cmd_run(args, strategies, open_bank) -> int:
     if not args.json:
         print(f"{'resuming' if resuming else 'running'} {args.model} at {client.endpoint} on {bank.bank_id} "
               f"v{bank.version} ({bank.n_items} items); log {log}", file=sys.stderr)
-    bar = None if args.json or args.no_progress else _progress_bar(bank)
+    bar = None if args.json or args.no_progress else _Bar()
     on_answer = _json_lines if args.json else (bar.update_from if bar is not None else None)
     try:
         result = run_model(bank, client, log=log, subject=args.subject, concurrency=args.concurrency,
@@ -125,7 +125,7 @@ def _cmd_run(args, strategies, open_bank) -> int:
             bar.close()
     session, progress = result.session, result.progress
     score = session.predicted_score() if session.n_items else None
-    cost = full_run_cost(bank, result) if session.n_items else None
+    cost = full_run_cost(bank, result, score) if score is not None else None
     summary = {"subject": session.subject, "model": args.model, "endpoint": client.endpoint, "bank": bank.bank_id,
                "bank_version": bank.version, "n_items": session.n_items, "stop_reason": result.stop_reason,
                "error": result.error, "score": None if score is None else score.to_dict(),
@@ -167,7 +167,7 @@ def _json_lines(progress, session) -> None:
 class _Bar:
     """A tqdm bar showing the running score, its interval, items and tokens."""
 
-    def __init__(self, bank):
+    def __init__(self):
         from tqdm import tqdm
 
         self._bar = tqdm(total=None, unit="item", file=sys.stderr, dynamic_ncols=True, leave=True)
@@ -180,10 +180,6 @@ class _Bar:
 
     def close(self) -> None:
         self._bar.close()
-
-
-def _progress_bar(bank):
-    return _Bar(bank)
 
 
 def _cmd_regrade(args, open_bank) -> int:

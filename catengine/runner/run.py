@@ -102,10 +102,7 @@ def _recorded_settings(log: Path) -> dict | None:
     return None
 
 
-def _check_resume(recorded: dict | None, settings: dict, log: Path) -> None:
-    if recorded is None:
-        raise RunConfigurationError(f"{log} is a session log without the settings of a run (not written by "
-                                    "`catengine run`); give a new --log file")
+def _check_resume(recorded: dict, settings: dict, log: Path) -> None:
     differ = [f"{key}: log {recorded.get(key)!r}, options {settings[key]!r}" for key in RESUME_KEYS
               if recorded.get(key) != settings[key]]
     if differ:
@@ -131,7 +128,8 @@ def open_run_session(bank, client, grader, *, log, subject, selector=None, stopp
         if recorded is None:
             if session.n_items:
                 session.close()
-                _check_resume(None, settings, Path(log))  # raises: answers without a run's settings
+                raise RunConfigurationError(f"{log} holds answers but not the settings of a run (not written by "
+                                            "`catengine run`); give a new --log file")
             session.note(settings)  # a run killed before it noted its settings
         resumed = True
     else:
@@ -248,18 +246,12 @@ def run_model(bank, client, *, grader=None, log=None, subject=None, concurrency:
     return result
 
 
-def full_run_cost(bank, result: RunResult) -> dict:
-    """What asking every item of the bank would have cost at this run's rate: items, completion tokens
-    (for a LaRT bank, the predicted CoT total when the score predicts one), requests."""
+def full_run_cost(bank, result: RunResult, score) -> dict:
+    """What asking every item of the bank would have cost at this run's rate: items and completion
+    tokens (for a LaRT bank, ``score``'s predicted CoT total), and this run's shares of them."""
     p = result.progress
-    per_item = p.completion_tokens / p.items if p.items else math.nan
-    tokens = per_item * bank.n_items
-    try:
-        score = result.session.predicted_score()
-        cot = getattr(score, "cot_total", None)
-        if cot is not None and math.isfinite(float(cot)):
-            tokens = float(cot)
-    except Exception:  # noqa: BLE001 - the cost line is informative only
-        pass
+    tokens = p.completion_tokens / p.items * bank.n_items if p.items else math.nan
+    if score.cot_total is not None and math.isfinite(score.cot_total):
+        tokens = float(score.cot_total)
     return {"items": bank.n_items, "completion_tokens": tokens, "share_of_items": p.items / bank.n_items,
             "share_of_tokens": p.completion_tokens / tokens if tokens and math.isfinite(tokens) else math.nan}
