@@ -570,3 +570,84 @@ def test_chembench_extracted_and_reasons():
     assert grader.grade("[ANSWER]n/a[/ANSWER]", number_item("27.58")) == Grade(False, "n/a", "no number found")
     assert grader.grade("[ANSWER]27.58[/ANSWER]", number_item("27.58", tolerance=None)).correct  # 1% by default
     assert not grader.grade("[ANSWER]27.7[/ANSWER]", number_item("27.58", tolerance=0.001)).correct
+
+
+# ----------------------------------------------------------------------------- verdicts without a parse
+#: plain numbers in the spellings the numeric shortcut reads, and near misses it must leave alone
+NUMBER_SPELLINGS = [
+    "3", "-3", "+3", "0", "-0", "3.0", "03", "0.75", ".75", "-.75", "\\frac{3}{4}", "\\dfrac{3}{4}", "-\\frac{3}{4}",
+    "\\frac{-3}{4}", "3/4", "-3/4", "\\frac{6}{8}", "0.333333", "0.3333333", "0.333", "\\frac{1}{3}", "0.3333335",
+    "0.3333325", "\\frac{2}{3}", "0.666667", "0.6666666", "1000000", "1000000.0000001", "1000000.000003",
+    "123456789012", "123456789012.5", "\\frac{7}{1}", "7", "7.000001", "7.0000021", "-7", "\\frac{0}{5}", "0.0",
+    "12.5", "\\frac{25}{2}", "25/2", "0.0000001", "0.000002", "0.0000025", "100.00", "1.5", "\\tfrac{3}{2}",
+    "-1.5", "-\\dfrac{3}{2}", "\\frac{1}{0}", "3.", "1\\frac{1}{2}", "2.5e1", "\\frac13",
+]
+
+
+def _math_verify_verdict(reference: str, answer: str) -> bool:
+    """math-verify's own verdict on two normalised answers (no shortcut of this package)."""
+    from math_verify import parse, verify
+
+    gold = parse("\\boxed{" + normalise_math_answer(reference) + "}", parsing_timeout=None)
+    pred = parse("\\boxed{" + normalise_math_answer(answer) + "}", parsing_timeout=None)
+    return bool(gold) and bool(pred) and verify(gold, pred, timeout_seconds=None)
+
+
+def test_the_numeric_shortcut_gives_math_verifys_verdict():
+    """Every pair of NUMBER_SPELLINGS the shortcut decides gets math-verify's verdict, and the
+    shortcut decides most of them (it is worth having) but not the 6-decimal rounding band."""
+    from catengine.grading.math_grader import _canonical_text, _numeric_verdict
+
+    decided = []
+    for reference in NUMBER_SPELLINGS:
+        for answer in NUMBER_SPELLINGS:
+            verdict = _numeric_verdict(_canonical_text(normalise_math_answer(answer)),
+                                       _canonical_text(normalise_math_answer(reference)))
+            if verdict is not None:
+                decided.append((reference, answer, verdict))
+    assert len(decided) > 0.6 * len(NUMBER_SPELLINGS) ** 2
+    disagree = [(r, a, v) for r, a, v in decided if v != _math_verify_verdict(r, a)]
+    assert not disagree
+    undecided = {(r, a) for r in NUMBER_SPELLINGS for a in NUMBER_SPELLINGS} - {(r, a) for r, a, _ in decided}
+    assert ("\\frac{1}{3}", "0.3333335") in undecided and ("\\frac{1}{0}", "3") in undecided
+
+
+def test_spellings_the_canonical_text_equates_are_equivalent_under_math_verify(math500):
+    """Each non-integer MATH500 reference respelt (sizing commands before delimiters, \\dfrac,
+    spacing commands, spaces) reads as the same canonical text, and math-verify agrees they are
+    equivalent; spaces between two letters or digits are kept (they may carry meaning)."""
+    from catengine.grading.math_grader import _canonical_text
+
+    def respell(answer: str) -> str:
+        text = answer.replace("\\frac", "\\dfrac").replace("(", "\\left( ").replace(")", " \\right)")
+        text = text.replace("[", "\\left[").replace("]", "\\right]")
+        return text.replace(",", ", \\,") if "(" in answer or "[" in answer else text
+
+    checked = 0
+    for item in math500:
+        if item.answer.strip().isdigit() or "\\{" in item.answer or "\\left" in item.answer:
+            continue
+        spelt = respell(item.answer)
+        if spelt == item.answer:
+            continue
+        reference = normalise_math_answer(item.answer)
+        assert _canonical_text(normalise_math_answer(spelt)) == _canonical_text(reference), item.answer
+        checked += 1
+        if checked % 4 == 0:  # math-verify's own verdict on a quarter of them (its parse is slow)
+            assert _math_verify_verdict(item.answer, spelt), (item.answer, spelt)
+    assert checked > 60
+    assert _canonical_text("2 3") != _canonical_text("23") and _canonical_text("\\pi r") != _canonical_text("\\pir")
+    assert _canonical_text("\\left. x \\right|") != _canonical_text(". x |")  # \left. is not a delimiter to drop
+
+
+def test_warming_up_changes_no_verdict(math500):
+    grader = MathGrader()
+    responses = [(f"\\boxed{{{math500[(k * 7) % 500].answer}}}", math500[k]) for k in range(0, 500, 25)]
+    before = [grader.grade(text, item) for text, item in responses]
+    threads = [threading.Thread(target=grader.warm_up) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    grader.warm_up()  # again: returns at once
+    assert [grader.grade(text, item) for text, item in responses] == before

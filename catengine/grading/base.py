@@ -82,6 +82,11 @@ class Grader(ABC):
     def _grade(self, text: str, item: ItemContent) -> Grade:
         """The verdict on a non-empty ``text``; ``item`` has one of ``answer_types``."""
 
+    def warm_up(self) -> None:
+        """Pay once per process, ahead of the first grade, what makes later grades cheaper (loading a
+        library, priming a parser). Never changes a verdict; safe to call from any thread, any number
+        of times. Graders with nothing to prepare do nothing."""
+
     def supports(self, item: ItemContent) -> bool:
         """Whether this grader handles ``item``'s answer type."""
         return getattr(item, "answer_type", None) in self.answer_types

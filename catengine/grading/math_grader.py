@@ -17,6 +17,11 @@ above :data:`MAX_SUM_POWER`, a factorial of a number above :data:`MAX_FACTORIAL`
 sum, product, integral, limit or derivative (not a final answer). Ordinary answers take
 milliseconds; the slowest comparisons measured under the length cap (long trigonometric sums) take a
 few seconds.
+
+**Shortcuts.** Three cases get math-verify's verdict without its parser: two integers, two texts
+that read the same once spellings that cannot change a parse are dropped (:func:`_canonical_text`),
+and two plain numbers (:func:`_numeric_verdict`). :meth:`MathGrader.warm_up` primes the parser's
+lazily built prediction tables once per process.
 """
 
 from __future__ import annotations
@@ -25,7 +30,9 @@ import functools
 import logging
 import math
 import re
+import threading
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import ClassVar
 
 from catengine.grading.base import Grade, Grader, GraderError
@@ -105,6 +112,34 @@ def _math_verify():
     for name in ("math_verify.parser", "math_verify.grader"):
         logging.getLogger(name).addFilter(_DropTimeoutWarning())
     return parse, verify
+
+
+#: answers of the shapes LLMs write (numbers, fractions, roots, tuples, intervals, sets, equations,
+#: polynomials, matrices, units, text): parsing them once primes math-verify's ANTLR parser, whose
+#: prediction tables are built lazily over a process's first few hundred parses
+_WARM_UP_ANSWERS = (
+    r"42", r"-3.5", r"\frac{14}{3}", r"-\dfrac{1}{2}", r"2\sqrt{113}", r"\frac{\sqrt{3}}{2}", r"7\pi",
+    r"\frac{5\pi^2}{4}", r"(2,4)", r"\left( 3, \frac{\pi}{2} \right)", r"[-2,7]", r"(-\infty, 3) \cup (5, \infty)",
+    r"(3,4]", r"\{1\pm\sqrt{5},-2\}", r"1 \pm \sqrt{19}", r"x=5", r"y = -2x + 3", r"x^8 + x^7 + x^2 + x + 1",
+    r"\frac{11+9a}{20}", r"8n^2 + 4n + 1", r"6+9i", r"2516_8", r"36^\circ", r"15\mbox{ cm}^2", r"\text{(B)}",
+    r"\text{ellipse}", r"50\%", r"\$5.40", r"\begin{pmatrix} -1/3 \\ 2/3 \end{pmatrix}",
+    r"\begin{pmatrix} -1 & 0 \\ 0 & -1 \end{pmatrix}", r"1,-2", r"\sqrt[3]{2}", r"\log_2 3", r"\cos 2x", r"5r^5",
+    r"1\frac{4}{5}", r"11\sqrt2", r"a^2 b", r"\infty", r"\binom{8}{3}", r"4!", r"e^{2}", r"\frac{1}{x-1}",
+)
+_warmed_up = threading.Event()
+_warm_up_lock = threading.Lock()
+
+
+def warm_up_parser() -> None:
+    """Parse :data:`_WARM_UP_ANSWERS` once per process (later calls return at once)."""
+    if _warmed_up.is_set():
+        return
+    with _warm_up_lock:
+        if _warmed_up.is_set():
+            return
+        for answer in _WARM_UP_ANSWERS:
+            _parse(answer)
+        _warmed_up.set()
 
 
 def _parse(latex: str) -> list:
@@ -208,14 +243,73 @@ def _log10_bound(expr) -> float:
     return sum(args) if isinstance(expr, sympy.Mul) else max(args) + math.log10(len(args) + 1)
 
 
-# ----------------------------------------------------------------------------- the grader
+# ----------------------------------------------------------------------------- verdicts without a parse
 _INTEGER = re.compile(r"[-+]?\d{1,100}")
+_SIZED_DELIMITER = re.compile(r"\\(?:left|right|bigl|bigr|Bigl|Bigr|big|Big)(?![A-Za-z])\s*(?=[()\[\]|]|\\[{}|])")
+_FRACTION_STYLE = re.compile(r"\\[dt]frac(?![A-Za-z])")
+_SPACING = re.compile(r"\\(?:[,:;> ]|quad|qquad|displaystyle|textstyle)(?![A-Za-z])")
+_WHITESPACE = re.compile(r"\s+")
 
 
-def _same_text(a: str, b: str) -> bool:
-    """The two answers are the same text up to whitespace: equivalent without asking math-verify
-    (whose parse of a long expression costs milliseconds)."""
-    return "".join(a.split()) == "".join(b.split())
+def _canonical_text(answer: str) -> str:
+    """``answer`` (normalised) with the spellings that cannot change its parse removed: sizing
+    commands before a delimiter (``\\left(`` is ``(``), ``\\dfrac`` / ``\\tfrac`` (``\\frac``),
+    spacing and style commands, and whitespace, except one space between two letters or digits
+    (``x y``, ``2 3``, ``\\pi r`` keep theirs: removing it could change the meaning)."""
+    text = _SIZED_DELIMITER.sub("", answer)
+    text = _FRACTION_STYLE.sub(r"\\frac", text)
+    text = _SPACING.sub(" ", text)
+
+    def space(match) -> str:
+        before, after = text[match.start() - 1: match.start()], text[match.end(): match.end() + 1]
+        return " " if before.isalnum() and after.isalnum() else ""
+
+    return _WHITESPACE.sub(space, text).strip()
+
+
+_RATIONAL = re.compile(
+    r"(?P<sign>[-+]?)(?:"
+    r"\\frac\{(?P<fsign>[-+]?)(?P<num>\d{1,12})\}\{(?P<den>\d{1,12})\}"
+    r"|(?P<snum>\d{1,12})/(?P<sden>\d{1,12})"
+    r"|(?P<int>\d{1,12})(?P<frac>\.\d{1,12})?"
+    r"|(?P<bare>\.\d{1,12}))")
+
+
+def _rational(answer: str) -> tuple[Fraction, bool] | None:
+    """``(value, written with a decimal point)`` of an answer that is a plain number: an integer, a
+    decimal or a fraction of integers (``-\\frac{3}{4}``, ``\\frac{-3}{4}``, ``3/4``, ``0.75``, ``.75``),
+    with at most 12 digits in each part; None for anything else (and for a zero denominator)."""
+    m = _RATIONAL.fullmatch(answer)
+    if m is None:
+        return None
+    sign = -1 if m["sign"] == "-" else 1
+    if m["num"] is not None or m["snum"] is not None:
+        num, den = (int(m["num"]), int(m["den"])) if m["num"] is not None else (int(m["snum"]), int(m["sden"]))
+        if den == 0 or (m["num"] is not None and m["fsign"] and m["sign"]):
+            return None
+        return Fraction(sign * (-1 if m["fsign"] == "-" else 1) * num, den), False
+    digits = (m["int"] or "") + (m["frac"] or "") if m["bare"] is None else m["bare"]
+    if len(digits.replace(".", "").lstrip("0")) > 12:  # beyond what a float holds exactly: math-verify's business
+        return None
+    return sign * Fraction(digits), "." in digits
+
+
+def _numeric_verdict(answer: str, reference: str) -> bool | None:
+    """Equivalence of two plain numbers (:func:`_rational`) decided without math-verify, with its
+    verdict: exact rationals are equal or not; with a decimal on either side math-verify compares
+    both rounded to 6 decimals, so equal values are equivalent and values more than 2e-6 apart are
+    not (rounding moves each by at most 5e-7); anything closer is left to math-verify (None)."""
+    a, b = _rational(answer), _rational(reference)
+    if a is None or b is None:
+        return None
+    if a[0] == b[0]:
+        return True
+    if not (a[1] or b[1]) or abs(a[0] - b[0]) > Fraction(2, 1_000_000):
+        return False
+    return None
+
+
+# ----------------------------------------------------------------------------- the grader
 
 
 @dataclass(frozen=True)
@@ -238,6 +332,10 @@ class MathGrader(Grader):
     def __post_init__(self):
         object.__setattr__(self, "max_answer_chars", integer_at_least(self.max_answer_chars, "max_answer_chars", 1))
 
+    def warm_up(self) -> None:
+        """Prime math-verify's parser (:func:`warm_up_parser`: about a second of CPU, once per process)."""
+        warm_up_parser()
+
     def reference(self, item) -> list:
         """The parsed reference answer of ``item`` (cached per answer text); raises
         :class:`GraderError` when math-verify cannot read it."""
@@ -255,11 +353,15 @@ class MathGrader(Grader):
         if len(answer) > self.max_answer_chars:
             return Grade(False, answer, f"answer too long to compare ({len(answer)} characters > {self.max_answer_chars})")
         normalised, reference = normalise_math_answer(answer), normalise_math_answer(item.answer)
-        if _same_text(normalised, reference):
-            return Grade(True, answer, EQUIVALENT)  # the reference itself, as written
         if _INTEGER.fullmatch(normalised) and _INTEGER.fullmatch(reference):  # two integers: compared exactly
             return Grade(True, answer, EQUIVALENT) if int(normalised) == int(reference) else \
                 Grade(False, answer, NOT_EQUIVALENT)
+        canonical, canonical_reference = _canonical_text(normalised), _canonical_text(reference)
+        if canonical == canonical_reference:
+            return Grade(True, answer, EQUIVALENT)  # the reference itself, spelt differently
+        verdict = _numeric_verdict(canonical, canonical_reference)
+        if verdict is not None:  # two plain numbers: math-verify's verdict without its parse
+            return Grade(verdict, answer, EQUIVALENT if verdict else NOT_EQUIVALENT)
         gold = self.reference(item)
         prediction = _parse(normalised)
         if not prediction:

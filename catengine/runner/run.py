@@ -20,6 +20,7 @@ differ from the ones its log recorded (model, endpoint, output cap, sampling, gr
 from __future__ import annotations
 
 import math
+import threading
 import time
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
@@ -199,6 +200,9 @@ def run_model(bank, client, *, grader=None, log=None, subject=None, concurrency:
                        excluded_flagged=[] if include_flagged else [c.item for c in bank.contents() if c.grading_note])
     started = time.perf_counter()
     failed_item = None
+    warm_up = getattr(grader, "warm_up", None)
+    if callable(warm_up):  # primes the grader while the first requests are in flight
+        threading.Thread(target=warm_up, name="catengine-grader-warm-up", daemon=True).start()
     try:
         with ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="catengine-run") as pool:
             while not session.finished:
