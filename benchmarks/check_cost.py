@@ -1,14 +1,14 @@
-"""The cost of the default interval check on MATH500, and what its shortcuts do to its figures.
+"""The cost of the default held-out check on MATH500, and what its shortcuts do to its figures.
 
     python benchmarks/check_cost.py                       # cBMM and LaRT SAEM, check seeds 0 1 2
     python benchmarks/check_cost.py --methods cbmm --seeds 4
 
-Every ``to_item_bank`` with ``interval_check="auto"`` runs the cross-fitted check of
-``calibration/interval_calibration.py``. Its default refits start from the full fit
+Every ``to_item_bank`` with ``interval_check="auto"`` runs the held-out check of
+``calibration/heldout/``. Its default refits start from the full fit
 (``RefitBank``: item parameters, prior, traits, score factors; SAEM with a 5-iteration burn-in
 and a twice looser tolerance) and scores random-selection tests at the tabulated lengths only.
 The reference is the same check with cold refits (a plain ``fit`` per fold) and random tests
-replayed step by step in sessions (``with_interval_check(..., cold_start=True)``).
+replayed step by step in sessions (``with_held_out_check(..., cold_start=True)``).
 
 For each check seed (the fold split, the refits' and the replays' random streams) both checks run
 on the same full fit, alternating, and the table prints per selector and test length the mean
@@ -31,7 +31,7 @@ import numpy as np
 from _paths import lart_files
 
 from calibration import ResponseData
-from calibration.interval_calibration import with_interval_check
+from calibration.heldout import with_held_out_check
 from calibration.methods.cbmm.calibrator import CBMMCalibrator
 from calibration.methods.lart.calibrator import LaRTSAEMCalibrator
 
@@ -39,9 +39,9 @@ METHODS = {"cbmm": CBMMCalibrator, "saem": LaRTSAEMCalibrator}
 
 
 def _record(cal, bank, seed: int, cold: bool):
-    cal.rng = seed  # the check's seed (calibration.interval_calibration._seed_of); the fit is done
+    cal.rng = seed  # the check's seed (calibration.heldout.check._seed_of); the fit is done
     t = time.perf_counter()
-    out = with_interval_check(cal, bank, True, cold_start=cold)
+    out = with_held_out_check(cal, bank, True, cold_start=cold)
     return json.loads(out.attrs["interval_calibration"]), time.perf_counter() - t
 
 

@@ -33,7 +33,7 @@ def _data(name: str):
     from calibration.io import load_responses
 
     # the LaRT data: a zero-shot and a one-shot run per LLM; replay_audit and every check it runs
-    # find the run suffixes and hold both runs of an LLM out together (calibration.folds.with_llm_groups)
+    # find the run suffixes and hold both runs of an LLM out together (calibration.heldout.with_llm_groups)
     if name.startswith("math500"):
         accuracy, cot = lart_files("math500")
         return load_responses(accuracy, cot=cot, wide=True)

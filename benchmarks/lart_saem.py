@@ -4,12 +4,12 @@
     python benchmarks/lart_saem.py --peer          # + mirt's ResponseTimeGibbsSampler on the simulated data
     python benchmarks/lart_saem.py --sim 500x50 --seeds 5     # other simulated shapes / several seeds
     python benchmarks/lart_saem.py --table-only    # issue 33's SAEM / MATH500 rows beside their baselines
-    python benchmarks/lart_saem.py --no-check      # the table without the (slow) default interval checks
+    python benchmarks/lart_saem.py --no-check      # the table without the (slow) default held-out checks
 
 Issue 33's rows (printed first): on MATH500, the LaRT SAEM fit (median of ``--repeat`` fits) beside
 the exact M-step (``_carry_tol = 0``: a full history pass per item and
 iteration) in the same run, with the largest differences of the two fits' a, b, rho and item SDs
-(same seed); the default interval check (``to_item_bank(interval_check=True)`` minus the bank
+(same seed); the default held-out check (``to_item_bank(interval_check=True)`` minus the bank
 without it) as a multiple of the fit, and where one more check's time goes (CPU seconds of its
 fold and strength-ordered refits, the score factors' fits with their cross-validation, the replays
 and the score check, each measured as the thread CPU time of the worker thread that ran it); and
@@ -85,7 +85,7 @@ def _median_time(fn, repeat):
 
 
 def _check_cost(cal, repeat=3):
-    """Seconds of the default interval check on a fitted calibrator: bank with it minus bank without
+    """Seconds of the default held-out check on a fitted calibrator: bank with it minus bank without
     (medians of ``repeat`` runs each, after one untimed run that loads the compiled kernels)."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -100,7 +100,7 @@ def check_parts(cal) -> dict:
     so its thread CPU time is its cost), the check's wall time and the process's CPU time."""
     import threading
 
-    import calibration.interval_calibration as ic
+    from calibration.heldout import check, fold_replays, refits
 
     spent: dict[str, float] = {}
     lock = threading.Lock()
@@ -119,8 +119,10 @@ def check_parts(cal) -> dict:
         setattr(owner, name, wrapper)
         return owner, name, original
 
-    patched = [timed(ic.RefitBank, "__call__", "refits"), timed(ic, "attach_score_factors", "score factors"),
-               timed(ic._Replays, "one_fold", "replays"), timed(ic, "score_residuals", "score check")]
+    patched = [timed(refits.RefitBank, "__call__", "refits"), timed(check, "attach_score_factors", "score factors"),
+               timed(refits, "attach_score_factors", "score factors"),
+               timed(fold_replays.FoldReplays, "one_fold", "replays"),
+               timed(fold_replays, "score_residuals", "score check")]
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -259,7 +261,7 @@ def main(argv=None):
     ap.add_argument("--peer", action="store_true", help="also fit the simulated data with mirt's Gibbs sampler")
     ap.add_argument("--table-only", action="store_true", help="only issue 33's MATH500 rows")
     ap.add_argument("--no-table", action="store_true", help="skip issue 33's MATH500 rows")
-    ap.add_argument("--no-check", action="store_true", help="issue 33's rows without the default interval checks")
+    ap.add_argument("--no-check", action="store_true", help="issue 33's rows without the default held-out checks")
     ap.add_argument("--repeat", type=int, default=3, help="fits per timing in issue 33's rows (median)")
     args = ap.parse_args(argv)
     n, j = (int(x) for x in args.sim.lower().split("x"))

@@ -1,17 +1,16 @@
 """Paired comparisons of two LLMs (``catengine.PairedSession``): error rates at the stop, on real
 held-out LLMs and in simulation, and the items they need beside a fixed-length paired sample.
 
-``python benchmarks/paired.py [math500-cbmm|math500-saem|amc23-saem|chembench|sim|rank|near-zero|all]
-[--pairs 40] [--reps 1] [--seed 0] [--folds 5] [--sim-pairs 200]``
+``python benchmarks/paired.py [math500-cbmm|math500-saem|amc23-saem|chembench|sim|rank|near-zero|caps|all]
+[--pairs 40] [--reps 1] [--seed 0] [--folds 5] [--sim-pairs 200] [--session K=V,...] [--caps 100,300,500]``
 
 * **Real data** (``math500-cbmm``: MATH500, 2PL by cBMM; ``math500-saem``: MATH500 with CoT
   lengths, LaRT by SAEM; ``amc23-saem``; ``chembench``: the realigned ChemBench matrix, 2PL): the
-  LLMs are split into ``--folds`` folds (``calibration.folds.llm_folds``: the runs of one LLM stay
-  in one fold); for each fold a bank is calibrated on the others (``CBMMCalibrator`` /
+  LLMs are split into ``--folds`` folds (``llm_folds``: the runs of one LLM stay in one fold); for each fold a bank is calibrated on the others (``CBMMCalibrator`` /
   ``LaRTSAEMCalibrator`` with their defaults, without the cross-fitted interval check, which the
   paired design does not read) and up to ``--pairs`` random pairs of held-out runs of different
-  LLMs are replayed through a default ``PairedSession`` (stop once decided or tied, else at the
-  bank's default cap of 100 items) over the items both answered. Printed: the share of pairs
+  LLMs are replayed through a default ``PairedSession`` (stop once decided or tied, else at its
+  default cap, ``catengine.paired.DEFAULT_MAX_ITEMS``) over the items both answered. Printed: the share of pairs
   whose interval holds the true full-benchmark difference (the mean over all items of a's answers
   minus b's) at the stop, the decisions ("a"/"b" right, wrong direction, tie, undecided), items
   used, and beside them a fixed-length paired random sample of n items (uniform without
@@ -27,6 +26,11 @@ held-out LLMs and in simulation, and the items they need beside a fixed-length p
   points of each other (LaRT banks by SAEM on the other folds), replayed ``--reps`` times (default
   10 here) with the interval checked after every answer: the share of paths on which it ever
   missed the true difference (the confidence sequence's time-uniform error).
+* **Item caps** (``caps``): the real-data sets ``math500-saem``, ``math500-cbmm`` and ``chembench``
+  replayed once per cap in ``--caps`` (0 = every item compared), then one table: per set and cap the
+  share decided, wrong directions, mean items, items per decision, and the items per decision of
+  the fixed-length sample deciding as many pairs at 95% and 99% (the measurement behind
+  ``DEFAULT_MAX_ITEMS``, docs/comparisons.md).
 * **Leaderboard** (``rank``): 12 calibration LLMs (one run each, different LLMs) of the shipped
   ``math500_2pl`` bank, each replayed from its stored answers by a default ``CATSession`` to its
   default stop, logged; ``catengine.paired.leaderboard`` ranks the logs (Bonferroni over the 66
@@ -49,15 +53,19 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from _paths import CHEMBENCH, lart_files  # noqa: E402
 
-SETS = ("math500-cbmm", "math500-saem", "amc23-saem", "chembench", "sim", "rank", "near-zero")
-FIXED_LENGTHS = (10, 25, 50, 100, 150, 200, 300)
+SETS = ("math500-cbmm", "math500-saem", "amc23-saem", "chembench", "sim", "rank", "near-zero", "caps")
+#: the sets the ``caps`` measurement replays, and its default caps (0 = every item compared)
+CAP_SETS = ("math500-saem", "math500-cbmm", "chembench")
+CAPS = (100, 300, 500, 1000, 0)
+FIXED_LENGTHS = (10, 25, 50, 100, 150, 200, 300, 400, 500, 700, 1000, 1500, 2000)
 #: levels of the fixed-length t interval compared
 LEVELS = (0.95, 0.99)
 
 
 def load(benchmark):
     import calibration
-    from calibration.folds import with_llm_groups
+
+    from calibration.heldout import with_llm_groups
 
     if benchmark in ("math500", "amc23"):
         acc, cot = lart_files(benchmark)
@@ -122,6 +130,9 @@ def fixed_length(delta, lengths, rng, reps=200, levels=LEVELS):
 
 
 def summarise(name, rows, fixed, J_mean):
+    """Print the figures of a set of replays; returns the key ones (decided share, wrong-direction
+    share, mean items, items per decision, and the fixed-length sample's items per decision at each
+    level when it decides as many pairs, else None)."""
     n = len(rows)
     truth = np.array([r["truth"] for r in rows])
     cover = np.mean([r["low"] - 1e-12 <= r["truth"] <= r["high"] + 1e-12 for r in rows])
@@ -146,6 +157,8 @@ def summarise(name, rows, fixed, J_mean):
             print(f"  |truth| in [{lo:.2f}, {hi:.2f}): {part.sum():4d} pairs, decided {decided[part].mean():.2f}, "
                   f"wrong {wrong[part].mean():.3f}, mean items {used[part].mean():.1f}, coverage "
                   f"{np.mean([(r['low'] - 1e-12 <= r['truth'] <= r['high'] + 1e-12) for r, p in zip(rows, part) if p]):.3f}")
+    figures = {"decided": float(decided.mean()), "wrong": float(wrong.mean()), "mean": float(used.mean()),
+               "per_decision": float(used.mean() / max(decided.mean(), 1e-12)), "fixed": {}}
     if fixed:
         for level in LEVELS:
             lengths = sorted(fixed[0][level])
@@ -161,15 +174,18 @@ def summarise(name, rows, fixed, J_mean):
                 else:
                     x0, x1, r0, r1 = lengths[k - 1], lengths[k], rate[k - 1], rate[k]
                     n_eq = x0 + (target - r0) / max(r1 - r0, 1e-12) * (x1 - x0)
+                figures["fixed"][level] = n_eq / target
                 print(f"  at {100 * level:g}% it decides as many pairs ({target:.3f}) at n = {n_eq:.0f} items for every "
                       f"pair (items per decision {n_eq / target:.1f}) against the paired session's mean {used.mean():.1f} "
                       f"(items per decision {used.mean() / target:.1f})")
             else:
+                figures["fixed"][level] = None
                 print(f"  at {100 * level:g}% it decides fewer pairs than the paired session ({target:.3f}) at every n")
+    return figures
 
 
 def run_real(name, n_pairs, reps, seed, folds, options=None):
-    from calibration.folds import llm_folds
+    from calibration.heldout import llm_folds
 
     benchmark, _, method = name.partition("-")
     data = load(benchmark)
@@ -216,12 +232,32 @@ def run_real(name, n_pairs, reps, seed, folds, options=None):
         top = max(f[LEVELS[0]])
         filled.append({level: {n: f[level][n] if n in f[level] else f[level][top] for n in lengths}
                        for level in LEVELS})
-    summarise(name, rows, filled, float(np.mean(sizes)))
+    return summarise(name, rows, filled, float(np.mean(sizes)))
 
 
-def run_near_zero(reps, seed, folds):
-    from calibration.folds import llm_folds
+def run_caps(caps, n_pairs, seed, folds):
+    """Each real-data set of :data:`CAP_SETS` at each item cap (0: every item compared), then one table."""
+    from catengine.paired import PairedStopping
+
+    table = []
+    for name in CAP_SETS:
+        for cap in caps:
+            print(f"\n-- {name}, cap {cap or 'none (every item compared)'}", flush=True)
+            options = {"stopping": PairedStopping(max_items=cap or 10 ** 9)}
+            table.append((name, cap, run_real(name, n_pairs, 1, seed, folds, options)))
+    print("\n== items per decision by cap: the paired session beside the fixed-length sample deciding as many pairs")
+    print(f"{'data':14s} {'cap':>5s} {'decided':>8s} {'wrong':>6s} {'mean items':>10s} {'per decision':>12s} "
+          f"{'fixed 95%':>9s} {'fixed 99%':>9s}")
+    for name, cap, f in table:
+        fixed = [f["fixed"].get(level) for level in LEVELS]
+        print(f"{name:14s} {cap or 'none':>5} {f['decided']:8.3f} {f['wrong']:6.3f} {f['mean']:10.1f} "
+              f"{f['per_decision']:12.1f} " + " ".join(f"{'-' if x is None else f'{x:.1f}':>9s}" for x in fixed))
+
+
+def run_near_zero(reps, seed, folds, options=None):
     from catengine import PairedSession
+
+    from calibration.heldout import llm_folds
 
     data = load("math500")
     Y, cot, groups = answers(data), data.cot_length, data.llm_groups
@@ -241,7 +277,8 @@ def run_near_zero(reps, seed, folds):
                 for r in range(reps):
                     with warnings.catch_warnings():
                         warnings.simplefilter("ignore")
-                        s = PairedSession(bank, rng=np.random.default_rng([seed, int(i), int(m), r]))
+                        s = PairedSession(bank, rng=np.random.default_rng([seed, int(i), int(m), r]),
+                                          **(options or {}))
                         ever = False
                         while not s.finished:
                             item = s.next_item()
@@ -367,6 +404,8 @@ def main(argv=None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--folds", type=int, default=5)
     ap.add_argument("--sim-pairs", type=int, default=200, help="simulated pairs per gap (default 200)")
+    ap.add_argument("--caps", default=",".join(map(str, CAPS)), metavar="N,...",
+                    help=f"item caps of the caps measurement (default {','.join(map(str, CAPS))}; 0 = every item)")
     ap.add_argument("--session", default=None, metavar="K=V,...",
                     help="PairedSession settings other than the defaults, e.g. uniform_share=1,max_items=200")
     args = ap.parse_args(argv)
@@ -384,15 +423,18 @@ def main(argv=None) -> int:
             options[key] = value.strip().lower() in ("1", "true", "yes")
         else:
             options[key] = float(value)
-    chosen = tuple(s for s in SETS if s != "near-zero") if args.sets == "all" else (args.sets,)  # near-zero: alone
+    # near-zero and caps: alone
+    chosen = tuple(s for s in SETS if s not in ("near-zero", "caps")) if args.sets == "all" else (args.sets,)
     for name in chosen:
         t0 = time.perf_counter()
         if name == "sim":
             run_sim(args.sim_pairs, args.seed, options)
         elif name == "rank":
             run_rank(max(args.reps, 1), args.seed)
+        elif name == "caps":
+            run_caps([int(c) for c in args.caps.split(",")], args.pairs, args.seed, args.folds)
         elif name == "near-zero":
-            run_near_zero(args.reps if args.reps > 1 else 10, args.seed, args.folds)
+            run_near_zero(args.reps if args.reps > 1 else 10, args.seed, args.folds, options)
         else:
             run_real(name, args.pairs, args.reps, args.seed, args.folds, options)
         print(f"({name}: {time.perf_counter() - t0:.0f} s)", flush=True)

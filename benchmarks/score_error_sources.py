@@ -82,8 +82,7 @@ def main(argv=None) -> int:
     from catengine.scoring import random_mean_mae
 
     from calibration import CBMMCalibrator, load_responses
-    from calibration.folds import llm_folds, with_llm_groups
-    from calibration.score_factors import attach_score_factors
+    from calibration.heldout import attach_score_factors, llm_folds, with_llm_groups
     from catengine.scoring import predict_accuracy_factors
     from catengine import CATSession
     from catengine.models.information import prob_correct

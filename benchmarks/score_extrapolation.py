@@ -80,7 +80,7 @@ def simulate(kind, seed=2024, n_llms=300, n_items=400):
 
 def load(benchmark):
     import calibration
-    from calibration.folds import with_llm_groups
+    from calibration.heldout import with_llm_groups
 
     if benchmark in SIMULATED:
         return simulate(SIMULATED[benchmark])

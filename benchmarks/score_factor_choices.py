@@ -91,8 +91,7 @@ def main(argv=None) -> int:
     from catengine.scoring import random_mean_mae
     from score_prediction import load
 
-    from calibration.folds import llm_folds
-    from calibration.score_factors import fit_score_factors
+    from calibration.heldout import fit_score_factors, llm_folds
     from catengine.models.score_factors import ScoreFactors
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -156,8 +155,7 @@ def learning_curve(args) -> int:
     from catengine.scoring import random_mean_mae
     from score_prediction import load
 
-    from calibration.folds import llm_folds
-    from calibration.score_factors import fit_score_factors
+    from calibration.heldout import fit_score_factors, llm_folds
     from catengine.models.score_factors import ScoreFactors
 
     sizes = [int(n) for n in args.train_llms.split(",")]

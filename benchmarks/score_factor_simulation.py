@@ -88,8 +88,7 @@ def simulate(args, seed: int) -> dict:
     from catengine.scoring import random_mean_mae
 
     from calibration import load_responses
-    from calibration.folds import llm_folds, with_llm_groups
-    from calibration.score_factors import fit_score_factors
+    from calibration.heldout import fit_score_factors, llm_folds, with_llm_groups
     from catengine.models.score_factors import ScoreFactors
 
     t0 = time.perf_counter()

@@ -51,8 +51,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from _paths import CHEMBENCH, PSN_IRT, exit_without_psn, lart_files  # noqa: E402
 
+from calibration.common import Z95 as Z  # noqa: E402
+
 LENGTHS = (10, 25, 50, 100)
-Z = 1.959963984540054
 
 
 def load(name, grouped=True):
@@ -60,7 +61,7 @@ def load(name, grouped=True):
     with its runs grouped by LLM as the library's checks group them (``with_llm_groups``), so that
     every fold split here holds both runs of an LLM out together (``grouped=False``: each run alone)."""
     import calibration
-    from calibration.folds import with_llm_groups
+    from calibration.heldout import with_llm_groups
 
     if name == "math500":
         accuracy, cot = lart_files("math500")
@@ -241,7 +242,7 @@ def summarise(name, rows, seconds, n_items, label=""):
 
 
 def run(name, folds, reps, sd_scale, seed, max_llms=None, use_cot=True, rows_out=None, method=None, grouped=True):
-    from calibration.folds import llm_folds
+    from calibration.heldout import llm_folds
 
     t0 = time.perf_counter()
     data = load(name, grouped)

@@ -93,8 +93,7 @@ def main(argv=None) -> int:
     from score_factor_choices import print_method_table, record_seed_ratios
     from score_prediction import load
 
-    from calibration.folds import llm_folds
-    from calibration.score_factors import fit_score_factors
+    from calibration.heldout import fit_score_factors, llm_folds
     from catengine.models.score_factors import ScoreFactors
     from catengine.scoring import predict_accuracy_factors, random_mean_mae
 

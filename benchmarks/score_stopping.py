@@ -45,7 +45,7 @@ def run_session(bank, y, cot, width, rng):
 def main(argv=None) -> int:
     from score_prediction import calibrate, load
 
-    from calibration.folds import llm_folds
+    from calibration.heldout import llm_folds
     from catengine.scoring import random_mean_mae
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -59,7 +59,7 @@ def main(argv=None) -> int:
     t0 = time.perf_counter()
     if args.benchmark == "amc23":
         import calibration
-        from calibration.folds import with_llm_groups
+        from calibration.heldout import with_llm_groups
         from _paths import lart_files
 
         accuracy, cot = lart_files("amc23")

@@ -201,6 +201,9 @@ class BaseCalibrator(ABC):
     EXPORT_SETTINGS: dict[str, Setting] = {}
     #: whether ``fit`` also takes an (N, J) array of 0/1 (-1 or NaN missing)
     accepts_arrays: bool = False
+    #: whether the held-out check (``calibration.heldout``) widens the bank's ``b_sd`` to the spread of
+    #: its fold refits when that is wider (a method whose item SDs are a posterior's, e.g. PSN)
+    held_out_widens_b_sd: bool = False
 
     # ------------------------------------------------------------------ settings
     @classmethod
@@ -356,7 +359,7 @@ class BaseCalibrator(ABC):
                 self.progress = chosen
         self.elapsed_ = time.perf_counter() - start
         self.responses_sha256_ = data.sha256()
-        self.training_data_ = data  # for the cross-fitted interval check of to_item_bank
+        self.training_data_ = data  # for the held-out check of to_item_bank
         self._fitted = True
         return self
 
@@ -368,7 +371,7 @@ class BaseCalibrator(ABC):
         if not getattr(self, "_fitted", False):
             raise NotFittedError(f"this {type(self).__name__} is not fitted yet; call fit(responses) first")
 
-    #: True on the interval check's fold refits: their convergence warnings are kept in
+    #: True on the held-out check's fold refits: their convergence warnings are kept in
     #: ``convergence_warnings_`` and not shown (refits run on worker threads, where
     #: ``warnings.catch_warnings`` cannot tell one fit's warnings from another's)
     quiet_convergence: bool = False

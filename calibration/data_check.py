@@ -453,7 +453,7 @@ def _as_arrays(data, groups):
 
     if isinstance(data, ResponseData):
         if groups is None:
-            from calibration.folds import with_llm_groups
+            from calibration.heldout import with_llm_groups
 
             grouped, _ = with_llm_groups(data)
             groups = grouped.llm_groups

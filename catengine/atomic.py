@@ -20,6 +20,8 @@ import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 
+from catengine.errors import CatEngineError
+
 try:
     import fcntl
 except ImportError:  # pragma: no cover - not POSIX: locks are not taken
@@ -107,7 +109,7 @@ def atomic_output(path, *, overwrite: bool = True, mode: int | None = None, fsyn
         tmp.unlink(missing_ok=True)
 
 
-class LockHeldError(OSError):
+class LockHeldError(CatEngineError, OSError):
     """Another process holds the lock of :func:`exclusive_lock`; the message names it."""
 
 

@@ -30,7 +30,7 @@ the adaptive 95% intervals on the real LLMs, cross-fitted over LLMs
 (``calibration.audit.replay_audit``, 4 folds, the bank's default selector and random items), by
 test length. The LaRT data holds a zero-shot and a one-shot run of each LLM (158 runs of 79 LLMs
 on MATH500): both runs of an LLM are always held out together, in the audit and in every check the
-calibration runs (``calibration.folds.with_llm_groups`` finds the run suffixes; the stored responses
+calibration runs (``calibration.heldout.with_llm_groups`` finds the run suffixes; the stored responses
 carry the groups).
 
 Usage (from the repository root; the data folder defaults to ``data/``, where each source file is
@@ -133,7 +133,7 @@ RECIPES = {
 def load_data(recipe: Recipe, data_root: Path = DEFAULT_DATA):
     """The recipe's ResponseData with namespaced item ids (and, for ChemBench, difficulty labels)."""
     from calibration.data import ResponseData
-    from calibration.folds import with_llm_groups
+    from calibration.heldout import with_llm_groups
 
     folder = Path(data_root) / recipe.folder
     if not folder.is_dir():
@@ -361,7 +361,7 @@ def calibrator(recipe: Recipe):
 
 def fit_bank(recipe: Recipe, data, interval_check="auto"):
     """The calibrated bank (parameters and provenance, no card yet) with its calibration responses.
-    ``interval_check=False`` skips the cross-fitted check (a parameter comparison does not need it)."""
+    ``interval_check=False`` skips the held-out check (a parameter comparison does not need it)."""
     bank = calibrator(recipe).fit(data).to_item_bank(recipe.bank_id, interval_check=interval_check)
     return bank.with_group("responses", data.to_dataset())
 

@@ -176,7 +176,7 @@ def test_adapter_inspect_rounds_never_run_past_the_default_item_cap(offline):
     """An unreachable precision keeps the default rule's cap: the rounds stop exactly at it, the last one
     cut to what is left."""
     from catengine.adapters.inspect import run_adaptive
-    from catengine.cli import default_stopping_parts, stopping_with_overrides
+    from catengine.stopping import default_stopping_parts, stopping_with_overrides
 
     n = 130
     _, _, cap = default_stopping_parts(n)
@@ -352,3 +352,86 @@ def test_read_inspect_logs_reads_the_eval_files_inspect_writes_in_a_fresh_proces
     cut.write_bytes(data[: len(data) // 2])
     with pytest.raises(ValueError, match=r"cut\.eval: truncated or corrupt \.eval archive"):
         read_inspect_logs(cut)
+
+
+def _paired_models(bank, oracles, *, calls, fail_items=()):
+    """Two of Inspect's mock models answering like two simulated LLMs (``oracles``), each logging the
+    items it was asked in ``calls[side]``; not memoised, so that the two stay two."""
+    from inspect_ai.model import ModelOutput, ModelUsage, get_model
+
+    def make(side):
+        oracle = oracles[side]
+
+        def answer(messages, tools, tool_choice, config):
+            text = messages[-1].text
+            item = text[1:text.index("]")]
+            calls[side].append(item)
+            if side == 1 and item in fail_items:
+                raise RuntimeError(f"provider down while answering {item}")
+            j = bank.index_of(item)
+            correct, tokens = oracle[j]
+            out = ModelOutput.from_content("mockllm/model", f"the answer is {j + 100 if correct else j + 7}")
+            out.usage = ModelUsage(input_tokens=20, output_tokens=int(tokens), total_tokens=20 + int(tokens))
+            return out
+
+        return get_model("mockllm/model", custom_outputs=answer, memoize=False)
+
+    return make(0), make(1)
+
+
+def test_adapter_inspect_compares_two_models_item_by_item(offline):
+    from catengine import PairedSession
+    from catengine.adapters.inspect import run_paired, task_items
+    from catengine.paired import PairedStopping
+
+    bank, _, task = _world()
+    oracles = [naive.make_oracle(bank.params, seed=11, theta=theta)[0] for theta in (2.5, -2.5)]
+    calls = ([], [])
+    model_a, model_b = _paired_models(bank, oracles, calls=calls)
+    items = task_items(task, bank)
+    assert items == list(bank.item_ids[:N_SAMPLES])
+    stopping = PairedStopping(max_items=6, on_decision=False)
+    with pytest.raises(ValueError, match="task_items"):  # every item compared needs a sample
+        run_paired(task, PairedSession(bank, rng=0), model_a=model_a, model_b=model_b)
+    log = offline / "pair.jsonl"
+    pair = PairedSession(bank, items=items, rng=0, stopping=stopping, log=log, subjects=("strong", "weak"))
+    result = run_paired(task, pair, model_a=model_a, model_b=model_b, log_dir=str(offline / "inspect-logs"))
+    assert result.rounds == 6 and pair.finished and len(result.eval_logs) == 12
+    # each model saw exactly the items drawn, once each, and both answers were recorded from its scorer
+    drawn = [s.item for s in pair.history]
+    assert calls[0] == calls[1] == drawn
+    for s in pair.history:
+        j = bank.index_of(s.item)
+        assert (s.correct_a, s.cot_length_a) == oracles[0][j] and (s.correct_b, s.cot_length_b) == oracles[1][j]
+    # the same comparison as the paired session driven directly
+    ref = PairedSession(bank, items=items, rng=0, stopping=stopping, subjects=("strong", "weak"))
+    while not ref.finished:
+        item = ref.next_item()
+        j = bank.index_of(item)
+        ref.record(item, oracles[0][j][0], oracles[1][j][0], oracles[0][j][1], oracles[1][j][1])
+    assert [s.item for s in ref.history] == drawn and ref.comparison() == result.comparison
+    assert str(result).startswith("strong - weak:") and result.stop_reason == "reached 6 items"
+    pair.close()
+
+
+def test_adapter_inspect_paired_round_with_a_failed_model_records_nothing(offline):
+    from catengine import PairedSession
+    from catengine.adapters.inspect import run_paired, task_items
+    from catengine.errors import CatEngineError as Error
+
+    bank, _, task = _world()
+    oracles = [naive.make_oracle(bank.params, seed=11, theta=theta)[0] for theta in (1.0, 0.0)]
+    log = offline / "pair.jsonl"
+    pair = PairedSession(bank, items=task_items(task, bank), rng=1, stopping=4, log=log)
+    first = pair.next_item()
+    calls = ([], [])
+    model_a, model_b = _paired_models(bank, oracles, calls=calls, fail_items={first})
+    with pytest.raises(Error, match=r"(?s)model b .*item '" + first + r"'.*nothing was recorded"):
+        run_paired(task, pair, model_a=model_a, model_b=model_b, log_dir=str(offline / "inspect-logs"))
+    assert pair.n_items == 0 and pair.pending_item == first
+    pair.close()
+    resumed = PairedSession.resume(log, bank)  # the item stays proposed in the log: it is asked again
+    model_a, model_b = _paired_models(bank, oracles, calls=calls)
+    result = run_paired(task, resumed, model_a=model_a, model_b=model_b, log_dir=str(offline / "inspect-logs"))
+    assert resumed.history[0].item == first and result.comparison.n_items == resumed.n_items
+    resumed.close()

@@ -179,7 +179,7 @@ def test_full_length_sd_comes_from_a_session_with_the_same_selector():
     ratio compares SD_L and SD_F of one curve); the full-benchmark estimate itself is shared."""
     import json
 
-    from calibration.audit.replay import replay_llms
+    from calibration.heldout import replay_llms
     from catengine import ItemBank
     from catengine.estimation.interval_calibration import IntervalCalibration
     from catengine.selection import RandomSelection

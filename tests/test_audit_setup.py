@@ -1,4 +1,4 @@
-"""Audit seeds, ability specifications and altered banks (calibration.audit.runner, _common)."""
+"""Audit seeds, ability specifications and altered banks (calibration.common.stream, calibration.audit._common)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import pytest
 
 from calibration.audit import AbilitySpec, alter_bank, recovery_audit
 from calibration.audit import metrics as M
-from calibration.audit.runner import stream
+from calibration.common import stream
 from audit_cases import _bank_2pl, _bank_lart
 
 # ============================================================================ seeds, specs, banks

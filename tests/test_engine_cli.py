@@ -11,7 +11,8 @@ import pytest
 
 import naive_engine as naive
 from catengine import open_item_bank, write_item_bank
-from catengine.cli import load_responses, main
+from catengine.cli import main
+from catengine.responses import load_subject_answers as load_responses
 
 
 @pytest.fixture(scope="module")
@@ -81,11 +82,11 @@ def test_evaluate_says_when_the_file_ran_out_of_answers(tmp_path, lart_bank, cap
     assert rc == 0
     summary = json.loads(capsys.readouterr().out.splitlines()[-1])["summary"]
     assert summary["n_items"] == 4
-    assert summary["stop_reason"] == (f"every answer in the file is used (4 of the bank's {len(ids)} items have one; the "
+    assert summary["stop_reason"] == (f"every available answer is used (4 of the bank's {len(ids)} items have one; the "
                                       "others cannot be administered)")
     rc = main(["evaluate", "--bank", lart_bank.source, "--responses", str(path)])
     out = capsys.readouterr().out
-    assert rc == 0 and "stopped: every answer in the file is used" in out and "no item left" not in out
+    assert rc == 0 and "stopped: every available answer is used" in out and "no item left" not in out
 
 
 def test_evaluate_sd_scale_widens_the_reported_sd(tmp_path, lart_bank, capsys):
@@ -373,7 +374,7 @@ def test_selector_help_names_every_selector_and_the_default_rule():
     """`--selector`'s help is written out (the CLI does not import the registry to build it): it must
     name every registered selector, and say that the default is the bank's own, as
     default_selector_for decides."""
-    from catengine.cli import SELECTOR_HELP
+    from catengine.cli.options import SELECTOR_HELP
     from catengine.selection import SELECTORS
 
     listed = SELECTOR_HELP.split(" (default:")[0].split(" | ")
@@ -413,7 +414,7 @@ def _result(out: str):
 
 def test_stopping_options_replace_their_part_of_the_default_rule():
     """No stopping option = catengine.stopping.default_stopping(n); each option replaces its part."""
-    from catengine.cli import default_stopping_parts, stopping_with_overrides
+    from catengine.stopping import default_stopping_parts, stopping_with_overrides
     from catengine.stopping import (AllOf, AnyOf, InformationBelow, MaxItems, MinItems, ScoreIntervalBelow,
                                     StandardErrorBelow, default_stopping)
     from catengine.stopping.rules import item_limit
@@ -438,7 +439,7 @@ def test_stopping_options_replace_their_part_of_the_default_rule():
 
 
 def test_stopping_help_states_the_default_rule(capsys):
-    from catengine.cli import default_stopping_parts
+    from catengine.stopping import default_stopping_parts
     from catengine.console import describe_stopping
     from catengine.stopping import ScoreIntervalBelow, default_stopping
 

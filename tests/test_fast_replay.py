@@ -198,9 +198,9 @@ def test_a_cot_length_a_session_refuses_is_refused_with_its_item(math500):
 
 
 def test_the_replay_audit_gives_the_same_figures_either_way(math500, monkeypatch):
-    """``calibration.audit.replay.replay_llms`` (the interval check's and replay audit's replays)
+    """``calibration.heldout.replay_llms`` (the held-out check's and replay audit's replays)
     with the compiled path and with sessions stepped in Python (``compiled=False``)."""
-    from calibration.audit.replay import replay_llms
+    from calibration.heldout import replay_llms
 
     data, rows = math500
     bank = BANKS["lart"]()

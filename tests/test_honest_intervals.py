@@ -283,7 +283,7 @@ def test_session_applies_the_stored_calibration_by_default_and_sd_scale_override
 
 # ----------------------------------------------------------------------------- calibration side
 def test_fit_factors_recovers_a_known_inflation():
-    from calibration.interval_calibration import fit_factors
+    from calibration.heldout.interval_curves import fit_factors
 
     rng = np.random.default_rng(0)
     n, lengths = 4000, np.array([5, 10, 20, 40])
@@ -307,7 +307,7 @@ def test_narrowing_floor_narrows_only_by_the_upper_confidence_bound():
     the bound holds the true factor 70% of the time (brute force over normal replicates)."""
     from scipy.stats import chi2
 
-    from calibration.interval_calibration import narrowing_floor
+    from calibration.heldout.interval_curves import narrowing_floor
 
     c = np.array([1.4, 1.0, 0.9, 0.5])
     for n in (24, 158):
@@ -328,7 +328,7 @@ def test_interval_multipliers_are_an_upper_bound_of_the_held_out_95_quantile():
     1 but most LLMs sit inside."""
     from scipy.stats import binom
 
-    from calibration.interval_calibration import Z95_CONFIDENCE, interval_multipliers, quantile_bound_order
+    from calibration.heldout.interval_curves import Z95_CONFIDENCE, interval_multipliers, quantile_bound_order
 
     for n in (24, 60, 118, 158, 1000):
         k = quantile_bound_order(n)
@@ -354,7 +354,7 @@ def test_interval_multipliers_are_an_upper_bound_of_the_held_out_95_quantile():
 
 
 def test_robust_scale_ignores_the_items_that_dominate_the_rms():
-    from calibration.interval_calibration import robust_scale
+    from calibration.heldout.interval_curves import robust_scale
 
     rng = np.random.default_rng(5)
     z = 3.0 * rng.standard_normal(20000)
@@ -422,7 +422,7 @@ def test_default_calibration_path_stores_the_interval_check_and_sessions_use_it(
     assert record["folds"] == 5 and record["n_subjects"] == N
     # default, plain maximum information, random; and randomised where the check finds the model losing to random items
     assert {record["selection"], "mfi", "random"} <= set(record["curves"]) <= {record["selection"], "mfi", "random", "randomised"}
-    from calibration.interval_calibration import narrowing_floor, smooth_table
+    from calibration.heldout.interval_curves import narrowing_floor, smooth_table
 
     for cur in record["curves"].values():  # c(L): the smoothed raw factors, below 1 only by their bound
         expected = narrowing_floor(smooth_table(cur["c_raw"], log_scale=True), cur["n_llms"])

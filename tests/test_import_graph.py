@@ -95,3 +95,60 @@ def test_catengine_widgets_do_not_drive_calibration():
             assert not any(t.startswith("calibration.") for t in targets), name
     for path in (ROOT / "catengine").rglob("*.py"):
         assert "import_module(\"calibration" not in path.read_text() and "import_module('calibration" not in path.read_text(), path
+
+
+def _imported_names(path: Path, package: str) -> list[tuple[str, str]]:
+    """(module, name) of every ``from module import name`` in ``path`` (relative imports resolved
+    against ``package``; ``name`` is "" for a plain ``import module``)."""
+    out = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            out.extend((alias.name, "") for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                up = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join(up + ([base] if base else []))
+            out.extend((base, alias.name) for alias in node.names)
+    return out
+
+
+def _private(module: str, name: str) -> bool:
+    return any(part.startswith("_") and part != "__future__" for part in module.split(".")) or name.startswith("_")
+
+
+def _inside(name: str, package: str) -> bool:
+    return name == package or name.startswith(package + ".")
+
+
+def test_the_held_out_check_sits_below_the_audits():
+    """``calibration.heldout`` (every default ``to_item_bank`` runs it) never imports the audits;
+    the audits import the check's public names."""
+    modules = _modules()
+
+    def imports(name):
+        package = name if _is_package(name, modules) else name.rpartition(".")[0]
+        return {f"{module}.{imported}" if imported else module for module, imported in _imported_names(modules[name], package)}
+
+    offenders = [f"{name} imports {t}" for name in modules if _inside(name, "calibration.heldout")
+                 for t in imports(name) if _inside(t, "calibration.audit")]
+    assert not offenders, offenders
+    assert "calibration.heldout.replay_llms" in imports("calibration.audit.replay")  # the checker sees imports
+
+
+def test_no_private_name_of_the_check_or_the_audits_is_imported_from_outside():
+    """No module outside ``calibration.heldout`` / ``calibration.audit`` imports a private module or
+    name of either, and the check imports no private name from outside itself."""
+    modules = _modules()
+    offenders = []
+    for name, path in modules.items():
+        package = name if _is_package(name, modules) else name.rpartition(".")[0]
+        for module, imported in _imported_names(path, package):
+            if not _private(module, imported):
+                continue
+            for guarded in ("calibration.heldout", "calibration.audit"):
+                if _inside(module, guarded) and not _inside(name, guarded):
+                    offenders.append(f"{name} imports {module}:{imported}")
+            if _inside(name, "calibration.heldout") and not _inside(module, "calibration.heldout"):
+                offenders.append(f"{name} imports {module}:{imported}")
+    assert not offenders, offenders

@@ -12,10 +12,11 @@ import numpy as np
 import pytest
 
 from calibration.base import ConvergenceWarning
-from calibration.interval_calibration import DEFAULT_LENGTHS, RefitBank, _random_replays
+from calibration.heldout import DEFAULT_LENGTHS, RefitBank
+from calibration.heldout.replay import random_replays as _random_replays
 from calibration.methods.cbmm.calibrator import CBMMCalibrator, penalised_nll
 from calibration.methods.lart.calibrator import LaRTSAEMCalibrator
-from calibration.score_factors import _objective, _check_matrix, fit_score_factors
+from calibration.heldout.score_factors import _objective, _check_matrix, fit_score_factors
 from calibration.simulate import draw_abilities, draw_item_params, simulate_dataset, simulate_responses
 
 
@@ -195,12 +196,12 @@ def test_random_tests_scored_at_the_lengths_match_sessions_recording_one_by_one(
 
 @pytest.mark.parametrize("method", ["cbmm", "saem"])
 def test_the_check_gives_the_same_record_on_one_thread_and_on_two(method, monkeypatch):
-    """The refits, score-factor fits, replays and score sums run side by side (``calibration.threads``):
+    """The refits, score-factor fits, replays and score sums run side by side (``calibration.heldout.threads``):
     each draws from its own stream and the results are read in fold order, so the record is the
     one a single thread writes."""
     import json
 
-    import calibration.threads as threads
+    import calibration.heldout.threads as threads
 
     if method == "cbmm":
         data = simulate_responses(draw_item_params("2pl", 80, rng=11), draw_abilities(60, rng=12), rng=13)  # complete rows
@@ -222,7 +223,7 @@ def test_the_check_gives_the_same_record_on_one_thread_and_on_two(method, monkey
 def test_workers_give_each_result_by_its_own_future(monkeypatch):
     import time
 
-    import calibration.threads as threads
+    import calibration.heldout.threads as threads
 
     monkeypatch.setattr(threads, "available_cores", lambda: 2)
 
@@ -256,7 +257,7 @@ def test_workers_run_numba_and_blas_on_one_thread_and_restore_blas(monkeypatch):
     import numba
     from threadpoolctl import threadpool_info
 
-    import calibration.threads as threads
+    import calibration.heldout.threads as threads
 
     monkeypatch.setattr(threads, "available_cores", lambda: 2)
     before = [p["num_threads"] for p in threadpool_info() if p["user_api"] == "blas"]

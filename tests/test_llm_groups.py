@@ -12,7 +12,7 @@ import pytest
 from scipy.special import expit
 
 from calibration import ResponseData
-from calibration.folds import llm_folds, n_llm_groups
+from calibration.heldout import llm_folds, n_llm_groups
 
 
 def _runs(n_llms=20, n_items=60, seed=5):
@@ -96,7 +96,7 @@ def test_groups_survive_subsets_files_and_merges(tmp_path):
 
 
 def test_the_interval_check_never_trains_on_a_held_out_runs_sibling():
-    from calibration.interval_calibration import cross_fit_intervals
+    from calibration.heldout import cross_fit_intervals
     from catengine import ItemBank
 
     data = _runs().grouped_by(r"_(zero|one)_shot$")
@@ -133,7 +133,7 @@ def test_the_interval_check_never_trains_on_a_held_out_runs_sibling():
 
 
 def test_factor_count_cross_validation_holds_siblings_out_together(monkeypatch):
-    import calibration.score_factors as sf
+    import calibration.heldout.score_factors as sf
 
     data = _runs(n_llms=30, n_items=40).grouped_by(r"_(zero|one)_shot$")
     groups = data.llm_groups
@@ -191,7 +191,7 @@ def test_cli_fit_groups_runs_by_pattern(tmp_path, capsys):
     (["a_cot", "a_nocot", "b_greedy", "c"], ["a", "a", "b", "c"]),
 ])
 def test_run_suffixes_of_subject_ids_are_detected(ids, grouped):
-    from calibration.folds import detect_run_pattern, with_llm_groups
+    from calibration.heldout import detect_run_pattern, with_llm_groups
 
     data = ResponseData.from_arrays(np.eye(len(ids), dtype=np.int8), subject_ids=ids)
     assert detect_run_pattern(ids) is not None
@@ -200,7 +200,7 @@ def test_run_suffixes_of_subject_ids_are_detected(ids, grouped):
 
 
 def test_distinct_llms_are_not_grouped_and_given_groups_win():
-    from calibration.folds import detect_run_pattern, with_llm_groups
+    from calibration.heldout import detect_run_pattern, with_llm_groups
 
     names = ["Mistral-Large-2", "Llama-3.1-70B-Instruct", "Claude-3.5 (Sonnet)", "gpt-4o-seed1", "o1_zero_shot"]
     assert detect_run_pattern(names) is None  # suffixes that pair no two ids do not group anything
@@ -215,7 +215,7 @@ def test_the_default_check_groups_seed_runs_it_detects():
     """Ungrouped data whose ids name seeds of the same LLMs: the check a default calibration runs
     holds both seeds of an LLM out together and says how it found the groups."""
     from calibration import CBMMCalibrator
-    from calibration.interval_calibration import describe
+    from calibration.heldout import describe
 
     runs = _runs(n_llms=16, n_items=30)
     ids = [s.replace("_zero_shot", "-seed1").replace("_one_shot", "-seed2") for s in runs.subject_ids]

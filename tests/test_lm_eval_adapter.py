@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 from catengine import ItemBank, write_item_bank
-from catengine.adapters.lm_eval import DocIds, ingest_samples, next_samples, sample_files
+from catengine.adapters.lm_eval import (BatchAnswerError, DocIds, ingest_paired_samples, ingest_samples, next_samples,
+                                        sample_files)
 from catengine.cli import main
 from catengine.session import CATSession
 from catengine.stopping import MaxItems
@@ -367,7 +368,7 @@ def test_cli_loop_by_default_stops_by_the_default_rule_and_prints_the_score(tmp_
 def test_cli_batches_never_run_past_the_default_item_cap(tmp_path, capsys):
     """An unreachable precision (--score-within 0.001) keeps the default rule's floor and cap: the
     batches stop exactly at the cap, the last one cut to what is left, and the stop says so."""
-    from catengine.cli import default_stopping_parts
+    from catengine.stopping import default_stopping_parts
     from catengine.session import Engine
     from catengine.stopping import MaxItems, StopState
 
@@ -383,3 +384,84 @@ def test_cli_batches_never_run_past_the_default_item_cap(tmp_path, capsys):
     assert session.n_items == cap
     assert f"stopped: {MaxItems(cap).reason(StopState(cap, session.estimate, 0))}" in err
     session.close()
+
+
+def test_cli_paired_loop_with_two_simulated_harness_runs_equals_the_paired_session(tmp_path, capsys):
+    """``next --paired`` / the harness run for each model / ``ingest --paired``, one document per round,
+    until ``next`` exits 1: the same draws, answers and comparison as the paired session driven directly."""
+    from catengine import PairedSession
+    from catengine.paired import PairedStopping
+
+    ids = [f"math500/{i}" for i in range(40)]
+    bank_dir = write_item_bank(_bank(ids, model="lart", seed=4, bank_id="m500"), tmp_path / "banks" / "m500")
+    rng = np.random.default_rng(5)
+    truth = [{("hendrycks_math500", i): (int(rng.random() < p), float(rng.integers(50, 900))) for i in range(40)}
+             for p in (0.9, 0.2)]
+    log, outs = tmp_path / "pair.jsonl", (tmp_path / "out-a", tmp_path / "out-b")
+    common = ["--log", str(log), "--task", "hendrycks_math500", "--item-id", "math500/{doc_id}", "--paired"]
+    assert main(["lm-eval", "next", "--bank", str(bank_dir), *common, "--k", "5"]) == 2
+    assert "--k does not apply with --paired" in capsys.readouterr().err
+    assert main(["lm-eval", "next", "--bank", str(bank_dir), *common, "--target-sd", "0.3"]) == 2
+    assert "only --max-items and --seed apply with --paired" in capsys.readouterr().err
+    rounds = 0
+    while True:
+        options = ["--bank", str(bank_dir), "--max-items", "9", "--seed", "2", "--subject", "ft", "--subject-b",
+                   "base"] if rounds == 0 else []
+        status = main(["lm-eval", "next", *common, *options])
+        captured = capsys.readouterr()
+        if status == 1:
+            assert "finished after 9 paired answers" in captured.err and "ft - base:" in captured.err
+            break
+        assert status == 0, captured.err
+        samples = json.loads(captured.out)
+        assert list(samples) == ["hendrycks_math500"] and len(samples["hendrycks_math500"]) == 1
+        for out, answers in zip(outs, truth):
+            fake_harness(samples, out, answers, stamp=f"2026-12-01T10-00-{rounds:02d}.000001", n_docs=40)
+        assert main(["lm-eval", "ingest", *common, str(outs[0]), "--output-b", str(outs[1])]) == 0
+        report = json.loads(capsys.readouterr().out)
+        assert len(report["recorded"]) == 1 and report["already_recorded"] == 2 * rounds
+        rounds += 1
+    assert rounds == 9
+    # a single-model command on the paired log is refused, and --paired on a single-model log
+    assert main(["lm-eval", "next", "--log", str(log)]) == 2
+    assert "add --paired" in capsys.readouterr().err
+    done = PairedSession.resume(log)
+    ref = PairedSession(done.bank, rng=2, stopping=PairedStopping(max_items=9), subjects=("ft", "base"))
+    while not ref.finished:
+        item = ref.next_item()
+        (ya, ta), (yb, tb) = (t[("hendrycks_math500", int(item.split("/")[1]))] for t in truth)
+        ref.record(item, ya, yb, ta, tb)
+    assert [s.item for s in done.history] == [s.item for s in ref.history]
+    assert [(s.cot_length_a, s.cot_length_b) for s in done.history] == [(s.cot_length_a, s.cot_length_b)
+                                                                        for s in ref.history]
+    assert done.comparison() == ref.comparison()
+    done.close()
+
+
+def test_ingest_paired_replays_whole_task_outputs_as_far_as_they_go(tmp_path):
+    from catengine import PairedSession
+
+    bank = _bank([f"gsm8k/{i}" for i in range(30)], seed=6)
+    doc_ids = DocIds()
+    answers = [{("gsm8k", i): (int(i % 3 != 0), None) for i in range(30)},
+               {("gsm8k", i): (int(i % 5 == 0), None) for i in range(30)}]
+    outs = [fake_harness({"gsm8k": list(range(30))}, tmp_path / "a", answers[0], stamp="2026-12-01T09-00-00.000001"),
+            fake_harness({"gsm8k": list(range(20))}, tmp_path / "b", answers[1], stamp="2026-12-01T09-00-00.000001")]
+    pair = PairedSession(bank, rng=3, stopping=30)
+    report = ingest_paired_samples(pair, outs[0], outs[1], doc_ids)
+    # every draw both outputs answer is recorded; the first one b's output lacks is left pending
+    assert report.recorded and report.recorded == [s.item for s in pair.history]
+    assert not pair.finished and report.pending == pair.pending_item and int(report.pending.split("/")[1]) >= 20
+    assert report.missing == ["b (b)"]
+    for s in pair.history:
+        i = int(s.item.split("/")[1])
+        assert (s.correct_a, s.correct_b) == (answers[0][("gsm8k", i)][0], answers[1][("gsm8k", i)][0])
+    # ingesting again is harmless; an answer that changed is refused, naming it
+    again = ingest_paired_samples(pair, outs[0], outs[1], doc_ids)
+    assert again.recorded == [] and again.already_recorded == 2 * pair.n_items
+    first = int(pair.history[0].item.split("/")[1])
+    flipped = dict(answers[1])
+    flipped[("gsm8k", first)] = (1 - answers[1][("gsm8k", first)][0], None)
+    fake_harness({"gsm8k": list(range(20))}, tmp_path / "b2", flipped, stamp="2026-12-01T09-00-00.000001")
+    with pytest.raises(BatchAnswerError, match=r"model b \(b\).*already recorded correct="):
+        ingest_paired_samples(pair, outs[0], tmp_path / "b2" / "my-model", doc_ids)

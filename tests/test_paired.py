@@ -77,6 +77,22 @@ def test_the_public_names_exist():
     assert c.decision == "undecided" and c.low == -1.0 and c.high == 1.0
 
 
+def test_the_default_cap_is_the_comparisons_own():
+    """The default cap is DEFAULT_MAX_ITEMS (docs/comparisons.md, "The default cap"), or every item
+    compared when there are fewer; not the single-LLM default stopping rule's."""
+    from catengine.paired import DEFAULT_MAX_ITEMS
+
+    assert PairedStopping().cap(5000) == DEFAULT_MAX_ITEMS == 500
+    assert PairedStopping().cap(60) == 60 and PairedStopping(max_items=30).cap(60) == 30
+    truth = _truth(3)
+    bank = _bank(truth)
+    rng = np.random.default_rng(1)
+    ya, yb = _exact_gap(truth, rng, 0)
+    s = PairedSession(bank, rng=2, stopping=PairedStopping(on_decision=False, on_tie=False))
+    c = _replay(s, ya, yb, bank)
+    assert c.n_items == J and s.stop_reason == "every item compared was answered" and c.low == c.high == 0.0
+
+
 def test_the_difference_is_unbiased_under_a_wrong_bank():
     """A fixed pair (finite population, truth known exactly), a bank whose predictions are all off:
     the mean of the design's terms after 8 draws is unbiased over replays (within 2 Monte-Carlo SEs),

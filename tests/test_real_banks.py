@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from calibration.score_factors import attach_score_factors
+from calibration.heldout import attach_score_factors
 
 from catengine import CATSession, list_banks, open_item_bank
 from catengine.session.errors import UnknownItemError

@@ -18,7 +18,7 @@ import naive_engine as naive
 from calibration import load_responses
 from calibration.cli import main as calibration_main
 from catengine import open_item_bank, write_item_bank
-from catengine.cli import load_responses as load_answers
+from catengine.responses import load_subject_answers as load_answers
 from catengine.cli import main as catengine_main
 from catengine.errors import ResponseFileError
 from catengine.session import Engine

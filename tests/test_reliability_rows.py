@@ -9,7 +9,7 @@ restored however a pool is left, a pending proposal that stays pending, bounded 
    reason in the bank), and ``calibration fit --no-interval-check`` skips it on request;
 4. LLMs of equal accuracy (every trait 0) and any other failure of the check leave a bank without
    it, never a failed fit or LAPACK errors on stderr;
-5. the BLAS limit of ``calibration.threads.Workers`` is lifted however the pool is left, a
+5. the BLAS limit of ``calibration.heldout.threads.Workers`` is lifted however the pool is left, a
    KeyboardInterrupt in its close included;
 6. answering another item keeps the pending proposal pending (docs/serve_protocol.md), and logs in
    which it was dropped still resume;
@@ -196,8 +196,7 @@ def test_too_few_llms_for_the_folds_give_a_bank_without_the_check(tmp_path, thre
 
 
 def test_cross_fit_intervals_names_too_few_groups_as_a_fold_problem(three_llms):
-    from calibration.folds import with_llm_groups
-    from calibration.interval_calibration import FoldFitError, cross_fit_intervals
+    from calibration.heldout import FoldFitError, cross_fit_intervals, with_llm_groups
     from calibration.io import load_responses
 
     data, _ = with_llm_groups(load_responses(three_llms))
@@ -255,7 +254,7 @@ def test_llms_of_equal_accuracy_give_a_bank_without_the_check(tmp_path, capfd):
 def test_item_sd_factors_leave_out_folds_without_trait_spread():
     import xarray as xr
 
-    from calibration.interval_calibration import item_sd_factors
+    from calibration.heldout.item_sd import item_sd_factors
 
     def bank(theta, b_sd=True):
         ids = [f"s{k}" for k in range(len(theta))]
@@ -271,7 +270,7 @@ def test_item_sd_factors_leave_out_folds_without_trait_spread():
 
 
 def test_any_failure_of_the_check_leaves_the_bank_without_it(tmp_path, monkeypatch):
-    import calibration.interval_calibration as ic
+    import calibration.heldout.check as ic
     from calibration.io import load_responses
     from calibration.methods.cbmm.calibrator import CBMMCalibrator
 
@@ -302,7 +301,7 @@ def test_an_interrupt_while_closing_the_pool_still_lifts_the_blas_limit(monkeypa
 
     from threadpoolctl import threadpool_limits
 
-    import calibration.threads as threads
+    import calibration.heldout.threads as threads
 
     if threads.available_cores() < 2 or not _blas_threads():
         pytest.skip("needs two cores and a BLAS that threadpoolctl controls")
@@ -328,7 +327,7 @@ def test_an_interrupt_while_closing_the_pool_still_lifts_the_blas_limit(monkeypa
 
 
 def test_an_interrupt_inside_a_task_of_a_one_thread_pool_reaches_the_caller():
-    import calibration.threads as threads
+    import calibration.heldout.threads as threads
 
     def task():
         raise KeyboardInterrupt

@@ -1,4 +1,4 @@
-"""The cross-fitted score check (calibration.score_calibration) and its use by the engine
+"""The cross-fitted score check (calibration.heldout.score_curves) and its use by the engine
 (catengine.scoring.calibration): the fitted residual SD against known injected misfit, the widened
 variance against its closed form, and the default path on simulated banks with and without misfit."""
 
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from scipy.special import expit
 
-from calibration.score_calibration import MIN_COMPLETE_LLMS, coverage_matching_variance, fit_score_curve
+from calibration.heldout.score_curves import MIN_COMPLETE_LLMS, coverage_matching_variance, fit_score_curve
 from catengine import CATSession, ItemBank
 from catengine.estimation import MAPEstimator
 from catengine.scoring import predict_accuracy
@@ -133,7 +133,7 @@ def test_the_default_path_stores_a_score_check_that_restores_unit_rms_in_sample(
     test_the_score_factor_path_stores_a_check_that_restores_coverage)."""
     from calibration import ResponseData
     from calibration.methods.cbmm.calibrator import CBMMCalibrator
-    from calibration.score_factors import MIN_SCORE_FACTOR_LLMS
+    from calibration.heldout import MIN_SCORE_FACTOR_LLMS
 
     rng = np.random.default_rng(5)
     N, J = MIN_SCORE_FACTOR_LLMS - 1, 160
@@ -161,7 +161,7 @@ def test_the_default_path_stores_a_score_check_that_restores_unit_rms_in_sample(
 
 
 def test_the_fit_summary_names_the_score_check():
-    from calibration.interval_calibration import describe
+    from calibration.heldout import describe
 
     record = dict(json.loads(_record("pei", [0.01, 0.03])), seconds=1.5)
     record["score_curves"]["pei"]["cot_log_sd"] = [0.2, 0.4]
@@ -266,7 +266,8 @@ def test_a_check_whose_model_loses_to_random_items_measures_the_randomised_selec
     randomised selector on the same fold banks, and stores that selector's own interval and score
     curves, which sessions of the bank (now randomised by default) then use."""
     from calibration import ResponseData
-    from calibration.interval_calibration import _loses_to_random, cross_fit_intervals
+    from calibration.heldout import cross_fit_intervals
+    from calibration.heldout.cross_fit import loses_to_random as _loses_to_random
 
     rng = np.random.default_rng(8)
     N, J = 24, 120

@@ -1,4 +1,4 @@
-"""The numba kernels of the score-factor fit (calibration._score_factor_kernels) against dense numpy
+"""The numba kernels of the score-factor fit (calibration.heldout._score_factor_kernels) against dense numpy
 references of the objective and the Newton steps, and the fit through them against the fit
 through the references."""
 
@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from scipy.special import expit, log_expit
 
-import calibration.score_factors as sf
-from calibration import _score_factor_kernels as kernels
+import calibration.heldout.score_factors as sf
+from calibration.heldout import _score_factor_kernels as kernels
 
 # ---------------------------------------------------------------------------------------------
 # dense numpy references (N x J temporaries)

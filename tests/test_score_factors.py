@@ -313,7 +313,7 @@ def _simulate(N, J, d, seed):
 
 
 def test_fit_recovers_a_simulated_two_factor_model():
-    from calibration.score_factors import fit_score_factors
+    from calibration.heldout import fit_score_factors
 
     y, P = _simulate(400, 120, 2, seed=3)
     fit = fit_score_factors(y, 2)
@@ -326,7 +326,7 @@ def test_fit_recovers_a_simulated_two_factor_model():
 
 
 def test_fit_traits_span_the_true_traits():
-    from calibration.score_factors import fit_score_factors
+    from calibration.heldout import fit_score_factors
 
     g = np.random.default_rng(11)
     N, J = 400, 150
@@ -344,7 +344,7 @@ def test_fit_traits_span_the_true_traits():
 
 
 def test_cross_validation_picks_the_simulated_number_of_factors():
-    from calibration.score_factors import choose_factor_count
+    from calibration.heldout import choose_factor_count
 
     y2, _ = _simulate(240, 100, 2, seed=4)
     assert choose_factor_count(y2, max_dims=3, rng=0)[0] >= 2
@@ -370,7 +370,7 @@ def test_a_fit_that_runs_away_falls_back_to_the_joint_map():
     from scipy.optimize import minimize
     from scipy.special import log_expit
 
-    import calibration.score_factors as sf
+    import calibration.heldout.score_factors as sf
 
     y = _near_duplicate_runs()
     Y, M = y.astype(float), np.ones(y.shape)
@@ -406,7 +406,7 @@ def test_a_fit_that_runs_away_falls_back_to_the_joint_map():
 
 
 def test_a_fit_that_converges_normally_takes_no_fallback():
-    from calibration.score_factors import fit_score_factors
+    from calibration.heldout import fit_score_factors
 
     y, _ = _simulate(120, 60, 2, seed=9)
     fit = fit_score_factors(y, 2)
@@ -414,7 +414,7 @@ def test_a_fit_that_converges_normally_takes_no_fallback():
 
 
 def test_fit_handles_missing_answers_and_names_bad_values():
-    from calibration.score_factors import fit_score_factors
+    from calibration.heldout import fit_score_factors
 
     y, _ = _simulate(80, 30, 1, seed=6)
     y = y.astype(np.int8)
@@ -427,7 +427,7 @@ def test_fit_handles_missing_answers_and_names_bad_values():
 
 
 def test_unsolved_items_keep_finite_intercepts():
-    from calibration.score_factors import fit_score_factors
+    from calibration.heldout import fit_score_factors
 
     y, _ = _simulate(60, 20, 1, seed=8)
     y[:, 0] = 0
@@ -444,7 +444,7 @@ def test_calibrated_banks_carry_score_factors_checked_by_the_interval_check():
     import json
 
     from calibration import CBMMCalibrator, ResponseData
-    from calibration.score_factors import MIN_SCORE_FACTOR_LLMS
+    from calibration.heldout import MIN_SCORE_FACTOR_LLMS
 
     y, _ = _simulate(MIN_SCORE_FACTOR_LLMS + 8, 60, 1, seed=9)
     data = ResponseData.from_arrays(y, subject_ids=[f"m{i}" for i in range(y.shape[0])])

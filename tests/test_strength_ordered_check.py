@@ -1,4 +1,4 @@
-"""The strength-ordered part of the cross-fitted check (calibration.interval_calibration, record
+"""The strength-ordered part of the cross-fitted check (calibration.heldout.strength_ordered, record
 ``beyond``) and its use by sessions whose trait estimate stands beyond the calibration population
 (catengine.session.scoring.score_curve: the model-based score's curves)."""
 
@@ -9,7 +9,8 @@ import pytest
 from scipy.special import expit
 
 from calibration import CBMMCalibrator, ResponseData
-from calibration.interval_calibration import EDGE_SHARE, MIN_HELD_OUT, edge_folds
+from calibration.heldout.limits import MIN_HELD_OUT
+from calibration.heldout.strength_ordered import EDGE_SHARE, edge_folds
 from catengine import CATSession
 from catengine.estimation.interval_calibration import IntervalCalibration
 from catengine.stopping import MaxItems

@@ -28,6 +28,7 @@ from calibration.audit.replay import replay_audit
 from calibration.audit.report import GLOSSARY, render_report, summary_table
 from calibration.audit.short_form import short_form_audit
 from calibration.audit.store import ResultStore, StoreMismatchError
+from calibration.audit.worker import RecordsLostError
 from calibration.audit.study import load_study, run_study
 
 
@@ -40,6 +41,7 @@ __all__ = [
     "AbilitySpec",
     "Fit",
     "METHODS",
+    "RecordsLostError",
     "StoreMismatchError",
     "alter_bank",
     "cat_audit",

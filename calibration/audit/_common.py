@@ -14,8 +14,6 @@ from calibration.simulate import ABILITY_FAMILIES, draw_abilities
 from catengine.models.params import ItemParams, params_fingerprint
 from catengine.validation import is_integer
 
-Z95 = 1.959963984540054  # two-sided 95% normal quantile
-
 __all__ = [
     "AbilitySpec",
     "alter_bank",

@@ -40,7 +40,6 @@ import numpy as np
 
 from calibration.audit import metrics as M
 from calibration.audit._common import (
-    Z95,
     array_fingerprint,
     as_bank,
     check_replications,
@@ -52,7 +51,8 @@ from calibration.audit._common import (
     resolve_ability_sample,
     task_record,
 )
-from calibration.audit.runner import run_tasks, stream
+from calibration.audit.runner import run_tasks
+from calibration.common import Z95, estimator_by_name, stream
 from calibration.simulate import simulate_responses
 
 __all__ = ["cat_audit", "CAT_METRICS"]
@@ -101,14 +101,6 @@ def _scorings(scoring, lart_ok: bool, why_not: str) -> list[str]:
     return scorings
 
 
-def _estimator(name: str, use_cot: bool, sd_scale: float = 1.0):
-    from catengine.estimation import ESTIMATORS
-
-    if name not in ESTIMATORS:
-        raise ValueError(f"unknown estimator {name!r}; allowed: {', '.join(ESTIMATORS)}")
-    return ESTIMATORS[name](use_cot=use_cot, sd_scale=sd_scale)
-
-
 def _draw_simulees(task):
     """(theta, tau, correct, cot) of the replication's simulees (the same for every configuration)."""
     truth = task["truth"]
@@ -153,7 +145,7 @@ def _cat_task(task: dict):
         lart_engine = bank.params.response_model == "lart"
         use_cot = task["scoring"] == "lart"
         give_cot = lart_engine and cot is not None
-        estimator = _estimator(task["estimator"], use_cot)
+        estimator = estimator_by_name(task["estimator"], use_cot)
         engine_rng = np.random.default_rng(stream(task["entropy"], task["replication"], "engine",
                                                   task["selector_name"], task["scoring"]))
         L = int(lengths.max())
@@ -257,7 +249,7 @@ def cat_audit(
         sel.check_bank(item_table(bank))
     lart_engine = bank.params.response_model == "lart"
     scorings = _scorings(scoring, lart_engine, f"a lart bank; bank {bank.bank_id!r} is {bank.params.response_model!r}")
-    _estimator(estimator, True)  # validate the name
+    estimator_by_name(estimator, True)  # validate the name
     from catengine.session.config import to_config
 
     cot_offset = truth_bank.effective_cot_offset

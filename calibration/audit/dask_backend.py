@@ -20,7 +20,7 @@ store therefore lives on the client's disk (shared or local, the workers never t
 interrupted audit resumes exactly as with the local process pool: the records written are skipped.
 
 Results do not depend on the backend: a record's random streams come from its key
-(:func:`calibration.audit.runner.stream`), never from the worker or the order of completion.
+(:func:`calibration.common.stream`), never from the worker or the order of completion.
 
 Faults: a worker process that dies (killed, out of memory) loses its running task; the scheduler
 reruns the task on another worker (up to ``distributed.scheduler.allowed-failures`` times, default

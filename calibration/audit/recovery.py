@@ -46,7 +46,6 @@ import numpy as np
 
 from calibration.audit import metrics as M
 from calibration.audit._common import (
-    Z95,
     array_fingerprint,
     as_bank,
     params_key,
@@ -59,7 +58,8 @@ from calibration.audit._common import (
     resolve_ability_sample,
 )
 from calibration.audit.methods import NEEDS_COT, resolve_method
-from calibration.audit.runner import run_tasks, stream
+from calibration.audit.runner import run_tasks
+from calibration.common import Z95, stream
 from calibration.simulate import MISSINGNESS, simulate_responses
 from catengine.models import fisher_information, prob_correct
 

@@ -33,19 +33,19 @@ estimates computed once per scoring.
 
 from __future__ import annotations
 
-import functools
 import math
 import time
 
 import numpy as np
 
 from calibration.audit import metrics as M
-from calibration.audit._common import Z95, check_replications, error_text, open_store, positive_ints
-from calibration.audit.cat import _estimator, _scorings, _selectors
+from calibration.audit._common import check_replications, error_text, open_store, positive_ints
+from calibration.audit.cat import _scorings, _selectors
 from calibration.audit.methods import NEEDS_COT, resolve_method
-from calibration.audit.runner import run_tasks, stream
+from calibration.audit.runner import run_tasks
+from calibration.common import Z95, estimator_by_name, stream
 from calibration.data import ResponseData
-from calibration.folds import llm_folds, n_llm_groups, with_llm_groups
+from calibration.heldout import llm_folds, n_llm_groups, replay_llms, with_llm_groups
 
 __all__ = ["replay_audit", "REPLAY_METRICS", "bank_from_fit"]
 
@@ -93,106 +93,6 @@ def replay_metrics(full, full_sd, est, sd, half=None) -> dict:
     }
 
 
-def replay_llms(bank, data: ResponseData, rows, selectors, scorings, estimator: str, L: int, entropy, replication,
-                sd_scale: float = 1.0, keep_sessions: bool = False, compiled: bool = True) -> dict:
-    """Replay the LLMs ``rows`` of ``data`` against ``bank``: raw per-LLM figures.
-
-    ``selectors``: [(name, ItemSelector or None)] (None: the session's default selector for the bank).
-    Returns ``full`` (scoring, llm): the estimate from every observed answer; ``full_sd``
-    (selector, scoring, llm): its SD as a session with that selector reports it (a bank's interval
-    calibration has one curve per selector, and the nested-variance identity behind the RMS ratio
-    compares SD_L and SD_F of the same curve: with the default selector's SD_F, random LaRT
-    sessions on MATH500, whose curve is half as wide, read an RMS ratio of 1.2-1.5 that was this
-    mismatch); and ``est`` / ``sd`` / ``half`` (selector, scoring, llm, step): the adaptive
-    estimate after each of ``L`` items and the half-width of its 95% interval.
-    Sessions run with the engine's defaults otherwise (the bank's item uncertainty and its stored
-    interval calibration, if any, are used). ``keep_sessions``: also return ``sessions``
-    [selector][scoring] -> one ``ReplayedSession`` (history and bank objects) per LLM, for the
-    score check. ``compiled`` (default): each LLM's test in one compiled call where the
-    configuration allows (``catengine.session.fast_replay``: the same steps, estimates and draws as
-    a session); False: every test stepped through a ``CATSession`` (the reference).
-    """
-    from calibration.score_calibration import ReplayedSession, replayed_steps_of_run
-
-    from catengine.errors import BankExhaustedError
-    from catengine.session import CATSession
-    from catengine.session.fast_replay import CompiledReplay
-    from catengine.stopping import MaxItems
-
-    ids = list(bank.item_ids)
-    index = {item: k for k, item in enumerate(ids)}
-    rows = list(rows)
-    n = len(rows)
-    full, full_sd = np.empty((len(scorings), n)), np.empty((len(selectors), len(scorings), n))
-    est, sd, half = (np.empty((len(selectors), len(scorings), n, L)) for _ in range(3))
-    sessions = [[[] for _ in scorings] for _ in selectors]
-    for c, scoring in enumerate(scorings):
-        estimator_obj = _estimator(estimator, scoring == "lart", sd_scale)
-        give_cot = scoring == "lart" and data.cot_length is not None
-
-        def cot(i, j):
-            value = data.cot_length[i, j] if give_cot else math.nan
-            return None if np.isnan(value) else float(value)
-
-        # one scoring session per selector when the bank's stored curves differ by selector; else one
-        scorers = ([CATSession(bank, selector=selector, estimator=estimator_obj) for _, selector in selectors]
-                   if "interval_calibration" in bank.attrs else [CATSession(bank, estimator=estimator_obj)])
-        # the same estimates in one compiled call per LLM where the estimator allows (CompiledReplay.estimates_at)
-        fast_scorers = [CompiledReplay.for_estimates(scorer) for scorer in scorers] if compiled else [None]
-        if any(f is None for f in fast_scorers):
-            fast_scorers = None
-        for k, i in enumerate(rows):  # the full-benchmark estimate: every observed answer
-            seen = np.flatnonzero(data.correct[i] >= 0)
-            if fast_scorers is not None:
-                cot_row = data.cot_length[i] if give_cot else None
-                estimates = [f.estimates_at(seen, data.correct[i], cot_row, [seen.size])[0] for f in fast_scorers]
-            else:
-                cots = [None] * seen.size
-                if give_cot:
-                    cots = [None if v != v else v for v in data.cot_length[i, seen].tolist()]  # NaN: unknown
-                answers = ([ids[j] for j in seen], data.correct[i, seen], cots)
-                estimates = [scorer.estimate_from(*answers) for scorer in scorers]  # the same theta, SDs by curve
-            full[c, k] = estimates[0].theta
-            full_sd[:, c, k] = [e.theta_sd for e in estimates] if len(estimates) > 1 else estimates[0].theta_sd
-        for r, (sel_name, selector) in enumerate(selectors):
-            engine_rng = np.random.default_rng(stream(entropy, replication, "engine", sel_name, scoring))
-            # one compiled call per LLM where the configuration allows (the same steps, the same draws)
-            fast = CompiledReplay.for_session(CATSession(bank, selector=selector, estimator=estimator_obj,
-                                                         stopping=MaxItems(L), rng=engine_rng)) if compiled else None
-            if fast is not None:
-                template = fast.session
-                for k, i in enumerate(rows):
-                    y = data.correct[i].astype(np.float64)
-                    cots = data.cot_length[i] if give_cot else None
-                    run = fast.run(y, cots, L, engine_rng)
-                    if run.steps < L:
-                        raise BankExhaustedError(f"LLM row {i} has {run.steps} answered items, fewer than the test's {L}")
-                    est[r, c, k], sd[r, c, k] = run.estimates[0, 1:], run.estimates[1, 1:]
-                    half[r, c, k] = fast.half_widths(run)
-                    if keep_sessions:
-                        sessions[r][c].append(ReplayedSession(
-                            template.bank, template.items, template.params, template.estimator, template.selector,
-                            template.cot_offset, replayed_steps_of_run(run, y, cots, fast.lart),
-                            functools.partial(fast.history, run, y, cots)))
-                continue
-            for k, i in enumerate(rows):
-                s = CATSession(bank, selector=selector, estimator=estimator_obj, stopping=MaxItems(L), rng=engine_rng)
-                for j in np.flatnonzero(data.correct[i] < 0):
-                    s.exclude(ids[j])
-                for step in range(L):
-                    item = s.next_item()
-                    j = index[item]
-                    e = s.record(item, int(data.correct[i, j]), cot(i, j))
-                    est[r, c, k, step], sd[r, c, k, step] = e.theta, e.theta_sd
-                    half[r, c, k, step] = e.interval(0.95)[1] - e.theta
-                if keep_sessions:
-                    sessions[r][c].append(ReplayedSession.of(s))
-    out = {"full": full, "full_sd": full_sd, "est": est, "sd": sd, "half": half}
-    if keep_sessions:
-        out["sessions"] = sessions
-    return out
-
-
 def _replay_task(task: dict):
     """One record: one fold -- its bank fitted once, its LLMs through every (selector, scoring)."""
     import xarray as xr
@@ -235,7 +135,7 @@ def _replay_task(task: dict):
 
 class FitBank:
     """``make_bank`` from an audit fit function: the fitted model parameters only (no item
-    uncertainty, no interval check) -- what the replay audit used before banks carried either."""
+    uncertainty, no held-out check) -- what the replay audit used before banks carried either."""
 
     def __init__(self, fit_fn, method: str, options: dict):
         self.fit_fn, self.method, self.options = fit_fn, method, options
@@ -247,7 +147,7 @@ class FitBank:
 
 class CalibratorBank:
     """``make_bank`` by the default path: ``Calibrator(**options).fit(data).to_item_bank(bank_id)``,
-    i.e. with the calibrator's item uncertainty and its own cross-fitted interval check on ``data``
+    i.e. with the calibrator's item uncertainty and its own held-out check on ``data``
     (nested inside the audit's folds, so the audit's figures are not optimistic)."""
 
     def __init__(self, calibrator_class, options: dict, to_bank: dict | None = None):
@@ -299,8 +199,8 @@ def replay_audit(
         an explicit factor overrides the stored calibration.
     bank : ``"default"``: each fold's bank is made by the default path (``Calibrator(**options)
         .fit(train).to_item_bank(id)``: the calibrator's item uncertainty and its own cross-fitted
-        interval check, run on the training folds only -- nested, so the figures are not
-        optimistic); ``"fit"``: the fitted model parameters only (no uncertainty, no interval check).
+        held-out check, run on the training folds only -- nested, so the figures are not
+        optimistic); ``"fit"``: the fitted model parameters only (no uncertainty, no held-out check).
     interval_check : passed to ``to_item_bank`` with ``bank="default"`` (None: its default, "auto").
     """
     if not isinstance(responses, ResponseData):
@@ -320,7 +220,7 @@ def replay_audit(
     selectors = _selectors(selector)
     sel_names = [n for n, _ in selectors]
     scorings = _scorings(scoring, name in NEEDS_COT, f"a LaRT fit (method 'saem'), not {name!r}")
-    _estimator(estimator, True, sd_scale)  # validate the name and the scale
+    estimator_by_name(estimator, True, sd_scale)  # validate the name and the scale
     from catengine.session.config import to_config
 
     options = dict(method_options or {})

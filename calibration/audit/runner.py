@@ -2,7 +2,7 @@
 
 Seeding: the audit's ``rng`` gives a root ``np.random.SeedSequence``; replication ``r`` uses
 ``root.spawn(R)[r]`` and every stream inside it (data of a cell, a method's own randomness, ...) is
-the child with spawn key ``(r, *tags)`` (:func:`stream`), tags being integers or strings (hashed
+the child with spawn key ``(r, *tags)`` (``calibration.common.stream``), tags being integers or strings (hashed
 with CRC-32). A task's randomness therefore depends only on its own coordinates -- not on the
 worker that runs it, the order of completion, nor on which other cells the audit contains -- so
 ``n_workers=1`` and ``n_workers=2`` give identical results, and a resumed audit recomputes a
@@ -20,7 +20,6 @@ resume). Progress is shown with ``tqdm.auto``.
 
 from __future__ import annotations
 
-import zlib
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 
 import numpy as np
@@ -28,15 +27,7 @@ import numpy as np
 from calibration.audit.worker import RecordsLostError, init_worker as _init_worker
 from catengine.validation import is_integer
 
-__all__ = ["RecordsLostError", "as_seed_sequence", "run_tasks", "stream"]
-
-
-def _tag(value) -> int:
-    if isinstance(value, (bool, np.bool_)):
-        return int(value)
-    if isinstance(value, (int, np.integer)) and value >= 0:
-        return int(value)
-    return zlib.crc32(str(value).encode())
+__all__ = ["RecordsLostError", "as_seed_sequence", "run_tasks"]
 
 
 def as_seed_sequence(rng) -> np.random.SeedSequence:
@@ -49,15 +40,6 @@ def as_seed_sequence(rng) -> np.random.SeedSequence:
     if rng is None or (is_integer(rng) and rng >= 0):
         return np.random.SeedSequence(rng)
     raise TypeError(f"rng must be a non-negative int, a numpy Generator or SeedSequence, or None, got {rng!r}")
-
-
-def stream(entropy, replication: int, *tags) -> np.random.SeedSequence:
-    """The SeedSequence of one stream of one replication: spawn key (replication, *tags).
-
-    With no tags it equals ``np.random.SeedSequence(entropy).spawn(R)[replication]``; tags descend
-    further, like ``.spawn`` of that child, but addressed by value instead of by call order.
-    """
-    return np.random.SeedSequence(entropy, spawn_key=(int(replication), *(_tag(t) for t in tags)))
 
 
 def _call(fn, payload):

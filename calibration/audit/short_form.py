@@ -38,7 +38,8 @@ from calibration.audit._common import (
     task_record,
 )
 from calibration.audit.methods import Fit, resolve_method
-from calibration.audit.runner import run_tasks, stream
+from calibration.audit.runner import run_tasks
+from calibration.common import stream
 from calibration.simulate import simulate_responses
 from catengine.models import fisher_information
 

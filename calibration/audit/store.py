@@ -29,6 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from catengine.atomic import atomic_output
+from catengine.errors import CatEngineError
 
 __all__ = ["MemoryStore", "ResultStore", "StoreMismatchError", "assemble", "record_name"]
 
@@ -37,7 +38,7 @@ RECORDS = "records"
 _UNSAFE = re.compile(r"[^A-Za-z0-9._=+-]+")
 
 
-class StoreMismatchError(ValueError):
+class StoreMismatchError(CatEngineError, ValueError):
     """An output directory holds results of a different audit configuration."""
 
 

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from catengine.errors import CatEngineError
 
-class RecordsLostError(RuntimeError):
+
+class RecordsLostError(CatEngineError, RuntimeError):
     """Some records could not be computed (their worker processes kept dying); the others are stored."""
 
 

@@ -105,8 +105,7 @@ def _write_dataset(ds, path: Path) -> None:
 def run(args: argparse.Namespace) -> int:
     """Run the audit described by ``args``; print the summary table; return the exit status."""
     from calibration import audit
-    from calibration.audit.runner import RecordsLostError
-    from calibration.audit.store import StoreMismatchError
+    from calibration.audit import RecordsLostError, StoreMismatchError
 
     out = Path(args.out)
     progress = show_progress(args)

@@ -15,8 +15,8 @@ from calibration.cli.progress import add_progress_argument, progress_enabled
 from calibration.methods import METHODS, get_method
 
 _DEST = "setting_"  # argparse destination prefix of a method's own options
-SAME_LLM_HELP = ("subject ids equal once every match of REGEX is removed (case folded) are runs of one LLM; every "
-                 "cross-fitted check holds them out together, e.g. '_(zero|one)_shot$'")
+SAME_LLM_HELP = ("subject ids equal once every match of REGEX is removed (case folded) are runs of one LLM; the "
+                 "held-out check and the replay audit hold them out together, e.g. '_(zero|one)_shot$'")
 ITEMS_AS_ROWS_HELP = ("the matrix holds one row per item and one column per LLM (e.g. ChemBench's "
                       "binary_matrix_items_x_models.csv.gz): transpose it after reading")
 
@@ -240,10 +240,10 @@ def run_data_check(data, calibrator):
 
 
 def _interval_summary(bank) -> str:
-    """One paragraph on the bank's cross-fitted interval check (what sessions will apply)."""
+    """One paragraph on the bank's held-out check (what sessions will apply)."""
     import json
 
-    from calibration.interval_calibration import describe
+    from calibration.heldout import describe
 
     text = bank.attrs.get("interval_calibration")
     if not text:

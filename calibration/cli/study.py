@@ -46,9 +46,7 @@ def describe_grid(study) -> str:
 
 def run(args: argparse.Namespace) -> int:
     from calibration import audit
-    from calibration.audit.runner import RecordsLostError
-    from calibration.audit.store import StoreMismatchError
-    from calibration.audit.study import load_study, run_study
+    from calibration.audit import RecordsLostError, StoreMismatchError, load_study, run_study
     from calibration.cli.audit import _write_dataset, show_progress
 
     try:

@@ -41,6 +41,25 @@ items of a half-answered batch are run again.
   round's Inspect log; those items stay pending (the next call runs only them).
 * Inspect's mock model (``mockllm/model``) counts tokens with tiktoken when an output reports no
   usage, which downloads tokenizer files; ``run_adaptive`` gives the mock a network-free count.
+
+**Two models compared** (:func:`run_paired`): a :class:`~catengine.PairedSession` drives the task
+for two Inspect models on the same samples, one item per round (each draw depends on the answers
+before it), both models in one ``eval(task, model=[model_a, model_b], sample_id=[...])``, which runs
+them at once and writes one Inspect log per model:
+
+    from catengine import PairedSession
+    from catengine.adapters.inspect import run_paired, task_items
+
+    pair = PairedSession(bank, items=task_items(task, bank), log="pair.jsonl", subjects=("ft", "base"))
+    result = run_paired(task, pair, model_a=get_model("openai/ft"), model_b=get_model("openai/base"))
+    print(result)       # the difference with its confidence sequence, the decision, the stop
+
+Items, scores and CoT lengths are read as above. Every item the pair compares needs a sample
+(:func:`task_items` lists the bank items the task has). A round is recorded only when both models
+answered: a failed eval or an errored sample raises a CatEngineError with nothing recorded, and the
+item stays proposed in the pair's log (``PairedSession.resume(log)`` and ``run_paired`` again ask it
+again). To use the bank's own prompts and grader instead of a task, give
+``catengine.runner.run_pair`` two :class:`~catengine.clients.InspectModelClient`.
 """
 
 from __future__ import annotations
@@ -53,7 +72,7 @@ from dataclasses import dataclass, field
 from catengine.adapters._batch import BatchAnswerError, check_answer, format_cot, summary_of
 from catengine.errors import CatEngineError
 
-__all__ = ["BatchAnswerError", "InspectRun", "run_adaptive"]
+__all__ = ["BatchAnswerError", "InspectPairedRun", "InspectRun", "run_adaptive", "run_paired", "task_items"]
 
 _GLOB = str.maketrans({"*": "[*]", "?": "[?]", "[": "[[]"})
 
@@ -90,14 +109,15 @@ def _key(sample_id) -> str:
     return normalise_sample_id(sample_id)
 
 
-def _sample_map(task, session, sample_ids) -> tuple[dict[str, object], dict[str, str]]:
+def _sample_map(task, item_ids, sample_ids) -> tuple[dict[str, object], dict[str, str]]:
     """(item id -> sample id, normalised sample id -> item id) for the bank items the task has."""
     dataset_ids = [s.id for s in task.dataset]
     if any(i is None for i in dataset_ids):
         raise ValueError(f"task {task.name!r} has samples without ids; give every Sample an id to map bank items to it")
     by_key = {_key(i): i for i in dataset_ids}
     forward: dict[str, object] = {}
-    for item in session.items.item_ids:
+    item_ids = list(item_ids)
+    for item in item_ids:
         if sample_ids is None:
             wanted = item
         elif isinstance(sample_ids, Mapping):
@@ -110,8 +130,8 @@ def _sample_map(task, session, sample_ids) -> tuple[dict[str, object], dict[str,
             forward[item] = by_key[_key(wanted)]
     if not forward:
         raise ValueError(
-            f"none of the bank's {len(session.items.item_ids)} items maps to a sample of task {task.name!r} "
-            f"(bank items e.g. {list(session.items.item_ids[:3])}, task samples e.g. {dataset_ids[:3]}); "
+            f"none of the bank's {len(item_ids)} items maps to a sample of task {task.name!r} "
+            f"(bank items e.g. {item_ids[:3]}, task samples e.g. {dataset_ids[:3]}); "
             "pass sample_ids= (item id -> sample id)"
         )
     backward = {_key(s): item for item, s in forward.items()}
@@ -222,7 +242,7 @@ def run_adaptive(task, session, *, model, k: int = 10, sample_ids: Mapping | Cal
     for reserved in ("sample_id", "limit", "tasks"):
         if reserved in eval_kwargs:
             raise ValueError(f"run_adaptive chooses the samples itself: do not pass {reserved}=")
-    forward, backward = _sample_map(task, session, sample_ids)
+    forward, backward = _sample_map(task, session.items.item_ids, sample_ids)
     model = _offline_safe(model, eval_kwargs)
     result = InspectRun(session=session, estimate=session.estimate)
     answered = set(session.administered)
@@ -297,4 +317,112 @@ def run_adaptive(task, session, *, model, k: int = 10, sample_ids: Mapping | Cal
     result.estimate = session.estimate
     result.predicted_score = _predicted_score(session)
     result.stop_reason = session.stop_reason
+    return result
+
+
+# ----------------------------------------------------------------------------- two models compared
+@dataclass
+class InspectPairedRun:
+    """The outcome of :func:`run_paired`: the paired session (its log holds every answer), the
+    comparison, why it stopped (None when ``max_rounds`` ended the run first), the Inspect logs
+    (two per round: model a's, then model b's). ``str(run)`` is the comparison as ``catengine
+    compare`` prints it."""
+
+    session: object
+    comparison: object = None
+    eval_logs: list[str] = field(default_factory=list)
+    rounds: int = 0
+    stop_reason: str | None = None
+
+    def __str__(self) -> str:
+        from catengine.paired.commands import comparison_lines
+
+        return "\n".join(comparison_lines(self.comparison))
+
+
+def task_items(task, bank, sample_ids: Mapping | Callable | None = None) -> list[str]:
+    """The bank items the task has a sample for (bank order): the ``items=`` of a
+    :class:`~catengine.PairedSession` that :func:`run_paired` drives."""
+    forward, _ = _sample_map(task, bank.item_ids, sample_ids)
+    return [item for item in bank.item_ids if item in forward]
+
+
+def _model_label(model) -> str:
+    return model if isinstance(model, str) else str(model)
+
+
+def run_paired(task, pair, *, model_a, model_b, sample_ids: Mapping | Callable | None = None, score: str | None = None,
+               cot_tokens: str | Callable | None = "output", log_dir: str | None = None,
+               max_rounds: int | None = None, **eval_kwargs) -> InspectPairedRun:
+    """Compare ``model_a`` and ``model_b`` on ``task`` through ``pair`` (a :class:`~catengine.PairedSession`)
+    until it is finished: each round runs the item the pair drew for both models in one Inspect
+    ``eval`` and records both answers. ``sample_ids``, ``score``, ``cot_tokens``, ``log_dir``,
+    ``max_rounds`` and ``eval_kwargs`` as :func:`run_adaptive` (module docstring)."""
+    try:
+        from inspect_ai import eval as inspect_eval
+    except ImportError as exc:  # pragma: no cover - exercised without the extra only
+        raise ImportError("catengine.adapters.inspect needs inspect-ai: pip install 'irt-llm-eval[inspect]' "
+                          "(from a clone: pip install -e '.[inspect]')") from exc
+    if eval_kwargs.get("epochs") not in (None, 1):
+        raise ValueError("run_paired records one answer per item and model: run with epochs=1")
+    for reserved in ("sample_id", "limit", "tasks", "model"):
+        if reserved in eval_kwargs:
+            raise ValueError(f"run_paired chooses the samples and models itself: do not pass {reserved}=")
+    if pair.method != "paired":
+        raise ValueError("run_paired asks two models; this pair's side b is a calibration LLM of the bank, whose "
+                         "answers are known")
+    forward, backward = _sample_map(task, pair.item_ids, sample_ids)
+    lacking = [item for item in pair.item_ids if item not in forward]
+    if lacking:
+        raise ValueError(f"task {task.name!r} has no sample for {len(lacking)} of the items the pair compares (first "
+                         f"{lacking[0]!r}): create the PairedSession with items=task_items(task, bank)")
+    models = [_offline_safe(model_a, eval_kwargs), _offline_safe(model_b, eval_kwargs)]
+    result = InspectPairedRun(session=pair)
+    lart = pair.params.response_model == "lart"
+    display = eval_kwargs.pop("display", "none")
+    tags = list(eval_kwargs.pop("tags", None) or []) + ["catengine", "catengine-paired"]
+    user_metadata = dict(eval_kwargs.pop("metadata", None) or {})
+    while not pair.finished and (max_rounds is None or result.rounds < max_rounds):
+        item = pair.next_item()
+        metadata = {**user_metadata, "catengine_pair": list(pair.subjects),
+                    "catengine_bank": getattr(pair.bank, "bank_id", ""), "catengine_items": [item]}
+        logs = inspect_eval(task, model=models, sample_id=[_selector(forward[item], task.name)], log_dir=log_dir,
+                            display=display, tags=tags, metadata=metadata, **eval_kwargs)
+        result.rounds += 1
+        if len(logs) != 2:
+            raise CatEngineError(f"Inspect returned {len(logs)} logs for the two models of item {item!r}")
+        names = [_model_label(m) for m in models]
+        if names[0] != names[1] and [log.eval.model for log in logs] == names[::-1]:
+            logs = logs[::-1]  # one log per model, in the order given
+        result.eval_logs.extend(str(log.location) for log in logs)
+        answers, problems = [], []
+        for side, (log, model, session) in enumerate(zip(logs, (model_a, model_b), pair.sessions)):
+            who = f"model {'ab'[side]} ({_model_label(model)})"
+            samples = [s for s in log.samples or [] if backward.get(_key(s.id)) == item]
+            if log.status != "success" or not samples or samples[0].error is not None:
+                message = (samples[0].error.message if samples and samples[0].error is not None else
+                           log.error.message if log.error is not None else "no sample in the log")
+                problems.append(f"{who}: Inspect eval of item {item!r} ended with status {log.status!r} ({message}); "
+                                f"log {log.location}")
+                continue
+            sample = samples[0]
+            where = f"{who}: sample {sample.id!r} (item {item!r}) of Inspect log {log.location}"
+            try:
+                y = _correct(sample, score)
+            except ValueError as exc:
+                problems.append(f"{where}: {exc}")
+                continue
+            cot = _cot(sample, cot_tokens) if lart else None
+            try:
+                answers.append(check_answer(session, y, cot))
+            except ValueError as exc:
+                problems.append(f"{where}: {_cot_label(cot_tokens)} = {format_cot(cot)} is not recorded: {exc}")
+        if problems:  # a paired answer needs both models: nothing is recorded, the item stays proposed
+            raise CatEngineError("\n".join(problems) + f"\nnothing was recorded for item {item!r}; it stays proposed in "
+                                 "the paired session (and its log): fix the cause and call run_paired again")
+        (y_a, cot_a), (y_b, cot_b) = answers
+        pair.record(item, y_a, y_b, cot_a, cot_b,
+                    evidence={"inspect_logs": [str(log.location) for log in logs]})
+    result.comparison = pair.comparison()
+    result.stop_reason = pair.stop_reason
     return result

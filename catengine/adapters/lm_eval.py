@@ -31,6 +31,22 @@ the configuration it records: selection, estimation, stopping or seed options gi
 ``next`` must build that same configuration, else ``next`` refuses (exit status 2) naming each
 differing setting, as recorded and as given (``LogConfigMismatchError``).
 
+**Two models compared** (``--paired``): a :class:`~catengine.PairedSession` drives the loop for two
+models on the same documents, one document per round (each draw depends on the answers before it):
+
+    catengine lm-eval next   --paired --bank BANK --log pair.jsonl --subject A --subject-b B > samples.json
+    lm_eval --model ... (model A) --samples samples.json --log_samples --output_path OUT_A
+    lm_eval --model ... (model B) --samples samples.json --log_samples --output_path OUT_B
+    catengine lm-eval ingest --paired --log pair.jsonl OUT_A --output-b OUT_B
+    ... repeat until ``next --paired`` exits with status 1 (decided, tied, or the item cap)
+
+``ingest --paired`` records the proposed document once both outputs answer it, then every further
+document the session draws that both outputs answer (outputs that already hold more documents, e.g.
+whole-task runs, are replayed as far as they go: :func:`ingest_paired_samples`); it prints the
+comparison (the difference with its confidence sequence and the decision, docs/comparisons.md).
+``--max-items`` and ``--seed`` set the comparison's cap and draws when ``next --paired`` creates the
+log; the other strategy options do not apply.
+
 Item ids <-> documents: ``DocIds(template, task)``; the template has the fields ``{task}`` and
 ``{doc_id}`` (default ``"{task}/{doc_id}"``; for ids such as ``math500/17`` run with the harness
 task ``hendrycks_math500`` use ``template="math500/{doc_id}", task="hendrycks_math500"``).
@@ -47,7 +63,8 @@ import numpy as np
 
 from catengine.adapters._batch import BatchAnswerError, check_answer, format_cot, summary_of
 
-__all__ = ["BatchAnswerError", "DocIds", "IngestReport", "ingest_samples", "next_samples", "sample_files"]
+__all__ = ["BatchAnswerError", "DocIds", "IngestReport", "PairedIngestReport", "ingest_paired_samples",
+           "ingest_samples", "next_paired_samples", "next_samples", "sample_files"]
 
 
 class DocIds:
@@ -238,6 +255,128 @@ def ingest_samples(session, output, doc_ids: DocIds, *, metric=None, filter_name
     return report
 
 
+# ----------------------------------------------------------------------------- two models compared
+def next_paired_samples(pair, doc_ids: DocIds, *, force: bool = False) -> dict[str, list[int]]:
+    """The document a :class:`~catengine.PairedSession` proposes next, as a harness ``--samples``
+    mapping ``{task: [index]}`` (the same until it is recorded); ``{}`` once the pair is finished
+    (unless ``force``)."""
+    if pair.finished and not force:
+        return {}
+    task, doc = doc_ids.doc(pair.next_item())
+    return {task: [doc]}
+
+
+@dataclass
+class PairedIngestReport:
+    """What :func:`ingest_paired_samples` did: the items recorded (both answers), answers already in
+    the pair (checked and skipped), the files read per model, the item the pair waits for and which
+    model's output lacks it, and the answers that could not be recorded (``problems``)."""
+
+    recorded: list[str] = field(default_factory=list)
+    already_recorded: int = 0
+    files_a: list[str] = field(default_factory=list)
+    files_b: list[str] = field(default_factory=list)
+    pending: str | None = None
+    missing: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return {"recorded": self.recorded, "already_recorded": self.already_recorded, "files_a": self.files_a,
+                "files_b": self.files_b, "pending": self.pending, "missing": self.missing, "problems": self.problems}
+
+
+def _side_answers(pair, side: int, output, doc_ids, *, metric, filter_name, tokenizer, cot_field, use_cot):
+    """(files, {item: (correct, tokens, where, field name)}, problems) of one model's harness output."""
+    subject = pair.subjects[side]
+    files = sample_files(output, doc_ids.task)
+    cells = _reader()({subject: files}, metric=metric, filter_name=filter_name, tokenizer=tokenizer,
+                      cot_field=cot_field, item_id=doc_ids.template, expected_items=pair.item_ids)
+    answers = {}
+    lart = pair.params.response_model == "lart"
+    data = cells.data
+    if data is not None:
+        correct = data.correct[0]
+        cot = data.cot_length[0] if data.cot_length is not None else None
+        for j in np.flatnonzero(correct >= 0):
+            item = data.item_ids[j]
+            origin = cells.origins.get((subject, item))
+            where = (f"{origin.where} (doc_id {origin.sample!r}): item {item!r}" if origin is not None
+                     else f"item {item!r}")
+            tokens = None
+            if lart and use_cot and cot is not None and not math.isnan(float(cot[j])):
+                tokens = float(cot[j])
+            source = origin.cot_source if origin is not None else "none"
+            field_name = source.split(":", 1)[1] if source.startswith("recorded:") else f"CoT length ({source})"
+            answers[item] = (int(correct[j]), tokens, where, field_name)
+    return [str(p) for p in files], answers, [f"model {'ab'[side]} ({subject}): {p}" for p in cells.problems]
+
+
+def ingest_paired_samples(pair, output_a, output_b, doc_ids: DocIds, *, metric=None, filter_name=None,
+                          tokenizer=None, cot_field: str | None = None, use_cot: bool = True) -> PairedIngestReport:
+    """Record two models' harness ``--log_samples`` outputs into ``pair`` (a :class:`~catengine.PairedSession`).
+
+    Both outputs are read and checked first (as :func:`ingest_samples` reads one). Then the pair's
+    proposed item is recorded when both outputs answer it, and so on for every further item the pair
+    draws, until it is finished or an output lacks the item drawn (``report.pending``, with the
+    model(s) in ``report.missing``). Answers the pair already has are checked and skipped; an answer
+    that differs from the recorded one, a line that cannot be used, or an answer to the item drawn
+    that cannot be recorded (a token count out of range) raises one
+    :class:`~catengine.adapters._batch.BatchAnswerError` naming each (``exc.report`` is the
+    :class:`PairedIngestReport`), after every valid paired answer before it was recorded."""
+    options = dict(metric=metric, filter_name=filter_name, tokenizer=tokenizer, cot_field=cot_field, use_cot=use_cot)
+    files_a, answers_a, problems_a = _side_answers(pair, 0, output_a, doc_ids, **options)
+    files_b, answers_b, problems_b = _side_answers(pair, 1, output_b, doc_ids, **options)
+    report = PairedIngestReport(files_a=files_a, files_b=files_b)
+    problems = problems_a + problems_b
+    lart = pair.params.response_model == "lart"
+    for step in pair.history:
+        for side, answers in ((0, answers_a), (1, answers_b)):
+            if step.item not in answers:
+                continue
+            y, tokens, where, field_name = answers[step.item]
+            had_y = step.correct_a if side == 0 else step.correct_b
+            had_cot = step.cot_length_a if side == 0 else step.cot_length_b
+            who = f"model {'ab'[side]} ({pair.subjects[side]}): {where}"
+            if had_y != y:
+                problems.append(f"{who} has correct={y} in the harness output, but the pair already recorded "
+                                f"correct={had_y} for it")
+            elif lart and use_cot and not _same_cot(had_cot, tokens):
+                problems.append(f"{who} has {field_name} = {_cot_text(tokens)} in the harness output, but the pair "
+                                f"already recorded CoT length {_cot_text(had_cot)} for it (a recorded answer is never "
+                                "changed; ingest with --no-cot / use_cot=False to check correctness only)")
+            else:
+                report.already_recorded += 1
+    while not pair.finished:  # every paired answer the outputs hold, in the order the pair draws them
+        item = pair.next_item()
+        report.missing = [f"{'ab'[side]} ({pair.subjects[side]})" for side, answers in
+                          enumerate((answers_a, answers_b)) if item not in answers]
+        if report.missing:
+            break
+        checked = []
+        for side, answers in ((0, answers_a), (1, answers_b)):
+            y, tokens, where, field_name = answers[item]
+            try:
+                checked.append(check_answer(pair.sessions[side], y, tokens))
+            except ValueError as exc:
+                problems.append(f"model {'ab'[side]} ({pair.subjects[side]}): {where}: {field_name} = "
+                                f"{_cot_text(tokens)} is not recorded: {exc}")
+        if len(checked) < 2:
+            break
+        (y_a, t_a), (y_b, t_b) = checked
+        pair.record(item, y_a, y_b, t_a, t_b)
+        report.recorded.append(item)
+    report.pending = None if pair.finished else pair.next_item()
+    report.problems = problems
+    if problems:
+        raise BatchAnswerError(
+            f"{output_a}, {output_b}: " + summary_of(report.recorded, problems, [report.pending] if report.pending else [],
+                                                     what="the harness outputs")
+            + "\nFix those lines and ingest again: answers recorded now are checked and skipped.",
+            problems=problems, recorded=report.recorded, pending=[report.pending] if report.pending else [],
+            report=report)
+    return report
+
+
 # ----------------------------------------------------------------------------- command line
 def add_subcommand(sub, *, add_strategy_options, strategies, open_bank) -> None:
     """Register ``catengine lm-eval next | ingest`` (called by ``catengine.cli``)."""
@@ -250,7 +389,12 @@ def add_subcommand(sub, *, add_strategy_options, strategies, open_bank) -> None:
     def common(p):
         p.add_argument("--log", type=Path, required=True, help="the session log (created by the first 'next', then resumed)")
         p.add_argument("--bank", type=Path, default=None, help="bank directory or file (default: the one named in the log; for a new log, math500_lart)")
-        p.add_argument("--subject", default="model", help="subject id of the model under test (default 'model')")
+        p.add_argument("--subject", default=None,
+                       help="subject id of the model under test (default 'model'; with --paired, model a's label, "
+                            "default 'a')")
+        p.add_argument("--paired", action="store_true",
+                       help="compare two models on the same documents with a paired session (one document per round; "
+                            "see the description)")
         p.add_argument("--task", default=None, help="harness task name (needed if the item id template has no {task})")
         p.add_argument("--item-id", default="{task}/{doc_id}",
                        help="how bank item ids name harness documents (default '{task}/{doc_id}')")
@@ -262,8 +406,10 @@ def add_subcommand(sub, *, add_strategy_options, strategies, open_bank) -> None:
                                      "then must build that same configuration (else exit status 2, naming each "
                                      "differing setting as recorded and as given).")
     common(nx)
-    nx.add_argument("--k", type=int, default=20,
-                    help="batch size (default 20; a batch never runs past the stopping rule's item cap)")
+    nx.add_argument("--k", type=int, default=None,
+                    help="batch size (default 20; a batch never runs past the stopping rule's item cap; not with "
+                         "--paired, which proposes one document per round)")
+    nx.add_argument("--subject-b", default=None, help="with --paired: model b's label (default 'b')")
     nx.add_argument("--force", action="store_true", help="propose items even if the stopping rule is met")
     known = {id(action) for action in nx._actions}
     add_strategy_options(nx)
@@ -278,6 +424,8 @@ def add_subcommand(sub, *, add_strategy_options, strategies, open_bank) -> None:
     ing.add_argument("--metric", default=None, help="correctness metric (default: the only binary one, e.g. exact_match)")
     ing.add_argument("--filter", default=None, help="filter whose lines to use when a task has several (e.g. strict-match)")
     ing.add_argument("--no-cot", action="store_true", help="record no CoT lengths")
+    ing.add_argument("--output-b", type=Path, default=None, metavar="OUTPUT",
+                     help="with --paired: model b's --output_path (OUTPUT is model a's)")
     ing.set_defaults(func=lambda args: _cmd_ingest(args, open_bank))
 
 
@@ -403,6 +551,102 @@ def _print_result(prog: str, head: str, lines) -> None:
         print(f"  {line}", file=sys.stderr)
 
 
+def _is_paired_log(path: Path) -> bool:
+    """True when ``path`` holds a paired-session log (its header line says so)."""
+    import json
+
+    from catengine.paired.session import PAIRED_LOG_FORMAT
+
+    if not (path.exists() and path.stat().st_size > 0):
+        return False
+    with open(path, "rb") as fh:
+        try:
+            return json.loads(fh.readline()).get("format") == PAIRED_LOG_FORMAT
+        except (ValueError, AttributeError):
+            return False
+
+
+def _check_log_kind(args) -> None:
+    paired = _is_paired_log(args.log)
+    if paired and not args.paired:
+        raise ValueError(f"{args.log} is a paired-session log (two models compared): add --paired")
+    if args.paired and args.log.exists() and args.log.stat().st_size > 0 and not paired:
+        raise ValueError(f"{args.log} is the session log of one model, not a paired-session log: drop --paired, or "
+                         "give a new --log")
+
+
+#: the strategy options a paired session takes (its item cap and the seed of its draws)
+_PAIRED_OPTIONS = ("max_items", "seed")
+
+
+def _paired_session(args, open_bank, given: dict[str, str]):
+    """The paired session of ``--log``: resumed (the options given must match what it records), or
+    new (created by ``next --paired``)."""
+    from catengine.paired import PairedSession, PairedStopping
+    from catengine.session import LogConfigMismatchError
+    from catengine.session.log import rng_state_to_json
+
+    unused = [flag for dest, flag in given.items() if dest not in _PAIRED_OPTIONS]
+    if unused:
+        raise ValueError(f"{', '.join(unused)}: only --max-items and --seed apply with --paired (the comparison "
+                         "draws its items itself and stops once decided, tied or at the cap)")
+    if args.log.exists() and args.log.stat().st_size > 0:
+        pair = PairedSession.resume(args.log, None if args.bank is None else open_bank(args.bank))
+        differences = []
+        if "max_items" in given and pair.stopping.max_items != (args.max_items or pair.bank.n_items):
+            differences.append(f"item cap ({given['max_items']}): recorded: {pair.stopping.max_items}; given: "
+                               f"{args.max_items}")
+        if "seed" in given:
+            from catengine.paired.session import read_paired_log
+
+            header, _ = read_paired_log(args.log)
+            if rng_state_to_json(np.random.default_rng(args.seed)) != header.get("rng"):
+                differences.append(f"seed ({given['seed']}): recorded: another seed; given: {args.seed}")
+        if differences:
+            pair.close()
+            raise LogConfigMismatchError(
+                f"{args.log} is resumed with the configuration it records, which differs from the options given:\n  "
+                + "\n  ".join(differences) + "\nOmit these options, or start a new log with another --log.")
+        return pair, False
+    bank = open_bank(args.bank)
+    stopping = None if args.max_items is None else PairedStopping(max_items=args.max_items or bank.n_items)
+    return PairedSession(bank, subjects=(args.subject or "a", getattr(args, "subject_b", None) or "b"),
+                         stopping=stopping, rng=args.seed, log=args.log), True
+
+
+def _comparison_summary(pair) -> tuple[dict, list[str]]:
+    from catengine.paired.commands import comparison_lines
+
+    c = pair.comparison()
+    return {"comparison": c.to_dict(), "finished": pair.finished, "reason": pair.stop_reason}, comparison_lines(c)
+
+
+def _cmd_next_paired(args, open_bank, given) -> int:
+    import json
+    import sys
+
+    if args.k is not None:
+        raise ValueError("--k does not apply with --paired: a paired session proposes one document per round")
+    if args.subject_b is not None and args.log.exists() and args.log.stat().st_size > 0:
+        raise ValueError("--subject-b names model b when `next --paired` creates the log; this log exists")
+    doc_ids = DocIds(args.item_id, args.task)
+    pair, created = _paired_session(args, open_bank, given)
+    with pair:
+        if created:
+            print(f"catengine lm-eval next: new paired-session log {args.log}; {pair.subjects[0]} vs "
+                  f"{pair.subjects[1]}, stop once decided or tied, else after "
+                  f"{pair.stopping.cap(pair.n_bank_items)} items", file=sys.stderr)
+        samples = next_paired_samples(pair, doc_ids, force=args.force)
+        summary, lines = _comparison_summary(pair)
+        if not samples:
+            _print_result("catengine lm-eval next", f"finished after {pair.n_items} paired answers", lines)
+            print(json.dumps(summary), file=sys.stderr)
+            return 1
+        print(f"catengine lm-eval next: 1 document for both models to run; so far: {lines[0]}", file=sys.stderr)
+        print(json.dumps(samples))
+        return 0
+
+
 def _cmd_next(args, strategies, open_bank, tracked=()) -> int:
     import json
     import sys
@@ -411,6 +655,13 @@ def _cmd_next(args, strategies, open_bank, tracked=()) -> int:
     from catengine.session import LogConfigMismatchError
 
     given = _given_options(args, tracked)
+    _check_log_kind(args)
+    if args.paired:
+        return _cmd_next_paired(args, open_bank, given)
+    if args.subject_b is not None:
+        raise ValueError("--subject-b applies with --paired")
+    args.subject = args.subject or "model"
+    args.k = 20 if args.k is None else args.k
     if args.k < 1:
         raise ValueError(f"--k (the batch size) must be an integer >= 1, got {args.k}")
     doc_ids = DocIds(args.item_id, args.task)
@@ -442,9 +693,40 @@ def _cmd_next(args, strategies, open_bank, tracked=()) -> int:
         engine.close()
 
 
+def _cmd_ingest_paired(args, open_bank) -> int:
+    import json
+
+    if args.output_b is None:
+        raise ValueError("ingest --paired needs model b's output: --output-b OUTPUT")
+    if not (args.log.exists() and args.log.stat().st_size > 0):
+        raise FileNotFoundError(f"{args.log}: no paired-session log yet; 'catengine lm-eval next --paired' creates it")
+    doc_ids = DocIds(args.item_id, args.task)
+    pair, _ = _paired_session(args, open_bank, {})
+    with pair:
+        try:
+            report = ingest_paired_samples(pair, args.output, args.output_b, doc_ids, metric=args.metric,
+                                           filter_name=args.filter, use_cot=not args.no_cot)
+        except BatchAnswerError as exc:  # the valid answers are recorded: say so on stdout too, then fail
+            print(json.dumps({**exc.report.to_dict(), **_comparison_summary(pair)[0]}))
+            raise
+        summary, lines = _comparison_summary(pair)
+        print(json.dumps({**report.to_dict(), **summary}))
+        head = f"{len(report.recorded)} paired answer(s) recorded, {pair.n_items} in all"
+        if report.missing:
+            head += f"; item {report.pending!r} is not in the output of model {' and '.join(report.missing)}"
+        _print_result("catengine lm-eval ingest", head, lines)
+        return 0
+
+
 def _cmd_ingest(args, open_bank) -> int:
     import json
 
+    _check_log_kind(args)
+    if args.paired:
+        return _cmd_ingest_paired(args, open_bank)
+    if args.output_b is not None:
+        raise ValueError("--output-b applies with --paired")
+    args.subject = args.subject or "model"
     doc_ids = DocIds(args.item_id, args.task)
     engine = _engine(args, None, open_bank, create=False)
     try:

@@ -51,6 +51,7 @@ import openai
 from catengine.clients.base import Completion, EndpointError
 from catengine.clients.budget import Budget, BudgetExceeded
 from catengine.clients.retry import RetryPolicy, is_retryable_status, retry_after_seconds
+from catengine.errors import CatEngineError
 
 __all__ = ["MalformedReply", "OpenAIChatClient", "parse_chat_completion"]
 
@@ -61,7 +62,7 @@ _RESERVED = frozenset({"messages", "model", "stream", "stream_options", "n", "ma
 _BODY_CHARS = 300
 
 
-class MalformedReply(ValueError):
+class MalformedReply(CatEngineError, ValueError):
     """A 200 reply that is not a chat completion (not JSON, no choices, no message)."""
 
 

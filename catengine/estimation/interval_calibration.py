@@ -1,5 +1,5 @@
-"""The bank's stored interval calibration: an SD factor c(L) by test length, measured by replaying
-held-out real LLMs at calibration time (docs/math.md §7.5; written by ``calibration.interval_calibration``).
+"""The bank's stored held-out check of its intervals: an SD factor c(L) by test length, measured by
+replaying held-out real LLMs at calibration time (docs/math.md §7.5; written by ``calibration.heldout``).
 
 The bank's root attribute ``interval_calibration`` is a JSON object::
 
@@ -12,7 +12,7 @@ The bank's root attribute ``interval_calibration`` is a JSON object::
      "measured": {...}, "seconds": 12.5}
 
 ``c`` is a table by test length, smoothed, and below 1 only where the check had evidence for it
-(see ``calibration.interval_calibration``). An
+(see ``calibration.heldout.interval_curves``). An
 optional ``z95`` list (same lengths) is the calibrated multiplier of the 95% interval: theta +-
 z95(L) SD instead of +- 1.96 SD (interpolated like c; banks without it use 1.96). Between the tabulated lengths c(L) is linear in
 L; below the first and beyond the last it is held constant; with no answer (L = 0) it is 1 (the

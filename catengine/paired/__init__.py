@@ -3,7 +3,8 @@ confidence sequence for the full-benchmark difference, valid at any stop) and th
 several sessions with simultaneous error control (``catengine rank``). docs/comparisons.md."""
 
 from catengine.paired.confidence import BettingConfidenceSequence, EmpiricalBernsteinConfidenceSequence
-from catengine.paired.session import Comparison, DECISIONS, PairedSession, PairedStep, PairedStopping, read_paired_log
+from catengine.paired.session import (DECISIONS, DEFAULT_MAX_ITEMS, Comparison, PairedSession, PairedStep,
+                                      PairedStopping, read_paired_log)
 
-__all__ = ["BettingConfidenceSequence", "Comparison", "DECISIONS", "EmpiricalBernsteinConfidenceSequence",
-           "PairedSession", "PairedStep", "PairedStopping", "read_paired_log"]
+__all__ = ["BettingConfidenceSequence", "Comparison", "DECISIONS", "DEFAULT_MAX_ITEMS",
+           "EmpiricalBernsteinConfidenceSequence", "PairedSession", "PairedStep", "PairedStopping", "read_paired_log"]

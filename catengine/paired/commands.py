@@ -51,7 +51,7 @@ def add_subcommands(sub, *, open_bank) -> None:
                     help="a tie: the interval lies within +-this many points (default 1)")
     cp.add_argument("--alpha", type=float, default=0.05, help="error of the confidence sequence (default 0.05)")
     cp.add_argument("--max-items", type=int, default=None,
-                    help="stop after this many items at the latest (default: the bank's default cap, 100 or the bank)")
+                    help="stop after this many items at the latest (default 500, or every item compared when fewer)")
     cp.add_argument("--no-early-stop", action="store_true", help="go on to --max-items even when decided or tied")
     cp.add_argument("--seed", type=int, default=None, help="seed of the design's draws (default: fresh entropy)")
     cp.add_argument("--log", type=Path, default=None, help="write the paired session's log here (JSON lines)")
@@ -156,19 +156,28 @@ def _cmd_compare(args, open_bank) -> int:
     if args.json:
         print(json.dumps(result.to_dict(), indent=2))
         return 0
-    print(result.summary())
-    print(f"  stopped: {result.stop_reason}; method: {result.method}, {result.interval}; control variate weight "
-          f"{result.kappa:.2f}")
-    print(f"  model's predictions: {result.subject_a} {100 * result.accuracy_a:.1f}%, {result.subject_b} "
-          f"{100 * result.accuracy_b:.1f}%{' (exact)' if result.method == 'against-known' else ''}")
-    if result.cot_total_a is not None and result.cot_total_b is not None:
-        print(f"  CoT tokens over the {result.n_bank_items} items (model): {result.subject_a} {result.cot_total_a:,.0f}, "
-              f"{result.subject_b} {result.cot_total_b:,.0f}, difference {result.cot_difference:+,.0f}"
-              + (f"; from the draws alone {result.cot_difference_design:+,.0f} (SD {result.cot_difference_sd:,.0f})"
-                 if result.cot_difference_design is not None and result.cot_difference_sd is not None else ""))
+    print("\n".join(comparison_lines(result)))
     if session.n_bank_items < bank.n_items:
         print(f"  compared on the {session.n_bank_items} of {bank.n_items} items both sides answer", file=sys.stderr)
     return 0
+
+
+def comparison_lines(result) -> list[str]:
+    """A :class:`~catengine.paired.Comparison` as ``catengine compare`` and ``catengine run
+    --compare-with`` print it: the difference with its interval and the decision, the stop, the
+    model's predictions and, on LaRT banks, the predicted CoT totals."""
+    lines = [result.summary(),
+             f"  stopped: {result.stop_reason or 'not yet'}; method: {result.method}, {result.interval}; control "
+             f"variate weight {result.kappa:.2f}",
+             f"  model's predictions: {result.subject_a} {100 * result.accuracy_a:.1f}%, {result.subject_b} "
+             f"{100 * result.accuracy_b:.1f}%{' (exact)' if result.method == 'against-known' else ''}"]
+    if result.cot_total_a is not None and result.cot_total_b is not None:
+        lines.append(f"  CoT tokens over the {result.n_bank_items} items (model): {result.subject_a} "
+                     f"{result.cot_total_a:,.0f}, {result.subject_b} {result.cot_total_b:,.0f}, difference "
+                     f"{result.cot_difference:+,.0f}"
+                     + (f"; from the draws alone {result.cot_difference_design:+,.0f} (SD {result.cot_difference_sd:,.0f})"
+                        if result.cot_difference_design is not None and result.cot_difference_sd is not None else ""))
+    return lines
 
 
 def _cmd_rank(args, open_bank) -> int:

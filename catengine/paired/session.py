@@ -37,8 +37,8 @@ from catengine.session.errors import InvalidResponseError, SessionLogError, Unkn
 from catengine.session.log import LogWriter, restore_rng, rng_state_to_json
 from catengine.session.session import CATSession
 
-__all__ = ["Comparison", "DECISIONS", "PairedSession", "PairedStep", "PairedStopping", "PAIRED_LOG_FORMAT",
-           "read_paired_log"]
+__all__ = ["Comparison", "DECISIONS", "DEFAULT_MAX_ITEMS", "PairedSession", "PairedStep", "PairedStopping",
+           "PAIRED_LOG_FORMAT", "read_paired_log"]
 
 DECISIONS = ("a", "b", "tie", "undecided")
 PAIRED_LOG_FORMAT = "catengine.paired-log"
@@ -48,6 +48,10 @@ PAIRED_LOG_VERSION = 1
 DEFAULT_UNIFORM_SHARE = 0.5
 #: the betting sequence's truncation: every bet keeps at least 1 - this of the capital
 DEFAULT_TRUNCATION = 0.75
+#: a paired session's default item cap (or the whole comparison when it has fewer items): pairs far
+#: apart stop long before it, so it sets what a close pair may cost (docs/comparisons.md, "The
+#: default cap", measured with benchmarks/paired.py)
+DEFAULT_MAX_ITEMS = 500
 
 
 def _check_correct(value, what: str) -> int:
@@ -61,9 +65,9 @@ def _check_correct(value, what: str) -> int:
 @dataclass(frozen=True)
 class PairedStopping:
     """When a paired session stops: once decided (``"a"`` / ``"b"``, ``on_decision``), tied
-    (``on_tie``) or after ``max_items`` items (None: the bank's default cap,
-    ``catengine.stopping.default_stopping``), never before ``min_items``; always when no item is
-    left. The confidence sequence is valid at any of these stops, or at any other."""
+    (``on_tie``) or after ``max_items`` items (None: :data:`DEFAULT_MAX_ITEMS`, or every item
+    compared when there are fewer), never before ``min_items``; always when no item is left. The
+    confidence sequence is valid at any of these stops, or at any other."""
 
     max_items: int | None = None
     min_items: int = 0
@@ -78,12 +82,8 @@ class PairedStopping:
             raise ValueError(f"min_items must be a non-negative integer, got {self.min_items!r}")
 
     def cap(self, n_items: int) -> int:
-        if self.max_items is not None:
-            return min(int(self.max_items), n_items)
-        from catengine.stopping import default_stopping
-        from catengine.stopping.rules import item_limit
-
-        return min(item_limit(default_stopping(n_items)) or n_items, n_items)
+        """The item cap of a comparison over ``n_items`` items."""
+        return min(int(self.max_items if self.max_items is not None else DEFAULT_MAX_ITEMS), n_items)
 
 
 def _stopping(stopping) -> PairedStopping:
@@ -189,7 +189,7 @@ class PairedSession:
     """Two LLMs compared on the same items (module docstring).
 
     * ``stopping``: a :class:`PairedStopping`, a ``MaxItems`` or an item cap (default: stop once
-      decided or tied, else at the bank's default cap);
+      decided or tied, else after :data:`DEFAULT_MAX_ITEMS` items);
     * ``margin``: the half-width of a tie, a proportion (0.01 = 1 point); ``alpha``: the confidence
       sequence's error (its level is ``1 - alpha``);
     * ``rng``: Generator | int | None, drawn from for the design's draws only; ``log``: a path, every
@@ -330,6 +330,11 @@ class PairedSession:
         return tuple(self._sessions)
 
     @property
+    def item_ids(self) -> list[str]:
+        """The bank items compared (``items=``, default every item of the bank), in bank order."""
+        return [self.bank.item_ids[int(j)] for j in self._population]
+
+    @property
     def history(self) -> list[PairedStep]:
         return list(self._history)
 
@@ -434,12 +439,14 @@ class PairedSession:
                     "kappa": kappa, "rng": rng_before})
         return item
 
-    def record(self, item, correct_a, correct_b=None, cot_length_a=None, cot_length_b=None) -> Comparison:
+    def record(self, item, correct_a, correct_b=None, cot_length_a=None, cot_length_b=None, *,
+               evidence: dict | None = None) -> Comparison:
         """Both LLMs' answers to the proposed item (0/1) and, on LaRT banks, their CoT lengths in
         tokens (as ``CATSession.record`` takes them). Against a known side b, ``correct_b`` may be
-        left out (its stored answer is used; given, it must agree). Returns the comparison (without
-        the model's CoT figures: :meth:`comparison` has them). Bad input raises and leaves the
-        session unchanged."""
+        left out (its stored answer is used; given, it must agree). ``evidence``: a JSON-able dict
+        kept with the answer in the log (e.g. both replies and their grades; not read on resume).
+        Returns the comparison (without the model's CoT figures: :meth:`comparison` has them). Bad
+        input raises and leaves the session unchanged."""
         if self._pending is None or str(item) != self.pending_item:
             expected = self.pending_item
             raise InvalidResponseError(
@@ -466,7 +473,7 @@ class PairedSession:
             except BaseException:
                 self._sessions[0] = self._rebuilt(0)
                 raise
-        self._apply(pos, y_a, y_b, cot_length_a, cot_length_b)
+        self._apply(pos, y_a, y_b, cot_length_a, cot_length_b, evidence)
         return self.comparison(details=False)
 
     def _rebuilt(self, side: int) -> CATSession:
@@ -478,7 +485,7 @@ class PairedSession:
                            step.cot_length_a if side == 0 else step.cot_length_b)
         return session
 
-    def _apply(self, pos: int, y_a: int, y_b: int, cot_a, cot_b) -> None:
+    def _apply(self, pos: int, y_a: int, y_b: int, cot_a, cot_b, evidence=None) -> None:
         p = self._pending
         parts, pi, g = p["parts"], p["probability"], p["g"]
         J = self.n_bank_items
@@ -501,9 +508,12 @@ class PairedSession:
                           cot_length_b=None if cot_b is None else float(cot_b), probability=pi, kappa=parts.kappa,
                           term=x, low=low, high=high)
         self._history.append(step)
-        self._emit({"event": "record", "step": step.step, "item": step.item, "correct_a": y_a, "correct_b": y_b,
-                    "cot_length_a": step.cot_length_a, "cot_length_b": step.cot_length_b, "term": x,
-                    "low": low, "high": high, "decision": self.decision()})
+        event = {"event": "record", "step": step.step, "item": step.item, "correct_a": y_a, "correct_b": y_b,
+                 "cot_length_a": step.cot_length_a, "cot_length_b": step.cot_length_b, "term": x,
+                 "low": low, "high": high, "decision": self.decision()}
+        if evidence is not None:
+            event["evidence"] = evidence
+        self._emit(event)
 
     # ------------------------------------------------------------------ chain-of-thought (LaRT banks)
     def _expected_cot(self, side: int, positions) -> np.ndarray | None:
@@ -625,6 +635,13 @@ class PairedSession:
     def _emit(self, event: dict) -> None:
         if self._writer is not None:
             self._writer.write(event)
+
+    def note(self, payload: dict) -> None:
+        """Append a ``note`` event (a JSON-able dict, e.g. the settings of a run) to the log; notes do
+        not change the session and are skipped on resume (read them with :func:`read_paired_log`)."""
+        if not isinstance(payload, dict):
+            raise TypeError(f"a note is a dict, got {type(payload).__name__}")
+        self._emit({"event": "note", **{k: v for k, v in payload.items() if k != "event"}})
 
     def close(self) -> None:
         if self._owns_writer and self._writer is not None:

@@ -33,7 +33,7 @@ from pathlib import Path
 import numpy as np
 
 from catengine.atomic import atomic_output
-from catengine.errors import ResponseFileError
+from catengine.errors import CatEngineError, ResponseFileError
 
 MISSING = -1
 
@@ -150,7 +150,7 @@ def _validate_cot(cot_length, shape, subject_ids=None, item_ids=None) -> np.ndar
 
 
 # ---------------------------------------------------------------------------------------- parsing
-class _CellError(ValueError):
+class _CellError(CatEngineError, ValueError):
     """A cell value that cannot be parsed (the caller adds where it is)."""
 
 

@@ -1,6 +1,6 @@
-"""The bank's stored score calibration: how far held-out real LLMs' full-benchmark scores fell from
-the model-based prediction, beyond what the model's own interval allows (docs/math.md §7.6;
-written at calibration time by ``calibration.score_calibration``).
+"""The score curves of the bank's stored held-out check: how far held-out real LLMs' full-benchmark
+scores fell from the model-based prediction, beyond what the model's own interval allows
+(docs/math.md §7.6; written at calibration time by ``calibration.heldout.score_curves``).
 
 The model-based prediction treats the unanswered items as conditionally independent given the
 trait. Real LLMs are not: an LLM that is better than its theta at, say, geometry is better on every

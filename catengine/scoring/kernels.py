@@ -2,8 +2,9 @@
 ``catengine.session._replay_kernel``). Defined and documented in ``catengine/scoring/_kernels.py``;
 import them from here, not from the private module.
 
-``expected_logistic(nodes, weights, a, b, c, d, four_pl, out)``: E_q P_j over quadrature nodes for
-every item (the randomised selector's expected probabilities).
+``expected_logistic(theta, sd, x, w, a, b, c, d, four_pl, out)``: E_q P_j for every item under
+q = Normal(theta, sd^2) by the quadrature rule (x, w) (the randomised selector's expected
+probabilities; a symmetric rule's nodes taken in pairs).
 """
 
 from catengine.scoring._kernels import expected_logistic

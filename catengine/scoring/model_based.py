@@ -192,7 +192,7 @@ def _expected_response(params: ItemParams, theta: float, theta_sd: float, n_node
     x, w = gauss_hermite_normal(n_nodes)
     out = np.empty(params.n_items)
     four = params.response_model == "4pl"  # one compiled pass (catengine.scoring._kernels.expected_logistic)
-    _kernels.expected_logistic(np.ascontiguousarray(theta + theta_sd * x), np.ascontiguousarray(w), params.a, params.b,
+    _kernels.expected_logistic(theta, theta_sd, x, w, params.a, params.b,
                                params.c if four else params.a, params.d if four else params.a, four, out)
     return out
 
@@ -453,7 +453,7 @@ def predict_accuracy_factors(factors, observed, correct, *, level: float = 0.95,
     The interval is centre +- z SD, clipped to the attainable range: a mixture over a product grid
     of a few nodes per factor has lumpy quantiles (its tails sit on single nodes), and the score
     check that makes the interval honest matches the coverage of exactly this normal interval
-    (``calibration.score_calibration``). ``n_nodes``: nodes per factor (None:
+    (``calibration.heldout.score_curves``). ``n_nodes``: nodes per factor (None:
     ``SCORE_FACTOR_NODES[d]``; 41 / 11 / 5 keep the cost near 100-200 nodes)."""
     _non_negative("residual_sd", residual_sd)
     if centre not in SCORE_FACTOR_CENTRES:

@@ -6,7 +6,7 @@ plain mean about the full-benchmark accuracy A is exact:
 
     E|X/k - A| = sum_x Hyp(x; J, C, k) |x/k - A|.
 
-The bank's score check (``calibration.score_calibration``) stores its average over the held-out
+The bank's held-out check (``calibration.heldout.score_curves``) stores its average over the held-out
 LLMs beside the model-based prediction's error, and the benchmarks divide by it.
 """
 

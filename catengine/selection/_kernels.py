@@ -348,3 +348,113 @@ def peak_unit_info_4pl(c, d):
                 m = v
         out[j] = m * 1.01 + 1e-12
     return out
+
+
+# ------------------------------------------------------------------ design draws (known probabilities)
+_DESIGN_OPTS = dict(cache=True, nogil=True, error_model="numpy")  # no exceptions: the passes vectorise
+_EPS = 2.220446049250313e-16
+
+
+@njit(**_DESIGN_OPTS)
+def _sum_lanes(x, n):
+    """sum(x[:n]) in eight interleaved partial sums combined pairwise: a fixed order (the same bits
+    whatever the caller or the vector width) that vectorises without reassociation."""
+    s0 = s1 = s2 = s3 = s4 = s5 = s6 = s7 = 0.0
+    m = n - n % 8
+    for j in range(0, m, 8):
+        s0 += x[j]
+        s1 += x[j + 1]
+        s2 += x[j + 2]
+        s3 += x[j + 3]
+        s4 += x[j + 4]
+        s5 += x[j + 5]
+        s6 += x[j + 6]
+        s7 += x[j + 7]
+    for j in range(m, n):
+        s0 += x[j]
+    return ((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 + s7))
+
+
+@njit(**_DESIGN_OPTS)
+def design_probabilities(values, from_expected, eligible, eps, out):
+    """The design rule's selection probability of every item into ``out``; returns the number of
+    eligible items (0: nothing eligible; ``out`` then holds zeros).
+
+    pi_j = (1 - eps) w_j / W + eps / n for the n eligible items (W = sum of their w_j), 0 for the
+    others, with w_j = sqrt(f_j (1 - f_j)) from the expected responses f = ``values`` when
+    ``from_expected`` (``RandomisedSelection``'s "sqrt-variance" weight), else w = ``values``.
+    Computed as alpha w_j + beta with alpha = (1 - eps) / W and beta = eps / n (a few ulps from
+    the formula; the sum of pi is 1 within the rounding of W). A W that is not finite and positive
+    gives the uniform design over the eligible items. Three vectorised passes (the weights; W in a
+    fixed order, ``_sum_lanes``; pi), no temporaries."""
+    J = values.size
+    n = 0
+    for j in range(J):
+        e = eligible[j]
+        if from_expected:
+            v = values[j] * (1.0 - values[j])
+            w = math.sqrt(0.0 if v < 0.0 else v)  # NaN stays NaN: the design turns uniform
+        else:
+            w = values[j]
+        out[j] = w if e else 0.0
+        n += 1 if e else 0
+    if n == 0:
+        return 0
+    total = _sum_lanes(out, J)
+    if not (math.isfinite(total) and total > 0.0):
+        share = 1.0 / n
+        for j in range(J):
+            out[j] = share if eligible[j] else 0.0
+        return n
+    alpha = (1.0 - eps) / total
+    beta = eps / n
+    for j in range(J):
+        out[j] = alpha * out[j] + beta if eligible[j] else 0.0
+    return n
+
+
+@njit(**_DESIGN_OPTS)
+def draw_index(pi, u, total_hint):
+    """The index numpy's ``Generator.choice(pi.size, p=pi)`` takes for the uniform ``u`` in [0, 1):
+    the first j whose normalised cumulative probability cumsum(pi)_j / sum(pi) exceeds u (the
+    cumulative sums in index order, as ``numpy.cumsum``, normalised by the last;
+    ``searchsorted(..., side="right")``). ``pi`` >= 0 with a positive, finite sum; the index returned
+    has pi > 0. ``total_hint``: sum(pi) within 1e-10 relative when the caller knows it (1 for the
+    design's probabilities), else NaN (then summed here, ``_sum_lanes``).
+
+    One pass keeps the cumulative sum in index order, its total and where it first exceeds
+    u hint (1 - 1e-9) (no earlier index can have cumsum / total > u); the divisions are made from
+    there, with the same partial sums (from the start when the hint was not within 1e-10)."""
+    J = pi.size
+    approx = total_hint if math.isfinite(total_hint) else _sum_lanes(pi, J)
+    lo = u * approx * (1.0 - 1e-9)
+    run = 0.0
+    start = -1
+    before = 0.0
+    for j in range(J):
+        prev = run
+        run += pi[j]
+        if start < 0 and run > lo:
+            start = j
+            before = prev
+    total = run
+    if start < 0 or not abs(total - approx) <= 1e-10 * total:
+        start = 0
+        before = 0.0
+    run = before
+    for j in range(start, J):
+        run += pi[j]
+        if run / total > u:
+            return j
+    return J - 1  # not reached for u < 1: the last normalised sum is exactly 1
+
+
+@njit(**_DESIGN_OPTS)
+def design_draw(values, from_expected, eligible, eps, u, out):
+    """(item, probability): one draw of the design with the probabilities of
+    :func:`design_probabilities` (into ``out``) and the uniform ``u`` (:func:`draw_index`; the
+    probabilities sum to 1 within rounding); (-1, 0) when nothing is eligible."""
+    if design_probabilities(values, from_expected, eligible, eps, out) == 0:
+        return -1, 0.0
+    j = draw_index(out, u, 1.0)
+    return j, out[j]

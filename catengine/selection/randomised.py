@@ -15,6 +15,7 @@ import numpy as np
 
 from catengine.errors import BankExhaustedError
 from catengine.scoring.model_based import expected_probabilities, response_and_slope
+from catengine.selection import _kernels
 from catengine.selection.base import ItemSelector, SelectionState, check_k
 
 WEIGHTS = ("sqrt-variance", "information", "uniform")
@@ -65,39 +66,37 @@ class RandomisedSelection(ItemSelector):
             raise ValueError(f"n_nodes must be an integer in 1..200, got {self.n_nodes!r}")
 
     def probabilities(self, params, state: SelectionState, expected=None) -> np.ndarray:
-        """Selection probability of every item of the bank at this step (0 outside the eligible set; sums to 1).
+        """Selection probability of every item of the bank at this step (0 outside the eligible set; sums to 1
+        within rounding).
 
         ``expected``: E_q P_j(theta) of every item under the state's posterior, when the caller has
-        it already (computed with this selector's ``n_nodes``); the "sqrt-variance" weight uses it."""
-        eligible = np.asarray(state.eligible, dtype=bool)
-        n_eligible = int(eligible.sum())
-        if n_eligible == 0:
-            raise BankExhaustedError("no eligible item is left to administer (all administered, excluded or blocked)")
+        it already (computed with this selector's ``n_nodes``); the "sqrt-variance" weight uses it.
+        The weights, their total and the probabilities are one compiled pass each
+        (``catengine.selection._kernels.design_probabilities``), the pass the compiled replay makes."""
+        eligible = np.ascontiguousarray(state.eligible, dtype=bool)
         est = state.estimate
         if self.weight == "uniform":
-            w = np.ones(params.n_items)
+            values, from_expected = np.ones(params.n_items), False
         elif self.weight == "sqrt-variance":
             f = expected_probabilities(params, est.theta, est.theta_sd, self.n_nodes) if expected is None else expected
-            w = np.sqrt(np.clip(f * (1.0 - f), 0.0, None))
+            values, from_expected = np.ascontiguousarray(f, dtype=np.float64), True
         else:
             p, slope = response_and_slope(params, np.array([est.theta]))
             p, slope = p[0], slope[0]
             pq = np.clip(p * (1.0 - p), 1e-300, None)
-            w = (params.a * slope) ** 2 / pq
-        w = np.where(eligible, w, 0.0)
-        total = float(w.sum())
-        eps = float(self.uniform_share)
-        uniform = eligible / n_eligible
-        if not math.isfinite(total) or total <= 0.0:
-            return uniform.astype(float)
-        pi = (1.0 - eps) * w / total + eps * uniform
-        return pi / pi.sum()
+            values, from_expected = np.ascontiguousarray((params.a * slope) ** 2 / pq, dtype=np.float64), False
+        if values.shape != eligible.shape:
+            raise ValueError(f"expected probabilities must hold one value per item ({eligible.size}), got {values.shape}")
+        out = np.empty(values.size)
+        if _kernels.design_probabilities(values, from_expected, eligible, float(self.uniform_share), out) == 0:
+            raise BankExhaustedError("no eligible item is left to administer (all administered, excluded or blocked)")
+        return out
 
     def candidates(self, params, state: SelectionState, rng, k: int = 1):
         k = check_k(k)
         pi = self.probabilities(params, state)
-        if k == 1:
-            pick = draw_one(pi, rng)
+        if k == 1:  # draw_one, told that pi sums to 1 (within rounding)
+            pick = np.array([_kernels.draw_index(pi, float(rng.random((1,))[0]), 1.0)], dtype=np.int64)
         else:
             n_pos = int(np.count_nonzero(pi))
             pick = rng.choice(params.n_items, size=min(k, n_pos), replace=False, p=pi)
@@ -109,7 +108,7 @@ def draw_one(pi: np.ndarray, rng) -> np.ndarray:
     """One index drawn with probabilities ``pi`` (non-negative, positive sum): the draw that
     ``rng.choice(pi.size, size=1, replace=False, p=pi)`` makes (one uniform, inverted through the
     normalised cumulative sums: the same stream and the same index), without its checks of ``pi``,
-    which cost more than the draw at every design step. Shape (1,), int64."""
-    cdf = np.cumsum(pi)
-    cdf /= cdf[-1]
-    return cdf.searchsorted(rng.random((1,)), side="right").astype(np.int64)
+    which cost more than the draw at every design step. One compiled pass
+    (``catengine.selection._kernels.draw_index``, the compiled replay's). Shape (1,), int64."""
+    u = float(rng.random((1,))[0])
+    return np.array([_kernels.draw_index(np.ascontiguousarray(pi, dtype=np.float64), u, math.nan)], dtype=np.int64)

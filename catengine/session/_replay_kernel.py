@@ -23,7 +23,7 @@ from catengine.numba_cache import njit
 from catengine.estimation.kernels import item_parameter_sensitivity, map_newton_1d
 from catengine.models.score_factors import score_factor_mode, score_factor_topk_gain
 from catengine.scoring.kernels import expected_logistic
-from catengine.selection.kernels import topk_expected_info_ab, topk_info
+from catengine.selection.kernels import design_draw, topk_expected_info_ab, topk_info
 
 SELECT_MFI, SELECT_DOUBLY_ROBUST, SELECT_RANDOMISED = 0, 1, 2
 ADAPTIVE_MFI, ADAPTIVE_SCORE_FACTOR_D, ADAPTIVE_EXPECTED_AB = 0, 1, 2
@@ -123,9 +123,12 @@ def _add_answer(j, n, a, b, y_row, has_cov, va, vb, vab, lart, phi, lam, omega, 
 
 
 @njit(cache=True)
-def _design_draw(model, a, b, theta, sd, gh_x, gh_w, eligible, eps, u, f, scratch_nodes):
+def _design_draw(model, a, b, theta, sd, gh_x, gh_w, eligible, eps, u, f, pi):
     """(item, probability): the randomised selector's sqrt-variance draw with uniform ``u``
-    (``RandomisedSelection.probabilities`` and ``draw_one``)."""
+    (``RandomisedSelection.candidates``): f = E_q P_j (``expected_probabilities``: closed form for
+    probit items, the compiled quadrature ``expected_logistic`` for logistic ones) into ``f``, then
+    the design's probabilities (into ``pi``) and the draw by the compiled passes the session calls
+    (``catengine.selection.kernels.design_draw``)."""
     J = a.size
     if model == 2:
         for j in range(J):
@@ -133,42 +136,8 @@ def _design_draw(model, a, b, theta, sd, gh_x, gh_w, eligible, eps, u, f, scratc
             x = (a[j] * theta + b[j]) / math.sqrt(1.0 + s * s)
             f[j] = 0.5 * math.erfc(-x * _INV_SQRT2)
     else:
-        for k in range(gh_x.size):
-            scratch_nodes[k] = theta + sd * gh_x[k]
-        expected_logistic(scratch_nodes, gh_w, a, b, a, a, False, f)
-    n_elig = 0
-    total = 0.0
-    for j in range(J):
-        if eligible[j]:
-            n_elig += 1
-            v = f[j] * (1.0 - f[j])
-            f[j] = math.sqrt(v) if v > 0.0 else 0.0
-            total += f[j]
-        else:
-            f[j] = 0.0
-    if not (math.isfinite(total) and total > 0.0):
-        for j in range(J):
-            f[j] = (1.0 if eligible[j] else 0.0) / n_elig
-    else:
-        for j in range(J):
-            f[j] = (1.0 - eps) * f[j] / total + eps * ((1.0 if eligible[j] else 0.0) / n_elig)
-    s = 0.0
-    for j in range(J):
-        s += f[j]
-    cum = 0.0
-    for j in range(J):
-        f[j] = f[j] / s
-        cum += f[j]
-    # searchsorted(cumsum / its last entry, u, side="right"): the first item whose normalised
-    # cumulative probability exceeds u (u < 1, so one does; it has a positive probability)
-    run = 0.0
-    pick = J - 1
-    for j in range(J):
-        run += f[j]
-        if run / cum > u:
-            pick = j
-            break
-    return pick, f[pick]
+        expected_logistic(theta, sd, gh_x, gh_w, a, b, a, a, False, f)
+    return design_draw(f, True, eligible, eps, u, pi)
 
 
 @njit(cache=True, nogil=True)
@@ -197,7 +166,7 @@ def replay_kernel(model, a, b, c, d, has_cov, va, vb, vab, lart, use_cot, phi, l
     gb = np.empty((L, dims))
     hb = np.empty(L)
     f = np.empty(J)
-    nodes = np.empty(gh_x.size)
+    pi = np.empty(J)
     thetas = np.empty(1)
     ones = np.ones(1)
     best_idx = np.empty(1, dtype=np.int64)
@@ -241,7 +210,7 @@ def replay_kernel(model, a, b, c, d, has_cov, va, vb, vab, lart, use_cot, phi, l
                         s = extrapolation_share
                 design = math.floor((n + 1) * s + 1e-9) > math.floor(n * s + 1e-9)
         if design:
-            j, crit = _design_draw(model, a, b, theta, sd, gh_x, gh_w, eligible, eps, uniforms[used], f, nodes)
+            j, crit = _design_draw(model, a, b, theta, sd, gh_x, gh_w, eligible, eps, uniforms[used], f, pi)
             used += 1
         elif adaptive == ADAPTIVE_MFI:
             thetas[0] = theta

@@ -6,8 +6,9 @@ recorded, the estimate is updated. ``CATSession`` does this in Python at every s
 logging hooks, objects per step); :class:`CompiledReplay` does the same steps in one numba call per
 subject (``catengine.session._replay_kernel``) and returns the same history: the same items in
 the same order, the same estimates and criterion values (to rounding: the kernel calls the
-session's own compiled pieces; the design draws' probabilities are summed in another order, so
-they agree to ~1e-15), and it draws the same uniforms from the same generator, leaving it where a
+session's own compiled pieces, the design draws' probabilities included, which are bit for bit
+the session's on logistic banks; on LaRT banks the normal CDF is numba's ``erfc`` here and
+scipy's in the session, agreeing to ~1e-15), and it draws the same uniforms from the same generator, leaving it where a
 session would (``tests/test_fast_replay.py`` compares both on every configuration it accepts).
 
 It accepts the configurations the check and audits use: ``MAPEstimator``; 2PL and LaRT banks;

@@ -21,6 +21,8 @@ from catengine.stopping.rules import (
     default_stopping,
 )
 
+from catengine.stopping.overrides import default_stopping_parts, stopping_with_overrides
+
 NoInformativeItemLeft = InformationBelow
 
 STOPPING_RULES = {
@@ -43,4 +45,6 @@ __all__ = [
     "StopState",
     "StoppingRule",
     "default_stopping",
+    "default_stopping_parts",
+    "stopping_with_overrides",
 ]

@@ -54,7 +54,7 @@ class SimulatedLLM:
         return simulate_answer(self.params, self.bank.index_of(item_id), self.theta, self.tau, self.rng, self.cot_offset)
 
 
-class MissingAnswer(KeyError):
+class MissingAnswer(CatEngineError, KeyError):
     """A responder has no answer for this item (the panel excludes the item and moves on)."""
 
 

@@ -630,7 +630,7 @@ class CBMMCalibrator(BaseCalibrator):
     def refit_start(self, rows) -> dict | None:
         """The starting values of a refit on the fitted subjects at positions ``rows``: this fit's
         raw (temperature-scale) item parameters and those subjects' raw abilities. Pass it to
-        :meth:`fit_from` (the interval check's fold refits do). None with the empirical-Bayes
+        :meth:`fit_from` (the held-out check's fold refits do). None with the empirical-Bayes
         prior: its updates stop once they move the hyper-parameters by less than ``_EB_TOL``, which
         leaves them where the start put them (on a simulated 240 x 50 2PL, a refit on 3/4 of the
         subjects started at the full fit ended with a prior SD of a 15% nearer the full fit's than a
@@ -997,8 +997,8 @@ class CBMMCalibrator(BaseCalibrator):
     def to_item_bank(self, bank_id: str, *, include_subjects: bool = True, interval_check="auto"):
         """A ``2pl`` :class:`catengine.ItemBank` with the standardised parameters and full provenance.
 
-        ``interval_check`` ("auto" | True | False): store the cross-fitted interval calibration
-        (``calibration.interval_calibration.with_interval_check``; costs 5 refits plus replays)."""
+        ``interval_check`` ("auto" | True | False): run the held-out check and store it
+        (``calibration.heldout.with_held_out_check``; costs 5 refits plus replays)."""
         self._check_fitted()
         if self.rank != 1:
             raise ValueError(f"item banks hold one ability dimension; this fit has rank={self.rank}")
@@ -1077,6 +1077,6 @@ class CBMMCalibrator(BaseCalibrator):
             ab_cov=self.ab_cov_,
             uncertainty_method="observed information (2 x 2 per item, theta at its estimate, prior included)",
         )
-        from calibration.interval_calibration import with_interval_check
+        from calibration.heldout import with_held_out_check
 
-        return with_interval_check(self, bank, interval_check, include_subjects=include_subjects)
+        return with_held_out_check(self, bank, interval_check, include_subjects=include_subjects)

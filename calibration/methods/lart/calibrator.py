@@ -271,7 +271,7 @@ class LaRTSAEMCalibrator(BaseCalibrator):
     method_name = "saem"
     #: the burn-in of a refit started at a fit's values (:meth:`fit_from`)
     REFIT_BURNIN = 5
-    #: the interval check's fold refits stop at this multiple of ``tol`` (:meth:`refit_settings`)
+    #: the held-out check's fold refits stop at this multiple of ``tol`` (:meth:`refit_settings`)
     REFIT_TOL_FACTOR = 2.0
     _start = None
     #: averaging phase: an item's M-step skips the O(m N) history pass while its moves since the
@@ -625,7 +625,7 @@ class LaRTSAEMCalibrator(BaseCalibrator):
     def refit_start(self, rows) -> dict:
         """The starting values of a refit on the fitted subjects at positions ``rows``: this fit's
         item parameters, rho, accuracy prior and those subjects' MAP traits. Pass it to
-        :meth:`fit_from` (the interval check's fold refits do)."""
+        :meth:`fit_from` (the held-out check's fold refits do)."""
         self._check_fitted()
         rows = np.asarray(rows, dtype=np.int64)
         prior = self.prior_
@@ -640,7 +640,7 @@ class LaRTSAEMCalibrator(BaseCalibrator):
         }
 
     def refit_settings(self) -> dict:
-        """The settings of the interval check's fold refits that differ from this fit's: the
+        """The settings of the held-out check's fold refits that differ from this fit's: the
         tolerance ``REFIT_TOL_FACTOR`` times looser (the averaging phase then stops after about half
         the iterations; the Monte-Carlo error of the fold parameters, ~0.03 in a on MATH500, stays
         well below their fold-to-full differences, ~0.12)."""
@@ -729,8 +729,8 @@ class LaRTSAEMCalibrator(BaseCalibrator):
                      interval_check="auto"):
         """The fitted ``lart`` bank (``catengine.ItemBank``) with subjects and calibration traces.
 
-        ``interval_check`` ("auto" | True | False): store the cross-fitted interval calibration
-        (``calibration.interval_calibration.with_interval_check``; costs 5 refits plus replays)."""
+        ``interval_check`` ("auto" | True | False): run the held-out check and store it
+        (``calibration.heldout.with_held_out_check``; costs 5 refits plus replays)."""
         self._check_fitted()
         if self.omega_ is None:
             raise ValueError(
@@ -804,6 +804,6 @@ class LaRTSAEMCalibrator(BaseCalibrator):
             item_vars={"runaway_slope": self.diagnostics_.runaway_slope.astype(np.int8),
                        "perfect": self.perfect_items_.astype(np.int8)},
         )
-        from calibration.interval_calibration import with_interval_check
+        from calibration.heldout import with_held_out_check
 
-        return with_interval_check(self, bank, interval_check, item_metadata=item_metadata, scale=scale)
+        return with_held_out_check(self, bank, interval_check, item_metadata=item_metadata, scale=scale)

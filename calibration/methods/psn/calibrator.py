@@ -26,6 +26,7 @@ import json
 import numpy as np
 
 from calibration.base import BaseCalibrator, Setting, choice, integer, non_negative, positive, seed, switch
+from calibration.common import Z95
 from catengine.itembank.schema import PLAUSIBLE_RANGES
 from catengine.validation import in_unit_interval, positive_finite
 from calibration.data import ResponseData
@@ -34,7 +35,6 @@ from calibration.methods.psn.laplace import CURVATURES, fit_item_posterior, lapl
 from calibration.methods.psn.network import A, BETA, PSNNetwork, fit_network
 from calibration.methods.psn.replication import split_half_check
 
-Z95 = 1.959963984540054
 MEAN_LOSS = "mean-loss"  # temperature = number of observed cells
 SPLIT_HALF = "split-half"  # temperature = max(1, mean z^2) of a split-half refit (calibration.methods.psn.replication)
 TEMPERATURE_WORDS = (MEAN_LOSS, SPLIT_HALF)
@@ -145,6 +145,9 @@ class PSNCalibrator(BaseCalibrator):
     """
 
     method_name = "psn"
+    #: its b_sd is a posterior width that the held-out check measures against the refits' spread and
+    #: widens to match (``calibration.heldout.item_sd``)
+    held_out_widens_b_sd = True
     SETTINGS = {
         "hidden_dim": integer(1, "embedding-table width (default 64)", "--hidden-dim"),
         "embedding_dim": integer(1, "embedding width (default 128)", "--embedding-dim"),
@@ -438,8 +441,9 @@ class PSNCalibrator(BaseCalibrator):
         p_ahead[i, k] = P(theta_i > theta_k). ``/posterior``: the b readout's Gaussian
         (b = b_offset + b_features @ w, w ~ Normal(b_readout_mean, b_readout_cov); the features
         are omitted with ``include_features=False``) and the theta readout's. ``/calibration``:
-        training curves. ``interval_check`` ("auto" | True | False): store the cross-fitted interval
-        calibration (``calibration.interval_calibration.with_interval_check``; 5 refits plus replays).
+        training curves. ``interval_check`` ("auto" | True | False): run the held-out check and
+        store it (``calibration.heldout.with_held_out_check``; 5 refits plus replays); its refits'
+        spread widens b_sd (``held_out_widens_b_sd``).
         """
         import xarray as xr
 
@@ -555,7 +559,7 @@ class PSNCalibrator(BaseCalibrator):
             d=d,
             b_sd=b_sd,
         )
-        from calibration.interval_calibration import with_interval_check
+        from calibration.heldout import with_held_out_check
 
-        return with_interval_check(self, bank, interval_check, standardize=standardize,
+        return with_held_out_check(self, bank, interval_check, standardize=standardize,
                                    include_features=include_features, item_metadata=item_metadata)

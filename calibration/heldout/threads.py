@@ -1,6 +1,6 @@
 """Independent pieces of a calibration run side by side on threads.
 
-The interval check's refits, score-factor fits, fold replays and score sums are independent of each
+The held-out check's refits, score-factor fits, fold replays and score sums are independent of each
 other (each draws from its own random stream) and spend most of their time in compiled kernels
 that release the GIL, so worker threads, one per core, finish them sooner and give exactly what
 running them one after another gives: every result is read from its own future, in the order the

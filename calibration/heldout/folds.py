@@ -1,5 +1,5 @@
-"""Folds of calibration LLMs for every cross-fitted check (interval and score checks, the trait
-audit, the choice of the number of score factors): rows of one LLM group stay in one fold.
+"""Folds of calibration LLMs for every cross-fitted check (the held-out check, the replay audit, the
+choice of the number of score factors): rows of one LLM group stay in one fold.
 
 A benchmark's rows are often several runs of one LLM (its zero-shot and one-shot prompts, seeds,
 quantisations). Their answers agree item by item far more than two different LLMs' do, so a check

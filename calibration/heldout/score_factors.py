@@ -13,9 +13,9 @@ answers give its factor posterior mode and the other half are predicted (mean lo
 is added only while it wins by more than two standard errors of the paired per-LLM differences.
 
 The numerics take arrays only (``correct`` with -1 for missing answers); the passes over the cells
-of the Newton steps and the log posterior are numba kernels (``calibration._score_factor_kernels``),
+of the Newton steps and the log posterior are numba kernels (``calibration.heldout._score_factor_kernels``),
 the small per-item and per-LLM systems are solved there too. :func:`attach_score_factors`
-is the hook that every calibrator's bank goes through (``calibration.interval_calibration``).
+is the hook that every calibrator's bank goes through (the held-out check, ``calibration.heldout.check``).
 """
 
 from __future__ import annotations
@@ -27,8 +27,8 @@ from dataclasses import dataclass, field
 import numpy as np
 from scipy.special import log_expit
 
-from calibration import _score_factor_kernels as _kernels
-from calibration.folds import llm_folds
+from calibration.heldout import _score_factor_kernels as _kernels
+from calibration.heldout.folds import llm_folds
 from catengine.models.score_factors import MAX_SCORE_FACTORS
 
 __all__ = ["MIN_SCORE_FACTOR_LLMS", "LLMS_PER_FACTOR", "ScoreFactorFit", "attach_score_factors", "choose_factor_count",
@@ -84,7 +84,7 @@ def fit_score_factors(correct, dims: int, *, slope_variance: float = SLOPE_VARIA
     """Joint MAP fit of the d-factor logistic model to ``correct`` (N, J; 0/1, -1 missing).
 
     ``start``: (traits (N, d), loadings (J, d), intercepts (J,)) to start the sweeps from instead
-    of the principal components (the interval check's fold refits start from the full fit's
+    of the principal components (the held-out check's fold refits start from the full fit's
     values of their rows); the fixed point is the same, the number of sweeps smaller.
 
     The sweeps re-standardise the traits after every step (see the module docstring). On a small,
@@ -287,7 +287,7 @@ def attach_score_factors(bank, data, *, dims: int | None = None, rng=0, start: t
     when ``data`` has fewer than ``MIN_SCORE_FACTOR_LLMS`` rows (LLM runs: two runs of one LLM count twice)
     and ``dims`` is None. ``dims`` None:
     chosen by :func:`choose_factor_count`; an integer: fixed, whatever the number of LLMs (the
-    interval check's fold banks use the full bank's, so that they select items as it does).
+    held-out check's fold banks use the full bank's, so that they select items as it does).
     ``start`` / ``tol``: passed to :func:`fit_score_factors` (the fold banks start from the full
     fit). ``keep_fit``: return (bank, the :class:`ScoreFactorFit` or None)."""
     N = int(data.n_subjects)

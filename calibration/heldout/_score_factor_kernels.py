@@ -1,4 +1,4 @@
-"""Numba kernels of the score-factor fit (``calibration.score_factors``: compute only, the callers
+"""Numba kernels of the score-factor fit (``calibration.heldout.score_factors``: compute only, the callers
 validate and convert).
 
 Layout: ``Y`` and ``M`` are (N, J) C-contiguous float64 (answers and observation weights, 0 where
