@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import argparse
 import inspect
-import sys
 import time
 import warnings
 from abc import ABC, abstractmethod
@@ -47,6 +46,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from catengine.console import progress_bar_visible
 from catengine.errors import CatEngineError
 from catengine.validation import (
     boolean,
@@ -162,20 +162,6 @@ def _json_value(value):
 
 
 # ----------------------------------------------------------------------------- template
-
-
-def progress_bar_visible(stream=None) -> bool:
-    """Whether a progress bar would be seen: ``stream`` (default stderr) is a terminal, or this
-    runs in a Jupyter kernel (where tqdm draws a widget). Logs, pipes and CI output get none."""
-    stream = sys.stderr if stream is None else stream
-    isatty = getattr(stream, "isatty", None)
-    try:
-        if isatty is not None and isatty():
-            return True
-    except (OSError, ValueError):  # a closed stream
-        return False
-    shell = getattr(sys.modules.get("IPython"), "get_ipython", lambda: None)()
-    return type(shell).__name__ == "ZMQInteractiveShell" and "ipykernel" in sys.modules
 
 
 class BaseCalibrator(ABC):

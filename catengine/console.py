@@ -10,6 +10,11 @@ and line of code), and the result of an adaptive test in the same three statemen
 calibration LLM runs that answered fewer of the LLM's items correctly than it did, on the same items
 (``catengine.scoring.standing``), with the extrapolation flag when that places the LLM beyond them. :func:`describe_stopping` words a stopping rule
 ("stop once ..."). These functions only format values they are given: they compute nothing.
+
+Both tools also share one progress switch, ``--progress / --no-progress``
+(:func:`add_progress_argument`): by default a bar on stderr where it can be seen (a terminal or a
+notebook, :func:`progress_bar_visible`), none in logs, pipes and CI output; the Python API follows
+the same rule.
 """
 
 from __future__ import annotations
@@ -17,6 +22,33 @@ from __future__ import annotations
 import sys
 import warnings
 from contextlib import contextmanager
+
+
+def progress_bar_visible(stream=None) -> bool:
+    """Whether a progress bar would be seen: ``stream`` (default stderr) is a terminal, or this
+    runs in a Jupyter kernel (where tqdm draws a widget). Logs, pipes and CI output get none."""
+    stream = sys.stderr if stream is None else stream
+    isatty = getattr(stream, "isatty", None)
+    try:
+        if isatty is not None and isatty():
+            return True
+    except (OSError, ValueError):  # a closed stream
+        return False
+    shell = getattr(sys.modules.get("IPython"), "get_ipython", lambda: None)()
+    return type(shell).__name__ == "ZMQInteractiveShell" and "ipykernel" in sys.modules
+
+
+def add_progress_argument(parser) -> None:
+    """``--progress / --no-progress`` on an argparse parser (``args.progress``: True, False or None)."""
+    import argparse
+
+    parser.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
+                        help="progress bar on stderr (default: on when stderr is a terminal)")
+
+
+def progress_enabled(flag: bool | None, stream=None) -> bool:
+    """``flag`` as given, or, when None, whether a bar on ``stream`` (default stderr) would be seen."""
+    return bool(flag) if flag is not None else progress_bar_visible(stream)
 
 
 @contextmanager

@@ -59,7 +59,7 @@ def run_tasks(tasks, fn, store, *, n_workers: int = 2, progress: bool | None = N
     flagging the failure. Returns ``{"total", "skipped", "ran"}`` counts.
 
     ``progress``: True / False show / hide the bar; None (the default) shows it only where it can
-    be seen, a terminal or a notebook (:func:`calibration.base.progress_bar_visible`).
+    be seen, a terminal or a notebook (:func:`catengine.console.progress_bar_visible`).
     """
     from calibration.audit.store import record_name
 
@@ -72,7 +72,7 @@ def run_tasks(tasks, fn, store, *, n_workers: int = 2, progress: bool | None = N
         return counts
     bar = None
     if progress is None:
-        from calibration.base import progress_bar_visible
+        from catengine.console import progress_bar_visible
 
         progress = progress_bar_visible()
     if progress:

@@ -9,7 +9,7 @@
                       [--selectors mfi,random --test-lengths 5,10,20,40 --simulees 200
                        --scoring lart,irt --true-bank PATH]                     (cat)
                       [--scheduler local|tcp://HOST:PORT|SCHEDULER_FILE]          (Dask)
-                      [--no-report] [--no-progress]
+                      [--no-report] [--[no-]progress]
 
 Results go to ``DIR/records/*.nc`` (one netCDF per replication and cell) with the manifest
 ``DIR/audit.json``; the combined Dataset to ``DIR/<kind>_results.nc``, the summary (means with
@@ -25,6 +25,8 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+
+from catengine.console import add_progress_argument, progress_enabled
 
 from calibration.cli.fit import ITEMS_AS_ROWS_HELP, SAME_LLM_HELP, warn_if_items_look_like_rows
 
@@ -87,12 +89,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="CAT scoring: lart (with CoT) and/or irt (default: both for a LaRT bank)")
     parser.add_argument("--true-bank", default=None, metavar="PATH", help="CAT: bank that generates the answers (default --bank)")
     parser.add_argument("--no-report", action="store_true", help="skip the PNG/HTML report")
-    parser.add_argument("--no-progress", action="store_true", help="hide the progress bar (hidden anyway when stderr is not a terminal)")
+    add_progress_argument(parser)
 
 
 def show_progress(args) -> bool:
-    """Progress bars unless --no-progress or stderr is not a terminal (logs, pipes, CI)."""
-    return not args.no_progress and sys.stderr.isatty()
+    """Progress bars as ``--progress / --no-progress`` say (by default where they can be seen)."""
+    return progress_enabled(args.progress)
 
 
 def _write_dataset(ds, path: Path) -> None:

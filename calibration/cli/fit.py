@@ -11,7 +11,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from calibration.cli.progress import add_progress_argument, progress_enabled
+from catengine.console import add_progress_argument, progress_enabled
 from calibration.methods import METHODS, get_method
 
 _DEST = "setting_"  # argparse destination prefix of a method's own options

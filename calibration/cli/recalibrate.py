@@ -13,7 +13,7 @@ import argparse
 import sys
 
 from calibration.cli.fit import ITEMS_AS_ROWS_HELP, SAME_LLM_HELP
-from calibration.cli.progress import add_progress_argument, progress_enabled
+from catengine.console import add_progress_argument, progress_enabled
 from calibration.linking import LINKING_METHODS
 from calibration.methods import all_method_names
 

@@ -3,7 +3,7 @@ sample sizes x ability distributions x replications) described by a TOML file.
 
     calibration study studies/seed003_design.toml [--out DIR] [--workers 2]
                       [--scheduler local|tcp://HOST:PORT|SCHEDULER_FILE] [--dry-run]
-                      [--no-report] [--no-progress]
+                      [--no-report] [--[no-]progress]
 
 Writes ``DIR/records/*.nc`` and ``DIR/audit.json`` (as ``calibration audit``), the combined Dataset
 ``DIR/study_results.nc``, its summary ``DIR/study_summary.nc`` and the report
@@ -18,6 +18,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from catengine.console import add_progress_argument
+
 __all__ = ["add_arguments", "run"]
 
 
@@ -30,7 +32,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="run on Dask: 'local', tcp://host:port or a scheduler file (default: the local process pool)")
     parser.add_argument("--dry-run", action="store_true", help="print the grid and its number of records, run nothing")
     parser.add_argument("--no-report", action="store_true", help="skip the PNG/HTML report")
-    parser.add_argument("--no-progress", action="store_true", help="hide the progress bar (hidden anyway when stderr is not a terminal)")
+    add_progress_argument(parser)
 
 
 def describe_grid(study) -> str:
