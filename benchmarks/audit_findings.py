@@ -18,7 +18,7 @@
    so the larger |rho|: ``cat_audit`` of the demo bank with rho set to 0, -0.4, -0.8 (the same
    items), scoring "lart" vs "irt", maximum-information selection.
 3. Seed 001 (cBMM): no failures at high missingness (MCAR 0.5, MNAR) and sparsity 0.3:
-   ``recovery_audit`` with cBMM of a 2PL bank drawn from seed 001's design (a ~ U(0.5, 1),
+   ``recovery_audit`` with cBMM of a 2PL bank drawn from the design of Qu et al. 2026 (a ~ U(0.5, 1),
    b ~ N(0, 0.5^2), 500 items), complete / MCAR 0.5 / MNAR 0.25 / 30% of slopes set to 0.
 
 Every number is a mean over replications with its Monte-Carlo SE. The machine's load average is
@@ -64,7 +64,7 @@ def finding_1(args, out):
 
     demo = open_item_bank(DEMO)
     reps = 2 if args.quick else 5
-    print("\n=== Finding 1a (seed 003): item-parameter recovery vs N, demo bank (500 LaRT items), normal abilities")
+    print("\n=== Finding 1a (Jiang et al. 2026): item-parameter recovery vs N, demo bank (500 LaRT items), normal abilities")
     print(f"    recovery_audit(demo, [30, 100, 400], method=['cbmm', 'saem', 'psn'], replications={reps}, rng=3,")
     print("                   method_options={'psn': {'ordered_asymptotes': True}})")
     t0 = time.perf_counter()
@@ -93,7 +93,7 @@ def finding_1(args, out):
         render_report(ds, out / "finding1a")
 
     reps_b = 5 if args.quick else 10
-    print("\n=== Finding 1b (seed 003): ranking recovery vs |skewness| and insufficient difficulty coverage")
+    print("\n=== Finding 1b (Jiang et al. 2026): ranking recovery vs |skewness| and insufficient difficulty coverage")
     print("    banks: first 100 demo items ('demo100'), and alter_bank(demo100, b_shift=-1 / -2) (harder items);")
     print(f"    recovery_audit(bank, [100, 400], method='cbmm', ability=['normal', 'skew-normal:skew=5', "
           f"'skew-normal:skew=-20'], replications={reps_b}, rng=5)")
@@ -143,7 +143,7 @@ def finding_2(args, out):
     demo = open_item_bank(DEMO)
     reps = 2 if args.quick else 4
     n_sim = 100 if args.quick else 200
-    print("\n=== Finding 2 (seed 000): posterior SD of theta, LaRT (accuracy + CoT) vs IRT-only scoring, by rho")
+    print("\n=== Finding 2 (Xu et al. 2025): posterior SD of theta, LaRT (accuracy + CoT) vs IRT-only scoring, by rho")
     print(f"    cat_audit(alter_bank(demo, rho=r), n_simulees={n_sim}, test_lengths=(5, 10, 20, 40), selector='mfi',")
     print(f"              scoring=('lart', 'irt'), replications={reps}, rng=7)   for r in (0, -0.4, -0.8)")
     lengths = (5, 10, 20, 40)
@@ -181,7 +181,7 @@ def finding_3(args, out):
     p = draw_item_params("2pl", 500, rng=2024)
     bank = ItemBank.from_params("2pl", [f"item{k:03d}" for k in range(500)], bank_id="seed001_design", a=p.a, b=p.b)
     sparse = alter_bank(bank, sparsity=0.3, rng=1, bank_id="seed001_sparse")
-    print("\n=== Finding 3 (seed 001): cBMM stability at high missingness and sparsity (2PL, 500 items, seed 001 design)")
+    print("\n=== Finding 3 (Qu et al. 2026): cBMM stability at high missingness and sparsity (2PL, 500 items, Qu et al. 2026 design)")
     print(f"    recovery_audit(bank, [100, 1000], method='cbmm', replications={reps}, rng=11, missing=..., missing_rate=...)")
     conditions = [("complete", bank, None, 0.0), ("MCAR 0.5", bank, "mcar", 0.5), ("MNAR 0.25", bank, "mnar", 0.25),
                   ("sparsity 0.3", sparse, None, 0.0)]

@@ -7,7 +7,7 @@
     python benchmarks/cbmm_scale.py --peers           # + mirt / girth (pip-installed on demand)
     python benchmarks/cbmm_scale.py --peers --pyirt-python /tmp/pyirt-venv/bin/python   # + py-irt
 
-Design (seed 001): theta ~ N(0,1), a ~ U(0.5,1), b ~ N(0, 0.5^2), complete data, temperature 1.
+Design (Qu et al. 2026): theta ~ N(0,1), a ~ U(0.5,1), b ~ N(0, 0.5^2), complete data, temperature 1.
 For every shape:
 
 * cBMM (``CBMMCalibrator()`` defaults: SVD start, SQUAREM, tol 1e-6) is timed after a warm-up fit

@@ -5,7 +5,7 @@ same process and beside the ``mirt`` package's EM fit of the same matrix.
     python benchmarks/first_run.py                          # 2211x1324 and 5000x3000, the step, mirt if installed
     python benchmarks/first_run.py --shapes 2211x1324 --warm 3
 
-Design: the 2PL matrices of ``benchmarks/cbmm_scale.py`` (seed 001: theta ~ N(0, 1),
+Design: the 2PL matrices of ``benchmarks/cbmm_scale.py`` (Qu et al. 2026: theta ~ N(0, 1),
 a ~ U(0.5, 1), b ~ N(0, 0.5^2), complete data), simulated here and handed to the timed processes
 as ``.npy`` files. Each timed process starts with an empty or a filled numba cache
 (``NUMBA_CACHE_DIR`` pointed at a fresh temporary folder per case, removed at the end):

@@ -20,7 +20,7 @@ on first use; compilation is not counted). Times are wall-clock on whatever mach
 state its load when quoting them (targets of issue 4: MATH500 <= 20 s, simulated 500 x 500
 <= 60 s). The time breakdown (S-step / M-step / MAP) comes from the calibrator's ``timing_``.
 
-Simulated design (docs/math.md §1.4 / seed 000): a ~ U(0.5, 1), b ~ N(0, 0.5^2), omega ~ N(0, 1),
+Simulated design (docs/math.md §1.4 / Xu et al. 2025): a ~ U(0.5, 1), b ~ N(0, 0.5^2), omega ~ N(0, 1),
 phi ~ U(0.5, 1.5), lam ~ U(0.5, 2), rho = -0.8, lengths exactly lognormal (``cot_offset = 0``).
 
 Peer (``--peer``): ``mirt.estimation.rt_gibbs.ResponseTimeGibbsSampler`` (PyPI ``mirt``; van der

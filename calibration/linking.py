@@ -50,7 +50,7 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import optimize, special
+from scipy import optimize
 
 from catengine.models.params import ItemParams
 from catengine.validation import is_integer
@@ -220,7 +220,7 @@ def _resolve_common(params_ref, params_new, common_items, min_common: int):
     """(ref ItemParams subset, new ItemParams subset) of the common items, in matching order."""
     p_ref, ids_ref = _unpack(params_ref, "params_ref")
     p_new, ids_new = _unpack(params_new, "params_new")
-    if p_ref.response_model != p_new.response_model:
+    if p_ref.model is not p_new.model:
         raise ValueError(
             f"cannot link a {p_new.response_model!r} calibration to a {p_ref.response_model!r} reference: "
             "both must use the same response model"
@@ -366,15 +366,7 @@ def _mean_sigma_core(ref: ItemParams, new: ItemParams, *, min_slope: float, min_
 # --------------------------------------------------------------------------- Stocking-Lord
 def _prob_and_slope(params: ItemParams, z: np.ndarray):
     """P(correct) and dP/dz for linear predictors z (any shape, items on the last axis)."""
-    model = params.response_model
-    if model == "lart":
-        return special.ndtr(z), np.exp(-0.5 * z * z) / math.sqrt(2.0 * math.pi)
-    s = special.expit(z)
-    ds = s * (1.0 - s)
-    if model == "2pl":
-        return s, ds
-    c, d = params.c, params.d
-    return c + (d - c) * s, (d - c) * ds
+    return params.model.curve(params, z)
 
 
 def _grid(quadrature, theta_weights):

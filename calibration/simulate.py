@@ -8,11 +8,11 @@ drawn last, so the same seed with and without missingness yields the same comple
 
 Designs (docs/math.md §1, §2 and §4):
 
-* 2PL (seed 001, cBMM): a ~ U(0.5, 1), b ~ N(0, 0.5^2), theta ~ N(0, 1).
-* LaRT (seed 000): a ~ U(0.5, 1), b ~ N(0, 0.5^2), omega ~ N(0, 1), phi ~ U(0.5, 1.5),
+* 2PL (Qu et al. 2026, cBMM): a ~ U(0.5, 1), b ~ N(0, 0.5^2), theta ~ N(0, 1).
+* LaRT (Xu et al. 2025): a ~ U(0.5, 1), b ~ N(0, 0.5^2), omega ~ N(0, 1), phi ~ U(0.5, 1.5),
   lam ~ U(0.5, 2) (an SD), rho = -0.8; (theta, tau) standard bivariate normal.
 * 4PL: the 2PL design plus c ~ U(0, 0.25), d ~ U(0.85, 1).
-* Missingness (seed 001, appendix A.6.3): MCAR, MAR, MNAR, see :func:`simulate_responses`.
+* Missingness (Qu et al. 2026, appendix A.6.3): MCAR, MAR, MNAR, see :func:`simulate_responses`.
 """
 
 from __future__ import annotations
@@ -24,7 +24,8 @@ from scipy import optimize, special, stats
 
 from calibration.data import MISSING, ResponseData
 from catengine.models import lart as lart_model
-from catengine.models.params import RESPONSE_MODELS, ItemParams
+from catengine.models.params import ItemParams
+from catengine.models.response_models import response_model as resolve_response_model
 from catengine.validation import is_integer
 
 __all__ = [
@@ -138,6 +139,25 @@ def draw_abilities(
     key = _FAMILY_ALIASES.get(str(family).strip().lower().replace("_", "-"))
     if key is None:
         raise ValueError(f"unknown ability family {family!r}; allowed: {', '.join(ABILITY_FAMILIES)}")
+    mode = _standardize_mode(standardize, n)
+    if sample is not None and key != "empirical":
+        raise ValueError(f"sample= is only used by family='empirical', not {key!r}")
+    gen = np.random.default_rng(rng)
+    x, loc, scale = _FAMILY_DRAWS[key](n, gen, skew=skew, separation=separation, weight=weight, df=df, sample=sample,
+                                       jitter=jitter)
+    x = np.asarray(x, dtype=np.float64)
+    if mode == "population":
+        x = (x - loc) / scale
+    elif mode == "sample":
+        sd = float(np.std(x, ddof=1))
+        if sd == 0.0:
+            raise ValueError("the drawn abilities are constant; standardize='sample' is undefined")
+        x = (x - x.mean()) / sd
+    return x
+
+
+def _standardize_mode(standardize, n: int) -> str | None:
+    """``draw_abilities``' standardisation: "population", "sample" or None (checked against ``n``)."""
     if standardize is True:
         mode = "population"
     elif standardize is False:
@@ -148,70 +168,72 @@ def draw_abilities(
         raise ValueError(f"standardize must be True, False, 'population' or 'sample', got {standardize!r}")
     if mode == "sample" and n < 2:
         raise ValueError("standardize='sample' needs n >= 2 (the sample SD of one draw is undefined)")
-    if sample is not None and key != "empirical":
-        raise ValueError(f"sample= is only used by family='empirical', not {key!r}")
-    gen = np.random.default_rng(rng)
+    return mode
 
-    if key == "normal":
-        x = gen.standard_normal(n)
-        loc, scale = 0.0, 1.0
-    elif key == "skew-normal":
-        alpha = _finite(skew, "skew")
-        x = stats.skewnorm.rvs(alpha, size=n, random_state=gen)
-        delta = alpha / np.sqrt(1.0 + alpha**2)
-        loc = delta * np.sqrt(2.0 / np.pi)
-        scale = np.sqrt(1.0 - 2.0 * delta**2 / np.pi)
-    elif key == "bimodal":
-        sep = _finite(separation, "separation")
-        w = _finite(weight, "weight")
-        if sep < 0:
-            raise ValueError(f"separation must be >= 0, got {separation!r}")
-        if not 0.0 < w < 1.0:
-            raise ValueError(f"weight (share of the upper component) must lie in (0, 1), got {weight!r}")
-        upper = gen.random(n) < w
-        x = gen.standard_normal(n) + np.where(upper, sep / 2.0, -sep / 2.0)
-        loc = sep * (w - 0.5)
-        scale = np.sqrt(1.0 + w * (1.0 - w) * sep**2)
-    elif key == "student-t":
-        nu = _finite(df, "df")
-        if nu <= 0:
-            raise ValueError(f"df must be > 0, got {df!r}")
-        x = gen.standard_t(nu, size=n)
-        loc = 0.0
-        if nu > 2:
-            scale = np.sqrt(nu / (nu - 2.0))
-        else:  # infinite variance: match the interquartile range of N(0, 1) instead
-            scale = 2.0 * stats.t.ppf(0.75, nu) / _IQR_NORMAL
-    else:  # empirical
-        if sample is None:
-            raise ValueError("family='empirical' needs sample= (the abilities to resample)")
-        pool = np.asarray(sample, dtype=np.float64)
-        if pool.ndim != 1 or pool.size < 2:
-            raise ValueError(f"sample must be a 1-D array of at least 2 abilities, got shape {pool.shape}")
-        bad = np.flatnonzero(~np.isfinite(pool))
-        if bad.size:
-            raise ValueError(f"sample is not finite at index {int(bad[0])} (value {pool[bad[0]]})")
-        sd = float(np.std(pool))
-        if sd == 0.0:
-            raise ValueError("sample is constant: it cannot be standardised or describe a spread of abilities")
-        h = _finite(jitter, "jitter")
-        if h < 0:
-            raise ValueError(f"jitter must be >= 0, got {jitter!r}")
-        x = pool[gen.integers(0, pool.size, size=n)]
-        if h > 0:
-            x = x + h * sd * gen.standard_normal(n)
-        loc = float(np.mean(pool))
-        scale = sd * np.sqrt(1.0 + h**2)
 
-    x = np.asarray(x, dtype=np.float64)
-    if mode == "population":
-        x = (x - loc) / scale
-    elif mode == "sample":
-        sd = float(np.std(x, ddof=1))
-        if sd == 0.0:
-            raise ValueError("the drawn abilities are constant; standardize='sample' is undefined")
-        x = (x - x.mean()) / sd
-    return x
+# each family: (draws on the family's native scale, its population mean, its population SD) from
+# ``draw_abilities``' keywords; one call to the family's sampler
+def _draw_normal(n, gen, **_):
+    return gen.standard_normal(n), 0.0, 1.0
+
+
+def _draw_skew_normal(n, gen, *, skew, **_):
+    alpha = _finite(skew, "skew")
+    x = stats.skewnorm.rvs(alpha, size=n, random_state=gen)
+    delta = alpha / np.sqrt(1.0 + alpha**2)
+    return x, delta * np.sqrt(2.0 / np.pi), np.sqrt(1.0 - 2.0 * delta**2 / np.pi)
+
+
+def _draw_bimodal(n, gen, *, separation, weight, **_):
+    sep = _finite(separation, "separation")
+    w = _finite(weight, "weight")
+    if sep < 0:
+        raise ValueError(f"separation must be >= 0, got {separation!r}")
+    if not 0.0 < w < 1.0:
+        raise ValueError(f"weight (share of the upper component) must lie in (0, 1), got {weight!r}")
+    upper = gen.random(n) < w
+    x = gen.standard_normal(n) + np.where(upper, sep / 2.0, -sep / 2.0)
+    return x, sep * (w - 0.5), np.sqrt(1.0 + w * (1.0 - w) * sep**2)
+
+
+def _draw_student_t(n, gen, *, df, **_):
+    nu = _finite(df, "df")
+    if nu <= 0:
+        raise ValueError(f"df must be > 0, got {df!r}")
+    x = gen.standard_t(nu, size=n)
+    if nu > 2:
+        return x, 0.0, np.sqrt(nu / (nu - 2.0))
+    return x, 0.0, 2.0 * stats.t.ppf(0.75, nu) / _IQR_NORMAL  # infinite variance: match the IQR of N(0, 1)
+
+
+def _draw_empirical(n, gen, *, sample, jitter, **_):
+    if sample is None:
+        raise ValueError("family='empirical' needs sample= (the abilities to resample)")
+    pool = np.asarray(sample, dtype=np.float64)
+    if pool.ndim != 1 or pool.size < 2:
+        raise ValueError(f"sample must be a 1-D array of at least 2 abilities, got shape {pool.shape}")
+    bad = np.flatnonzero(~np.isfinite(pool))
+    if bad.size:
+        raise ValueError(f"sample is not finite at index {int(bad[0])} (value {pool[bad[0]]})")
+    sd = float(np.std(pool))
+    if sd == 0.0:
+        raise ValueError("sample is constant: it cannot be standardised or describe a spread of abilities")
+    h = _finite(jitter, "jitter")
+    if h < 0:
+        raise ValueError(f"jitter must be >= 0, got {jitter!r}")
+    x = pool[gen.integers(0, pool.size, size=n)]
+    if h > 0:
+        x = x + h * sd * gen.standard_normal(n)
+    return x, float(np.mean(pool)), sd * np.sqrt(1.0 + h**2)
+
+
+_FAMILY_DRAWS = {
+    "normal": _draw_normal,
+    "skew-normal": _draw_skew_normal,
+    "bimodal": _draw_bimodal,
+    "student-t": _draw_student_t,
+    "empirical": _draw_empirical,
+}
 
 
 # ------------------------------------------------------------------------------------ item parameters
@@ -227,21 +249,20 @@ def draw_item_params(
 ) -> ItemParams:
     """Draw item parameters from the papers' simulation designs (``design="paper"``).
 
-    * ``2pl`` (seed 001): a ~ U(0.5, 1), b ~ N(0, 0.5^2).
-    * ``lart`` (seed 000): a ~ U(0.5, 1), b ~ N(0, 0.5^2), omega ~ N(omega_mean, 1),
+    * ``2pl`` (Qu et al. 2026): a ~ U(0.5, 1), b ~ N(0, 0.5^2).
+    * ``lart`` (Xu et al. 2025): a ~ U(0.5, 1), b ~ N(0, 0.5^2), omega ~ N(omega_mean, 1),
       phi ~ U(0.5, 1.5), lam ~ U(0.5, 2), and ``rho`` (default -0.8). The paper's omega_mean is 0,
       i.e. log T itself is N(0, .)-scaled; ``omega_mean`` ~ 6.5 puts T on the token scale of real
       CoT data (MATH500 median ~ 670 tokens), where clipping ``exp(.) - offset`` at 0 is rare.
     * ``4pl``: the 2PL design plus c ~ U(0, 0.25), d ~ U(0.85, 1).
 
-    ``b`` is the easiness intercept of z = a theta + b. ``sparsity`` (seed 001's redundancy
+    ``b`` is the easiness intercept of z = a theta + b. ``sparsity`` (Qu et al. 2026's redundancy
     study): the share of items whose slope is set to exactly 0; ``round(sparsity * n_items)``
     items, chosen uniformly at random without replacement. ``rho`` is used by ``lart`` only.
 
     Draw order: a, b, then (omega, phi, lam) or (c, d), then the sparsity positions.
     """
-    if response_model not in RESPONSE_MODELS:
-        raise ValueError(f"unknown response_model {response_model!r}; allowed: {', '.join(RESPONSE_MODELS)}")
+    model = resolve_response_model(response_model)  # ValueError naming the allowed models
     n_items = _positive_int(n_items, "n_items")
     if design != "paper":
         raise ValueError(f"unknown design {design!r}; allowed: 'paper'")
@@ -252,18 +273,18 @@ def draw_item_params(
     a = gen.uniform(0.5, 1.0, n_items)
     b = gen.normal(0.0, 0.5, n_items)
     extra: dict = {}
-    if response_model == "lart":
+    if model.has_cot:
         extra["omega"] = gen.normal(_finite(omega_mean, "omega_mean"), 1.0, n_items)
         extra["phi"] = gen.uniform(0.5, 1.5, n_items)
         extra["lam"] = gen.uniform(0.5, 2.0, n_items)
         extra["rho"] = _finite(rho, "rho")
-    elif response_model == "4pl":
+    if model.has_asymptotes:
         extra["c"] = gen.uniform(0.0, 0.25, n_items)
         extra["d"] = gen.uniform(0.85, 1.0, n_items)
     n_zero = int(round(s * n_items))
     if n_zero:
         a[gen.choice(n_items, size=n_zero, replace=False)] = 0.0
-    return ItemParams(response_model, a=a, b=b, **extra)
+    return ItemParams(model.name, a=a, b=b, **extra)
 
 
 # ------------------------------------------------------------------------------------ responses
@@ -289,16 +310,6 @@ class SimulationTruth:
     def __post_init__(self):
         for name in ("theta", "tau", "censored", "zero_clipped"):
             object.__setattr__(self, name, _readonly(getattr(self, name)))
-
-
-def _probability(params: ItemParams, theta: np.ndarray) -> np.ndarray:
-    z = theta[:, None] * params.a[None, :] + params.b[None, :]
-    if params.response_model == "lart":
-        return special.ndtr(z)
-    p = special.expit(z)
-    if params.response_model == "4pl":
-        p = params.c + (params.d - params.c) * p
-    return p
 
 
 def _mar_probabilities(n: int, j: int, rate: float) -> np.ndarray:
@@ -353,7 +364,7 @@ def _simulate(
         raise ValueError(f"params must be an ItemParams, got {type(params).__name__}")
     theta = _trait_vector(theta, "theta")
     n, j = theta.size, params.n_items
-    lart = params.response_model == "lart"
+    lart = params.model.has_cot  # the model has a CoT part (tau, CoT lengths)
     if not lart:
         if tau is not None:
             raise ValueError(f"tau is only used by the lart response model, not {params.response_model!r}")
@@ -376,17 +387,11 @@ def _simulate(
 
     # 1. tau | theta from the standard bivariate normal with correlation rho
     if lart:
-        if tau is None:
-            rho = params.rho
-            tau = rho * theta + np.sqrt(1.0 - rho**2) * gen.standard_normal(n)
-        else:
-            tau = _trait_vector(tau, "tau", n)
-    # 2. correctness
-    correct = (gen.random((n, j)) < _probability(params, theta)).astype(np.int8)
-    # 3. CoT lengths: log(T + offset) ~ N(omega - phi tau, lam^2)
+        tau = params.model.draw_tau(params, theta, gen) if tau is None else _trait_vector(tau, "tau", n)
+    # 2. correctness, 3. CoT lengths log(T + offset) ~ N(omega - phi tau, lam^2): the model's draw
+    correct, log_t = params.model.simulate(params, theta, tau, gen)
     cot = censored = clipped = None
     if lart:
-        log_t = params.omega[None, :] - params.phi[None, :] * tau[:, None] + params.lam[None, :] * gen.standard_normal((n, j))
         clipped = np.exp(log_t) < offset  # T = exp(log_t) - offset would be negative
         cot = lart_model.cot_tokens(log_t, offset)  # continuous lengths (the engine's examinees round)
         censored = np.zeros((n, j), dtype=bool)
@@ -439,7 +444,7 @@ def simulate_responses(
       - ``"mar"``: each cell independently with probability sigmoid(alpha + 2 (S_ij - mean S)),
         S_ij = (i/(N-1) + j/(J-1))/2 (0-based i, j: later subjects and items are missed more),
         alpha solved by ``scipy.optimize.brentq`` so the expected rate equals ``missing_rate``.
-      - ``"mnar"``: gated columns lose all their incorrect answers (seed 001 appendix A.6.3,
+      - ``"mnar"``: gated columns lose all their incorrect answers (Qu et al. 2026 appendix A.6.3,
         where gates are Bernoulli(rho_c)). Here columns are gated in a random order and the
         number gated is the one whose removed-cell count is closest to ``rate * N * J`` - the
         gate share rho_c that hits the overall rate; the realised rate is off by at most

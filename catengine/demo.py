@@ -36,7 +36,7 @@ def run_demo(bank, *, stopping=None, rng=None, on_step=None, selector=None, esti
     ``selector``, ``estimator``: as for ``CATSession`` (None: the session's defaults, e.g.
     ``default_stopping(bank.n_items)``).
     """
-    if bank.response_model != "lart":
+    if not bank.params.model.has_cot:
         raise ValueError(f"the demo needs a lart bank; {bank.source} is {bank.response_model}")
     rng = np.random.default_rng(rng)
     true_theta, true_tau = draw_traits(bank.params, rng)

@@ -125,7 +125,7 @@ def replay(bank, answers: Mapping, *, selector=None, estimator=None, stopping=No
     if foreign and (not known or not ignore_unknown_items):
         raise UnknownItemsError(unknown_items_message(bank, answers, foreign))
     pattern = {item: _answer(item, answers[item]) for item in known}
-    lart = bank.response_model == "lart"
+    lart = bank.params.model.has_cot
     session = CATSession(bank, selector=selector, estimator=estimator, stopping=stopping, exposure=exposure, rng=seed,
                          subject=subject, log=log)
     steps, skipped = [], []

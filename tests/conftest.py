@@ -95,7 +95,7 @@ EXPECTED_SECONDS = {
     "tests/test_recalibrate_export.py::test_psn_bank_on_the_native_scale_without_features_recalibrates_the_same_way": 6,
     "tests/test_reliability_sessions.py::test_two_serve_processes_on_one_log": 6,
     "tests/test_calibration_priors.py::test_saem_bank_carries_uncertainty_and_small_n_slopes_stay_plausible": 6,
-    "tests/test_lart_saem.py::test_recovery_seed000_design": 6,
+    "tests/test_lart_saem.py::test_recovery_on_the_lart_papers_design": 6,
     "tests/test_calibrator_contract.py::test_refit_from_bank_settings_reproduces_the_bank[saem]": 5,
     "tests/test_scoring_doubly_robust.py::test_beyond_the_population_the_score_is_unbiased_and_never_worse_than_random_items": 5,
     "tests/test_scoring.py::test_session_panel_shows_the_predicted_score": 5,

@@ -89,8 +89,25 @@ def test_every_math_doc_citation_names_an_existing_section():
 def test_the_citation_patterns():
     cites = [_cited_sections(m) for m in _MATH_CITATION.finditer(
         "docs/math.md §1.3; docs/math.md §7.3-7.5): x; docs/math.md §5.1, §7.4; (docs/math.md\n    # §1.5)"
-        "; docs/math.md §4, seed 003; docs/math.md §7.1, ``docs/calibration_priors.md``")]
+        "; docs/math.md §4, Jiang et al. 2026; docs/math.md §7.1, ``docs/calibration_priors.md``")]
     assert cites == [["1.3"], ["7.3", "7.5"], ["5.1", "7.4"], ["1.5"], ["4"], ["7.1"]]
     spec = INTERNAL_SPECS[0]
     assert _SPEC_CITATION.search(f"see {spec} 1.3") and _SPEC_CITATION.search(f"../shared/spec/{spec}")
     assert not _SPEC_CITATION.search("docs/math.md §1.3") and not _SPEC_CITATION.search("test_math_md_example")
+
+
+#: the source papers are cited by author and year (docs/math.md lists them), never by the numbers of
+#: the project's internal copies of them; built from parts so this file names none
+_INTERNAL_PAPER_LABEL = re.compile("se" + r"ed\s+00\d")
+
+
+def test_papers_are_cited_by_author_and_year():
+    found = []
+    for path in [*_scanned_files(), *sorted((ROOT / "docs").rglob("*.md")), *sorted((ROOT / "notebooks").glob("*.ipynb")),
+                 ROOT / "README.md"]:
+        text = _read(path)
+        found += [f"{path.relative_to(ROOT)}:{_line_of(text, m.start())}" for m in _INTERNAL_PAPER_LABEL.finditer(text)]
+    assert not found, found
+    math_doc = _read(MATH_DOC)
+    for citation in ("Xu et al. 2025", "Qu et al. 2026", "the Laplace-PSN-IRT paper (2026)", "Jiang et al. 2026"):
+        assert citation in math_doc.split("## §0")[0], citation  # the list of sources says what each one is

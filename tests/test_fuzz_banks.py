@@ -3,15 +3,15 @@ foreign exception; a bank that opens is usable by a session (finite estimates, l
 
 import json
 import math
-import os
-import shutil
 import tempfile
 from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
+
+from fuzz_support import ScratchFolder, fuzz_settings
 
 import naive_engine as naive
 from catengine import ItemBank, open_item_bank, write_item_bank
@@ -21,24 +21,12 @@ from catengine.itembank.schema import PLAUSIBLE_RANGES
 from catengine.session import CATSession
 from catengine.stopping import MaxItems
 
-# bounded and deterministic in CI; CATENGINE_FUZZ_EXAMPLES=N runs a longer, randomised search
-_N = int(os.environ.get("CATENGINE_FUZZ_EXAMPLES", "0"))
-FUZZ = settings(max_examples=_N or 40, deadline=None, derandomize=not _N, database=None,
-                suppress_health_check=list(HealthCheck))
+FUZZ = fuzz_settings(40)  # bounded and deterministic in CI
 
 with tempfile.TemporaryDirectory(prefix="fuzz_banks_") as _tmp:  # the bytes the fuzzer damages
     _BYTES = write_item_bank(naive.make_bank("lart", 8, seed=3, metadata=False), Path(_tmp) / "store" / "testbank").read_bytes()
-_DIR: Path  # the scratch folder of the damaged copies (``_scratch_folder``)
-_COUNTER = iter(range(10**9))
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _scratch_folder():
-    """The module's scratch folder (``_DIR``): made before its first test, removed after its last."""
-    global _DIR
-    _DIR = Path(tempfile.mkdtemp(prefix="fuzz_banks_"))
-    yield
-    shutil.rmtree(_DIR, ignore_errors=True)
+SCRATCH = ScratchFolder("fuzz_banks_")
+_scratch_folder = SCRATCH.fixture()
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -74,7 +62,7 @@ def test_damaged_bank_files(edits, cut):
         data[pos] = value
     if cut is not None:
         data = data[:cut]
-    path = _DIR / f"damaged_{next(_COUNTER)}.nc"
+    path = SCRATCH.new("_damaged.nc")
     path.write_bytes(bytes(data))
     try:
         bank = open_item_bank(path)

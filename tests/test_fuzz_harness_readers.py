@@ -4,19 +4,16 @@ naming the file; never a foreign exception (KeyError, TypeError, UnicodeDecodeEr
 errors, ...). The ingest records either every valid answer (and names the rest) or nothing."""
 
 import io
-import itertools
 import json
-import os
-import shutil
-import tempfile
 import warnings
 import zipfile
 from pathlib import Path
 
 import numpy as np
-import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
+
+from fuzz_support import ScratchFolder, fuzz_settings
 
 from catengine import ItemBank
 from catengine.adapters.lm_eval import BatchAnswerError, DocIds, ingest_samples
@@ -24,21 +21,9 @@ from catengine.responses import ResponseData
 from catengine.responses.readers import read_inspect_logs, read_lm_eval_samples
 from catengine.session import CATSession
 
-# bounded and deterministic in CI; CATENGINE_FUZZ_EXAMPLES=N runs a longer, randomised search
-_N = int(os.environ.get("CATENGINE_FUZZ_EXAMPLES", "0"))
-FUZZ = settings(max_examples=_N or 60, deadline=None, derandomize=not _N, database=None,
-                suppress_health_check=list(HealthCheck))
-_DIR: Path  # the scratch folder (``_scratch_folder``)
-_COUNTER = itertools.count()
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _scratch_folder():
-    """The module's scratch folder (``_DIR``): made before its first test, removed after its last."""
-    global _DIR
-    _DIR = Path(tempfile.mkdtemp(prefix="fuzz_harness_"))
-    yield
-    shutil.rmtree(_DIR, ignore_errors=True)
+FUZZ = fuzz_settings(60)  # bounded and deterministic in CI
+SCRATCH = ScratchFolder("fuzz_harness_")
+_scratch_folder = SCRATCH.fixture()
 
 scalars = (st.none() | st.booleans() | st.integers(-10, 10) | st.sampled_from([2e9, -5, 1e400 * 0, 0.5, 1.0, 0.0, 10**30])
            | st.floats(allow_nan=True) | st.text(max_size=6))
@@ -47,7 +32,7 @@ values = st.recursive(scalars, lambda inner: st.lists(inner, max_size=3) | st.di
 
 
 def _fresh(name: str) -> Path:
-    d = _DIR / str(next(_COUNTER))
+    d = SCRATCH.new()
     d.mkdir()
     return d / name
 

@@ -4,37 +4,21 @@ the server keeps going, no id longer than 1,000 characters reaches a session, an
 the same sessions."""
 
 import io
-import itertools
 import json
-import os
-import shutil
-import tempfile
-from pathlib import Path
 
-import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
+
+from fuzz_support import ScratchFolder, fuzz_settings
 
 import naive_engine as naive
 from catengine.session import Engine
 from catengine.session.serve import serve
 
-# bounded and deterministic in CI; CATENGINE_FUZZ_EXAMPLES=N runs a longer, randomised search
-_N = int(os.environ.get("CATENGINE_FUZZ_EXAMPLES", "0"))
-FUZZ = settings(max_examples=_N or 100, deadline=None, derandomize=not _N, database=None,
-                suppress_health_check=list(HealthCheck))
+FUZZ = fuzz_settings(100)  # bounded and deterministic in CI
 BANK = naive.make_bank("lart", 25, seed=4)
-_DIR: Path  # the scratch folder (``_scratch_folder``)
-_COUNTER = itertools.count()
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _scratch_folder():
-    """The module's scratch folder (``_DIR``): made before its first test, removed after its last."""
-    global _DIR
-    _DIR = Path(tempfile.mkdtemp(prefix="fuzz_protocol_"))
-    yield
-    shutil.rmtree(_DIR, ignore_errors=True)
+SCRATCH = ScratchFolder("fuzz_protocol_")
+_scratch_folder = SCRATCH.fixture()
 NAMED = {"MalformedJSON", "InvalidRequestError", "UnknownSubjectError", "UnknownItemError", "ItemAlreadyAnsweredError",
          "InvalidResponseError", "CoTOutOfRangeError", "BankExhaustedError", "SessionLogError"}
 
@@ -72,7 +56,7 @@ raw_lines = st.sampled_from([b"not json", b"[" * 50_000, b"\xff\xfe", b"{}", b"n
 @FUZZ
 @given(reqs=st.lists(well_formed | well_formed | requests | raw_lines | long_ids, min_size=1, max_size=16))
 def test_fuzzed_protocol_lines(reqs):
-    log = _DIR / f"log_{next(_COUNTER)}.jsonl"
+    log = SCRATCH.new("_log.jsonl")
     lines = [_line(r).replace(b"\n", b" ") for r in reqs if not (isinstance(r, dict) and r.get("op") == "quit")]
     payload = b"".join(line + b"\n" for line in lines if line.strip())
     engine = Engine(BANK, rng=0, log=log)

@@ -3,35 +3,20 @@ raises ResponseFileError naming the file, never a foreign exception."""
 
 import bz2
 import gzip
-import itertools
-import os
-import shutil
-import tempfile
 from pathlib import Path
 
 import numpy as np
-import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
+
+from fuzz_support import ScratchFolder, fuzz_settings
 
 from catengine.errors import ResponseFileError
 from catengine.responses import ResponseData, load_responses, load_subject_answers
 
-# bounded and deterministic in CI; CATENGINE_FUZZ_EXAMPLES=N runs a longer, randomised search
-_N = int(os.environ.get("CATENGINE_FUZZ_EXAMPLES", "0"))
-FUZZ = settings(max_examples=_N or 100, deadline=None, derandomize=not _N, database=None,
-                suppress_health_check=list(HealthCheck))
-_DIR: Path  # the scratch folder (``_scratch_folder``)
-_COUNTER = itertools.count()
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _scratch_folder():
-    """The module's scratch folder (``_DIR``): made before its first test, removed after its last."""
-    global _DIR
-    _DIR = Path(tempfile.mkdtemp(prefix="fuzz_responses_"))
-    yield
-    shutil.rmtree(_DIR, ignore_errors=True)
+FUZZ = fuzz_settings(100)  # bounded and deterministic in CI
+SCRATCH = ScratchFolder("fuzz_responses_")
+_scratch_folder = SCRATCH.fixture()
 
 cells = st.sampled_from(["0", "1", "", "NA", "nan", "-1", "2", "abc", "1.0", "true", " 1 ", "1e400", "-0", "\"1,0\"",
                          "q1", "m1", "9" * 30, "é", "\x00", "[1]", "{}", "null", "100", "-5", "inf"])
@@ -44,7 +29,7 @@ json_values = st.recursive(st.none() | st.booleans() | st.integers() | st.floats
 
 
 def _write(name: str, data: bytes, compression: str | None) -> Path:
-    path = _DIR / f"{next(_COUNTER)}_{name}"
+    path = SCRATCH.new(f"_{name}")
     if compression == "gz":
         path, data = path.with_name(path.name + ".gz"), gzip.compress(data)
     elif compression == "bz2":

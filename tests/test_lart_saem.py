@@ -408,7 +408,7 @@ def test_real_math500():
 
 
 @pytest.mark.slow
-def test_recovery_seed000_design():
+def test_recovery_on_the_lart_papers_design():
     """N = 500, J = 50, a ~ U(0.5, 1), b ~ N(0, .5^2), omega ~ N(0, 1), phi ~ U(.5, 1.5),
     lam ~ U(.5, 2), rho = -0.8; means over 5 seeds (issue 4 targets)."""
     rmse = {"a": [], "b": [], "phi": []}
@@ -450,3 +450,16 @@ def test_progress_bar_and_irt_trace(capsys):
     irt = _fit(data, rng=0, use_cot=False, max_iter=12, n_burnin=4)
     assert set(irt.trace_) == {"a", "b", "rho", "alpha", "delta"}
     assert np.all(irt.trace_["rho"] == 0.0)
+
+
+def test_a_converged_fit_with_a_runaway_slope_warns_of_the_slope_only(small):
+    """The tolerance was met but a slope above ``max_slope`` makes the fit not converged: the
+    warning names the slope, and none claims the run stopped at max_iter without its tolerance."""
+    data, _, _ = small
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ConvergenceWarning)
+        cal = LaRTSAEMCalibrator(rng=0, cot_offset=0.0, max_slope=0.05).fit(data)
+    messages = [str(w.message) for w in caught if issubclass(w.category, ConvergenceWarning)]
+    assert cal.optimizer_converged_ and not cal.converged_
+    assert any("converged_ is False" in m for m in messages), messages
+    assert not any("stopped at max_iter" in m for m in messages), messages

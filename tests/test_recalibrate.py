@@ -219,7 +219,7 @@ def test_config_rejects_unknown_keys(tmp_path):
 def test_recalibrate_shows_progress_only_when_asked_or_on_a_terminal(tmp_path, truth, capsys):
     import io
 
-    from calibration.cli.progress import progress_enabled
+    from catengine.console import progress_enabled
 
     class Terminal(io.StringIO):
         def isatty(self):

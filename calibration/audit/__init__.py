@@ -1,4 +1,4 @@
-"""Trust audits (seed 003): can a fitted bank and the adaptive engine be trusted?
+"""Trust audits (Jiang et al. 2026): can a fitted bank and the adaptive engine be trusted?
 
 * :func:`recovery_audit` -- treat a bank as truth, simulate, refit, compare (parameter and
   ranking recovery, docs/math.md §4).

@@ -57,7 +57,7 @@ def alter_bank(bank, *, a_scale: float = 1.0, b_shift: float = 0.0, rho: float |
 
     ``a_scale`` multiplies every slope, ``b_shift`` is added to every intercept, ``rho`` replaces
     the LaRT trait correlation, ``sparsity`` sets ``round(sparsity * J)`` slopes (chosen with
-    ``rng``) to exactly 0 -- seed 001's redundant items. Item ids and metadata are kept.
+    ``rng``) to exactly 0 -- Qu et al. 2026's redundant items. Item ids and metadata are kept.
     """
     from catengine.itembank import ItemBank
 
@@ -73,13 +73,13 @@ def alter_bank(bank, *, a_scale: float = 1.0, b_shift: float = 0.0, rho: float |
         gen = np.random.default_rng(rng)
         arrays["a"][gen.choice(p.n_items, size=n_zero, replace=False)] = 0.0
     new_rho = p.rho if rho is None else float(rho)
-    if rho is not None and p.response_model != "lart":
+    if rho is not None and not p.model.has_cot:
         raise ValueError(f"rho is only defined for lart banks, not {p.response_model!r}")
     items = bank.items
     meta = {k: items[k].values for k in items.data_vars
             if k not in p.parameter_names and k not in ("rho", "b_sd") and items[k].dtype.kind in "OUS"}
     kwargs = {}
-    if p.response_model == "lart":
+    if p.model.has_cot:
         kwargs["cot_offset"] = bank.effective_cot_offset
     return ItemBank.from_params(
         p.response_model,
@@ -211,11 +211,11 @@ def audited_methods(method, bank, method_options, *, resolve=None):
     names = [n for n, _ in methods]
     if not methods or len(set(names)) != len(names):
         raise ValueError(f"give one or more distinct methods, got {names}")
-    model = bank.params.response_model
+    model = bank.params.model
     for name in names:
-        if name in NEEDS_COT and model != "lart":
+        if name in NEEDS_COT and not model.has_cot:
             raise ValueError(f"method {name!r} needs CoT lengths, which only a lart bank simulates "
-                             f"(bank {bank.bank_id!r} is {model!r})")
+                             f"(bank {bank.bank_id!r} is {model.name!r})")
     options = {name: dict((method_options or {}).get(name, {})) for name in names}
     unknown = set(method_options or {}) - set(names)
     if unknown:

@@ -106,10 +106,7 @@ def _draw_simulees(task):
     truth = task["truth"]
     gen = np.random.default_rng(stream(task["entropy"], task["replication"], "simulees", task["ability"].label))
     theta = task["ability"].draw(task["n_simulees"], gen, task["ability_sample"])
-    tau = None
-    if truth.response_model == "lart":
-        rho = truth.rho
-        tau = rho * theta + math.sqrt(1.0 - rho * rho) * gen.standard_normal(theta.size)
+    tau = truth.model.draw_tau(truth, theta, gen)  # None (no draw) without a CoT part
     data = simulate_responses(truth, theta, tau=tau, rng=gen, cot_offset=task["cot_offset"])
     return theta, tau, data.correct, data.cot_length
 
@@ -142,7 +139,7 @@ def _cat_task(task: dict):
     try:
         theta, tau, correct, cot = _draw_simulees(task)
         bank = task["bank"]
-        lart_engine = bank.params.response_model == "lart"
+        lart_engine = bank.params.model.has_cot
         use_cot = task["scoring"] == "lart"
         give_cot = lart_engine and cot is not None
         estimator = estimator_by_name(task["estimator"], use_cot)
@@ -247,7 +244,7 @@ def cat_audit(
         from catengine.session.bank_log import item_table
 
         sel.check_bank(item_table(bank))
-    lart_engine = bank.params.response_model == "lart"
+    lart_engine = bank.params.model.has_cot
     scorings = _scorings(scoring, lart_engine, f"a lart bank; bank {bank.bank_id!r} is {bank.params.response_model!r}")
     estimator_by_name(estimator, True)  # validate the name
     from catengine.session.config import to_config

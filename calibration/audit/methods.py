@@ -61,8 +61,8 @@ class Fit:
 
     @property
     def link(self) -> str:
-        """"probit" (lart params) or "logistic" (2pl / 4pl)."""
-        return "probit" if self.params.response_model == "lart" else "logistic"
+        """"probit" (lart params) or "logistic" (2pl / 4pl): the fitted response model's link."""
+        return self.params.model.link
 
 
 def _probit_params(a, b) -> ItemParams:
@@ -93,7 +93,7 @@ def _registered_fit(name, data, rng, options):
     """(Fit, calibrator) of the registered method ``name``."""
     cal, converged = _fitted(get_method(name).calibrator, data, rng, options)
     params = cal.item_params_
-    has_cot = params is not None and params.response_model == "lart"
+    has_cot = params is not None and params.model.has_cot
     if params is None and hasattr(cal, "omega_"):  # SAEM's IRT-only mode: probit, no CoT parameters
         params = _probit_params(cal.a_, cal.b_)
     sd = np.asarray(cal.theta_sd_, dtype=float)

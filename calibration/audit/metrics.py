@@ -1,4 +1,4 @@
-"""Recovery-audit metrics (docs/math.md §4, seed 003): pure functions of numpy arrays.
+"""Recovery-audit metrics (docs/math.md §4, Jiang et al. 2026): pure functions of numpy arrays.
 
 Every function validates its input, never mutates it, and returns a Python float (NaN where the
 metric is undefined, e.g. a correlation of a constant vector) without emitting warnings.

@@ -1,4 +1,4 @@
-"""Parameter-recovery audit (seed 003): treat a bank as truth, simulate, refit, compare.
+"""Parameter-recovery audit (Jiang et al. 2026): treat a bank as truth, simulate, refit, compare.
 
 For every replication r, sample size N and ability distribution: draw N abilities, simulate the
 response matrix from the bank (with CoT lengths for LaRT banks; optional missingness), then refit
@@ -62,6 +62,7 @@ from calibration.audit.runner import run_tasks
 from calibration.common import Z95, stream
 from calibration.simulate import MISSINGNESS, simulate_responses
 from catengine.models import fisher_information, prob_correct
+from catengine.models.response_models import response_model as resolve_response_model
 
 __all__ = ["recovery_audit", "plan_recovery", "RecoveryPlan", "RECOVERY_METRICS"]
 
@@ -92,9 +93,10 @@ def design_metrics(params, theta) -> dict:
     }
 
 
-def _link_factor(truth_model: str, fit) -> float:
-    """Multiplier that puts the fitted slopes/intercepts on the truth's link (probit vs logistic)."""
-    truth_probit = truth_model == "lart"
+def _link_factor(truth_model, fit) -> float:
+    """Multiplier that puts the fitted slopes/intercepts on the truth's link (probit vs logistic);
+    ``truth_model``: the truth's response model object (``ItemParams.model``)."""
+    truth_probit = truth_model.link == "probit"
     fit_probit = fit.link == "probit"
     if truth_probit == fit_probit:
         return 1.0
@@ -110,7 +112,7 @@ def fit_metrics(truth, theta, fit) -> dict:
         raise ValueError(f"the fit returned {int((~np.isfinite(theta_hat)).sum())} non-finite abilities")
     p_true = prob_correct(truth, theta)
     p_hat = prob_correct(fit.params, theta_hat)
-    f = _link_factor(truth.response_model, fit)
+    f = _link_factor(truth.model, fit)
     A, B = M.mean_sigma_link(theta, theta_hat)
     a_lk, b_lk = M.link_items(np.asarray(fit.params.a) * f, np.asarray(fit.params.b) * f, A, B)
     degenerate = bool(np.all(theta_hat == theta_hat[0]))
@@ -137,7 +139,7 @@ def fit_metrics(truth, theta, fit) -> dict:
             out["theta_sd_mean"] = float(np.mean(sd[ok]))
             err = np.abs(A * theta_hat + B - theta)
             out["theta_coverage"] = float(np.mean(err[ok] <= Z95 * sd[ok]))
-    if truth.response_model == "lart" and fit.has_cot:
+    if truth.model.has_cot and fit.has_cot:
         p = fit.params
         out["rmse_omega"] = M.rmse(p.omega, truth.omega)
         out["rmse_phi"] = M.rmse(p.phi, truth.phi)
@@ -324,10 +326,10 @@ def plan_recovery(bank, n_subjects=(30, 100, 400), *, ability="normal", method=(
     if unknown:
         raise ValueError(f"method_options given for methods not audited: {sorted(unknown)}")
     if skip_inapplicable:
-        methods = [(n, f) for n, f in methods if applicable(n, truth.response_model)]
+        methods = [(n, f) for n, f in methods if applicable(n, truth.model)]
         names = [n for n, _ in methods]
     for name in names:
-        if not applicable(name, truth.response_model):
+        if not applicable(name, truth.model):
             raise ValueError(f"method {name!r} needs CoT lengths, which only a lart bank simulates "
                              f"(bank {bank.bank_id!r} is {truth.response_model!r})")
     if missing is not None and missing not in MISSINGNESS:
@@ -338,9 +340,10 @@ def plan_recovery(bank, n_subjects=(30, 100, 400), *, ability="normal", method=(
                         ability_sample=sample, missing=missing, missing_rate=float(missing_rate))
 
 
-def applicable(method_name: str, response_model: str) -> bool:
-    """Whether a method can refit data simulated from a bank of ``response_model``."""
-    return method_name not in NEEDS_COT or response_model == "lart"
+def applicable(method_name: str, response_model) -> bool:
+    """Whether a method can refit data simulated from a bank of ``response_model`` (the model object
+    or its name): methods that need CoT lengths need a model that simulates them."""
+    return method_name not in NEEDS_COT or resolve_response_model(response_model).has_cot
 
 
 _DESCRIPTIONS = {

@@ -68,7 +68,7 @@ def bank_from_fit(fit, item_ids, bank_id: str, method: str = ""):
 
     p = fit.params
     arrays = {name: np.asarray(getattr(p, name), dtype=np.float64) for name in p.parameter_names}
-    extra = {"rho": float(p.rho), "cot_offset": 1.0} if p.response_model == "lart" else {}
+    extra = {"rho": float(p.rho), "cot_offset": 1.0} if p.model.has_cot else {}
     return ItemBank.from_params(p.response_model, [str(i) for i in item_ids], bank_id=bank_id,
                                 calibration_method=_bank_method(method), **extra, **arrays)
 

@@ -1,4 +1,4 @@
-"""Short-form audit (seed 003 section 5.4): do Fisher-information short forms keep the ranking?
+"""Short-form audit (Jiang et al. 2026, section 5.4): do Fisher-information short forms keep the ranking?
 
 For every replication, sample size N, ability distribution and method: simulate a calibration
 sample from the bank, refit it, rank the items by their mean Fisher information over the fitted

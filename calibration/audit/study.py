@@ -337,7 +337,7 @@ def run_study(study, out=None, *, n_workers: int = 2, scheduler=None, progress: 
               desc=f"study {study.name}")
     ds = store.load()
     bank_ids = layout["cell_dims"]["bank"]
-    models = {b: plan.bank.params.response_model for b, _, plan in plans}
+    models = {b: plan.bank.params.model for b, _, plan in plans}
     mask = np.array([[applicable(m, models[b]) for m in study.methods] for b in bank_ids], dtype=np.int8)
     ds["applicable"] = (("bank", "method"), mask,
                         {"description": "1 if the method can refit the bank (saem needs a lart bank)"})

@@ -85,7 +85,7 @@ def _cross_fit(data, make_bank, folds, test_lengths, scoring, estimator, rng, ca
     fold_done, side_done = _submit_refits(data, make_bank, prepare_bank, split, edges, workers)
     fold_banks, n_converged = _fold_banks(fold_done, split, data.n_subjects)
     factors, fold_banks = _item_sd_check(full_bank, fold_banks, split.K, widen_b_sd)
-    scoring_used = (scoring or "lart") if fold_banks[0].response_model == "lart" else "irt"
+    scoring_used = (scoring or "lart") if fold_banks[0].params.model.has_cot else "irt"
     default_name = CATSession(fold_banks[0]).selector.name  # fold banks carry no check: the usual default
     replay = FoldReplays(data, split.n_obs, split.L, split.lengths, scoring_used, default_name, estimator, split.seed,
                          shortcuts, workers)

@@ -62,7 +62,7 @@ def score_residuals(sessions, data, rows, lengths, factors) -> dict:
             continue
         J = y.size
         truth = float(y.mean())
-        cot = None if data.cot_length is None or s.params.response_model != "lart" else data.cot_length[i]
+        cot = None if data.cot_length is None or not s.params.model.has_cot else data.cot_length[i]
         cot_ok = cot is not None and bool(np.all(np.isfinite(cot)))
         steps = s.steps
         taus = (None, None) if steps.tau is None else (steps.tau.tolist(), steps.tau_sd.tolist())

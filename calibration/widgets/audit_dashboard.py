@@ -120,8 +120,9 @@ class AuditDashboard(widgets.VBox):
     def _on_bank(self, _change=None) -> None:
         bank = self.bank
         needs_cot = self._needs_cot
-        lart = getattr(bank, "response_model", None) == "lart"
-        methods = [m for m in self.audit.METHODS if lart or m not in needs_cot]
+        params = getattr(bank, "params", None)
+        has_cot = params is not None and params.model.has_cot  # simulated data carry CoT lengths
+        methods = [m for m in self.audit.METHODS if has_cot or m not in needs_cot]
         self.methods_select.options = methods
         self.methods_select.value = tuple(methods[:1])
         shapes = dict(ABILITY_SHAPES)

@@ -46,7 +46,7 @@ def check_answer(session, correct, cot_length):
     from catengine.session.session import _check_correct, _check_cot  # the checks record() applies
 
     y = _check_correct(correct)
-    if session.params.response_model != "lart" or cot_length is None:
+    if not session.params.model.has_cot or cot_length is None:
         return y, None
     return y, _check_cot(cot_length, session.max_cot_length, session.cot_offset)
 

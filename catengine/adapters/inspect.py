@@ -250,7 +250,7 @@ def run_adaptive(task, session, *, model, k: int = 10, sample_ids: Mapping | Cal
         if item not in forward and item not in answered:
             session.exclude(item)
             result.excluded.append(item)
-    lart = session.params.response_model == "lart"
+    lart = session.params.model.has_cot
     display = eval_kwargs.pop("display", "none")
     tags = list(eval_kwargs.pop("tags", None) or []) + ["catengine"]
     user_metadata = dict(eval_kwargs.pop("metadata", None) or {})
@@ -378,7 +378,7 @@ def run_paired(task, pair, *, model_a, model_b, sample_ids: Mapping | Callable |
                          f"{lacking[0]!r}): create the PairedSession with items=task_items(task, bank)")
     models = [_offline_safe(model_a, eval_kwargs), _offline_safe(model_b, eval_kwargs)]
     result = InspectPairedRun(session=pair)
-    lart = pair.params.response_model == "lart"
+    lart = pair.params.model.has_cot
     display = eval_kwargs.pop("display", "none")
     tags = list(eval_kwargs.pop("tags", None) or []) + ["catengine", "catengine-paired"]
     user_metadata = dict(eval_kwargs.pop("metadata", None) or {})

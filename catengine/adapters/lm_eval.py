@@ -205,7 +205,7 @@ def ingest_samples(session, output, doc_ids: DocIds, *, metric=None, filter_name
     problems = [str(p) for p in cells.problems]
     known = {r.item: r for r in session.history}
     pending = set(session.pending_items)
-    lart = session.params.response_model == "lart"
+    lart = session.params.model.has_cot
     valid: list[tuple[str, int, float | None]] = []
     data = cells.data
     if data is not None:
@@ -292,7 +292,7 @@ def _side_answers(pair, side: int, output, doc_ids, *, metric, filter_name, toke
     cells = _reader()({subject: files}, metric=metric, filter_name=filter_name, tokenizer=tokenizer,
                       cot_field=cot_field, item_id=doc_ids.template, expected_items=pair.item_ids)
     answers = {}
-    lart = pair.params.response_model == "lart"
+    lart = pair.params.model.has_cot
     data = cells.data
     if data is not None:
         correct = data.correct[0]
@@ -328,7 +328,7 @@ def ingest_paired_samples(pair, output_a, output_b, doc_ids: DocIds, *, metric=N
     files_b, answers_b, problems_b = _side_answers(pair, 1, output_b, doc_ids, **options)
     report = PairedIngestReport(files_a=files_a, files_b=files_b)
     problems = problems_a + problems_b
-    lart = pair.params.response_model == "lart"
+    lart = pair.params.model.has_cot
     for step in pair.history:
         for side, answers in ((0, answers_a), (1, answers_b)):
             if step.item not in answers:

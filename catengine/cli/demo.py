@@ -12,7 +12,7 @@ def run_demo_command(args) -> int:
     from catengine.demo import run_demo
 
     bank = open_bank(args.bank)
-    if bank.response_model != "lart":
+    if not bank.params.model.has_cot:
         print(f"the demo needs a lart bank; {bank.source} is {bank.response_model}", file=sys.stderr)
         return 2
     from catengine.itembank.shipped import bank_card

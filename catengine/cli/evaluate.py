@@ -51,7 +51,7 @@ def _print_head(args, bank, chosen, n_known: int) -> None:
     print(f"selector {type(chosen['selector']).__name__}, estimator {type(chosen['estimator']).__name__}; "
           f"{describe_stopping(chosen['stopping'])}\n")
     head = f"{'step':>4}  {'item':<14} {'answer':<7} {'criterion':>10}   {'theta':>7} {'SD':>6}"
-    print(head + (f"   {'tau':>7} {'SD':>6}" if bank.response_model == "lart" else ""))
+    print(head + (f"   {'tau':>7} {'SD':>6}" if bank.params.model.has_cot else ""))
 
 
 def _step_printer(args, lart: bool):
@@ -108,7 +108,7 @@ def run_evaluate_command(args) -> int:
     if not args.json:
         _print_head(args, bank, chosen, len(answers) - len(foreign))
     result = replay(bank, answers, **chosen, seed=args.seed, subject=args.subject or "subject", log=args.log,
-                    ignore_unknown_items=True, on_step=_step_printer(args, bank.response_model == "lart"))
+                    ignore_unknown_items=True, on_step=_step_printer(args, bank.params.model.has_cot))
     if args.json:
         print(json.dumps({"summary": result.summary(args.subject)}))
     else:

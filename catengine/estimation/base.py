@@ -70,7 +70,7 @@ class TraitPrior:
 
     @classmethod
     def population(cls, params: ItemParams) -> "TraitPrior":
-        return cls(rho=params.rho if params.response_model == "lart" else 0.0)
+        return cls(rho=params.rho if params.model.has_cot else 0.0)
 
     def precision(self) -> np.ndarray:
         """Q = Sigma^-1 of (theta, tau), in closed form (called on every estimate)."""
@@ -158,7 +158,7 @@ class GaussianPart:
 
 def gaussian_part(params: ItemParams, state: ResponseState, prior: TraitPrior, use_cot: bool = True) -> GaussianPart:
     """Precision and mean of the (profiled) Gaussian term for theta, plus tau's conditional line."""
-    if params.response_model != "lart":
+    if not params.model.has_cot:
         return GaussianPart(q=1.0 / prior.theta_sd**2, m=prior.theta_mean)
     Q = prior.precision()
     f_t = state.cot_info if use_cot else 0.0

@@ -163,7 +163,7 @@ class EAPEstimator(TraitEstimator):
         mean = float(np.dot(w, grid) / total)
         var = float(np.dot(w, (grid - mean) ** 2) / total)
         sd = math.sqrt(var)
-        if params.response_model != "lart":
+        if not params.model.has_cot:
             return TraitEstimate(theta=mean, theta_sd=sd, n_items=state.n, method="eap")
         beta = gp.tau_beta
         return TraitEstimate(

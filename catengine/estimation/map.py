@@ -52,7 +52,7 @@ class MAPEstimator(TraitEstimator):
             self.max_iter, float(self.tol), state.model == MODEL_4PL,
         )
         curv = -hl  # observed information of the accuracy answers at the mode
-        if params.response_model != "lart":
+        if not params.model.has_cot:
             total = gp.q + curv
             if not total > 0:  # 4PL far outside concavity: fall back to the prior precision
                 total = gp.q

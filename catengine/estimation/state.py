@@ -19,19 +19,18 @@ import numpy as np
 
 from catengine.models.params import ItemParams
 
-#: integer codes of the accuracy models used by the numba kernels
+#: integer codes of the accuracy models used by the numba kernels (``ResponseModel.kernel_code``)
 MODEL_2PL, MODEL_4PL, MODEL_PROBIT = 0, 1, 2
-_MODEL_CODES = {"2pl": MODEL_2PL, "4pl": MODEL_4PL, "lart": MODEL_PROBIT}
 
 
 def model_code(params: ItemParams) -> int:
     """Kernel code of the accuracy part of ``params``: 0 = 2PL, 1 = 4PL, 2 = probit (LaRT)."""
-    return _MODEL_CODES[params.response_model]
+    return params.model.kernel_code
 
 
 def full_cd(params: ItemParams) -> tuple[np.ndarray, np.ndarray]:
     """(c, d) arrays of the bank, also for models without asymptotes (c = 0, d = 1)."""
-    if params.response_model == "4pl":
+    if params.model.has_asymptotes:
         return params.c, params.d
     n = params.n_items
     return np.zeros(n), np.ones(n)
@@ -51,8 +50,8 @@ class ResponseState:
     set by the session): the bank's cross-fitted SD factor c(L) by test length (docs/math.md §7.5).
     """
 
-    __slots__ = ("params", "model", "n", "_items", "_y", "_log_cot", "administered", "a", "b", "c", "d",
-                 "cot_info", "cot_score", "n_correct", "scratch",
+    __slots__ = ("params", "model", "_asymptotes", "_cot", "n", "_items", "_y", "_log_cot", "administered",
+                 "a", "b", "c", "d", "cot_info", "cot_score", "n_correct", "scratch",
                  "covariance", "va", "vb", "vab", "interval_curve")
 
     def __init__(self, params: ItemParams, covariance=None, interval_curve=None):
@@ -63,6 +62,7 @@ class ResponseState:
         J = params.n_items
         self.params = params
         self.model = model_code(params)
+        self._asymptotes, self._cot = params.model.has_asymptotes, params.model.has_cot
         self.n = 0
         self._items = np.empty(J, dtype=np.int64)
         self._y = np.empty(J)
@@ -109,7 +109,7 @@ class ResponseState:
         self._y[k] = float(correct)
         self.a[k] = p.a[item]
         self.b[k] = p.b[item]
-        if p.response_model == "4pl":
+        if self._asymptotes:
             self.c[k] = p.c[item]
             self.d[k] = p.d[item]
         if self.covariance is not None:
@@ -119,7 +119,7 @@ class ResponseState:
             self.vab[k] = cv.ab_cov[item]
         self.administered[item] = True
         self.n_correct += int(correct)
-        if p.response_model == "lart" and not math.isnan(log_cot):
+        if self._cot and not math.isnan(log_cot):
             self._log_cot[k] = log_cot
             phi, lam = float(p.phi[item]), float(p.lam[item])
             w = phi / (lam * lam)
@@ -143,7 +143,7 @@ class ResponseState:
         self._y[rows] = y
         self.a[rows] = p.a[items]
         self.b[rows] = p.b[items]
-        if p.response_model == "4pl":
+        if self._asymptotes:
             self.c[rows] = p.c[items]
             self.d[rows] = p.d[items]
         if self.covariance is not None:
@@ -153,7 +153,7 @@ class ResponseState:
             self.vab[rows] = cv.ab_cov[items]
         self.administered[items] = True
         self.n_correct += int(y.sum())
-        if p.response_model == "lart" and log_cot is not None:
+        if self._cot and log_cot is not None:
             t = np.asarray(log_cot, dtype=np.float64).reshape(-1)
             has = ~np.isnan(t)
             self._log_cot[rows] = np.where(has, t, np.nan)

@@ -13,7 +13,6 @@ from catengine.errors import ItemBankSchemaError
 from catengine.itembank.schema import (
     ITEM_PARAMETERS,
     PARAMETER_DESCRIPTIONS,
-    RESPONSE_FUNCTIONS,
     SCHEMA_NAME,
     SCHEMA_VERSION,
     name_problem,
@@ -137,8 +136,8 @@ class ItemBank:
             "bank_id": bank_id,
             "bank_version": 0,
             "parent_version": 0,
-            "response_model": response_model,
-            "response_function": RESPONSE_FUNCTIONS[response_model],
+            "response_model": params.response_model,
+            "response_function": params.model.response_function,
             "calibration_method": calibration_method,
             "calibration_settings": _json_attr(calibration_settings),
             "responses_sha256": responses_sha256,
@@ -147,7 +146,7 @@ class ItemBank:
             "library_version": _library_version(),
             "scale": _json_attr(scale),
         }
-        if response_model == "lart":
+        if params.model.has_cot:
             attrs["cot_offset"] = float(DEFAULT_COT_OFFSET if cot_offset is None else cot_offset)
             attrs["lambda_is"] = "standard deviation (lambda_sd)"
         groups = {"/": xr.Dataset(attrs=attrs), "/items": items}

@@ -16,6 +16,8 @@ import json
 
 import numpy as np
 
+from catengine.models.params import PARAMETER_FIELDS
+from catengine.models.response_models import RESPONSE_MODELS
 from catengine.models.score_factors import MAX_SCORE_FACTORS
 from catengine.validation import is_number
 
@@ -23,14 +25,11 @@ SCHEMA_NAME = "irt-llm-eval.itembank"
 SCHEMA_VERSION = 3  # v2 adds optional item-parameter uncertainty (UNCERTAINTY_DESCRIPTIONS); v3 the item content
 SUPPORTED_SCHEMA_VERSIONS = (1, 2, 3)
 
-RESPONSE_FUNCTIONS = {
-    "lart": "P(correct) = Phi(a*theta + b); log(T + cot_offset) ~ Normal(omega - phi*tau, lam^2), "
-    "lam an SD; (theta, tau) ~ Normal2(0, [[1, rho], [rho, 1]])",
-    "2pl": "P(correct) = 1 / (1 + exp(-(a*theta + b)))",
-    "4pl": "P(correct) = c + (d - c) / (1 + exp(-(a*theta + b)))",
-}
-ITEM_PARAMETERS = {"lart": ("a", "b", "omega", "phi", "lam"), "2pl": ("a", "b"), "4pl": ("a", "b", "c", "d")}
-ALL_ITEM_PARAMETERS = ("a", "b", "c", "d", "omega", "phi", "lam")
+#: from the response-model registry (catengine.models.response_models): the formula text a bank of
+#: each model stores in its root attribute ``response_function``, and the item parameters it stores
+RESPONSE_FUNCTIONS = {name: model.response_function for name, model in RESPONSE_MODELS.items()}
+ITEM_PARAMETERS = {name: model.parameters for name, model in RESPONSE_MODELS.items()}
+ALL_ITEM_PARAMETERS = PARAMETER_FIELDS
 #: allowed ``calibration_method`` values: "" (none), the methods of calibration.methods.METHODS
 #: with their aliases ("psn-laplace" is how banks written before the registry name PSN), and
 #: "simulation" (banks drawn, not fitted). catengine does not import calibration, so this list is
@@ -200,7 +199,7 @@ def validate_tree(tree) -> list[str]:
                 f"bank_version {int(bank_version)} / parent_version {int(parent)} are inconsistent "
                 "(versions are >= 1 once written, 0 before; a parent precedes its child)"
             )
-    if model == "lart":
+    if _has_cot(model):
         offset = attrs.get("cot_offset")
         if not is_number(offset):
             problems.append("lart banks need a numeric root attribute 'cot_offset' (T is modelled as log(T + cot_offset))")
@@ -243,8 +242,19 @@ def _validate_content(tree) -> list[str]:
     return problems
 
 
+def _spec(model):
+    """The response model object of a (validated) ``response_model`` attribute, or None."""
+    return RESPONSE_MODELS.get(model) if isinstance(model, str) else None
+
+
+def _has_cot(model) -> bool:
+    spec = _spec(model)
+    return spec is not None and spec.has_cot
+
+
 def _validate_items(items, model) -> list[str]:
     problems: list[str] = []
+    spec = _spec(model)
     if "item" not in items.coords or items["item"].dims != ("item",):
         problems.append("group '/items' needs a one-dimensional coordinate 'item' of string ids")
         return problems
@@ -276,11 +286,11 @@ def _validate_items(items, model) -> list[str]:
             problems.append(f"variable '/items/rho' must be 0-dimensional, has dims {rho.dims}")
         elif not (np.isfinite(rho.values) and -1 < float(rho.values) < 1):
             problems.append(f"variable '/items/rho' must lie strictly in (-1, 1), got {rho.values}")
-        elif model in ("2pl", "4pl") and float(rho.values) != 0:
+        elif spec is not None and not spec.has_cot and float(rho.values) != 0:
             problems.append(f"variable '/items/rho' is {float(rho.values)} but only lart banks have rho != 0")
-    elif model == "lart":
-        problems.append("missing variable '/items/rho' (required by response_model 'lart')")
-    if model == "4pl" and {"c", "d"} <= set(items.data_vars) and not any("'/items/c'" in p or "'/items/d'" in p for p in problems):
+    elif spec is not None and spec.has_cot:
+        problems.append(f"missing variable '/items/rho' (required by response_model {model!r})")
+    if spec is not None and spec.has_asymptotes and {"c", "d"} <= set(items.data_vars) and not any("'/items/c'" in p or "'/items/d'" in p for p in problems):
         c, d = items["c"].values, items["d"].values
         bad = np.flatnonzero((c < 0) | (d > 1) | (c >= d))
         if bad.size:
@@ -288,7 +298,7 @@ def _validate_items(items, model) -> list[str]:
                 f"4PL asymptotes need 0 <= c < d <= 1; violated for {bad.size} item(s), first {str(item_ids[bad[0]])!r} "
                 f"(c={c[bad[0]]}, d={d[bad[0]]})"
             )
-    if model == "lart" and "lam" in items.data_vars and items["lam"].dtype.kind == "f":
+    if spec is not None and spec.has_cot and "lam" in items.data_vars and items["lam"].dtype.kind == "f":
         lam = items["lam"].values
         bad = np.flatnonzero(lam <= 0)
         if bad.size:
@@ -581,7 +591,7 @@ def _validate_uncertainty(items, posterior, model) -> list[str]:
         if name not in items.data_vars:
             continue
         var = items[name]
-        if name in LART_ONLY_UNCERTAINTY and model not in (None, "lart"):
+        if name in LART_ONLY_UNCERTAINTY and model is not None and not _has_cot(model):
             problems.append(f"variable '/items/{name}' belongs to lart banks only, not to response_model {model!r}")
         problem = _item_vector_problem(var, name, item_ids)
         if problem:

@@ -2,7 +2,7 @@
 
 Bank form (docs/math.md §0): z = a theta + b, P = c + (d - c) sigmoid(z). With b ~ Normal(m, s^2)
 (``b`` the posterior mean, ``b_sd`` = s, a, c, d fixed at their MAP: the scoped posterior of
-seed 002) the posterior-expected information of an item at theta is
+the Laplace-PSN-IRT paper (2026)) the posterior-expected information of an item at theta is
 
     Ibar(theta) = E_b[I(theta | a, b, c, d)],  I = a^2 (P - c)^2 (d - P)^2 / ((d - c)^2 P (1 - P))
                 = E_{x ~ N(0,1)}[ i(a theta + m + s x) ],  i(z) = a^2 s(z)(1 - s(z)) w1(z) w0(z)
@@ -32,16 +32,16 @@ numpy/numba only (the online engine calls this for ~30,000 items x ~9 nodes per 
 
 from __future__ import annotations
 
-from functools import lru_cache
-
 import numpy as np
 from catengine.numba_cache import njit
 
 from catengine.validation import is_integer
 
+from ._inputs import _as_items, _as_theta, _per_item, _vec
 from ._kernels import _weights_4pl
-from .logistic import _as_items, _as_theta, _check_model, _per_item, _vec
+from .logistic import _check_model
 from .params import ItemParams
+from .quadrature import DEFAULT_NODES, gauss_hermite_normal
 
 __all__ = [
     "METHODS",
@@ -52,27 +52,9 @@ __all__ = [
 ]
 
 METHODS = ("gauss-hermite", "monte-carlo")
-DEFAULT_NODES = 9
 WIDE_SD = 1.0  # items with b_sd >= this use the trapezoid rule in z (n_nodes=None)
 _Z_STEP = 0.25
 _Z_MAX = 60.0
-
-
-@lru_cache(maxsize=64)
-def _gh(n: int) -> tuple[np.ndarray, np.ndarray]:
-    x, w = np.polynomial.hermite.hermgauss(n)
-    x = np.sqrt(2.0) * x
-    w = w / np.sqrt(np.pi)
-    x.flags.writeable = False
-    w.flags.writeable = False
-    return x, w
-
-
-def gauss_hermite_normal(n_nodes: int = DEFAULT_NODES) -> tuple[np.ndarray, np.ndarray]:
-    """Nodes and weights of the n-point Gauss-Hermite rule for E[f(X)], X ~ Normal(0, 1)."""
-    if not is_integer(n_nodes) or not 1 <= n_nodes <= 200:
-        raise ValueError(f"n_nodes must be an integer in 1..200, got {n_nodes!r}")
-    return _gh(int(n_nodes))
 
 
 @njit(cache=True, inline="always")

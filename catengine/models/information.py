@@ -1,4 +1,4 @@
-"""Model-agnostic entry points: dispatch on ``params.response_model``.
+"""Model-agnostic entry points: ask the bank's response model object (``params.model``).
 
 Use these where the caller does not care which response model a bank uses (item selection,
 stopping rules). For LaRT they concern the accuracy part only (the information about theta of
@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import lart, logistic
 from .params import ItemParams
 
 __all__ = ["prob_correct", "fisher_information"]
@@ -22,11 +21,9 @@ def _check(params) -> None:
 
 
 def prob_correct(params: ItemParams, theta, items=None) -> np.ndarray:
-    """P(correct) of each selected item under the bank's response model: shape S + (n,)."""
+    """P(correct) of each selected item under the bank's response model (compiled kernels): shape S + (n,)."""
     _check(params)
-    if params.response_model == "lart":
-        return lart.prob_correct(params, theta, items)
-    return logistic.prob_correct(params, theta, items)
+    return params.model.compiled_probability(params, theta, items)
 
 
 def fisher_information(params: ItemParams, theta, items=None) -> np.ndarray:
@@ -35,6 +32,4 @@ def fisher_information(params: ItemParams, theta, items=None) -> np.ndarray:
     2PL a^2 P(1-P); 4PL a^2 (P-c)^2 (d-P)^2 / ((d-c)^2 P(1-P)); LaRT a^2 h(a theta + b).
     """
     _check(params)
-    if params.response_model == "lart":
-        return lart.item_information(params, theta, items)[0]
-    return logistic.item_information(params, theta, items)
+    return params.model.information(params, theta, items)

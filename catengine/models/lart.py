@@ -20,7 +20,8 @@ from __future__ import annotations
 import numpy as np
 
 from . import _kernels as K
-from .logistic import _MODEL_FUNCTIONS, _as_items, _as_responses, _as_theta, _check_model, _per_item, _summed, _vec
+from ._inputs import _as_items, _as_responses, _as_theta, _summed, _vec
+from .logistic import _MODEL_FUNCTIONS, _check_model
 from .params import ItemParams
 
 __all__ = [
@@ -93,9 +94,7 @@ def cot_tokens(log_cot, cot_offset: float = 1.0, *, whole_tokens: bool = False) 
 def prob_correct(params: ItemParams, theta, items=None) -> np.ndarray:
     """P(correct) = Phi(a theta + b) of each selected item: shape S + (n,)."""
     _check_model(params, _LART, "lart.prob_correct")
-    th, shape = _as_theta(theta)
-    idx = _as_items(params, items)
-    return _per_item(K.prob_probit(th, _vec(params.a, idx), _vec(params.b, idx)), shape)
+    return params.model.compiled_probability(params, theta, items)
 
 
 def trait_derivatives(params: ItemParams, theta, tau, responses, log_cot=None, items=None):
@@ -154,11 +153,8 @@ def item_information(params: ItemParams, theta, items=None) -> tuple[np.ndarray,
     (>= 0 also for a_j <= 0); v_j = phi_j^2 / lam_j^2 (free of the traits), shape (n,).
     """
     _check_model(params, _LART, "lart.item_information")
-    th, shape = _as_theta(theta)
-    idx = _as_items(params, items)
-    u = _per_item(K.info_probit(th, _vec(params.a, idx), _vec(params.b, idx)), shape)
-    v = (params.phi[idx] / params.lam[idx]) ** 2
-    return u, v
+    model = params.model
+    return model.information(params, theta, items), model.cot_information(params, _as_items(params, items))
 
 
 def cot_statistics(params: ItemParams, items, log_cot) -> tuple[float, float]:

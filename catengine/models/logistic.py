@@ -17,6 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import _kernels as K
+from ._inputs import _as_items, _as_responses, _as_theta, _summed, _vec
 from .params import ItemParams
 
 #: the functions every response-model module provides (lart.py adds its CoT functions to these)
@@ -32,7 +33,7 @@ __all__ = list(_MODEL_FUNCTIONS)
 
 
 # ----------------------------------------------------------------------------- shared input checks
-# (also used by lart.py)
+# (also used by lart.py; the shape helpers live in _inputs.py)
 
 
 def _check_model(params, allowed: tuple[str, ...], where: str) -> None:
@@ -43,62 +44,6 @@ def _check_model(params, allowed: tuple[str, ...], where: str) -> None:
             f"{where} works on response_model {' or '.join(map(repr, allowed))}, "
             f"got an ItemParams with response_model {params.response_model!r}"
         )
-
-
-def _as_theta(theta, name: str = "theta") -> tuple[np.ndarray, tuple[int, ...]]:
-    """Flat contiguous float64 copy of ``theta`` and its original shape; rejects non-finite values."""
-    arr = np.asarray(theta, dtype=np.float64)
-    bad = np.flatnonzero(~np.isfinite(arr.reshape(-1)))
-    if bad.size:
-        raise ValueError(f"{name} must be finite; flat position {int(bad[0])} holds {arr.reshape(-1)[bad[0]]}")
-    return np.ascontiguousarray(arr.reshape(-1)), arr.shape
-
-
-def _as_items(params: ItemParams, items) -> np.ndarray:
-    """Validated int64 index array (``None``: all items)."""
-    n = params.n_items
-    if items is None:
-        return np.arange(n, dtype=np.int64)
-    idx = np.asarray(items)
-    if idx.ndim == 0:
-        idx = idx.reshape(1)
-    if idx.ndim != 1:
-        raise ValueError(f"items must be a one-dimensional index array, got shape {idx.shape}")
-    if idx.size == 0:
-        return np.zeros(0, dtype=np.int64)
-    if idx.dtype == bool or not np.issubdtype(idx.dtype, np.integer):
-        raise TypeError(f"items must hold integer item indices, got dtype {idx.dtype}")
-    bad = np.flatnonzero((idx < 0) | (idx >= n))
-    if bad.size:
-        raise ValueError(f"item index {int(idx[bad[0]])} is out of range for a bank of {n} items (0..{n - 1})")
-    return idx.astype(np.int64)
-
-
-def _as_responses(responses, n_items: int) -> np.ndarray:
-    """float64 array of 0/1 answers, one per selected item."""
-    y = np.asarray(responses)
-    if y.ndim == 0:
-        y = y.reshape(1)
-    if y.ndim != 1 or y.shape[0] != n_items:
-        raise ValueError(f"responses must be a vector with one 0/1 answer per item ({n_items}), got shape {y.shape}")
-    yf = y.astype(np.float64)
-    bad = np.flatnonzero((yf != 0.0) & (yf != 1.0))
-    if bad.size:
-        raise ValueError(f"responses must be 0 or 1; position {int(bad[0])} holds {y[bad[0]]!r}")
-    return np.ascontiguousarray(yf)
-
-
-def _vec(x: np.ndarray, idx: np.ndarray) -> np.ndarray:
-    return np.ascontiguousarray(x[idx], dtype=np.float64)
-
-
-def _per_item(out2d: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
-    return out2d.reshape(shape + (out2d.shape[1],))
-
-
-def _summed(col: np.ndarray, shape: tuple[int, ...]):
-    col = col.reshape(shape)
-    return col[()] if col.ndim == 0 else col
 
 
 # ----------------------------------------------------------------------------- public API
@@ -125,8 +70,8 @@ def prob_correct(params: ItemParams, theta, items=None) -> np.ndarray:
 
     2PL: sigmoid(a theta + b); 4PL: c + (d - c) sigmoid(a theta + b).
     """
-    out, shape = _logistic_kernel("prob_correct", K.prob_2pl, K.prob_4pl, params, theta, items)
-    return _per_item(out, shape)
+    _check_model(params, _LOGISTIC, "logistic.prob_correct")
+    return params.model.compiled_probability(params, theta, items)
 
 
 def trait_derivatives(params: ItemParams, theta, responses, items=None):
@@ -160,5 +105,5 @@ def item_information(params: ItemParams, theta, items=None) -> np.ndarray:
     2PL: a^2 P (1 - P). 4PL: a^2 (P - c)^2 (d - P)^2 / ((d - c)^2 P (1 - P)), evaluated as
     a^2 s (1 - s) [(P - c)/P] [(d - P)/(1 - P)] with s = sigmoid(z) (no 0/0 in the tails).
     """
-    out, shape = _logistic_kernel("item_information", K.info_2pl, K.info_4pl, params, theta, items)
-    return _per_item(out, shape)
+    _check_model(params, _LOGISTIC, "logistic.item_information")
+    return params.model.information(params, theta, items)

@@ -7,6 +7,9 @@ One parameterisation for every bank (docs/math.md §0): the linear predictor is 
   (theta, tau) standard bivariate normal with correlation ``rho``. ``lam`` is an SD.
 * ``2pl``: P = logistic(z).  (1PL: all a equal.)
 * ``4pl``: P = c + (d - c) logistic(z), c the lower and d the upper asymptote (3PL: d = 1).
+
+``ItemParams.response_model`` is the model's name (what bank files store); ``ItemParams.model`` is
+the model object (``catengine.models.response_models``) that callers ask for capabilities and formulas.
 """
 
 from __future__ import annotations
@@ -15,13 +18,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-RESPONSE_MODELS = ("lart", "2pl", "4pl")
+from .response_models import RESPONSE_MODELS, ResponseModel, response_model  # noqa: F401 (RESPONSE_MODELS re-exported)
 
-_REQUIRED = {
-    "lart": ("a", "b", "omega", "phi", "lam"),
-    "2pl": ("a", "b"),
-    "4pl": ("a", "b", "c", "d"),
-}
+#: every item-parameter field of ``ItemParams``, in bank order (a model stores a subset: ``ResponseModel.parameters``)
+PARAMETER_FIELDS = ("a", "b", "c", "d", "omega", "phi", "lam")
 
 
 def _as_vector(name: str, value, n: int | None) -> np.ndarray:
@@ -57,13 +57,11 @@ class ItemParams:
     n_items: int = field(init=False)
 
     def __post_init__(self):
-        if self.response_model not in RESPONSE_MODELS:
-            raise ValueError(
-                f"unknown response_model {self.response_model!r}; allowed: {', '.join(RESPONSE_MODELS)}"
-            )
-        required = _REQUIRED[self.response_model]
+        model = response_model(self.response_model)  # ValueError naming the allowed models
+        object.__setattr__(self, "response_model", model.name)
+        required = model.parameters
         n = None
-        for name in ("a", "b", "c", "d", "omega", "phi", "lam"):
+        for name in PARAMETER_FIELDS:
             value = getattr(self, name)
             if value is None:
                 if name in required:
@@ -83,26 +81,19 @@ class ItemParams:
         rho = float(self.rho)
         if not np.isfinite(rho) or not -1.0 < rho < 1.0:
             raise ValueError(f"rho must lie strictly between -1 and 1, got {self.rho}")
-        if self.response_model != "lart" and rho != 0.0:
+        if not model.has_cot and rho != 0.0:  # rho correlates theta with the CoT part's tau
             raise ValueError(f"rho is only defined for lart banks, got rho={rho} for {self.response_model!r}")
         object.__setattr__(self, "rho", rho)
-        if self.response_model == "4pl":
-            c, d = self.c, self.d
-            bad = np.flatnonzero((c < 0) | (d > 1) | (c >= d))
-            if bad.size:
-                j = int(bad[0])
-                raise ValueError(
-                    f"4PL asymptotes need 0 <= c < d <= 1; item index {j} has c={c[j]}, d={d[j]}"
-                )
-        if self.response_model == "lart":
-            bad = np.flatnonzero(self.lam <= 0)
-            if bad.size:
-                j = int(bad[0])
-                raise ValueError(f"lam (CoT residual SD) must be > 0; item index {j} has lam={self.lam[j]}")
+        model.validate(self)
+
+    @property
+    def model(self) -> ResponseModel:
+        """The response model object (``catengine.models.response_models``) of ``response_model``."""
+        return RESPONSE_MODELS[self.response_model]
 
     @property
     def parameter_names(self) -> tuple[str, ...]:
-        return _REQUIRED[self.response_model]
+        return RESPONSE_MODELS[self.response_model].parameters
 
     def subset(self, index) -> "ItemParams":
         """Parameters of the items selected by ``index`` (integer array, slice or boolean mask)."""

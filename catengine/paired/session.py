@@ -518,7 +518,7 @@ class PairedSession:
     # ------------------------------------------------------------------ chain-of-thought (LaRT banks)
     def _expected_cot(self, side: int, positions) -> np.ndarray | None:
         """E[T_j] under each side's tau posterior (closed form), or the known side's stored lengths."""
-        if self.params.response_model != "lart":
+        if not self.params.model.has_cot:
             return None
         if side == 1 and self._known is not None:
             cot = self._known.get("cot")
@@ -529,8 +529,7 @@ class PairedSession:
         idx = self._population[positions]
         p = self.params
         tau_sd = est.tau_sd if est.tau_sd is not None and math.isfinite(est.tau_sd) else 0.0
-        return (np.exp(p.omega[idx] - p.phi[idx] * est.tau + 0.5 * (p.phi[idx] * tau_sd) ** 2 + 0.5 * p.lam[idx] ** 2)
-                - self.bank.effective_cot_offset)
+        return p.model.expected_cot_length(p, est.tau, tau_sd, self.bank.effective_cot_offset, idx)
 
     def _cot_parts(self, remaining, pi, k):
         """The CoT difference's design term parts for a draw (None on logistic banks)."""
@@ -554,7 +553,7 @@ class PairedSession:
     def _cot_totals(self):
         """Model-based CoT totals of both sides over the compared items, and the design estimate of
         their difference with its SD (None where lengths are missing)."""
-        if self.params.response_model != "lart":
+        if not self.params.model.has_cot:
             return None, None, None, None
         totals = []
         answered = np.flatnonzero(~self._remaining)

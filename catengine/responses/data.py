@@ -576,6 +576,164 @@ def _cell_text(c: int, t: float, has_cot: bool) -> str:
     return text
 
 
+def _long_column_names(columns: Mapping[str, str] | None) -> tuple[str, str, str, str]:
+    """The source names of the (subject, item, correct, cot_tokens) columns after the
+    ``columns=`` renames (canonical -> source) of :meth:`ResponseData.from_long`."""
+    names = dict(zip(LONG_COLUMNS, LONG_COLUMNS))
+    if columns is not None:
+        unknown = set(columns) - set(LONG_COLUMNS)
+        if unknown:
+            raise ValueError(f"columns= renames unknown canonical column(s) {sorted(unknown)}; allowed: {LONG_COLUMNS}")
+        names.update({k: str(v) for k, v in columns.items()})
+    return tuple(names[c] for c in LONG_COLUMNS)
+
+
+def _fixed_index(ids, kind: str) -> dict[str, int] | None:
+    """id -> position of a given id list (checked like any id list), or None."""
+    if ids is None:
+        return None
+    ids = list(ids)
+    ids = _ids(ids, len(ids), kind, "")
+    return {v: k for k, v in enumerate(ids)}
+
+
+class _LongCells:
+    """The rows of a long table gathered into cells (:meth:`add`, one row at a time), then
+    checked and pivoted to the (N, J) matrices (:meth:`pivot`); see :meth:`ResponseData.from_long`.
+
+    ``cells``: (subject position, item position) -> (correct, cot, where); ``meta``: metadata
+    column -> item position -> (text, where); ``has_cot``: some row so far had a CoT column.
+    """
+
+    def __init__(self, columns=None, metadata_columns=None, subject_ids=None, item_ids=None, default_subject=None):
+        self.subject, self.item, self.correct, self.cot = _long_column_names(columns)
+        self.canonical = {self.subject, self.item, self.correct, self.cot}
+        self.cot_alias = "cot_length" if self.cot == "cot_tokens" else None
+        if self.cot_alias:
+            self.canonical.add(self.cot_alias)
+        self.keep_meta = None if metadata_columns is None else {str(c) for c in metadata_columns}
+        self.default_subject = default_subject
+        self.subj_fixed = _fixed_index(subject_ids, "subject")
+        self.item_fixed = _fixed_index(item_ids, "item")
+        self.subj_index: dict[str, int] = dict(self.subj_fixed or {})
+        self.item_index: dict[str, int] = dict(self.item_fixed or {})
+        self.cells: dict[tuple[int, int], tuple[int, float, str]] = {}
+        self.meta: dict[str, dict[int, tuple[str, str]]] = {}
+        self.has_cot = False
+        self.n_rows = 0
+
+    def add(self, where: str, rec: Mapping) -> None:
+        """One row (``where`` names it in errors): its cell, then its item metadata."""
+        self.n_rows += 1
+        rec = self._completed(where, rec)
+        sid, iid, i, jj = self._positions(where, rec)
+        c, t = self._values(where, rec, sid, iid)
+        key = (i, jj)
+        previous = self.cells.get(key)
+        if previous is None:
+            self.cells[key] = (c, t, where)
+        elif not _same_cell(previous[0], previous[1], c, t):
+            raise ValueError(
+                f"conflicting duplicate rows for subject {sid!r}, item {iid!r}: "
+                f"{_cell_text(previous[0], previous[1], self.has_cot)} ({previous[2]}) vs "
+                f"{_cell_text(c, t, self.has_cot)} ({where})"
+            )
+        self._add_metadata(where, rec, jj, iid)
+
+    def _completed(self, where: str, rec: Mapping) -> Mapping:
+        """The row with the default subject and the cot_length alias filled in; a row without a
+        required column raises."""
+        if self.default_subject is not None and self.subject not in rec:
+            rec = {**rec, self.subject: self.default_subject}
+        if self.cot_alias and self.cot not in rec and self.cot_alias in rec:
+            rec = {**rec, self.cot: rec[self.cot_alias]}
+        for col in (self.subject, self.item, self.correct):
+            if col not in rec:
+                raise ValueError(
+                    f"{where}: missing required column {col!r} (columns found: {sorted(map(str, rec))}); "
+                    f"a long table needs {self.subject!r}, {self.item!r}, {self.correct!r} and optionally {self.cot!r}"
+                )
+        return rec
+
+    def _positions(self, where: str, rec: Mapping) -> tuple[str, str, int, int]:
+        """(subject id, item id, row, column) of the row; new ids are appended unless the ids are fixed."""
+        sid = _id_value(rec[self.subject], "subject", where)
+        iid = _id_value(rec[self.item], "item", where)
+        for value, fixed, index, kind in (
+            (sid, self.subj_fixed, self.subj_index, "subject"),
+            (iid, self.item_fixed, self.item_index, "item"),
+        ):
+            if value not in index:
+                if fixed is not None:
+                    raise ValueError(f"{where}: {kind} {value!r} is not among the given {kind}_ids")
+                index[value] = len(index)
+        return sid, iid, self.subj_index[sid], self.item_index[iid]
+
+    def _values(self, where: str, rec: Mapping, sid: str, iid: str) -> tuple[int, float]:
+        """(correct, cot tokens or NaN) of the row, parsed."""
+        raw = rec[self.correct]
+        try:
+            c = _parse_correct(raw)
+        except _CellError:
+            raise ValueError(
+                f"{where}: subject {sid!r}, item {iid!r}: correct = {raw!r} is not binary ({_CORRECT_ALLOWED})"
+            ) from None
+        t = math.nan
+        if self.cot in rec:
+            self.has_cot = True
+            raw_t = rec[self.cot]
+            try:
+                t = _parse_cot(raw_t)
+            except _CellError:
+                raise ValueError(
+                    f"{where}: subject {sid!r}, item {iid!r}: cot_tokens = {raw_t!r} is invalid ({_COT_ALLOWED})"
+                ) from None
+        return c, t
+
+    def _add_metadata(self, where: str, rec: Mapping, jj: int, iid: str) -> None:
+        """The row's other (kept) columns as item metadata, which must be constant per item."""
+        for col, value in rec.items():
+            col = str(col)
+            if col in self.canonical or (self.keep_meta is not None and col not in self.keep_meta):
+                continue
+            per_item = self.meta.setdefault(col, {})
+            if value is None or (isinstance(value, float) and math.isnan(value)):
+                continue
+            text = str(value).strip()
+            if text == "":
+                continue
+            seen = per_item.get(jj)
+            if seen is None:
+                per_item[jj] = (text, where)
+            elif seen[0] != text:
+                raise ValueError(
+                    f"item metadata column {col!r} is not constant for item {iid!r}: {seen[0]!r} ({seen[1]}) "
+                    f"vs {text!r} ({where}); item-level columns must be constant per item "
+                    "(pass metadata_columns=[...] to keep only item-level columns)"
+                )
+
+    def pivot(self):
+        """(correct, cot or None, item metadata) of the gathered cells; absent cells are missing.
+        An empty table, or a requested metadata column that never appeared, raises."""
+        if self.n_rows == 0:
+            raise ValueError("the long table has no data rows (the response matrix is empty)")
+        if self.keep_meta is not None:
+            absent = sorted(self.keep_meta - set(self.meta))
+            if absent:
+                raise ValueError(f"metadata column {absent[0]!r} was requested but is not in the table")
+        n, j = len(self.subj_index), len(self.item_index)
+        correct = np.full((n, j), MISSING, dtype=np.int8)
+        cot = np.full((n, j), np.nan) if self.has_cot else None
+        for (i, jj), (c, t, _) in self.cells.items():
+            correct[i, jj] = c
+            if cot is not None:
+                cot[i, jj] = t
+        item_metadata = {
+            col: [per_item.get(k, ("", ""))[0] for k in range(j)] for col, per_item in self.meta.items()
+        }
+        return correct, cot, item_metadata
+
+
 
 @dataclass(frozen=True, eq=False)
 class ResponseData:
@@ -728,124 +886,15 @@ class ResponseData:
         file holds a list of such records, or one object item -> correct (or -> {"correct",
         "cot_tokens"}). ``cot_length`` is accepted as another name of ``cot_tokens``.
         """
-        names = dict(zip(LONG_COLUMNS, LONG_COLUMNS))
-        if columns is not None:
-            unknown = set(columns) - set(LONG_COLUMNS)
-            if unknown:
-                raise ValueError(f"columns= renames unknown canonical column(s) {sorted(unknown)}; allowed: {LONG_COLUMNS}")
-            names.update({k: str(v) for k, v in columns.items()})
-        src_subject, src_item, src_correct, src_cot = (names[c] for c in LONG_COLUMNS)
-        canonical_sources = {src_subject, src_item, src_correct, src_cot}
-        cot_alias = "cot_length" if src_cot == "cot_tokens" else None
-        if cot_alias:
-            canonical_sources.add(cot_alias)
-        keep_meta = None if metadata_columns is None else {str(c) for c in metadata_columns}
-
-        def _fixed(ids, kind):
-            if ids is None:
-                return None
-            ids = list(ids)
-            ids = _ids(ids, len(ids), kind, "")
-            return {v: k for k, v in enumerate(ids)}
-
-        subj_fixed = _fixed(subject_ids, "subject")
-        item_fixed = _fixed(item_ids, "item")
-        subj_index: dict[str, int] = dict(subj_fixed or {})
-        item_index: dict[str, int] = dict(item_fixed or {})
-        cells: dict[tuple[int, int], tuple[int, float, str]] = {}
-        meta: dict[str, dict[int, tuple[str, str]]] = {}
-        has_cot = False
-        n_rows = 0
+        table = _LongCells(columns, metadata_columns, subject_ids, item_ids, default_subject)
         for where, rec in _long_records(table_or_path):
-            n_rows += 1
-            if default_subject is not None and src_subject not in rec:
-                rec = {**rec, src_subject: default_subject}
-            if cot_alias and src_cot not in rec and cot_alias in rec:
-                rec = {**rec, src_cot: rec[cot_alias]}
-            for col in (src_subject, src_item, src_correct):
-                if col not in rec:
-                    raise ValueError(
-                        f"{where}: missing required column {col!r} (columns found: {sorted(map(str, rec))}); "
-                        f"a long table needs {src_subject!r}, {src_item!r}, {src_correct!r} and optionally {src_cot!r}"
-                    )
-            sid = _id_value(rec[src_subject], "subject", where)
-            iid = _id_value(rec[src_item], "item", where)
-            for value, fixed, index, kind in (
-                (sid, subj_fixed, subj_index, "subject"),
-                (iid, item_fixed, item_index, "item"),
-            ):
-                if value not in index:
-                    if fixed is not None:
-                        raise ValueError(f"{where}: {kind} {value!r} is not among the given {kind}_ids")
-                    index[value] = len(index)
-            i, jj = subj_index[sid], item_index[iid]
-            raw = rec[src_correct]
-            try:
-                c = _parse_correct(raw)
-            except _CellError:
-                raise ValueError(
-                    f"{where}: subject {sid!r}, item {iid!r}: correct = {raw!r} is not binary ({_CORRECT_ALLOWED})"
-                ) from None
-            t = math.nan
-            if src_cot in rec:
-                has_cot = True
-                raw_t = rec[src_cot]
-                try:
-                    t = _parse_cot(raw_t)
-                except _CellError:
-                    raise ValueError(
-                        f"{where}: subject {sid!r}, item {iid!r}: cot_tokens = {raw_t!r} is invalid ({_COT_ALLOWED})"
-                    ) from None
-            key = (i, jj)
-            previous = cells.get(key)
-            if previous is None:
-                cells[key] = (c, t, where)
-            elif not _same_cell(previous[0], previous[1], c, t):
-                raise ValueError(
-                    f"conflicting duplicate rows for subject {sid!r}, item {iid!r}: "
-                    f"{_cell_text(previous[0], previous[1], has_cot)} ({previous[2]}) vs "
-                    f"{_cell_text(c, t, has_cot)} ({where})"
-                )
-            for col, value in rec.items():
-                col = str(col)
-                if col in canonical_sources or (keep_meta is not None and col not in keep_meta):
-                    continue
-                per_item = meta.setdefault(col, {})
-                if value is None or (isinstance(value, float) and math.isnan(value)):
-                    continue
-                text = str(value).strip()
-                if text == "":
-                    continue
-                seen = per_item.get(jj)
-                if seen is None:
-                    per_item[jj] = (text, where)
-                elif seen[0] != text:
-                    raise ValueError(
-                        f"item metadata column {col!r} is not constant for item {iid!r}: {seen[0]!r} ({seen[1]}) "
-                        f"vs {text!r} ({where}); item-level columns must be constant per item "
-                        "(pass metadata_columns=[...] to keep only item-level columns)"
-                    )
-        if n_rows == 0:
-            raise ValueError("the long table has no data rows (the response matrix is empty)")
-        if keep_meta is not None:
-            absent = sorted(keep_meta - set(meta))
-            if absent:
-                raise ValueError(f"metadata column {absent[0]!r} was requested but is not in the table")
-        n, j = len(subj_index), len(item_index)
-        correct = np.full((n, j), MISSING, dtype=np.int8)
-        cot = np.full((n, j), np.nan) if has_cot else None
-        for (i, jj), (c, t, _) in cells.items():
-            correct[i, jj] = c
-            if cot is not None:
-                cot[i, jj] = t
-        item_metadata = {
-            col: [per_item.get(k, ("", ""))[0] for k in range(j)] for col, per_item in meta.items()
-        }
+            table.add(where, rec)
+        correct, cot, item_metadata = table.pivot()
         return cls.from_arrays(
             correct,
             cot,
-            subject_ids=list(subj_index),
-            item_ids=list(item_index),
+            subject_ids=list(table.subj_index),
+            item_ids=list(table.item_index),
             item_metadata=item_metadata,
         )
 

@@ -159,7 +159,7 @@ def _evidence(completion: Completion, grade, grader) -> dict:
 
 def _cot_length(bank, completion: Completion):
     """The CoT length to record: the reply's completion tokens (reasoning included) on a LaRT bank."""
-    if bank.response_model != "lart":
+    if not bank.params.model.has_cot:
         return None
     return None if completion.completion_tokens is None else float(completion.completion_tokens)
 

@@ -19,8 +19,7 @@ from catengine.models._fast_math import LN2_HI, LN2_LO, LOG2E, SHIFTER, bits_to_
 from catengine.models.kernels import cholesky_in_place
 from catengine.models.score_factors import score_factor_mode
 
-MODEL_2PL, MODEL_4PL, MODEL_LART = 0, 1, 2
-MODEL_CODES = {"2pl": MODEL_2PL, "4pl": MODEL_4PL, "lart": MODEL_LART}
+MODEL_2PL, MODEL_4PL, MODEL_LART = 0, 1, 2  # the accuracy model of a bank: its ResponseModel.kernel_code
 UNCERTAINTY_NONE, UNCERTAINTY_B, UNCERTAINTY_AB = 0, 1, 2
 _SAFE_EXP = 700.0  # |arguments| below which exp and products of two such exps stay finite
 

@@ -54,7 +54,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.special import expit, ndtr, ndtri
+from scipy.special import ndtri
 
 from catengine.models.expected_information import gauss_hermite_normal
 from catengine.models.params import ItemParams
@@ -99,18 +99,7 @@ def _item_index(items):
 
 def response_and_slope(params: ItemParams, theta: np.ndarray, items=None) -> tuple[np.ndarray, np.ndarray]:
     """P_j(theta) and dP_j/dz (z = a theta + b) for nodes ``theta`` (K,) and items: shapes (K, n)."""
-    idx = _item_index(items)
-    a, b = params.a[idx], params.b[idx]
-    z = np.asarray(theta, dtype=np.float64)[:, None] * a[None, :] + b[None, :]
-    if params.response_model == "lart":
-        p = ndtr(z)
-        slope = np.exp(-0.5 * z * z) / math.sqrt(2.0 * math.pi)
-        return p, slope
-    s = expit(z)
-    if params.response_model == "2pl":
-        return s, s * (1.0 - s)
-    c, d = params.c[idx], params.d[idx]
-    return c + (d - c) * s, (d - c) * s * (1.0 - s)
+    return params.model.response_and_slope(params, theta, items)
 
 
 def item_averaged_response(params: ItemParams, theta: np.ndarray, a_sd=None, b_sd=None, ab_cov=None,
@@ -118,9 +107,10 @@ def item_averaged_response(params: ItemParams, theta: np.ndarray, a_sd=None, b_s
     """E_psi P_j(theta; psi_j) over a Gaussian posterior of each item's (a_j, b_j), shape (K, n).
 
     At a fixed theta, z = a theta + b is Normal(a^ theta + b^, v) with v = theta^2 a_sd^2 +
-    2 theta ab_cov + b_sd^2, so the average is one-dimensional: Phi(mu / sqrt(1 + v)) for the
-    probit (LaRT) response, ``n_nodes``-point Gauss-Hermite in z for the logistic ones.
-    ``items``: indices of the items (default: every item; ``a_sd``... hold one entry per bank item).
+    2 theta ab_cov + b_sd^2, so the average is one-dimensional (``params.model.averaged_probability``):
+    Phi(mu / sqrt(1 + v)) for the probit (LaRT) response, ``n_nodes``-point Gauss-Hermite in z for
+    the logistic ones. ``items``: indices of the items (default: every item; ``a_sd``... hold one
+    entry per bank item).
     """
     idx = _item_index(items)
     a, b = params.a[idx], params.b[idx]
@@ -131,28 +121,12 @@ def item_averaged_response(params: ItemParams, theta: np.ndarray, a_sd=None, b_s
     cov = zero if ab_cov is None else np.asarray(ab_cov, dtype=np.float64)[idx]
     v = np.maximum(theta[:, None] ** 2 * a_var + 2.0 * theta[:, None] * cov + b_var, 0.0)  # (K, n)
     mu = theta[:, None] * a[None, :] + b[None, :]
-    if params.response_model == "lart":
-        return ndtr(mu / np.sqrt(1.0 + v))
-    x, w = gauss_hermite_normal(n_nodes)
-    s = expit(mu[..., None] + np.sqrt(v)[..., None] * x)  # (K, n, n_nodes)
-    s = s @ w
-    if params.response_model == "2pl":
-        return s
-    c, d = params.c[idx], params.d[idx]
-    return c + (d - c) * s
+    return params.model.averaged_probability(params, mu, v, items, n_nodes)
 
 
 def response(params: ItemParams, theta: np.ndarray, items=None) -> np.ndarray:
     """P_j(theta) for nodes ``theta`` (K,) and items (default: every item): shape (K, n)."""
-    idx = _item_index(items)
-    z = np.asarray(theta, dtype=np.float64)[:, None] * params.a[idx][None, :] + params.b[idx][None, :]
-    if params.response_model == "lart":
-        return ndtr(z)
-    s = expit(z)
-    if params.response_model == "2pl":
-        return s
-    c, d = params.c[idx], params.d[idx]
-    return c + (d - c) * s
+    return params.model.probability(params, theta, items)
 
 
 _EXPECTED_KEPT = 4
@@ -185,13 +159,16 @@ def expected_probabilities(params: ItemParams, theta: float, theta_sd: float, n_
 
 
 def _expected_response(params: ItemParams, theta: float, theta_sd: float, n_nodes: int) -> np.ndarray:
-    if params.response_model == "lart":
-        return ndtr((params.a * theta + params.b) / np.sqrt(1.0 + (params.a * theta_sd) ** 2))
+    closed = params.model.expected_probability_closed_form(params, theta, theta_sd)  # probit: exact
+    if closed is not None:
+        return closed
     from catengine.scoring import _kernels
 
     x, w = gauss_hermite_normal(n_nodes)
+    if params.model.link != "logistic":  # no compiled pass for this curve: the model's own P at the nodes
+        return w @ params.model.probability(params, theta + theta_sd * x)
     out = np.empty(params.n_items)
-    four = params.response_model == "4pl"  # one compiled pass (catengine.scoring._kernels.expected_logistic)
+    four = params.model.has_asymptotes  # one compiled pass (catengine.scoring._kernels.expected_logistic)
     _kernels.expected_logistic(theta, theta_sd, x, w, params.a, params.b,
                                params.c if four else params.a, params.d if four else params.a, four, out)
     return out
@@ -199,8 +176,7 @@ def _expected_response(params: ItemParams, theta: float, theta_sd: float, n_node
 
 def expected_cot_lengths(params: ItemParams, tau: float, tau_sd: float, cot_offset: float) -> np.ndarray:
     """E_q E[T_j | tau] for every item under q = Normal(tau, tau_sd^2) (closed form), shape (J,)."""
-    phi = params.phi
-    return np.exp(params.omega - phi * tau + 0.5 * (phi * tau_sd) ** 2 + 0.5 * params.lam ** 2) - cot_offset
+    return params.model.expected_cot_length(params, tau, tau_sd, cot_offset)
 
 
 def cot_draw_sums(params: ItemParams, tau: float, cot_offset: float, probabilities, remaining, item: int, *,
@@ -213,7 +189,7 @@ def cot_draw_sums(params: ItemParams, tau: float, cot_offset: float, probabiliti
     from catengine.scoring import _kernels
     from catengine.scoring.design import DrawSums, _checked_codes
 
-    if params.response_model != "lart":
+    if not params.model.has_cot:
         raise ValueError(f"CoT totals need a lart bank, not {params.response_model!r}")
     J = params.n_items
     pi = np.ascontiguousarray(probabilities, dtype=np.float64).reshape(-1)
@@ -533,7 +509,7 @@ def predict_cot_total_at_lengths(params: ItemParams, taus, tau_sds, observed, co
     nodes; None on a larger bank (predict each length with :func:`predict_cot_total_from_curves`)."""
     from catengine.scoring import _kernels
 
-    if params.response_model != "lart":
+    if not params.model.has_cot:
         raise ValueError(f"CoT totals need a lart bank, not {params.response_model!r}")
     if params.n_items * int(n_nodes) > DIRECT_SUM_CELLS:
         return None
@@ -587,7 +563,7 @@ def predict_cot_total(params: ItemParams, tau: float, tau_sd: float, observed, c
     if residuals not in RESIDUAL_MOMENTS:
         raise ValueError(f"residuals must be one of {RESIDUAL_MOMENTS}, got {residuals!r}")
     _non_negative("log_extra_sd", log_extra_sd)
-    if params.response_model != "lart":
+    if not params.model.has_cot:
         raise ValueError(f"CoT totals need a lart bank, not {params.response_model!r}")
     observed, tokens, codes, n_groups, unknown, nodes, w = _known_and_nodes(
         params, observed, cot_tokens, tau, tau_sd, what="items with CoT lengths", trait="speed (tau)", codes=codes,
@@ -905,7 +881,7 @@ def accuracy_curves(params: ItemParams, *, codes=None, n_groups: int = 0, a_sd=N
         return np.stack([p, p * (1.0 - p)])
 
     steep = np.abs(params.a)
-    if a_sd is not None and params.response_model != "lart":
+    if a_sd is not None and params.model.link == "logistic":  # Gauss-Hermite nodes shift the logistic curve
         steep = steep + float(gauss_hermite_normal(9)[0].max()) * a_sd
     width = _panel_width(steep)
     from catengine.scoring import _kernels as kernels
@@ -920,7 +896,7 @@ def accuracy_curves(params: ItemParams, *, codes=None, n_groups: int = 0, a_sd=N
               zero if a_sd is None else a_sd ** 2, zero if b_sd is None else b_sd ** 2,
               zero if ab_cov is None else np.ascontiguousarray(ab_cov, dtype=np.float64))
     x, w = (np.ascontiguousarray(v) for v in gauss_hermite_normal(9))  # item_averaged_response's rule
-    model, n_cols = kernels.MODEL_CODES[params.response_model], 1 + n_groups
+    model, n_cols = params.model.kernel_code, 1 + n_groups
     pairs = np.zeros((0, 0))
     if kind == kernels.UNCERTAINTY_B and model != kernels.MODEL_LART:  # exp(+-sd x_k) summed, once per bank
         sd = np.sqrt(np.maximum(arrays[5], 0.0))[:, None] * x[None, : x.size // 2]
@@ -939,7 +915,7 @@ def cot_curves(params: ItemParams, *, codes=None, n_groups: int = 0) -> SummedCu
     """The bank's sums of exp(mu_j), exp(mu_j)^2, exp(mu_j + lam_j^2 / 2) and
     (exp(lam_j^2) - 1) exp(2 mu_j + lam_j^2), mu_j = omega_j - phi_j tau (``predict_cot_total``'s
     conditional moments), as :class:`SummedCurves` of tau (LaRT banks)."""
-    if params.response_model != "lart":
+    if not params.model.has_cot:
         raise ValueError(f"CoT totals need a lart bank, not {params.response_model!r}")
 
     def values(points, items):

@@ -24,6 +24,7 @@ Exposure / content control (role :class:`ExposureControl`; registry ``EXPOSURE_C
 ``content`` (:class:`ContentBalance`).
 """
 
+from catengine.models.response_models import response_model as resolve_response_model
 from catengine.selection.base import DrawContext, ItemSelector, ItemTable, SelectionState, is_design_draw
 from catengine.selection.exposure import ContentBalance, ExposureContext, ExposureControl, Randomesque, SympsonHetter
 from catengine.selection.information import (
@@ -63,15 +64,16 @@ SELECTORS = {
 EXPOSURE_CONTROLS = {cls.name: cls for cls in (Randomesque, SympsonHetter, ContentBalance)}
 
 
-def default_selector(response_model: str, item_uncertainty: bool = False, score_factors: bool = False) -> ItemSelector:
+def default_selector(response_model, item_uncertainty: bool = False, score_factors: bool = False) -> ItemSelector:
     """D-optimal design in the score factors when the bank carries them (the full-benchmark score
     is what users ask for; docs/score_prediction.md §2); otherwise theta-targeted precision for
     LaRT banks (uses CoT information; posterior-expected probit information when the bank carries
     item uncertainty) and, for logistic banks, posterior-expected information when the bank carries
-    item-parameter uncertainty (docs/math.md §7.4), point information otherwise."""
+    item-parameter uncertainty (docs/math.md §7.4), point information otherwise. ``response_model``:
+    the bank's response model object (``ItemParams.model``) or its name."""
     if score_factors:
         return ScoreFactorDOptimal()
-    if response_model == "lart":
+    if resolve_response_model(response_model).has_cot:
         return ThetaTargetedInformation()
     return PosteriorExpectedInformation() if item_uncertainty else MaxFisherInformation()
 

@@ -15,6 +15,7 @@ from catengine.estimation.state import ResponseState, full_cd, model_code
 from catengine.estimation.interval_calibration import IntervalCalibration
 from catengine.models.item_covariance import ItemCovariance
 from catengine.models.params import ItemParams
+from catengine.models.response_models import RESPONSE_MODELS
 from catengine.models.score_factors import ScoreFactors
 from catengine.selection import _kernels as SK
 from catengine.validation import is_integer
@@ -69,13 +70,13 @@ class ItemTable:
         self._metadata = metadata
         self.model = model_code(params)
         self.c, self.d = full_cd(params)
-        self.cot_info = (params.phi / params.lam) ** 2 if params.response_model == "lart" else None
+        self.cot_info = params.model.cot_information(params)  # None without a CoT part
         self.cot_info_max = float(self.cot_info.max()) if self.cot_info is not None else 0.0
         # trait-free upper bound of each item's information about theta (a^2/4 logistic, 2a^2/pi
         # probit, 0 for a <= 0), inflated by 1e-12 against rounding, and the items in decreasing
         # order of it: the selection kernels stop scanning once no remaining item can win.
         a = params.a
-        peak = 2.0 / np.pi if params.response_model == "lart" else 0.25
+        peak = params.model.information_peak
         bound = np.where(a > 0, a * a * peak, 0.0) * (1.0 + 1e-12)
         bound.flags.writeable = False
         self.info_bound = bound
@@ -83,7 +84,7 @@ class ItemTable:
         self.info_order.flags.writeable = False
         # the same for the posterior-expected information over (a, b): E[a^2] = a^2 + Var(a)
         if covariance is not None:
-            if params.response_model == "4pl":  # the asymptotes lower each item's peak below 1/4
+            if params.model.has_asymptotes:  # the asymptotes lower each item's peak below 1/4
                 from catengine.selection._kernels import peak_unit_info_4pl
 
                 peak = peak_unit_info_4pl(np.ascontiguousarray(self.c), np.ascontiguousarray(self.d))
@@ -147,8 +148,8 @@ class ItemSelector(ABC):
     """
 
     name: ClassVar[str] = ""
-    #: response models the selector works with
-    models: ClassVar[tuple[str, ...]] = ("lart", "2pl", "4pl")
+    #: whether the selector needs a response model with a CoT part (the (theta, tau) precision)
+    needs_cot: ClassVar[bool] = False
 
     @abstractmethod
     def candidates(self, params: ItemParams, state: SelectionState, rng: np.random.Generator, k: int = 1) -> tuple[np.ndarray, np.ndarray]:
@@ -163,9 +164,10 @@ class ItemSelector(ABC):
 
     def check_bank(self, items: ItemTable) -> None:
         """Raise ValueError if this selector cannot work with the bank (called once per session)."""
-        if items.params.response_model not in self.models:
+        if self.needs_cot and not items.params.model.has_cot:
+            allowed = [name for name, model in RESPONSE_MODELS.items() if model.has_cot]
             raise ValueError(
-                f"selector {type(self).__name__} works with response models {', '.join(self.models)}, "
+                f"selector {type(self).__name__} works with response models {', '.join(allowed)}, "
                 f"not {items.params.response_model!r}"
             )
 

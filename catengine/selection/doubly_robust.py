@@ -92,7 +92,7 @@ class DoublyRobustSelection(ItemSelector):
             return self.adaptive
         from catengine.selection import default_selector
 
-        return default_selector(items.params.response_model, items.covariance is not None, items.score_factors is not None)
+        return default_selector(items.params.model, items.covariance is not None, items.score_factors is not None)
 
     @staticmethod
     def extrapolating(state: SelectionState) -> bool:

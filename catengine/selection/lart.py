@@ -25,7 +25,7 @@ _CRITERIA = {
 
 @dataclass(frozen=True)
 class _LaRTPrecisionSelector(ItemSelector):
-    models: ClassVar[tuple[str, ...]] = ("lart",)
+    needs_cot: ClassVar[bool] = True
     criterion: ClassVar[str] = "theta"
     #: use the posterior-expected probit information over each item's (a, b) when the bank carries
     #: item-parameter uncertainty (docs/math.md §7.4); point information otherwise
@@ -99,7 +99,7 @@ class LaRTReplicationSelection(ItemSelector):
     """
 
     name: ClassVar[str] = "lart-replication"
-    models: ClassVar[tuple[str, ...]] = ("lart",)
+    needs_cot: ClassVar[bool] = True
     n_fixed: int = 10
     fixed_items: tuple[int, ...] | None = None
 

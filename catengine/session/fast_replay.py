@@ -29,6 +29,7 @@ import numpy as np
 
 from catengine.estimation.base import TraitEstimate, TraitPrior
 from catengine.estimation.map import MAPEstimator
+from catengine.estimation.state import MODEL_2PL, MODEL_PROBIT
 from catengine.models.expected_information import gauss_hermite_normal
 from catengine.models.score_factors import POSTERIOR_MAX_ITER, POSTERIOR_TOL
 from catengine.scoring.standing import EDGE
@@ -44,6 +45,8 @@ from catengine.session.session import MIN_LOG_ARGUMENT, StepRecord
 __all__ = ["CompiledReplay", "ReplayRun"]
 
 _Z975 = NormalDist().inv_cdf(0.975)
+#: the accuracy models the compiled replay computes (``ResponseModel.kernel_code``): 2PL and probit (LaRT)
+REPLAYED_MODELS = (MODEL_2PL, MODEL_PROBIT)
 
 
 @dataclass(frozen=True)
@@ -75,8 +78,8 @@ class CompiledReplay:
         items, params, est = session.items, session.params, session.estimator
         self.session = session
         self.ids = list(items.item_ids)
-        self.lart = params.response_model == "lart"
-        self.model = 2 if self.lart else 0
+        self.lart = params.model.has_cot
+        self.model = params.model.kernel_code  # one of REPLAYED_MODELS (for_session admits no other)
         self.selector_code, self.adaptive_code = selector_code, adaptive_code
         # every array the kernel takes is a private writable copy: one compiled specialisation
         # serves every configuration (numba compiles read-only arrays apart)
@@ -150,7 +153,7 @@ class CompiledReplay:
         module reproduces (the caller then steps sessions). ``session`` must be fresh (no answers)."""
         if session.exposure or session._responses.n or type(session.estimator) is not MAPEstimator:
             return None
-        if session.params.response_model not in ("2pl", "lart"):
+        if session.params.model.kernel_code not in REPLAYED_MODELS:  # e.g. 4PL: no compiled replay path
             return None
         sel = session.selector
         if type(sel) is MaxFisherInformation:
@@ -176,7 +179,7 @@ class CompiledReplay:
         selector; None where the estimator or bank is not one this module reproduces)."""
         if session._responses.n or type(session.estimator) is not MAPEstimator:
             return None
-        if session.params.response_model not in ("2pl", "lart"):
+        if session.params.model.kernel_code not in REPLAYED_MODELS:  # e.g. 4PL: no compiled replay path
             return None
         return cls(session, K.SELECT_MFI, K.ADAPTIVE_MFI)
 

@@ -217,7 +217,7 @@ def model_score(session, *, level=0.95, by=None, estimate: TraitEstimate | None 
                                            est.theta_sd, order, correct, level=level, n_nodes=n_nodes,
                                            residual_sd=residual_sd, intervals=intervals)
     cot = None
-    if params.response_model == "lart" and est.tau is not None:
+    if params.model.has_cot and est.tau is not None:
         cot = [(g.mean, g.sd, g.low, g.high) for g in
                model_cot_total(session, est, h, order, curve, field=field, level=level, n_nodes=n_nodes,
                                intervals=intervals)]
@@ -367,7 +367,7 @@ def _draw_sums(session, h, steps, contexts, order, correct, field, codes, n_grou
     params = session.params
     cache = session.__dict__.setdefault("_design_draw_cache", {})
     factors = session.items.score_factors
-    lart = params.response_model == "lart"
+    lart = params.model.has_cot
     n_nodes = session.selector.n_nodes
     J = params.n_items
     out = []
@@ -472,7 +472,7 @@ def design_parts(session, by=None) -> dict:
                                                           np.array([a.square for a in acc]), predicted, sizes,
                                                           weight=lam),
              "sizes": sizes, "order": order, "correct": correct, "codes": codes, "field": field, "labels": labels}
-    if params.response_model == "lart" and all(h[s].cot_length is not None for s in steps):
+    if params.model.has_cot and all(h[s].cot_length is not None for s in steps):
         has = np.array([r.cot_length is not None for r in h], dtype=bool)
         before_tau = [_initial_estimate(session).tau] + [r.tau for r in h[:-1]]
         if has.all() and all(t is not None for t in before_tau):

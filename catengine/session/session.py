@@ -229,15 +229,19 @@ class CATSession:
     ...     s.record(item, correct, cot_length=tokens)   # tokens: LaRT banks only
     >>> s.estimate.theta, s.estimate.theta_sd
 
-    * ``selector``: an :class:`~catengine.selection.ItemSelector` (default: theta-targeted precision for
-      LaRT banks, maximum Fisher information otherwise).
+    * ``selector``: an :class:`~catengine.selection.ItemSelector` (default:
+      :func:`~catengine.selection.default_selector_for` the bank: ``DoublyRobustSelection``, every
+      step a known-probability design draw favouring the items whose answer the model finds
+      uncertain; ``RandomisedSelection`` when the bank's own score check found its model-based
+      score worse than as many random items).
     * ``estimator``: :class:`~catengine.estimation.MAPEstimator` (default) or ``EAPEstimator``.
-    * ``stopping``: a :class:`~catengine.stopping.StoppingRule` (default: SD(theta) <= 0.3 after at
-      least 5 items, or 50 items).
+    * ``stopping``: a :class:`~catengine.stopping.StoppingRule` (default:
+      :func:`~catengine.stopping.default_stopping`: the predicted full-benchmark accuracy known to
+      within +-5 points, half its 95% interval, after at least 10 items, or 100 items).
     * ``exposure``: exposure / content controls applied in order (Randomesque, SympsonHetter,
       ContentBalance).
-    * ``rng``: Generator | int | None; drawn from only by random selection, randomesque and the
-      Sympson-Hetter lottery.
+    * ``rng``: Generator | int | None; drawn from by the design draws (every step of the default
+      selector), random selection, randomesque and the Sympson-Hetter lottery.
     * ``log``: a path: every proposal and answer is appended to this JSONL file (flushed per
       line; ``fsync=True`` also syncs it to disk); :meth:`resume` rebuilds the session from it.
 
@@ -556,7 +560,7 @@ class CATSession:
         if self._responses.administered[j]:
             raise ItemAlreadyAnsweredError(f"item {item!r} was already answered by subject {self.subject!r}")
         y = _check_correct(correct)
-        if self.params.response_model != "lart":
+        if not self.params.model.has_cot:
             if cot_length is not None:
                 _check_cot(cot_length)  # an invalid value is an error on any bank, even where lengths are not used
                 warnings.warn(
@@ -676,7 +680,7 @@ class CATSession:
             raise ItemAlreadyAnsweredError(f"item {self.items.item_ids[j]!r} appears twice")
         y = _checked_answers(correct)
         log_t = np.full(n, math.nan)
-        if self.params.response_model == "lart":
+        if self.params.model.has_cot:
             log_t = _checked_log_cots(cot_lengths, self.max_cot_length, self.cot_offset)
         state.add_many(index, y, log_t)
         return self.estimator.estimate(self.params, state)
@@ -814,7 +818,7 @@ class CATSession:
             j = self._index(event["item"])
             cot = event.get("cot_length")
             log_t = math.nan
-            if cot is not None and self.params.response_model == "lart":
+            if cot is not None and self.params.model.has_cot:
                 cot = _check_cot(cot, self.max_cot_length, self.cot_offset)
                 log_t = math.log(cot + self.cot_offset)
             self._apply(j, _check_correct(event["correct"]), None if cot is None else float(cot), log_t, logged=event,
@@ -945,7 +949,7 @@ class CATSession:
             "criterion": ("step", col("criterion")),
             "proposed": ("step", np.array([r.proposed for r in h], dtype=bool)),
         }
-        if self.params.response_model == "lart":
+        if self.params.model.has_cot:
             data["tau"] = ("step", col("tau"))
             data["tau_sd"] = ("step", col("tau_sd"))
         est = self._estimate

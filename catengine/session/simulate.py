@@ -1,42 +1,37 @@
 """Simulated examinees for engine-side procedures (Sympson-Hetter calibration, demos).
 
-``catengine`` never imports the offline ``calibration`` package, so the few draws needed here are
-made directly from the bank's response model.
+``catengine`` never imports the offline ``calibration`` package; the draws come from the bank's
+response model object (``params.model.draw_tau`` and ``params.model.simulate``, the draw
+``calibration.simulate`` makes too).
 """
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from catengine.models import lart
-from catengine.models.information import prob_correct
 from catengine.selection.exposure import SympsonHetter
 from catengine.session.session import MAX_COT_TOKENS
 from catengine.validation import is_integer
 
 
 def draw_traits(params, rng) -> tuple[float, float | None]:
-    """(theta, tau) from the bank's population: standard normal, correlation rho for LaRT."""
+    """(theta, tau) from the bank's population: standard normal, correlation rho with tau for a
+    model with a CoT part (tau None otherwise)."""
     rng = np.random.default_rng(rng)
-    if params.response_model == "lart":
-        z1, z2 = rng.standard_normal(2)
-        rho = params.rho
-        return float(z1), float(rho * z1 + math.sqrt(1.0 - rho * rho) * z2)
-    return float(rng.standard_normal()), None
+    theta = float(rng.standard_normal())
+    tau = params.model.draw_tau(params, theta, rng)
+    return theta, None if tau is None else float(tau)
 
 
 def simulate_answer(params, item: int, theta: float, tau: float | None, rng, cot_offset: float = 1.0):
     """(correct, CoT tokens or None) of a simulated subject with traits (theta, tau) on one item."""
-    rng = np.random.default_rng(rng)
-    p = float(prob_correct(params, theta, [item])[0])
-    correct = int(rng.random() < p)
-    if params.response_model != "lart":
+    draw = params.model.simulate(params, [theta], None if tau is None else [tau], rng, items=[item])
+    correct = int(draw.correct[0, 0])
+    if draw.log_cot is None:
         return correct, None
-    log_t = params.omega[item] - params.phi[item] * tau + params.lam[item] * rng.standard_normal()
     # within the engine's plausible range (a far tail of the lognormal would otherwise exceed it)
-    return correct, float(min(lart.cot_tokens(log_t, cot_offset, whole_tokens=True), MAX_COT_TOKENS))
+    return correct, float(min(lart.cot_tokens(draw.log_cot[0, 0], cot_offset, whole_tokens=True), MAX_COT_TOKENS))
 
 
 def calibrate_sympson_hetter(bank, *, target_rate: float = 0.25, selector=None, estimator=None, stopping=None,

@@ -3,8 +3,8 @@
 Everything shown comes from the bank and ``catengine.models``: difficulty from
 ``ItemBank.difficulty()``, information from ``models.fisher_information`` (and
 ``models.expected_information.expected_item_information`` for banks with a posterior of b),
-probabilities from ``models.prob_correct``, the CoT information of LaRT items from
-``models.lart.item_information``. The widget only sorts, formats and plots.
+probabilities from ``models.prob_correct``, the CoT information of LaRT items from the bank's
+response model (``params.model.cot_information``). The widget only sorts, formats and plots.
 """
 
 from __future__ import annotations
@@ -15,10 +15,20 @@ from statistics import NormalDist
 import ipywidgets as widgets
 import numpy as np
 
-from catengine.models import fisher_information, lart, prob_correct
+from catengine.models import fisher_information, prob_correct
 from catengine.widgets._display import escape, html_table, new_figure, show_figure
 
 THETA_LABEL = "ability θ (population SD units)"
+
+#: table column header and distribution panel (title, axis label) of each item parameter beyond a, b
+_PARAMETER_COLUMNS = {"c": "c", "d": "d", "omega": "ω", "phi": "φ", "lam": "λ"}
+_PARAMETER_PANELS = {
+    "c": ("Lower asymptote", "c (probability)"),
+    "d": ("Upper asymptote", "d (probability)"),
+    "omega": ("CoT intensity", "ω (log tokens)"),
+    "phi": ("Speed sensitivity", "φ (log tokens per τ unit)"),
+    "lam": ("CoT residual SD", "λ (log tokens)"),
+}
 
 _SORT_LABELS = {
     "difficulty": "difficulty -b/a",
@@ -72,7 +82,7 @@ class BankExplorer(widgets.VBox):
             sort_options.append("expected_information")
         if self.b_sd is not None:
             sort_options.append("b_sd")
-        if self.params.response_model == "lart":
+        if self.params.model.has_cot:
             sort_options += ["omega", "cot_information"]
         n_items = self.params.n_items
         self.sort_by = widgets.Dropdown(options=[(_SORT_LABELS[k], k) for k in sort_options], value="information",
@@ -127,7 +137,7 @@ class BankExplorer(widgets.VBox):
     # ------------------------------------------------------------------ library values
     @property
     def _has_expected_information(self) -> bool:
-        return self.b_sd is not None and self.params.response_model in ("2pl", "4pl")
+        return self.b_sd is not None and self.params.model.link == "logistic"  # expected_item_information's curves
 
     def _information(self, theta, items=None) -> np.ndarray:
         return np.asarray(fisher_information(self.params, theta, items), dtype=float)
@@ -152,7 +162,7 @@ class BankExplorer(widgets.VBox):
         if key == "omega":
             return np.asarray(self.params.omega, dtype=float)
         if key == "cot_information":
-            return np.asarray(lart.item_information(self.params, theta)[1], dtype=float)
+            return np.asarray(self.params.model.cot_information(self.params), dtype=float)
         raise ValueError(f"unknown sort key {key!r}; allowed: {', '.join(_SORT_LABELS)}")
 
     # ------------------------------------------------------------------ rendering
@@ -160,11 +170,11 @@ class BankExplorer(widgets.VBox):
         b = self.bank
         parts = [
             f"<b>{escape(b.bank_id)}</b> v{b.version}" if b.version else f"<b>{escape(b.bank_id)}</b> (unsaved)",
-            f"response model <code>{escape(b.response_model)}</code>",
+            f"response model <code>{escape(b.response_model)}</code> ({escape(self.params.model.label)})",
             f"{b.n_items} items",
             f"calibration: {escape(b.attrs.get('calibration_method') or 'n/a')}",
         ]
-        if b.response_model == "lart":
+        if self.params.model.has_cot:
             parts.append(f"ρ(ability, speed) = {self.params.rho:+.3f}")
         if self.b_sd is not None:
             parts.append("posterior of b: yes (b_sd)")
@@ -192,12 +202,9 @@ class BankExplorer(widgets.VBox):
         if self.b_sd is not None:
             header.append("b_sd")
             columns.append(self.b_sd)
-        if self.params.response_model == "4pl":
-            header += ["c", "d"]
-            columns += [np.asarray(self.params.c), np.asarray(self.params.d)]
-        if self.params.response_model == "lart":
-            header += ["ω", "φ", "λ"]
-            columns += [np.asarray(self.params.omega), np.asarray(self.params.phi), np.asarray(self.params.lam)]
+        extra = self.params.parameter_names[2:]  # the model's parameters beyond a, b
+        header += [_PARAMETER_COLUMNS[name] for name in extra]
+        columns += [np.asarray(getattr(self.params, name)) for name in extra]
         meta = [np.asarray(self.bank.item_metadata(f)) for f in self.metadata_fields]
         header += self.metadata_fields
         n = int(self.rows_slider.value)
@@ -247,7 +254,7 @@ class BankExplorer(widgets.VBox):
     def _draw_curves(self) -> None:
         ids = self.selected_items
         theta = self.theta_grid
-        lart_bank = self.params.response_model == "lart"
+        cot_bank = self.params.model.has_cot
         fig, (ax_p, ax_i) = new_figure(2)
         if not ids:
             for ax in (ax_p, ax_i):
@@ -279,7 +286,7 @@ class BankExplorer(widgets.VBox):
         ax_p.set_title("Item characteristic curves" + band_note)
         ax_p.set_ylabel("P(correct) (probability)")
         ax_p.set_ylim(-0.02, 1.02)
-        ax_i.set_title("Item information about θ" + (" (accuracy part)" if lart_bank else ""))
+        ax_i.set_title("Item information about θ" + (" (accuracy part)" if cot_bank else ""))
         ax_i.set_ylabel("Fisher information (1 / θ-unit²)")
         self.curve_figure = fig
         show_figure(self.curves_out, fig)
@@ -290,19 +297,15 @@ class BankExplorer(widgets.VBox):
             (np.asarray(p.a), "Discrimination", "a (per θ unit)"),
             (self.difficulty, "Difficulty", "difficulty -b/a (θ units)"),
         ]
-        if p.response_model == "4pl":
-            panels += [(np.asarray(p.c), "Lower asymptote", "c (probability)"),
-                       (np.asarray(p.d), "Upper asymptote", "d (probability)")]
+        model = p.model
+        extra = {name: (np.asarray(getattr(p, name)), *_PARAMETER_PANELS[name]) for name in p.parameter_names[2:]}
+        panels += [extra.pop(name) for name in ("c", "d") if name in extra]  # the accuracy curve's, before b_sd
         if self.b_sd is not None:
             panels.append((self.b_sd, "Posterior SD of the intercept", "b_sd (logit units)"))
-        if p.response_model == "lart":
-            panels += [
-                (np.asarray(p.omega), "CoT intensity", "ω (log tokens)"),
-                (np.asarray(p.phi), "Speed sensitivity", "φ (log tokens per τ unit)"),
-                (np.asarray(p.lam), "CoT residual SD", "λ (log tokens)"),
-                (np.asarray(lart.item_information(p, 0.0)[1]), "CoT information about speed τ", "φ²/λ² (1 / τ-unit²)"),
-            ]
-        subjects = self.bank.subjects if p.response_model == "lart" else None
+        panels += list(extra.values())  # the CoT part's
+        if model.has_cot:
+            panels.append((np.asarray(model.cot_information(p)), "CoT information about speed τ", "φ²/λ² (1 / τ-unit²)"))
+        subjects = self.bank.subjects if model.has_cot else None
         scatter = subjects is not None and "theta" in subjects and "tau" in subjects
         ncols = 3
         nrows = -(-(len(panels) + int(scatter)) // ncols)
@@ -324,7 +327,7 @@ class BankExplorer(widgets.VBox):
             ax.set_xlabel(xlabel)
             ax.set_ylabel("count (items)")
         sup = f"Parameter distributions of {self.bank.bank_id} ({p.n_items} items)"
-        if p.response_model == "lart":
+        if model.has_cot:
             sup += f"; ρ(ability θ, speed τ) = {p.rho:+.3f}"
         fig.suptitle(sup)
         self.distribution_figure = fig

@@ -41,7 +41,7 @@ class SimulatedLLM:
         if theta is None:
             theta, drawn_tau = draw_traits(self.params, self.rng)
             tau = drawn_tau if tau is None else tau
-        if self.params.response_model == "lart" and tau is None:
+        if self.params.model.has_cot and tau is None:
             raise ValueError("a simulated LLM on a LaRT bank needs tau (or leave theta=None to draw both)")
         self.theta = float(theta)
         self.tau = None if tau is None else float(tau)
@@ -165,7 +165,7 @@ class SessionPanel(widgets.VBox):
         self.level = float(level)
         self.reference_theta = None if reference_theta is None else float(reference_theta)
         self.max_play = int(max_play) if max_play is not None else self.params.n_items
-        self.is_lart = self.params.response_model == "lart"
+        self.is_lart = self.params.model.has_cot
         label = getattr(responder, "label", None)
         self.title = title or f"Adaptive test of {session.subject!r}" + (f" — {label}" if label else "")
 

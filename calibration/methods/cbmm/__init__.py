@@ -1,4 +1,4 @@
-"""cBMM: 2PL calibration by constrained block majorization-minimization (seed 001)."""
+"""cBMM: 2PL calibration by constrained block majorization-minimization (Qu et al. 2026)."""
 
 from calibration.methods.cbmm.calibrator import CBMMCalibrator
 

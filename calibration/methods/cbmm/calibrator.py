@@ -1,4 +1,4 @@
-"""cBMM: 2PL calibration by constrained block majorization-minimization (docs/math.md §2, seed 001).
+"""cBMM: 2PL calibration by constrained block majorization-minimization (docs/math.md §2, Qu et al. 2026).
 
 Model and objective (temperature ``sigma``, observed cells only, ``a >= 0``)::
 
@@ -410,6 +410,162 @@ def _check_prior(value, name):
     return value
 
 
+def squarem_step(w0, w1, w2, step_max: float, a_on):
+    """The SQUAREM extrapolation (S3 steplength, Varadhan & Roland 2008) of the two MM sweeps
+    w1 = F(w0), w2 = F(w1): w' = w0 - 2 alpha r + alpha^2 v with r = w1 - w0, v = w2 - 2 w1 + w0,
+    alpha = -|r|/|v| clipped to [-step_max, -1], the slopes of the items ``a_on`` projected to >= 0
+    (the others kept at w0's). Returns (alpha, w'); w' is ``w2`` itself when alpha = -1."""
+    r = [x1 - x0 for x0, x1 in zip(w0, w1)]
+    v = [x2 - 2 * x1 + x0 for x0, x1, x2 in zip(w0, w1, w2)]
+    rr = sum(_sumsq(x) for x in r)
+    vv = sum(_sumsq(x) for x in v)
+    alpha = -math.sqrt(rr / vv) if vv > 0 else -1.0
+    alpha = max(-step_max, min(-1.0, alpha))
+    if alpha == -1.0:
+        return alpha, w2
+    wn = tuple(x0 - 2 * alpha * ri + alpha * alpha * vi for x0, ri, vi in zip(w0, r, v))
+    wn[1][...] = np.where(a_on, np.maximum(wn[1], 0.0), w0[1])
+    return alpha, wn
+
+
+class _MMLoop:
+    """The MM sweeps of one cBMM fit (:meth:`CBMMCalibrator._iterate`): plain MM or SQUAREM cycles
+    (:meth:`run`), the recorded loss trace and its stopping rule (:meth:`record`) and the
+    empirical-Bayes prior updates at accepted points (:meth:`on_loss`, :meth:`eb_step`).
+
+    After :meth:`run`: ``best`` (the returned point), ``trace``, ``sweeps``, ``rejected``
+    (rejected extrapolations), ``eb_updates``, ``eb_frozen``, ``pass_at`` (the theta the buffers of
+    ``prob`` describe) and ``restart`` (a pending re-standardised point, or None).
+    """
+
+    def __init__(self, prob: _Problem, tol: float, max_iter: int, eb_update, *, accelerate: bool, eb_on: bool,
+                 progress: bool):
+        from tqdm.auto import tqdm
+
+        self.prob, self.tol, self.max_iter, self.eb_update = prob, tol, max_iter, eb_update
+        self.accelerate = accelerate
+        self.bar = tqdm(total=max_iter, desc="cBMM", unit="sweep", disable=not progress, delay=0.5, leave=False)
+        self.trace: list[float] = []
+        self.sweeps, self.rejected, self.status = 0, 0, None
+        self.restart = self.pass_at = None
+        self.a_on = prob.col_mask if prob.rank == 1 else prob.col_mask[:, None]
+        self.eb_on, self.eb_frozen, self.eb_updates = eb_on, False, 0
+        self.best = None
+
+    # ------------------------------------------------------------------ bookkeeping
+    def record(self, loss: float) -> str:
+        """Record the loss of a candidate point: 'worse' (not recorded), 'stop' or 'ok'."""
+        trace = self.trace
+        if not math.isfinite(loss) or (trace and loss > trace[-1]):
+            return "worse"
+        trace.append(loss)
+        if len(trace) >= 2:
+            self.bar.set_postfix(loss=f"{loss:.6g}", refresh=False)
+            if (trace[-2] - loss) <= self.tol * max(abs(loss), 1e-300):
+                return "stop"
+        return "ok"
+
+    def on_loss(self, loss, th, a_, b_) -> None:
+        """Record the objective at the sweep's input w; at an accepted w, the empirical-Bayes
+        update. A new prior that keeps w in place is used by this very sweep's blocks (no extra
+        pass); one that re-standardises w asks the loop to restart from the moved point."""
+        prob = self.prob
+        status = self.record(loss)
+        self.restart = None
+        self.pass_at = th  # the buffers (loss, information) now describe this point
+        if status != "worse" and self.eb_on and not self.eb_frozen:
+            data_loss = loss - prob.penalty(th, a_, b_)
+            change, w_std, new_prior = self.eb_update(prob, (th, a_, b_))
+            self.eb_updates += 1
+            if change < _EB_TOL or self.eb_updates >= _EB_MAX_UPDATES:
+                self.eb_frozen = True
+            else:
+                prob.prior = new_prior
+                self.trace.clear()  # a new objective: its trace starts again
+                if w_std[0] is th:
+                    self.trace.append(data_loss + prob.penalty(th, a_, b_))
+                else:
+                    self.restart = w_std
+                status = "ok"
+        self.status = status
+
+    def eb_step(self, w, status):
+        """(status, w, restart): when the EB update moved the point, the loop restarts from it."""
+        if self.restart is None:
+            return status, w, False
+        w_std, self.restart = self.restart, None
+        return status, w_std, True
+
+    def sweep(self, w, want_loss=True):
+        """One MM sweep from w: (status of w's loss or None, the swept point)."""
+        self.sweeps += 1
+        self.bar.update(1)
+        _, t2, a2, b2 = self.prob.sweep(*w, want_loss, self.on_loss if want_loss else None)
+        return (self.status if want_loss else None), (t2, a2, b2)
+
+    # ------------------------------------------------------------------ loops
+    def run(self, w0) -> bool:
+        """Sweep from ``w0`` until the stopping rule or ``max_iter`` sweeps; returns whether the
+        stopping rule ended it (the point is ``best``)."""
+        self.best = w0
+        try:
+            status, w1 = self.sweep(w0)
+            status, w0, restart = self.eb_step(w0, status)
+            if restart:
+                self.best = w0
+                status, w1 = self.sweep(w0)
+            return self._squarem(w0, w1) if self.accelerate else self._plain(w1)
+        finally:
+            self.bar.close()
+
+    def _plain(self, w1) -> bool:
+        """Plain MM: every iterate's loss comes free with its sweep and is recorded."""
+        while self.sweeps < self.max_iter:
+            status, w2 = self.sweep(w1)
+            if status != "worse":
+                self.best = w1
+                status, w1r, restart = self.eb_step(w1, status)
+                if restart:
+                    self.best = w1 = w1r
+                    continue
+            if status != "ok":
+                return True
+            w1 = w2
+        return False
+
+    def _squarem(self, w0, w1) -> bool:
+        """SQUAREM cycles: two sweeps, the extrapolation (:func:`squarem_step`) and a sweep from it;
+        a worse extrapolation falls back to the MM point w2 and shrinks the step bound."""
+        step_max = 1.0
+        while self.sweeps < self.max_iter:
+            _, w2 = self.sweep(w1, want_loss=False)
+            if self.sweeps >= self.max_iter:
+                break
+            alpha, wn = squarem_step(w0, w1, w2, step_max, self.a_on)
+            status, w3 = self.sweep(wn)
+            if status == "worse" and wn is not w2:
+                self.rejected += 1
+                step_max = max(1.0, step_max / 4.0)
+                if self.sweeps >= self.max_iter:
+                    break
+                wn = w2
+                status, w3 = self.sweep(wn)
+            elif status != "worse" and alpha == -step_max:
+                step_max *= 4.0
+            if status == "worse":  # the MM point w2 is not below w0: rounding at the floor
+                return True
+            self.best = wn
+            status, wr, restart = self.eb_step(wn, status)
+            if restart:
+                self.best = wn = wr
+                status, w3 = self.sweep(wn)
+                step_max = 1.0
+            if status == "stop":
+                return True
+            w0, w1 = wn, w3
+        return False
+
+
 class CBMMCalibrator(BaseCalibrator):
     """2PL calibration by constrained block majorization-minimization (cBMM), SQUAREM-accelerated.
 
@@ -768,135 +924,18 @@ class CBMMCalibrator(BaseCalibrator):
         cycle end points are recorded, so the trace never increases. In both modes the fit stops
         when the relative decrease between consecutive recorded points is below ``tol``; a
         recorded increase can only be rounding at the floor of the loss and also stops the fit,
-        at the better point.
+        at the better point. The loop itself is :class:`_MMLoop`.
         """
-        from tqdm.auto import tqdm
-
-        accelerate = self.acceleration == "squarem"
-        bar = tqdm(total=max_iter, desc="cBMM", unit="sweep", disable=not self.progress, delay=0.5, leave=False)
-        trace: list[float] = []
-        state = {"sweeps": 0, "rejected": 0, "status": None}
-        a_on = prob.col_mask if prob.rank == 1 else prob.col_mask[:, None]
-
-        eb = {"on": prob.prior is not None and self.prior == "empirical-bayes", "frozen": False, "updates": 0}
-
-        def on_loss(loss, th, a_, b_):
-            """Record the objective at the sweep's input w; at an accepted w, the empirical-Bayes
-            update. A new prior that keeps w in place is used by this very sweep's blocks (no extra
-            pass); one that re-standardises w asks the loop to restart from the moved point."""
-            status = record(loss)
-            state["restart"] = None
-            state["pass_at"] = th  # the buffers (loss, information) now describe this point
-            if status != "worse" and eb["on"] and not eb["frozen"]:
-                data_loss = loss - prob.penalty(th, a_, b_)
-                change, w_std, new_prior = self._eb_update(prob, (th, a_, b_))
-                eb["updates"] += 1
-                if change < _EB_TOL or eb["updates"] >= _EB_MAX_UPDATES:
-                    eb["frozen"] = True
-                else:
-                    prob.prior = new_prior
-                    trace.clear()  # a new objective: its trace starts again
-                    if w_std[0] is th:
-                        trace.append(data_loss + prob.penalty(th, a_, b_))
-                        status = "ok"
-                    else:
-                        state["restart"] = w_std
-                        status = "ok"
-            state["status"] = status
-
-        def eb_step(w, status):
-            """(status, w, restart): when the EB update moved the point, the loop restarts from it."""
-            if state.get("restart") is None:
-                return status, w, False
-            w_std, state["restart"] = state["restart"], None
-            return status, w_std, True
-
-        def sweep(w, want_loss=True):
-            state["sweeps"] += 1
-            bar.update(1)
-            _, t2, a2, b2 = prob.sweep(*w, want_loss, on_loss if want_loss else None)
-            return (state["status"] if want_loss else None), (t2, a2, b2)
-
-        def record(loss):
-            """Record the loss of a candidate point: 'worse' (not recorded), 'stop' or 'ok'."""
-            if not math.isfinite(loss) or (trace and loss > trace[-1]):
-                return "worse"
-            trace.append(loss)
-            if len(trace) >= 2:
-                bar.set_postfix(loss=f"{loss:.6g}", refresh=False)
-                if (trace[-2] - loss) <= tol * max(abs(loss), 1e-300):
-                    return "stop"
-            return "ok"
-
-        w0 = (theta, a, b)
-        best = w0
-        converged = False
-        try:
-            status, w1 = sweep(w0)
-            status, w0, restart = eb_step(w0, status)
-            if restart:
-                best = w0
-                status, w1 = sweep(w0)
-            step_max = 1.0
-            while state["sweeps"] < max_iter:
-                if not accelerate:
-                    status, w2 = sweep(w1)
-                    if status != "worse":
-                        best = w1
-                        status, w1r, restart = eb_step(w1, status)
-                        if restart:
-                            best = w1 = w1r
-                            continue
-                    if status != "ok":
-                        converged = True
-                        break
-                    w1 = w2
-                    continue
-                _, w2 = sweep(w1, want_loss=False)
-                if state["sweeps"] >= max_iter:
-                    break
-                r = [x1 - x0 for x0, x1 in zip(w0, w1)]
-                v = [x2 - 2 * x1 + x0 for x0, x1, x2 in zip(w0, w1, w2)]
-                rr = sum(_sumsq(x) for x in r)
-                vv = sum(_sumsq(x) for x in v)
-                alpha = -math.sqrt(rr / vv) if vv > 0 else -1.0
-                alpha = max(-step_max, min(-1.0, alpha))
-                if alpha == -1.0:
-                    wn = w2
-                else:
-                    wn = tuple(x0 - 2 * alpha * ri + alpha * alpha * vi for x0, ri, vi in zip(w0, r, v))
-                    wn[1][...] = np.where(a_on, np.maximum(wn[1], 0.0), w0[1])
-                status, w3 = sweep(wn)
-                if status == "worse" and wn is not w2:
-                    state["rejected"] += 1
-                    step_max = max(1.0, step_max / 4.0)
-                    if state["sweeps"] >= max_iter:
-                        break
-                    wn = w2
-                    status, w3 = sweep(wn)
-                elif status != "worse" and alpha == -step_max:
-                    step_max *= 4.0
-                if status == "worse":  # the MM point w2 is not below w0: rounding at the floor
-                    converged = True
-                    break
-                best = wn
-                status, wr, restart = eb_step(wn, status)
-                if restart:
-                    best = wn = wr
-                    status, w3 = sweep(wn)
-                    step_max = 1.0
-                if status == "stop":
-                    converged = True
-                    break
-                w0, w1 = wn, w3
-        finally:
-            bar.close()
-        self._stats_at_best = state.get("pass_at") is best[0] and state.get("restart") is None
+        loop = _MMLoop(prob, tol, max_iter, self._eb_update, accelerate=self.acceleration == "squarem",
+                       eb_on=prob.prior is not None and self.prior == "empirical-bayes", progress=self.progress)
+        converged = loop.run((theta, a, b))
+        best = loop.best
+        self._stats_at_best = loop.pass_at is best[0] and loop.restart is None
         theta, a, b = (np.array(x, copy=True) for x in best)
-        self.n_prior_updates_ = eb["updates"]
-        if eb["on"] and not eb["frozen"]:
+        self.n_prior_updates_ = loop.eb_updates
+        if loop.eb_on and not loop.eb_frozen:
             converged = False  # the hyper-parameters never settled
-        return theta, a, b, trace, state["sweeps"], state["rejected"], converged
+        return theta, a, b, loop.trace, loop.sweeps, loop.rejected, converged
 
     @staticmethod
     def _eb_update(prob: _Problem, w):

@@ -1,4 +1,4 @@
-"""LaRT: joint accuracy + chain-of-thought length calibration by SAEM (seed 000)."""
+"""LaRT: joint accuracy + chain-of-thought length calibration by SAEM (Xu et al. 2025)."""
 
 from calibration.methods.lart.calibrator import LaRTSAEMCalibrator
 

@@ -1,4 +1,4 @@
-"""LaRT calibration by SAEM with exact posterior sampling (docs/math.md §1.1-1.5, seed 000).
+"""LaRT calibration by SAEM with exact posterior sampling (docs/math.md §1.1-1.5, Xu et al. 2025).
 
 Model (docs/math.md §1.1): P(R_ij = 1) = Phi(a_j theta_i + b_j); log(T_ij + cot_offset) ~
 Normal(omega_j - phi_j tau_i, lam_j^2) with ``lam`` a standard deviation; (theta_i, tau_i)
@@ -86,35 +86,25 @@ from calibration.methods.lart import _kernels as K
 from calibration.base import BaseCalibrator, choice, integer, non_negative, optional, positive, seed, switch
 from calibration.data import ResponseData
 from calibration.diagnostics import DEFAULT_MAX_SLOPE, item_diagnostics
-from calibration.methods.lart.sampling import _ars_draws, cot_informed_prior, sample_theta_sun
+from calibration.methods.lart.saem_steps import (
+    accuracy_mstep,
+    cot_mstep,
+    draw_traits,
+    impute_censored,
+    item_covariance as _item_covariance,
+    mean_abs_change,
+    px_standardise,
+    rho_exact_update,
+    rho_mstep,
+    saem_converged,
+    sa_update,
+    step_size,
+    sufficient_stats,
+)
 
 __all__ = ["LaRTSAEMCalibrator", "spectral_init", "rho_exact_update"]
 
-_LAM_FLOOR = 1e-3
-
-
 # ----------------------------------------------------------------------------- helpers
-
-
-def rho_exact_update(m_tt: float, m_uu: float, m_tu: float) -> float:
-    """Exact maximiser over rho of -(1/2) log(1 - rho^2) - (m_tt - 2 rho m_tu + m_uu) / (2 (1 - rho^2)).
-
-    (The per-subject averaged bivariate-normal log-likelihood with unit variances; m_* are the
-    averaged second moments.) The stationarity condition is the cubic
-    rho^3 - m_tu rho^2 + (m_tt + m_uu - 1) rho - m_tu = 0; the real root in (-1, 1) with the
-    largest objective is returned.
-    """
-    A = m_tt + m_uu
-    C = m_tu
-    roots = np.roots([1.0, -C, A - 1.0, -C])
-    cand = [float(r.real) for r in roots if abs(r.imag) < 1e-9 and -1.0 < r.real < 1.0]
-    if not cand:  # degenerate second moments (|C| ~ A/2): fall back to the sample correlation
-        return float(np.clip(2.0 * C / max(A, 1e-12), -0.999, 0.999))
-
-    def obj(r):
-        return -0.5 * np.log1p(-r * r) - (A - 2.0 * r * C) / (2.0 * (1.0 - r * r))
-
-    return max(cand, key=obj)
 
 
 def _fill_columns(x: np.ndarray, seen: np.ndarray) -> np.ndarray:
@@ -172,37 +162,16 @@ def spectral_init(R: np.ndarray, Y: np.ndarray | None):
     return out
 
 
-def _trunc_normal_lower(mean, sd, lower, u):
-    """Inverse-cdf draw of Normal(mean, sd^2) truncated to [lower, inf) at uniforms u (exact to rounding)."""
-    alpha = (lower - mean) / sd
-    # upper-tail form: X = mean - sd * ndtri((1 - u) * Phi(-alpha)) keeps precision for large alpha
-    q = (1.0 - u) * special.ndtr(-alpha)
-    q = np.maximum(q, np.finfo(float).tiny)
-    x = mean - sd * special.ndtri(q)
-    return np.maximum(x, lower)
+class _SAEMState:
+    """The working values of one SAEM fit, passed between the steps of :meth:`LaRTSAEMCalibrator._fit`.
 
-
-def _item_covariance(cache, prior):
-    """(var_a, cov_ab, var_b) per item: inverse of the averaged complete-data information of the
-    accuracy block (minus the cached data Hessian) plus the prior precision."""
-    i_aa = -cache[:, 3] + prior[1]
-    i_ab = -cache[:, 4]
-    i_bb = -cache[:, 5] + prior[3]
-    det = i_aa * i_bb - i_ab * i_ab
-    det = np.where(det > 1e-300, det, 1e-300)
-    return i_bb / det, -i_ab / det, i_aa / det
-
-
-_EB_MIN_VAR = 1e-4
-
-
-def _eb_prior_update(a, b, cache, prior):
-    """One EM update of the accuracy prior's hyper-parameters (docs/math.md §7.1) at the M-step's point."""
-    va, _, vb = _item_covariance(cache, prior)
-    ma, mb = float(a.mean()), float(b.mean())
-    var_a = max(float(np.mean((a - ma) ** 2 + va)), _EB_MIN_VAR)
-    var_b = max(float(np.mean((b - mb) ** 2 + vb)), _EB_MIN_VAR)
-    return np.array([ma, 1.0 / var_a, mb, 1.0 / var_b])
+    Settings of the run (use_cot, n_burnin, max_iter, eb, censored, y_cap); item parameters a, b,
+    omega, phi, lam, rho and the accuracy prior; the current draws theta, tau and the ARS warm
+    start theta_start; the history theta_hist[:n_hist] of draws since the burn-in; the running
+    statistics st; the cached objective (cache, n_passes, carried, n_passes_total); the CoT
+    working arrays (Yw: log lengths with censored cells imputed, Y0: zero where missing, seen_t,
+    seen_f, n_t); traces, timings, n_iter and converged.
+    """
 
 
 # ----------------------------------------------------------------------------- calibrator
@@ -355,272 +324,302 @@ class LaRTSAEMCalibrator(BaseCalibrator):
         """Fit to a :class:`calibration.ResponseData` (with CoT lengths unless ``use_cot=False``)."""
         R, Y, C = self._prepare(responses)
         rng = np.random.default_rng(self.rng)
+        s = self._initial_state(R, Y, C)
+        self._run_saem(s, R, C, rng)
+        self._warn_stuck_items(s, responses.item_ids)
+        var_a, cov_ab, var_b = self._accuracy_covariance(s, R)
+        cov_ab, phi_flipped = self._sign_fix(s, cov_ab)
+        map_out = self._map_traits(s, R, Y, C)
+        self.timing_ = s.timing
+        self.newton_passes_ = s.n_passes_total
+        self._store_item_params(s, var_a, cov_ab, var_b, phi_flipped)
+        self._store_traits(s, map_out)
+        self._store_diagnostics(s, responses.item_ids, R, C)  # warns of a runaway slope itself
+        if not s.converged:  # the tolerance was never met
+            self._warn_not_converged(s.max_iter, f"mean|da| + mean|db| = {s.trace['delta'][-1]:.2e} > tol = {self.tol}")
+
+    def _initial_state(self, R, Y, C) -> _SAEMState:
+        """The state the SAEM loop starts from: spectral (or refit) values, the accuracy prior, the
+        CoT working arrays, an empty history of draws and empty traces. Sets ``init_``."""
         N, J = R.shape
-        use_cot = bool(self.use_cot)
-        K_burn = int(self.n_burnin)
-        max_iter = int(self.max_iter)
+        s = _SAEMState()
+        s.use_cot = use_cot = bool(self.use_cot)
+        s.n_burnin = int(self.n_burnin)
+        s.max_iter = int(self.max_iter)
         ridge = 0.0 if self.b_prior_sd is None else 1.0 / float(self.b_prior_sd) ** 2
-        eb = self.prior == "empirical-bayes"
-        censored = use_cot and self.censor_at is not None and bool(C.any())
-        y_cap = np.log(float(self.censor_at) + self.cot_offset) if censored else np.inf
+        s.eb = eb = self.prior == "empirical-bayes"
+        s.censored = use_cot and self.censor_at is not None and bool(C.any())
+        s.y_cap = np.log(float(self.censor_at) + self.cot_offset) if s.censored else np.inf
 
         start = self._start
         if start is None:
             init = spectral_init(R, Y)
         else:  # a refit from a fitted calibrator's values (refit_start): a short burn-in forgets them
             init = self._checked_start(start, N, J, use_cot)
-            K_burn = min(K_burn, self.REFIT_BURNIN)
+            s.n_burnin = min(s.n_burnin, self.REFIT_BURNIN)
         self.init_ = {k: (v.copy() if isinstance(v, np.ndarray) else v) for k, v in init.items()}
-        a = np.ascontiguousarray(init["a"], dtype=np.float64)
-        b = np.ascontiguousarray(init["b"], dtype=np.float64)
+        a = s.a = np.ascontiguousarray(init["a"], dtype=np.float64)
+        b = s.b = np.ascontiguousarray(init["b"], dtype=np.float64)
         # (a_mean, a_precision, b_mean, b_precision) of the accuracy block's Gaussian prior
-        prior = (np.array([a.mean(), 1.0 / (a.var() + 1.0), b.mean(), 1.0 / (b.var() + 1.0)]) if eb
-                 else np.array([0.0, 0.0, 0.0, ridge]))
+        s.prior = (np.array([a.mean(), 1.0 / (a.var() + 1.0), b.mean(), 1.0 / (b.var() + 1.0)]) if eb
+                   else np.array([0.0, 0.0, 0.0, ridge]))
         if eb and start is not None and start.get("prior") is not None:
-            prior = np.array(start["prior"], dtype=np.float64)
+            s.prior = np.array(start["prior"], dtype=np.float64)
+        self._initial_cot_state(s, init, Y, C)
+
+        hist_cap = s.max_iter - s.n_burnin if s.n_burnin > 0 else s.max_iter
+        s.theta_hist = np.zeros((max(hist_cap, 1), N))
+        s.n_hist = 0
+        s.theta_start = np.ascontiguousarray(init["theta"], dtype=np.float64)
+        s.st = {}  # running averages (SA step) of the CoT and rho sufficient statistics
+        s.trace = {"a": [], "b": [], "rho": [], "alpha": [], "delta": []}
         if use_cot:
-            omega = init["omega"].copy()
-            phi = init["phi"].copy()
-            lam = init["lam"].copy()
-            rho = float(init["rho"])
-            seen_t = ~np.isnan(Y)
-            Yw = Y.copy()  # working log lengths (censored cells imputed)
-            if censored:
-                Yw[C] = y_cap
-            seen_f = seen_t.astype(np.float64)
-            n_t = seen_f.sum(axis=0)
-            Y0 = np.where(seen_t, Yw, 0.0)
+            s.trace.update(omega=[], phi=[], lam=[])
+        s.n_passes = np.zeros(J, dtype=np.int64)
+        s.carried = np.zeros(J)  # per item: move since its last exact history pass (see _carry_tol)
+        s.cache = np.zeros((J, 6))  # data part of the averaged probit objective at (a, b), see item_newton_cached
+        s.n_passes_total = 0
+        s.timing = {"s_step": 0.0, "sa_step": 0.0, "m_step_ab": 0.0, "map": 0.0}
+        s.converged = False
+        s.n_iter = 0
+        s.theta = s.theta_start.copy()
+        s.tau = init.get("tau", np.zeros(N)).copy()
+        return s
+
+    @staticmethod
+    def _initial_cot_state(s: _SAEMState, init: dict, Y, C) -> None:
+        """The CoT block's start: parameters, rho and the working log lengths (censored cells at the
+        cap until the first imputation) with their observed-cell counts; rho = 0 without CoT."""
+        if s.use_cot:
+            s.omega = init["omega"].copy()
+            s.phi = init["phi"].copy()
+            s.lam = init["lam"].copy()
+            s.rho = float(init["rho"])
+            s.seen_t = ~np.isnan(Y)
+            s.Yw = Y.copy()  # working log lengths (censored cells imputed)
+            if s.censored:
+                s.Yw[C] = s.y_cap
+            s.seen_f = s.seen_t.astype(np.float64)
+            s.n_t = s.seen_f.sum(axis=0)
+            s.Y0 = np.where(s.seen_t, s.Yw, 0.0)
         else:
-            omega = phi = lam = None
-            rho = 0.0
+            s.omega = s.phi = s.lam = None
+            s.rho = 0.0
+            s.seen_t = s.Yw = s.seen_f = s.n_t = s.Y0 = None
 
-        hist_cap = max_iter - K_burn if K_burn > 0 else max_iter
-        theta_hist = np.zeros((max(hist_cap, 1), N))
-        n_hist = 0
-        theta_start = np.ascontiguousarray(init["theta"], dtype=np.float64)
-        # running averages (SA step) of the CoT and rho sufficient statistics
-        st = {}
-        trace = {"a": [], "b": [], "rho": [], "alpha": [], "delta": []}
-        if use_cot:
-            trace.update(omega=[], phi=[], lam=[])
-        n_passes = np.zeros(J, dtype=np.int64)
-        carried = np.zeros(J)  # per item: move since its last exact history pass (see _carry_tol)
-        cache = np.zeros((J, 6))  # data part of the averaged probit objective at (a, b), see item_newton_cached
-        n_passes_total = 0
-        timing = {"s_step": 0.0, "sa_step": 0.0, "m_step_ab": 0.0, "map": 0.0}
-        converged = False
-        n_iter = 0
-        theta = theta_start.copy()
-        tau = init.get("tau", np.zeros(N)).copy()
-
+    def _run_saem(self, s: _SAEMState, R, C, rng) -> None:
+        """The SAEM iterations (S-step, SA-step, PX, M-step, bookkeeping) until the stopping rule
+        holds in the averaging phase or ``max_iter`` is reached; ``s.converged`` tells which."""
         from tqdm.auto import tqdm
 
-        bar = tqdm(total=max_iter, desc="LaRT SAEM" if use_cot else "IRT SAEM", disable=not self.progress, leave=False)
+        bar = tqdm(total=s.max_iter, desc="LaRT SAEM" if s.use_cot else "IRT SAEM", disable=not self.progress, leave=False)
         try:
-            for t in range(1, max_iter + 1):
-                n_iter = t
-                # ---------------- S-step: exact (theta, tau) | R, T
+            for t in range(1, s.max_iter + 1):
+                s.n_iter = t
+                self._s_step(s, R, C, rng)
                 tic = time.perf_counter()
-                if use_cot:
-                    mu, v, s2, Bsum = cot_informed_prior(Yw, omega, phi, lam, rho)
-                else:
-                    mu = np.zeros(N)
-                    v = np.ones(N)
-                if self.sampler == "ars":
-                    theta, modes = _ars_draws(R, a, b, mu, v, theta_start, rng)
-                    theta_start = modes
-                else:
-                    theta = sample_theta_sun(R, a, b, mu, v, rng=rng)
-                if use_cot:
-                    tau = s2 * (Bsum + rho * theta / (1.0 - rho * rho)) + np.sqrt(s2) * rng.standard_normal(N)
-                    if censored:
-                        mean = omega[None, :] - phi[None, :] * tau[:, None]
-                        u = rng.random(int(C.sum()))
-                        Yw[C] = _trunc_normal_lower(mean[C], np.broadcast_to(lam, (N, J))[C], y_cap, u)
-                        Y0 = np.where(seen_t, Yw, 0.0)
-                timing["s_step"] += time.perf_counter() - tic
-                tic = time.perf_counter()
-                # ---------------- SA-step
-                alpha = 1.0 if t <= K_burn + 1 else 1.0 / (t - K_burn)
-                if alpha == 1.0:
-                    n_hist = 0
-                theta_hist[n_hist] = theta
-                n_hist += 1
-                new = {"m_t": np.mean(theta), "tt": np.mean(theta * theta)}
-                if use_cot:
-                    new.update(
-                        m_u=np.mean(tau),
-                        uu=np.mean(tau * tau),
-                        tu=np.mean(theta * tau),
-                        s_u=tau @ seen_f,
-                        s_uu=(tau * tau) @ seen_f,
-                        s_uy=tau @ Y0,
-                        s_y=Y0.sum(axis=0),
-                        s_yy=(Y0 * Y0).sum(axis=0),
-                        corr=float(np.corrcoef(theta, tau)[0, 1]),
-                    )
-                for k, val in new.items():
-                    st[k] = val if alpha == 1.0 else (1.0 - alpha) * st[k] + alpha * val
-                a_old = a.copy()
-                b_old = b.copy()
-                # ---------------- PX step: re-express the history in standardised coordinates
+                alpha = self._sa_step(s, t)
+                a_old = s.a.copy()
+                b_old = s.b.copy()
                 if self.px:
-                    m_t = st["m_t"]
-                    s_t = float(np.sqrt(max(st["tt"] - m_t * m_t, 1e-12)))
-                    theta_hist[:n_hist] -= m_t
-                    theta_hist[:n_hist] /= s_t
-                    theta = (theta - m_t) / s_t
-                    theta_start = (theta_start - m_t) / s_t
-                    b = b + a * m_t  # warm start of the Newton M-step in the new coordinates
-                    a = a * s_t
-                    # the cached history objective, re-expressed: (a', b') = (s a, b + m a)
-                    g_a = (cache[:, 1] - m_t * cache[:, 2]) / s_t
-                    h_aa = (cache[:, 3] - 2.0 * m_t * cache[:, 4] + m_t * m_t * cache[:, 5]) / (s_t * s_t)
-                    h_ab = (cache[:, 4] - m_t * cache[:, 5]) / s_t
-                    cache[:, 1] = g_a
-                    cache[:, 3] = h_aa
-                    cache[:, 4] = h_ab
-                    st["m_t"], st["tt"] = 0.0, 1.0
-                    if use_cot:
-                        m_u = st["m_u"]
-                        s_u = float(np.sqrt(max(st["uu"] - m_u * m_u, 1e-12)))
-                        cov = st["tu"] - m_t * m_u
-                        st["s_uu"] = (st["s_uu"] - 2.0 * m_u * st["s_u"] + n_t * m_u * m_u) / (s_u * s_u)
-                        st["s_uy"] = (st["s_uy"] - m_u * st["s_y"]) / s_u
-                        st["s_u"] = (st["s_u"] - n_t * m_u) / s_u
-                        st["m_u"], st["uu"] = 0.0, 1.0
-                        st["tu"] = cov / (s_t * s_u)
-                        tau = (tau - m_u) / s_u
-                # ---------------- M-step
-                timing["sa_step"] += time.perf_counter() - tic
-                tic = time.perf_counter()
-                K.item_newton_cached(R, theta_hist, n_hist, alpha, a, b, prior, cache, float(self.newton_tol), 100, n_passes,
-                                     self._carry_tol, carried)
-                if eb:
-                    prior = _eb_prior_update(a, b, cache, prior)
-                timing["m_step_ab"] += time.perf_counter() - tic
-                n_passes_total += int(np.abs(n_passes).sum())
-                if use_cot:
-                    omega, phi, lam = self._cot_mstep(st, n_t)
-                    if self.px:
-                        rho = float(np.clip(st["tu"], -0.999, 0.999))
-                    elif self.rho_update == "exact":
-                        rho = rho_exact_update(st["tt"], st["uu"], st["tu"])
-                    else:
-                        rho = float(np.clip(st["corr"], -0.999, 0.999))
-                delta = float(np.mean(np.abs(a - a_old)) + np.mean(np.abs(b - b_old)))
-                trace["a"].append(a.copy())
-                trace["b"].append(b.copy())
-                trace["rho"].append(rho)
-                trace["alpha"].append(alpha)
-                trace["delta"].append(delta)
-                if use_cot:
-                    trace["omega"].append(omega.copy())
-                    trace["phi"].append(phi.copy())
-                    trace["lam"].append(lam.copy())
+                    self._px_step(s)
+                s.timing["sa_step"] += time.perf_counter() - tic
+                self._m_step(s, R, alpha)
+                delta = self._record_iteration(s, alpha, a_old, b_old)
                 bar.update(1)
                 if self.progress:
-                    bar.set_postfix(delta=f"{delta:.2e}", rho=f"{rho:+.3f}")
-                if t > K_burn + 1 and delta < self.tol:
-                    converged = True
+                    bar.set_postfix(delta=f"{delta:.2e}", rho=f"{s.rho:+.3f}")
+                if saem_converged(t, s.n_burnin, delta, self.tol):
+                    s.converged = True
                     break
         finally:
             bar.close()
 
-        bad_items = np.flatnonzero(n_passes < 0)
+    def _s_step(self, s: _SAEMState, R, C, rng) -> None:
+        """S-step: exact (theta, tau) | R, T for every LLM (:func:`saem_steps.draw_traits`), then the
+        censored log lengths re-imputed given tau (:func:`saem_steps.impute_censored`)."""
+        tic = time.perf_counter()
+        cot = (s.Yw, s.omega, s.phi, s.lam, s.rho) if s.use_cot else None
+        s.theta, tau, modes = draw_traits(R, s.a, s.b, rng, sampler=self.sampler, theta_start=s.theta_start, cot=cot)
+        if modes is not None:
+            s.theta_start = modes
+        if s.use_cot:
+            s.tau = tau
+            if s.censored:
+                impute_censored(s.Yw, C, tau, s.omega, s.phi, s.lam, s.y_cap, rng)
+                s.Y0 = np.where(s.seen_t, s.Yw, 0.0)
+        s.timing["s_step"] += time.perf_counter() - tic
+
+    @staticmethod
+    def _sa_step(s: _SAEMState, t: int) -> float:
+        """SA-step: store the draw in the history (emptied while alpha_t = 1) and average the
+        sufficient statistics with step size alpha_t, which is returned."""
+        alpha = step_size(t, s.n_burnin)
+        if alpha == 1.0:
+            s.n_hist = 0
+        s.theta_hist[s.n_hist] = s.theta
+        s.n_hist += 1
+        new = sufficient_stats(s.theta, s.tau, s.seen_f, s.Y0) if s.use_cot else sufficient_stats(s.theta)
+        sa_update(s.st, new, alpha)
+        return alpha
+
+    @staticmethod
+    def _px_step(s: _SAEMState) -> None:
+        """PX step: re-express the history, cache, statistics and draws in standardised coordinates."""
+        s.a, s.b, s.theta, s.theta_start, tau = px_standardise(
+            s.st, s.theta_hist, s.n_hist, s.cache, s.a, s.b, s.theta, s.theta_start,
+            s.tau if s.use_cot else None, s.n_t,
+        )
+        if s.use_cot:
+            s.tau = tau
+
+    def _m_step(self, s: _SAEMState, R, alpha: float) -> None:
+        """M-step: the accuracy block by cached Newton (and the empirical-Bayes prior update), then
+        the CoT block in closed form and rho."""
+        tic = time.perf_counter()
+        s.prior = accuracy_mstep(R, s.theta_hist, s.n_hist, alpha, s.a, s.b, s.prior, s.cache, s.n_passes, s.carried,
+                                 newton_tol=float(self.newton_tol), carry_tol=self._carry_tol, empirical_bayes=s.eb)
+        s.timing["m_step_ab"] += time.perf_counter() - tic
+        s.n_passes_total += int(np.abs(s.n_passes).sum())
+        if s.use_cot:
+            s.omega, s.phi, s.lam = self._cot_mstep(s.st, s.n_t)
+            s.rho = rho_mstep(s.st, px=self.px, rule=self.rho_update)
+
+    @staticmethod
+    def _record_iteration(s: _SAEMState, alpha: float, a_old, b_old) -> float:
+        """Append the iteration's parameters to the traces; returns mean|da| + mean|db|."""
+        delta = mean_abs_change(s.a, s.b, a_old, b_old)
+        s.trace["a"].append(s.a.copy())
+        s.trace["b"].append(s.b.copy())
+        s.trace["rho"].append(s.rho)
+        s.trace["alpha"].append(alpha)
+        s.trace["delta"].append(delta)
+        if s.use_cot:
+            s.trace["omega"].append(s.omega.copy())
+            s.trace["phi"].append(s.phi.copy())
+            s.trace["lam"].append(s.lam.copy())
+        return delta
+
+    # ------------------------------------------------------------------ after the loop
+    def _warn_stuck_items(self, s: _SAEMState, item_ids) -> None:
+        """Warn about items whose accuracy M-step (Newton) did not converge in the last iteration."""
+        bad_items = np.flatnonzero(s.n_passes < 0)
         if bad_items.size:
-            ids = ", ".join(repr(responses.item_ids[k]) for k in bad_items[:5])
+            ids = ", ".join(repr(item_ids[k]) for k in bad_items[:5])
             self._warn_convergence(
                 f"the accuracy M-step did not converge for {bad_items.size} item(s) ({ids}); their responses "
-                "are (nearly) separated by ability -- set b_prior_sd to keep them finite", stacklevel=2)
+                "are (nearly) separated by ability -- set b_prior_sd to keep them finite", stacklevel=3)
 
-        if self._carry_tol > 0.0 and n_hist > 1 and carried.any():
+    def _accuracy_covariance(self, s: _SAEMState, R):
+        """(var_a, cov_ab, var_b) of the items at the returned point (exact information, not the
+        carried quadratic model); sets ``prior_`` (the accuracy prior used)."""
+        if self._carry_tol > 0.0 and s.n_hist > 1 and s.carried.any():
             # the reported information is exact at the returned point, not the quadratic model's
-            K.item_objective_cache(R, theta_hist, n_hist, a, b, cache)
+            K.item_objective_cache(R, s.theta_hist, s.n_hist, s.a, s.b, s.cache)
         # item-parameter covariance: inverse of the averaged complete-data information + prior
-        var_a, cov_ab, var_b = _item_covariance(cache, prior)
+        prior = s.prior
+        var_a, cov_ab, var_b = _item_covariance(s.cache, prior)
         self.prior_ = {"a_mean": float(prior[0]), "a_sd": float(prior[1]) ** -0.5 if prior[1] > 0 else None,
                        "b_mean": float(prior[2]), "b_sd": float(prior[3]) ** -0.5 if prior[3] > 0 else None,
                        "kind": self.prior}
-        # ---------------- sign-fix (docs/math.md §1.1)
-        if a.sum() < 0:
-            a = -a
-            rho = -rho
-            theta = -theta
+        return var_a, cov_ab, var_b
+
+    def _sign_fix(self, s: _SAEMState, cov_ab):
+        """Identifiability (docs/math.md §1.1): sum a > 0 and sum phi > 0; flipping a (theta) or phi
+        (tau) flips rho, the traces and cov(a, b) or the prior mean of a. Returns (cov_ab, phi_flipped)."""
+        if s.a.sum() < 0:
+            s.a = -s.a
+            s.rho = -s.rho
+            s.theta = -s.theta
             cov_ab = -cov_ab
             self.prior_["a_mean"] = -self.prior_["a_mean"]
-            trace["a"] = [-x for x in trace["a"]]
-        phi_flipped = bool(use_cot and phi.sum() < 0)
+            s.trace["a"] = [-x for x in s.trace["a"]]
+        phi_flipped = bool(s.use_cot and s.phi.sum() < 0)
         if phi_flipped:
-            phi = -phi
-            rho = -rho
-            tau = -tau
-            trace["phi"] = [-x for x in trace["phi"]]
+            s.phi = -s.phi
+            s.rho = -s.rho
+            s.tau = -s.tau
+            s.trace["phi"] = [-x for x in s.trace["phi"]]
+        return cov_ab, phi_flipped
 
-        # ---------------- MAP traits
+    def _map_traits(self, s: _SAEMState, R, Y, C):
+        """MAP (theta, tau) per LLM with posterior SDs (docs/math.md §1.5), started at the last
+        draws; censored cells enter through the Tobit term. Returns the (N, 5) kernel output."""
+        N, J = R.shape
+        use_cot = s.use_cot
         tic = time.perf_counter()
         map_out = np.empty((N, 5))
         if use_cot:
             Ymap = Y.copy()
-            if censored:
-                Ymap[C] = y_cap  # the Tobit term bounds the log length below by log(cap + offset)
+            if s.censored:
+                Ymap[C] = s.y_cap  # the Tobit term bounds the log length below by log(cap + offset)
         else:
             Ymap = np.full((N, J), np.nan)
         K.map_traits(
-            R, np.ascontiguousarray(Ymap), np.ascontiguousarray(C & censored), a, b,
-            omega if use_cot else np.zeros(J), phi if use_cot else np.zeros(J), lam if use_cot else np.ones(J),
-            rho, use_cot, np.ascontiguousarray(theta), np.ascontiguousarray(tau if use_cot else np.zeros(N)),
+            R, np.ascontiguousarray(Ymap), np.ascontiguousarray(C & s.censored), s.a, s.b,
+            s.omega if use_cot else np.zeros(J), s.phi if use_cot else np.zeros(J), s.lam if use_cot else np.ones(J),
+            s.rho, use_cot, np.ascontiguousarray(s.theta), np.ascontiguousarray(s.tau if use_cot else np.zeros(N)),
             map_out, 1e-9, 200,
         )
-        timing["map"] = time.perf_counter() - tic
-        self.timing_ = timing
-        self.newton_passes_ = n_passes_total
+        s.timing["map"] = time.perf_counter() - tic
+        return map_out
 
-        self.a_ = a
-        self.b_ = b
+    def _store_item_params(self, s: _SAEMState, var_a, cov_ab, var_b, phi_flipped: bool) -> None:
+        """The fitted item parameters, rho and the item-parameter SDs and covariances."""
+        self.a_ = s.a
+        self.b_ = s.b
         self.a_sd_, self.b_sd_ = np.sqrt(var_a), np.sqrt(var_b)
         self.ab_cov_ = np.clip(cov_ab, -self.a_sd_ * self.b_sd_, self.a_sd_ * self.b_sd_)
-        if use_cot:
-            self.omega_sd_, self.phi_sd_, self.omega_phi_cov_ = self._cot_covariance(st, n_t, lam)
+        if s.use_cot:
+            self.omega_sd_, self.phi_sd_, self.omega_phi_cov_ = self._cot_covariance(s.st, s.n_t, s.lam)
             if phi_flipped:
                 self.omega_phi_cov_ = -self.omega_phi_cov_
         else:
             self.omega_sd_ = self.phi_sd_ = self.omega_phi_cov_ = None
-        self.omega_ = omega
-        self.phi_ = phi
-        self.lam_ = lam
-        self.rho_ = float(rho)
+        self.omega_ = s.omega
+        self.phi_ = s.phi
+        self.lam_ = s.lam
+        self.rho_ = float(s.rho)
+
+    def _store_traits(self, s: _SAEMState, map_out) -> None:
+        """The MAP traits and SDs (tau NaN in the IRT-only mode) and the last draws."""
+        N = map_out.shape[0]
         self.theta_ = map_out[:, 0].copy()
         self.theta_sd_ = map_out[:, 2].copy()
-        if use_cot:
+        if s.use_cot:
             self.tau_ = map_out[:, 1].copy()
             self.tau_sd_ = map_out[:, 3].copy()
         else:
             self.tau_ = np.full(N, np.nan)
             self.tau_sd_ = np.full(N, np.nan)
-        self.theta_draw_ = theta
-        self.tau_draw_ = tau if use_cot else None
-        self.n_iter_ = n_iter
-        self.optimizer_converged_ = bool(converged)
+        self.theta_draw_ = s.theta
+        self.tau_draw_ = s.tau if s.use_cot else None
+
+    def _store_diagnostics(self, s: _SAEMState, item_ids, R, C) -> bool:
+        """Convergence, item diagnostics (a runaway slope makes the fit not converged, with a
+        warning), traces and counts. Returns ``converged_``."""
+        J = R.shape[1]
+        self.n_iter_ = s.n_iter
+        self.optimizer_converged_ = bool(s.converged)
         seen_r = R >= 0
         n_seen, n_right = seen_r.sum(axis=0), (R == 1).sum(axis=0)
         perfect = (n_right == 0) | (n_right == n_seen)
         self.diagnostics_ = item_diagnostics(
-            responses.item_ids, 1.702 * a, perfect=np.zeros(J, bool), max_slope=float(self.max_slope),
-            a_prior_precision=float(prior[1]) if eb else None, a_data_precision=-cache[:, 3] if eb else None,
+            item_ids, 1.702 * s.a, perfect=np.zeros(J, bool), max_slope=float(self.max_slope),
+            a_prior_precision=float(s.prior[1]) if s.eb else None, a_data_precision=-s.cache[:, 3] if s.eb else None,
         )
         self.perfect_items_ = perfect  # answered identically by all who saw them: identified by the prior only
+        converged = s.converged
         if converged and not self.diagnostics_.fit_identified:
-            self._warn_convergence(f"{type(self).__name__}: {self.diagnostics_.message()}; converged_ is False", stacklevel=2)
+            self._warn_convergence(f"{type(self).__name__}: {self.diagnostics_.message()}; converged_ is False", stacklevel=3)
             converged = False
         self.converged_ = converged
-        self.n_burnin_ = K_burn
-        self.trace_ = {k: np.asarray(v) for k, v in trace.items()}
+        self.n_burnin_ = s.n_burnin
+        self.trace_ = {k: np.asarray(v) for k, v in s.trace.items()}
         self.loss_trace_ = self.trace_["delta"]  # what the stopping rule watches: mean|da| + mean|db|
-        self.item_params_ = self._lart_params() if use_cot else None
-        self.censored_cells_ = int(C.sum()) if censored else 0
-        if not converged:
-            self._warn_not_converged(max_iter, f"mean|da| + mean|db| = {trace['delta'][-1]:.2e} > tol = {self.tol}")
+        self.item_params_ = self._lart_params() if s.use_cot else None
+        self.censored_cells_ = int(C.sum()) if s.censored else 0
+        return converged
 
     def refit_start(self, rows) -> dict:
         """The starting values of a refit on the fitted subjects at positions ``rows``: this fit's
@@ -688,18 +687,8 @@ class LaRTSAEMCalibrator(BaseCalibrator):
         so, sp = np.sqrt(v_o), np.sqrt(v_p)
         return so, sp, np.clip(c, -so * sp, so * sp)
 
-    @staticmethod
-    def _cot_mstep(st, n):
-        """Closed-form argmax of the averaged CoT objective: regression of log T on (1, -tau)."""
-        su, suu, suy, sy, syy = st["s_u"], st["s_uu"], st["s_uy"], st["s_y"], st["s_yy"]
-        sxx = suu - su * su / n
-        sxy = suy - su * sy / n
-        slope = sxy / sxx  # d log T / d tau = -phi
-        phi = -slope
-        omega = (sy - slope * su) / n
-        rss = syy + n * omega**2 + phi**2 * suu - 2.0 * omega * sy + 2.0 * phi * suy - 2.0 * omega * phi * su
-        lam = np.sqrt(np.maximum(rss / n, _LAM_FLOOR**2))
-        return omega, phi, lam
+    #: closed-form M-step of the CoT block (:func:`calibration.methods.lart.saem_steps.cot_mstep`)
+    _cot_mstep = staticmethod(cot_mstep)
 
     # ------------------------------------------------------------------ outputs
     def _lart_params(self):

@@ -1,4 +1,4 @@
-"""PSN-IRT (neural 4PL) in numpy/numba with a scoped last-layer Laplace posterior (seed 002).
+"""PSN-IRT (neural 4PL) in numpy/numba with a scoped last-layer Laplace posterior (the Laplace-PSN-IRT paper, 2026).
 
 * :class:`PSNCalibrator` -- fit / to_item_bank (scikit-learn contract).
 * ``network``: :class:`PSNNetwork` (embedding tables, hand-derived backpropagation), :class:`Adam`

@@ -78,7 +78,7 @@ def _per_cell(counts) -> np.ndarray:
 
 
 class PSNCalibrator(BaseCalibrator):
-    """PSN-IRT (Zhou et al.) in numpy/numba with the last-layer Laplace posterior of seed 002.
+    """PSN-IRT (Zhou et al. 2026) in numpy/numba with the last-layer Laplace posterior of the Laplace-PSN-IRT paper (2026).
 
     Parameters
     ----------
@@ -98,7 +98,7 @@ class PSNCalibrator(BaseCalibrator):
         likelihood leaves free, so the slope prior cannot be dodged by stretching theta; together
         they keep items that a small calibration sample separates perfectly from running away
         (a 12-LLM ChemBench subset reached standardised slopes of 41 without them). "none":
-        the plain PSN-IRT loss of the reference (seed 002).
+        the plain PSN-IRT loss of the reference (the Laplace-PSN-IRT paper, 2026).
     slope_prior_sd : the prior SD of the native slopes (default 1).
     prior_precision : delta of the Laplace prior Normal(0, I / delta) on the readout weights.
     tune_prior_precision : maximise the Laplace evidence over delta (per branch) instead.
@@ -114,7 +114,7 @@ class PSNCalibrator(BaseCalibrator):
           ``split_half_``. A lower bound: a warp of the theta scale shared by both halves is not
           seen.
         * ``"mean-loss"``: T = number of observed cells, the Laplace approximation of the *mean*
-          training loss -- the setting under which seed 002's calibration table reproduces (its
+          training loss -- the setting under which the Laplace-PSN-IRT paper's calibration table reproduces (its
           posterior does not narrow as cells are added, as the paper reports). The prior then
           dominates and SDs are several times wider than the refit spread.
         * any positive number.
@@ -171,7 +171,7 @@ class PSNCalibrator(BaseCalibrator):
             check_temperature,
             "Laplace likelihood temperature: H = GGN / T + delta I (default 1); 'split-half' fits two item "
             "halves and sets T so that the ability SDs match how far the halves disagree; 'mean-loss' sets "
-            "T = number of observed cells (the Laplace of the mean training loss, seed 002's setting)",
+            "T = number of observed cells (the Laplace of the mean training loss, the Laplace-PSN-IRT paper's setting)",
             "--temperature", type=parse_temperature, metavar="T",
         ),
         "dtype": choice(("float32", "float64"), "train in float64 (default float32, as torch)", "--float64",
@@ -216,11 +216,36 @@ class PSNCalibrator(BaseCalibrator):
     def _fit(self, responses: ResponseData) -> None:
         """Train on the observed cells of ``responses`` and fit the Laplace posteriors."""
         gen = np.random.default_rng(self.rng)
+        subj, item, y, tr, val = self._split_cells(responses, gen)
+        validation = None if val.size == 0 else (subj[val], item[val], y[val])
+        net = PSNNetwork(
+            responses.n_subjects,
+            responses.n_items,
+            hidden_dim=int(self.hidden_dim),
+            embedding_dim=int(self.embedding_dim),
+            ordered_asymptotes=bool(self.ordered_asymptotes),
+            rng=gen,
+            dtype=str(self.dtype),
+        )
+        hist = self._train(net, subj[tr], item[tr], y[tr], validation, gen)
+        if not self._record_training(net, hist, validation):
+            self._warn_not_converged(int(self.max_epochs), "the validation loss was still improving at the last epoch")
+        self._orient(net)
+        self.validation_index_ = val
+        # the Laplace posterior conditions on every observed cell (validation cells included)
+        self._cells = (subj, item, y)
+        self._refresh_point_estimates()
+        self._check_spread()
+        self._fit_posteriors(net, responses, gen)
+        self._standardised_outputs(responses)
+
+    def _split_cells(self, responses: ResponseData, gen):
+        """(subj, item, y, train positions, validation positions) of the observed cells; the
+        validation cells are a random ``validation_fraction`` of them (none by default)."""
         subj, item = np.nonzero(responses.correct >= 0)
         subj = subj.astype(np.int64)
         item = item.astype(np.int64)
         y = responses.correct[subj, item].astype(np.float64)
-        validation = None
         tr = np.arange(subj.size)
         val = np.zeros(0, dtype=np.int64)
         if float(self.validation_fraction) > 0:
@@ -231,27 +256,22 @@ class PSNCalibrator(BaseCalibrator):
                 )
             perm = gen.permutation(subj.size)
             val, tr = np.sort(perm[:n_val]), np.sort(perm[n_val:])
-            validation = (subj[val], item[val], y[val])
-        net = PSNNetwork(
-            responses.n_subjects,
-            responses.n_items,
-            hidden_dim=int(self.hidden_dim),
-            embedding_dim=int(self.embedding_dim),
-            ordered_asymptotes=bool(self.ordered_asymptotes),
-            rng=gen,
-            dtype=str(self.dtype),
-        )
+        return subj, item, y, tr, val
+
+    def _train(self, net, subj, item, y, validation, gen):
+        """Train ``net`` on the training cells (with the item and ability priors unless
+        ``item_prior="none"``); returns the training history."""
         prior = None
         if self.item_prior == "normal":
             # each prior term spread over the item's / subject's training cells (docs/math.md §3.4)
-            per_item = np.bincount(item[tr], minlength=responses.n_items)
-            per_subject = np.bincount(subj[tr], minlength=responses.n_subjects)
+            per_item = np.bincount(item, minlength=net.n_items)
+            per_subject = np.bincount(subj, minlength=net.n_subjects)
             prior = (_per_cell(per_item) / float(self.slope_prior_sd) ** 2, _per_cell(per_subject) / ABILITY_PRIOR_SD**2)
-        hist = fit_network(
+        return fit_network(
             net,
-            subj[tr],
-            item[tr],
-            y[tr],
+            subj,
+            item,
+            y,
             learning_rate=float(self.learning_rate),
             weight_decay=float(self.weight_decay),
             batch_size=int(self.batch_size),
@@ -265,6 +285,10 @@ class PSNCalibrator(BaseCalibrator):
             prior_start=PRIOR_START_EPOCH,
             prior_min_spread=PRIOR_MIN_SPREAD,
         )
+
+    def _record_training(self, net, hist, validation) -> bool:
+        """The network, its training curves and ``converged_`` (a fit with validation cells
+        converged when it stopped early or its best epoch was not the last). Returns ``converged_``."""
         self.network_ = net
         self.history_ = hist
         self.loss_trace_ = np.asarray(hist.train_loss)
@@ -276,31 +300,33 @@ class PSNCalibrator(BaseCalibrator):
             self.converged_ = True
         else:
             self.converged_ = bool(hist.stopped_early or hist.best_epoch < self.n_iter_)
-            if not self.converged_:
-                self._warn_not_converged(
-                    int(self.max_epochs), "the validation loss was still improving at the last epoch"
-                )
-        # orientation: the likelihood is invariant under (theta, beta, a) -> -(theta, beta, a);
-        # choose the one in which most items have a positive effective slope (after ordering
-        # their asymptotes), i.e. larger theta = more correct answers
+        return self.converged_
+
+    def _orient(self, net) -> None:
+        """Orientation: the likelihood is invariant under (theta, beta, a) -> -(theta, beta, a);
+        choose the one in which most items have a positive effective slope (after ordering their
+        asymptotes), i.e. larger theta = more correct answers (``orientation_``)."""
         beta, a, c, d = net.item_parameters()
         eff = np.sign(np.where(c > d, -a, a))
         self.orientation_ = 1 if eff.sum() >= 0 else -1
         if self.orientation_ < 0:
             net.reflect()
-        self.validation_index_ = val
-        # the Laplace posterior conditions on every observed cell (validation cells included)
-        self._cells = (subj, item, y)
-        self._refresh_point_estimates()
+
+    def _check_spread(self) -> None:
+        """Warn when training collapsed (the abilities barely vary on the network's scale)."""
         spread = float(np.std(self.native_theta_))
         if spread < 1e-3:
             self._warn_convergence(
                 f"PSN training collapsed: the abilities barely vary (SD {spread:.2g} on the network's scale), so a "
                 "standardised scale and its posterior would be meaningless; with the reference head d starts equal "
-                "to c and the 4PL is flat at initialisation - retry with ordered_asymptotes=True or more epochs", stacklevel=2)
+                "to c and the 4PL is flat at initialisation - retry with ordered_asymptotes=True or more epochs", stacklevel=3)
+
+    def _fit_posteriors(self, net, responses: ResponseData, gen) -> None:
+        """The Laplace temperature (a number, the cell count, or a split-half refit's) and the
+        last-layer Laplace posteriors of the abilities and the difficulties."""
         self.split_half_ = None
         if self.temperature == MEAN_LOSS:
-            self.temperature_ = float(subj.size)
+            self.temperature_ = float(self._cells[0].size)
         elif self.temperature == SPLIT_HALF:
             halves = type(self)(**{**self.get_params(), "temperature": 1.0, "progress": False})
             self.split_half_ = split_half_check(halves, responses, rng=gen)
@@ -316,9 +342,12 @@ class PSNCalibrator(BaseCalibrator):
             temperature=self.temperature_,
         )
         self._joint_ab = None
+
+    def _standardised_outputs(self, responses: ResponseData) -> None:
+        """The contract's attributes on the bank's scale (to_item_bank's default, standardised):
+        theta_ equals the bank's stored thetas and item_params_ its items; item diagnostics (a
+        runaway slope makes ``converged_`` False, with a warning)."""
         self._fitted = True  # item_params needs it; fit sets it again after recording the provenance
-        # the contract's attributes are on the bank's scale (to_item_bank's default, standardised):
-        # theta_ equals the bank's stored thetas and item_params_ its items
         mu, sigma = self._scale(True)
         self.theta_ = (self.native_theta_ - mu) / sigma
         self.theta_sd_ = self.ability_posterior_.marginal_sd() / sigma
@@ -328,7 +357,7 @@ class PSNCalibrator(BaseCalibrator):
         a_std = self._bank_arrays(True, clip=False)[0]
         self.diagnostics_ = item_diagnostics(responses.item_ids, a_std, perfect=(n_right == 0) | (n_right == n_seen))
         if self.converged_ and not self.diagnostics_.fit_identified:
-            self._warn_convergence(f"{type(self).__name__}: {self.diagnostics_.message()}; converged_ is False", stacklevel=3)
+            self._warn_convergence(f"{type(self).__name__}: {self.diagnostics_.message()}; converged_ is False", stacklevel=4)
             self.converged_ = False
 
     def fit_summary(self, data) -> str:
@@ -445,21 +474,54 @@ class PSNCalibrator(BaseCalibrator):
         store it (``calibration.heldout.with_held_out_check``; 5 refits plus replays); its refits'
         spread widens b_sd (``held_out_widens_b_sd``).
         """
-        import xarray as xr
-
-
         self._check_fitted()
         mu, sigma = self._scale(standardize)
         a, b, c, d, sign = self._bank_arrays(standardize)
         a_n = sign * self.a_
-        ipost = self.item_posterior_
-        beta_sd = ipost.marginal_sd()
+        beta_sd = self.item_posterior_.marginal_sd()
         b_sd = np.abs(a_n) * beta_sd
+        meta = dict(self.item_metadata_)
+        meta.update(item_metadata or {})
+        bank = self._bank_from_params(
+            "4pl",
+            bank_id,
+            self.bank_settings(standardize=standardize, include_features=include_features),
+            self._bank_scale(standardize, mu, sigma),
+            item_metadata=meta or None,
+            subjects=self._subjects_group(standardize),
+            calibration=self._calibration_group(sign),
+            posterior=self._posterior_group(a_n, beta_sd, mu, include_features),
+            a=a,
+            b=b,
+            c=c,
+            d=d,
+            b_sd=b_sd,
+        )
+        from calibration.heldout import with_held_out_check
+
+        return with_held_out_check(self, bank, interval_check, standardize=standardize,
+                                   include_features=include_features, item_metadata=item_metadata)
+
+    @staticmethod
+    def _bank_scale(standardize: bool, mu: float, sigma: float) -> dict:
+        """The bank's ``scale`` record: the theta scale and the native-to-bank map."""
+        return {
+            "theta": "standardised over the calibration subjects' MAP abilities" if standardize else "native PSN-IRT network scale",
+            "location": mu,
+            "scale": sigma,
+            "native_to_bank": "theta = (theta_native - location) / scale; a = a_native * scale; b = -a_native * (beta - location)",
+            "ordered_asymptotes": "items with c > d were flipped: (a, c, d) -> (-a, d, c), an identical response function",
+        }
+
+    def _subjects_group(self, standardize: bool):
+        """``/subjects``: the calibration subjects' theta posterior (mean, SD, 95% interval,
+        covariance) and p_ahead[i, k] = P(theta_i > theta_k)."""
+        import xarray as xr
 
         th = self.theta_posterior(standardize=standardize)
         sub_ids = np.asarray(self.subject_ids_, dtype=object)
         pa = p_ahead(th["mean"], th["cov"])
-        subjects = xr.Dataset(
+        return xr.Dataset(
             {
                 "theta": ("subject", th["mean"], {"long_name": "ability (posterior mean = MAP)"}),
                 "theta_sd": ("subject", th["sd"], {"long_name": "posterior SD of theta (last-layer Laplace, items at MAP)"}),
@@ -472,8 +534,17 @@ class PSNCalibrator(BaseCalibrator):
             attrs={"n_separated_pairs": n_separated_pairs(pa), "n_pairs": int(len(sub_ids) * (len(sub_ids) - 1) // 2)},
         )
 
-        P = ipost.features.shape[1]
+    def _posterior_group(self, a_n, beta_sd, mu: float, include_features: bool):
+        """``/posterior``: the Gaussians of the difficulty readout (b = b_offset + b_features @ w)
+        and of the ability readout, with the Laplace settings and evidences (and the split-half
+        check's figures when the temperature came from it). ``a_n``: native slopes after the
+        asymptote flip; ``beta_sd``: posterior SDs of the native difficulties; ``mu``: the theta
+        location of the bank's scale."""
+        import xarray as xr
+
+        ipost = self.item_posterior_
         apost = self.ability_posterior_
+        P = ipost.features.shape[1]
         post_vars = {
             "b_readout_mean": ("weight", np.asarray(ipost.mean), {"long_name": "posterior mean of the difficulty readout weights w"}),
             "b_readout_cov": (("weight", "weight_b"), np.asarray(ipost.covariance_weights), {"long_name": "posterior covariance of w"}),
@@ -509,18 +580,23 @@ class PSNCalibrator(BaseCalibrator):
                 "split_half_order_agreement": sh.order_agreement,
                 "split_half_expected_order_agreement": sh.expected_order_agreement,
             })
+        return posterior
+
+    def _calibration_group(self, sign):
+        """``/calibration``: the training curves and the fit's settings and diagnostics (``sign``:
+        the per-item asymptote flip, -1 for flipped items)."""
+        import xarray as xr
 
         hist = self.history_
-        epochs = np.arange(1, self.n_iter_ + 1)
         cal_vars = {
             "train_loss": ("epoch", self.loss_trace_, {"long_name": "mean mini-batch BCE over the epoch"}),
             "epoch_seconds": ("epoch", self.epoch_seconds_),
         }
         if self.validation_loss_curve_.size:
             cal_vars["validation_loss"] = ("epoch", self.validation_loss_curve_)
-        calibration = xr.Dataset(
+        return xr.Dataset(
             cal_vars,
-            coords={"epoch": epochs},
+            coords={"epoch": np.arange(1, self.n_iter_ + 1)},
             attrs={
                 "n_iter": int(self.n_iter_),
                 "converged": int(bool(self.converged_)),
@@ -534,32 +610,3 @@ class PSNCalibrator(BaseCalibrator):
                 "fit_seconds": float(self.elapsed_),
             },
         )
-        settings = self.bank_settings(standardize=standardize, include_features=include_features)
-        scale = {
-            "theta": "standardised over the calibration subjects' MAP abilities" if standardize else "native PSN-IRT network scale",
-            "location": mu,
-            "scale": sigma,
-            "native_to_bank": "theta = (theta_native - location) / scale; a = a_native * scale; b = -a_native * (beta - location)",
-            "ordered_asymptotes": "items with c > d were flipped: (a, c, d) -> (-a, d, c), an identical response function",
-        }
-        meta = dict(self.item_metadata_)
-        meta.update(item_metadata or {})
-        bank = self._bank_from_params(
-            "4pl",
-            bank_id,
-            settings,
-            scale,
-            item_metadata=meta or None,
-            subjects=subjects,
-            calibration=calibration,
-            posterior=posterior,
-            a=a,
-            b=b,
-            c=c,
-            d=d,
-            b_sd=b_sd,
-        )
-        from calibration.heldout import with_held_out_check
-
-        return with_held_out_check(self, bank, interval_check, standardize=standardize,
-                                   include_features=include_features, item_metadata=item_metadata)

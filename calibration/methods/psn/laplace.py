@@ -1,4 +1,4 @@
-"""Scoped last-layer Laplace posterior of PSN-IRT (docs/math.md §3, seed 002).
+"""Scoped last-layer Laplace posterior of PSN-IRT (docs/math.md §3; the Laplace-PSN-IRT paper, 2026).
 
 Two conditional Gaussian posteriors over readout weights, each with the other side at its MAP:
 
@@ -41,7 +41,7 @@ lambda_k the eigenvalues of the data part of H (computed once, so each evaluatio
 as laplace-torch's ``temperature``. With every observed cell in the GGN the last-layer posterior is
 very narrow (predictions at its draws equal the MAP's to three decimals on the seed-002 data);
 T = number of cells is the Laplace approximation of the *mean* loss the network was trained on
-(seed 002's setting); ``PSNCalibrator(temperature="split-half")`` chooses T from refits instead
+(the Laplace-PSN-IRT paper's setting); ``PSNCalibrator(temperature="split-half")`` chooses T from refits instead
 (``calibration.methods.psn.replication``).
 """
 

@@ -1,4 +1,4 @@
-"""Calibration check of the PSN-IRT Laplace posterior on held-out cells (seed 002, appendix A).
+"""Calibration check of the PSN-IRT Laplace posterior on held-out cells (the Laplace-PSN-IRT paper, 2026, appendix A).
 
 For every configuration the predictive probability of a held-out cell is the mean of the 4PL P
 over joint posterior draws (MAP: no draws):

@@ -35,6 +35,7 @@ import struct
 import zipfile
 import zlib
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 from catengine.responses.data import ResponseData
@@ -276,6 +277,165 @@ def _per_task(option, task: str, where: str):
     return option[task]
 
 
+@dataclass(frozen=True)
+class _Options:
+    """The per-sample settings of :func:`read_inspect_logs` (checked)."""
+
+    scorer: str | Mapping[str, str] | None
+    tokenizer: Callable | None
+    use_reasoning_tokens: bool
+    threshold: float | None
+    item_id: str
+
+
+def _checked_threshold(epoch, threshold, item_id: str) -> float | None:
+    """Check ``epoch``, ``threshold`` and the ``item_id`` template; returns the threshold as a float."""
+    if isinstance(epoch, bool) or not (epoch in _EPOCH_POLICIES or isinstance(epoch, int)):
+        raise ValueError(f"epoch must be one of {', '.join(map(repr, _EPOCH_POLICIES))} or an epoch number, got {epoch!r}")
+    if threshold is not None:
+        threshold = float(threshold)
+        if not 0.0 < threshold <= 1.0:
+            raise ValueError(f"threshold must lie in (0, 1], got {threshold}")
+    try:
+        item_id.format(task="t", id=0, model="m")
+    except (KeyError, IndexError, ValueError) as exc:
+        raise ValueError(f"item_id template {item_id!r} is invalid ({exc}); allowed fields: {', '.join(_ITEM_FIELDS)}") from None
+    return threshold
+
+
+def _only_scorer(samples, task: str, name: str) -> str:
+    """The one scorer used by a log's samples (several, or none, raise)."""
+    names: list[str] = []
+    for _, s in samples:
+        for scorer_name in (s.get("scores") or {}) if isinstance(s, dict) else ():
+            if scorer_name not in names:
+                names.append(scorer_name)
+    if len(names) != 1:
+        raise ValueError(
+            f"{name} (task {task!r}): "
+            + (f"several scorers ({', '.join(map(repr, names))}); pass scorer= (a name, or a mapping task -> name)"
+               if names else "no sample has a score")
+        )
+    return names[0]
+
+
+def _sample_cell(k: int, prefix: str, sample, chosen: str, model: str, opts: _Options):
+    """One sample's (id, epoch, where, correct, cot, cot source), or None for a sample that errored
+    without a score from ``chosen``; malformed samples raise."""
+    if not isinstance(sample, dict) or "id" not in sample:
+        raise ValueError(f"{prefix}: sample #{k} is not a sample object with an 'id'")
+    sid = sample["id"]
+    ep = sample.get("epoch", 1)
+    if isinstance(sid, bool) or not isinstance(sid, (str, int)):
+        raise ValueError(f"{prefix}: sample #{k} has id {sid!r}; Inspect sample ids are strings or integers")
+    if isinstance(ep, bool) or not isinstance(ep, int) or ep < 1:
+        raise ValueError(f"{prefix} sample id={sid!r}: epoch {ep!r} is not an epoch number (an integer >= 1)")
+    where = f"{prefix} sample id={sid!r} epoch={ep}"
+    scores = sample.get("scores") or {}
+    if not isinstance(scores, dict):
+        raise ValueError(f"{where}: 'scores' must be an object scorer -> score")
+    if chosen not in scores:
+        if sample.get("error"):
+            return None
+        raise ValueError(
+            f"{where}: no score from scorer {chosen!r} (this sample has: "
+            f"{', '.join(map(repr, scores)) or 'no scores'})"
+        )
+    score = scores[chosen]
+    value = score.get("value") if isinstance(score, dict) else score
+    correct = _score_value(value, where, chosen, opts.threshold)
+    cot, source = _cot(sample, model, where, opts.tokenizer, opts.use_reasoning_tokens)
+    return sid, ep, where, correct, cot, source
+
+
+def _add_pending(pending: dict, model: str, item: str, ep: int, cell: tuple) -> None:
+    """Keep ``cell`` = (correct, cot, where, task, file) as (model, item)'s answer of epoch ``ep``;
+    a second, different answer of the same epoch raises."""
+    epochs = pending.setdefault((model, item), {})
+    old = epochs.get(ep)
+    if old is None:
+        epochs[ep] = cell
+        return
+    correct, cot, where = cell[0], cell[1], cell[2]
+    c0, t0, w0 = old[0], old[1], old[2]
+    if not (c0 == correct and (t0 == cot or (math.isnan(t0) and math.isnan(cot)))):
+        raise ValueError(
+            f"duplicated sample: item {item!r} (epoch {ep}) of model {model!r} appears at {w0} "
+            f"({_cell_text(c0, t0)}) and at {where} ({_cell_text(correct, cot)}) with different values"
+        )
+
+
+def _read_one_log(path: Path, opts: _Options, pending: dict, inferred: list) -> FileReport:
+    """Read one log into ``pending`` ((model, item) -> epoch -> cell); a scorer inferred from the
+    log is appended to ``inferred`` as (file, task, scorer). Returns the file's report."""
+    spec, samples, status = _read_log(path)
+    task, model = spec.get("task"), spec.get("model")
+    if not isinstance(task, str) or not task or not isinstance(model, str) or not model:
+        raise ValueError(f"{path.name}: the eval header lacks 'task' or 'model' (got task={task!r}, model={model!r})")
+    if not samples:
+        raise ValueError(f"{path.name}: the log has no samples")
+    chosen = _per_task(opts.scorer, task, path.name)
+    if chosen is None:
+        chosen = _only_scorer(samples, task, path.name)
+        if opts.scorer is None:
+            inferred.append((path.name, task, chosen))
+    used, missing, sources = 0, 0, []
+    for k, (prefix, sample) in enumerate(samples):
+        cell = _sample_cell(k, prefix, sample, chosen, model, opts)
+        if cell is None:
+            missing += 1
+            continue
+        sid, ep, where, correct, cot, source = cell
+        sources.append(source)
+        item = opts.item_id.format(task=task, id=sid, model=model)
+        _add_pending(pending, model, item, ep, (correct, cot, where, task, path.name))
+        used += 1
+    return FileReport(
+        path=str(path),
+        subject=model,
+        task=task,
+        rows_read=len(samples),
+        rows_used=used,
+        metric=chosen,
+        cot_source=_join_sources(sources),
+        n_missing=missing,
+        status=status,
+    )
+
+
+def _check_inferred_scorers(inferred: list) -> None:
+    """Scorers inferred file by file must agree (else the caller confirms them with a mapping)."""
+    distinct = {m for _, _, m in inferred}
+    if len(distinct) > 1:
+        listing = "; ".join(f"{f} (task {t!r}): {m!r}" for f, t, m in inferred)
+        raise ValueError(
+            f"mixed scorers across files: {listing}; pass scorer= with one name, or a mapping task -> "
+            f"scorer to confirm, e.g. scorer={ {t: m for _, t, m in inferred}!r}"
+        )
+
+
+def _assemble(pending: dict, epoch) -> _Assembler:
+    """One answer per (model, item) by the ``epoch`` policy, gathered into an assembler."""
+    assembler = _Assembler()
+    for (model, item), epochs in pending.items():
+        if epoch == "error" and len(epochs) > 1:
+            first = epochs[min(epochs)]
+            raise ValueError(
+                f"sample {item!r} of model {model!r} was run for {len(epochs)} epochs "
+                f"({', '.join(map(str, sorted(epochs)))}; first at {first[2]}); pass epoch='first' "
+                "(or an epoch number) to keep one"
+            )
+        if isinstance(epoch, int):
+            if epoch not in epochs:
+                continue
+            chosen_epoch = epoch
+        else:
+            chosen_epoch = min(epochs)
+        correct, cot, where, task, fname = epochs[chosen_epoch]
+        assembler.add(model, item, correct, cot, where, benchmark=task, file=fname)
+    return assembler
+
+
 def read_inspect_logs(
     paths,
     *,
@@ -305,120 +465,13 @@ def read_inspect_logs(
     expected_items : item ids (or a bank); log items outside it raise; columns follow its order.
     return_report : also return a :class:`~catengine.responses.readers.ReadReport`.
     """
-    if isinstance(epoch, bool) or not (epoch in _EPOCH_POLICIES or isinstance(epoch, int)):
-        raise ValueError(f"epoch must be one of {', '.join(map(repr, _EPOCH_POLICIES))} or an epoch number, got {epoch!r}")
-    if threshold is not None:
-        threshold = float(threshold)
-        if not 0.0 < threshold <= 1.0:
-            raise ValueError(f"threshold must lie in (0, 1], got {threshold}")
-    try:
-        item_id.format(task="t", id=0, model="m")
-    except (KeyError, IndexError, ValueError) as exc:
-        raise ValueError(f"item_id template {item_id!r} is invalid ({exc}); allowed fields: {', '.join(_ITEM_FIELDS)}") from None
-
+    threshold = _checked_threshold(epoch, threshold, item_id)
+    opts = _Options(scorer, tokenizer, use_reasoning_tokens, threshold, item_id)
     # (subject, item) -> epoch -> (correct, cot, where, task, file)
     pending: dict[tuple[str, str], dict[int, tuple]] = {}
     reports: list[FileReport] = []
     inferred: list[tuple[str, str, str]] = []
     for path in _list_files(paths, ("*.json", "*.eval"), "Inspect log"):
-        spec, samples, status = _read_log(path)
-        task, model = spec.get("task"), spec.get("model")
-        if not isinstance(task, str) or not task or not isinstance(model, str) or not model:
-            raise ValueError(f"{path.name}: the eval header lacks 'task' or 'model' (got task={task!r}, model={model!r})")
-        if not samples:
-            raise ValueError(f"{path.name}: the log has no samples")
-        chosen = _per_task(scorer, task, path.name)
-        if chosen is None:
-            names: list[str] = []
-            for _, s in samples:
-                for name in (s.get("scores") or {}) if isinstance(s, dict) else ():
-                    if name not in names:
-                        names.append(name)
-            if len(names) != 1:
-                raise ValueError(
-                    f"{path.name} (task {task!r}): "
-                    + (f"several scorers ({', '.join(map(repr, names))}); pass scorer= (a name, or a mapping task -> name)"
-                       if names else "no sample has a score")
-                )
-            chosen = names[0]
-            if scorer is None:
-                inferred.append((path.name, task, chosen))
-        used, missing, sources = 0, 0, []
-        for k, (prefix, sample) in enumerate(samples):
-            if not isinstance(sample, dict) or "id" not in sample:
-                raise ValueError(f"{prefix}: sample #{k} is not a sample object with an 'id'")
-            sid = sample["id"]
-            ep = sample.get("epoch", 1)
-            if isinstance(sid, bool) or not isinstance(sid, (str, int)):
-                raise ValueError(f"{prefix}: sample #{k} has id {sid!r}; Inspect sample ids are strings or integers")
-            if isinstance(ep, bool) or not isinstance(ep, int) or ep < 1:
-                raise ValueError(f"{prefix} sample id={sid!r}: epoch {ep!r} is not an epoch number (an integer >= 1)")
-            where = f"{prefix} sample id={sid!r} epoch={ep}"
-            scores = sample.get("scores") or {}
-            if not isinstance(scores, dict):
-                raise ValueError(f"{where}: 'scores' must be an object scorer -> score")
-            if chosen not in scores:
-                if sample.get("error"):
-                    missing += 1
-                    continue
-                raise ValueError(
-                    f"{where}: no score from scorer {chosen!r} (this sample has: "
-                    f"{', '.join(map(repr, scores)) or 'no scores'})"
-                )
-            score = scores[chosen]
-            value = score.get("value") if isinstance(score, dict) else score
-            correct = _score_value(value, where, chosen, threshold)
-            cot, source = _cot(sample, model, where, tokenizer, use_reasoning_tokens)
-            sources.append(source)
-            item = item_id.format(task=task, id=sid, model=model)
-            epochs = pending.setdefault((model, item), {})
-            old = epochs.get(ep)
-            if old is not None:
-                c0, t0, w0 = old[0], old[1], old[2]
-                if not (c0 == correct and (t0 == cot or (math.isnan(t0) and math.isnan(cot)))):
-                    raise ValueError(
-                        f"duplicated sample: item {item!r} (epoch {ep}) of model {model!r} appears at {w0} "
-                        f"({_cell_text(c0, t0)}) and at {where} ({_cell_text(correct, cot)}) with different values"
-                    )
-            else:
-                epochs[ep] = (correct, cot, where, task, path.name)
-            used += 1
-        reports.append(
-            FileReport(
-                path=str(path),
-                subject=model,
-                task=task,
-                rows_read=len(samples),
-                rows_used=used,
-                metric=chosen,
-                cot_source=_join_sources(sources),
-                n_missing=missing,
-                status=status,
-            )
-        )
-    distinct = {m for _, _, m in inferred}
-    if len(distinct) > 1:
-        listing = "; ".join(f"{f} (task {t!r}): {m!r}" for f, t, m in inferred)
-        raise ValueError(
-            f"mixed scorers across files: {listing}; pass scorer= with one name, or a mapping task -> "
-            f"scorer to confirm, e.g. scorer={ {t: m for _, t, m in inferred}!r}"
-        )
-
-    assembler = _Assembler()
-    for (model, item), epochs in pending.items():
-        if epoch == "error" and len(epochs) > 1:
-            first = epochs[min(epochs)]
-            raise ValueError(
-                f"sample {item!r} of model {model!r} was run for {len(epochs)} epochs "
-                f"({', '.join(map(str, sorted(epochs)))}; first at {first[2]}); pass epoch='first' "
-                "(or an epoch number) to keep one"
-            )
-        if isinstance(epoch, int):
-            if epoch not in epochs:
-                continue
-            chosen_epoch = epoch
-        else:
-            chosen_epoch = min(epochs)
-        correct, cot, where, task, fname = epochs[chosen_epoch]
-        assembler.add(model, item, correct, cot, where, benchmark=task, file=fname)
-    return _finish(assembler, reports, expected_items, return_report)
+        reports.append(_read_one_log(path, opts, pending, inferred))
+    _check_inferred_scorers(inferred)
+    return _finish(_assemble(pending, epoch), reports, expected_items, return_report)
