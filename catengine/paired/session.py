@@ -209,7 +209,17 @@ class PairedSession:
     def __init__(self, bank, *, stopping=None, margin: float = 0.01, alpha: float = 0.05, rng=None, log=None,
                  subjects=("a", "b"), items=None, uniform_share: float = DEFAULT_UNIFORM_SHARE,
                  power_tuning: bool = True, confidence: str = "betting", truncation: float = DEFAULT_TRUNCATION,
-                 fsync: bool = False, _known=None, _writer=None):
+                 fsync: bool = False):
+        self._set_up(bank, None, stopping=stopping, margin=margin, alpha=alpha, rng=rng, log=log, subjects=subjects,
+                     items=items, uniform_share=uniform_share, power_tuning=power_tuning, confidence=confidence,
+                     truncation=truncation, fsync=fsync)
+
+    def _set_up(self, bank, known, *, stopping=None, margin: float = 0.01, alpha: float = 0.05, rng=None, log=None,
+                subjects=("a", "b"), items=None, uniform_share: float = DEFAULT_UNIFORM_SHARE, power_tuning: bool = True,
+                confidence: str = "betting", truncation: float = DEFAULT_TRUNCATION, fsync: bool = False) -> None:
+        """The constructor's work; ``known``: side b's recorded answers when it is a calibration LLM
+        (:meth:`against_calibration`), else None."""
+        _known = known
         self.bank = bank
         self.params = bank.params
         self.stopping = _stopping(stopping)
@@ -279,10 +289,8 @@ class PairedSession:
         self._cot_answered = 0.0  # sum of (T_a - T_b) over the answered items (None once a length is missing)
 
         self._owns_writer = False
-        self._writer = _writer
+        self._writer = None
         if log is not None:
-            if _writer is not None:
-                raise ValueError("pass either log or _writer")
             self._writer = LogWriter(log, fsync=fsync)
             self._owns_writer = True
             self._writer.write(self._header())
@@ -316,8 +324,10 @@ class PairedSession:
         cols = [by_id[i] for i in chosen]
         known = {"subject": subject, "correct": correct[cols],
                  "cot": None if cots is None or np.any(~np.isfinite(cots[cols])) else cots[cols]}
-        return cls(bank, subjects=(name, subject), items=chosen if len(chosen) < bank.n_items or items is not None else None,
-                   _known=known, **kwargs)
+        self = cls.__new__(cls)
+        self._set_up(bank, known, subjects=(name, subject),
+                     items=chosen if len(chosen) < bank.n_items or items is not None else None, **kwargs)
+        return self
 
     # ------------------------------------------------------------------ views
     @property

@@ -62,8 +62,8 @@ def regrade_log(log, *, bank=None, grader=None, content=None) -> RegradeReport:
     if not bank.has_content:
         raise SessionLogError(f"bank {bank.bank_id!r} holds no item content: its replies cannot be regraded")
     items = item_table(bank)
-    sessions = replay_events(log, contents, lambda name, rng: CATSession(bank, subject=name, rng=rng, _items=items,
-                                                                          **strategies))
+    sessions = replay_events(log, contents, lambda name, rng: CATSession.sharing(items, bank, subject=name, rng=rng,
+                                                                                  **strategies))
     if len(sessions) != 1:
         raise SessionLogError(f"{log} holds {len(sessions)} sessions; a run log holds one")
     original = next(iter(sessions.values()))

@@ -31,31 +31,32 @@ class Engine:
 
     All sessions share the bank, the strategies (``selector``, ``estimator``, ``stopping``,
     ``exposure``, as for ``CATSession``) and, with ``log=path``, one append-only JSONL log.
-    ``rng`` (int | Generator | None) seeds the engine; each subject's generator is derived from
-    it and the subject id, so a subject's draws do not depend on the order subjects arrive in.
+    ``rng`` (int | Generator | SeedSequence | None) seeds the engine; each subject's generator is
+    derived from its entropy and the subject id, so a subject's draws do not depend on the order
+    subjects arrive in (a log records the entropy; :meth:`resume` passes it back as a SeedSequence).
     """
 
     def __init__(self, bank, *, selector=None, estimator=None, stopping=None, exposure=(), rng=None,
-                 log=None, fsync: bool = False, _writer=None, _seed_entropy=None):
+                 log=None, fsync: bool = False):
         self.bank = bank
         self.items = item_table(bank)
         self._strategies = {"selector": selector, "estimator": estimator, "stopping": stopping, "exposure": exposure}
-        if _seed_entropy is not None:
-            entropy = int(_seed_entropy)
+        if isinstance(rng, np.random.SeedSequence):
+            entropy = int(rng.entropy)
         elif isinstance(rng, np.random.Generator):
             entropy = int(rng.integers(2**63))
         elif rng is None or is_integer(rng):
             entropy = int(np.random.SeedSequence(rng).entropy)
         else:
-            raise TypeError(f"rng must be a numpy Generator, an int seed or None, got {type(rng).__name__}")
+            raise TypeError(f"rng must be a numpy Generator, SeedSequence, an int seed or None, got {type(rng).__name__}")
         self._entropy = entropy
         self.sessions: dict[str, CATSession] = {}
         # a throwaway session validates the strategies against the bank and resolves the defaults
-        probe = CATSession(bank, _items=self.items, **self._strategies)
+        probe = CATSession.sharing(self.items, bank, **self._strategies)
         self._strategies = {"selector": probe.selector, "estimator": probe.estimator, "stopping": probe.stopping,
                             "exposure": probe.exposure}
         self._config = probe.config()
-        self._writer = _writer
+        self._writer = None
         if log is not None:
             self._writer = LogWriter(log, fsync=fsync)
             self._writer.write(make_header(bank, self.items, self._config, seed_entropy=self._entropy))
@@ -86,8 +87,8 @@ class Engine:
         subject = self._check_subject(subject)
         session = self.sessions.get(subject)
         if session is None:
-            session = CATSession(self.bank, subject=subject, rng=self._subject_rng(subject), _items=self.items,
-                                 _writer=self._writer, **self._strategies)
+            session = CATSession.sharing(self.items, self.bank, writer=self._writer, subject=subject,
+                                         rng=self._subject_rng(subject), **self._strategies)
             self.sessions[subject] = session
         return session
 
@@ -136,10 +137,11 @@ class Engine:
         writer = lock_for_resume(log, fsync)
         try:
             contents, bank, strategies = read_for_resume(log, bank)
-            engine = cls(bank, _seed_entropy=contents.header.get("seed_entropy"), **strategies)
+            entropy = contents.header.get("seed_entropy")
+            engine = cls(bank, rng=None if entropy is None else np.random.SeedSequence(int(entropy)), **strategies)
             engine.sessions.update(replay_events(
                 log, contents,
-                lambda subject, rng: CATSession(bank, subject=subject, rng=rng, _items=engine.items, **engine._strategies),
+                lambda subject, rng: CATSession.sharing(engine.items, bank, subject=subject, rng=rng, **engine._strategies),
             ))
             engine._writer = attach_writer(writer, engine.sessions.values())
         except BaseException:

@@ -257,9 +257,26 @@ class CATSession:
 
     def __init__(self, bank, *, selector: ItemSelector | None = None, estimator: TraitEstimator | None = None,
                  stopping: StoppingRule | None = None, exposure=(), rng=None, subject: str = "subject",
-                 log=None, fsync: bool = False, _items: ItemTable | None = None, _writer=None):
+                 log=None, fsync: bool = False):
+        self._set_up(bank, item_table(bank), selector=selector, estimator=estimator, stopping=stopping,
+                     exposure=exposure, rng=rng, subject=subject, log=log, fsync=fsync)
+
+    @classmethod
+    def sharing(cls, items: ItemTable, bank, *, writer=None, **options) -> "CATSession":
+        """A session on the item table ``items`` of ``bank`` that another object already built (an
+        :class:`~catengine.session.Engine`'s subjects share one), appending to ``writer``, an open
+        shared log (whose header the owner wrote), when given. ``options`` as for the constructor
+        (not ``log``)."""
+        if "log" in options:
+            raise TypeError("a session sharing a log writer takes no log of its own")
+        self = cls.__new__(cls)
+        self._set_up(bank, items, writer=writer, **options)
+        return self
+
+    def _set_up(self, bank, items: ItemTable, *, selector=None, estimator=None, stopping=None, exposure=(), rng=None,
+                subject: str = "subject", log=None, fsync: bool = False, writer=None) -> None:
         self.bank = bank
-        self.items = _items if _items is not None else item_table(bank)
+        self.items = items
         self.params = self.items.params
         self.subject = str(subject)
         self.selector = selector if selector is not None else default_selector_for(self.items)
@@ -289,10 +306,8 @@ class CATSession:
         self._replaying = False
         # the log: a standalone session writes its own header; an Engine passes its shared writer
         self._owns_writer = False
-        self._writer = _writer
+        self._writer = writer
         if log is not None:
-            if _writer is not None:
-                raise ValueError("pass either log or _writer")
             self._writer = LogWriter(log, fsync=fsync)
             self._owns_writer = True
             self._writer.write(make_header(bank, self.items, self.config()))
@@ -841,7 +856,7 @@ class CATSession:
             contents, bank, strategies = read_for_resume(log, bank)
             items = item_table(bank)
             sessions = replay_events(
-                log, contents, lambda name, rng: cls(bank, subject=name, rng=rng, _items=items, **strategies)
+                log, contents, lambda name, rng: cls.sharing(items, bank, subject=name, rng=rng, **strategies)
             )
             subjects = list(sessions)
             if subject is None:
