@@ -57,3 +57,14 @@ def test_no_function_is_longer_than_100_lines():
     offenders = _long_functions()
     assert not offenders, (f"{len(offenders)} function(s) longer than {MAX_LINES} lines (split them into steps "
                            "that can be read and tested alone):\n" + "\n".join(f"  {n:4d} lines  {where}" for n, where in offenders))
+
+
+def test_no_command_module_is_over_300_lines():
+    """The command-line layer stays thin: every module of ``catengine/cli/`` and ``calibration/cli/``
+    and every command module registered from a package (``commands.py``, ``*_command.py``) is at
+    most 300 lines."""
+    modules = [*(ROOT / "catengine" / "cli").glob("*.py"), *(ROOT / "calibration" / "cli").glob("*.py"),
+               *(ROOT / "catengine").rglob("commands.py"), *(ROOT / "catengine").rglob("*_command.py")]
+    assert len(modules) >= 15
+    long = {str(p.relative_to(ROOT)): n for p in modules if (n := len(p.read_text(encoding="utf-8").splitlines())) > 300}
+    assert not long, long

@@ -73,7 +73,7 @@ def build_parser() -> argparse.ArgumentParser:
     bk.add_argument("--no-shipped", action="store_true", help="list only the banks under DIR")
     bk.set_defaults(func=run_banks_command)
 
-    from catengine.adapters.lm_eval import add_subcommand as add_lm_eval
+    from catengine.adapters.lm_eval_command import add_subcommand as add_lm_eval
     from catengine.runner.commands import add_subcommands as add_run
 
     add_run(sub, add_strategy_options=add_strategy_options, strategies=strategies, open_bank=open_bank)
