@@ -156,8 +156,8 @@ def check_methods_identical() -> None:
 
 def _cell_costs_measured(study, reps: int) -> dict:
     """{(bank, method, N): seconds per record} measured here (first ability, first missingness)."""
+    from calibration.audit import recovery_task
     from calibration.audit.study import study_tasks
-    from calibration.audit.recovery import _recovery_task
 
     _, _, tasks, _ = study_tasks(study, 2026)
     first_ability, first_missing = study.abilities[0], study.missingness[0]
@@ -166,7 +166,7 @@ def _cell_costs_measured(study, reps: int) -> dict:
         cell = (key["bank"], key["method"], key["n_subjects"])
         if key["ability"] != first_ability or key["missingness"] != first_missing or key["replication"] >= reps:
             continue
-        t, record = _timed(lambda: _recovery_task(payload))
+        t, record = _timed(lambda: recovery_task(payload))
         costs.setdefault(cell, []).append(t)
         state = "failed: " + str(record["error"].values)[:60] if int(record["failed"]) else "ok"
         print(f"  measured {cell}: {t:.1f} s ({state})", flush=True)

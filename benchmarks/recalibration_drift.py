@@ -4,7 +4,7 @@
     python benchmarks/recalibration_drift.py --held-out 3 --prior none --correction bh
 
 For each held-out LLM L of ChemBench (22 LLMs x 2,854 items): fit a cBMM bank on the other 21
-LLMs (defaults, responses kept), then ``calibration.recalibrate`` it with L's answers merged in
+LLMs (defaults, responses kept), then ``calibration.recalibration`` it with L's answers merged in
 (Stocking-Lord linking, default drift test). Nothing about the items changed, so every flagged
 item is a false alarm; the script prints the share of common items flagged per run and overall,
 and, side by side, the share the plain threshold rule (|da| or |db| > 0.5, no SEs) would flag on the same
@@ -23,7 +23,7 @@ import pandas as pd
 
 from calibration.data import ResponseData
 from calibration.methods.cbmm.calibrator import CBMMCalibrator
-from calibration.recalibrate import RecalibrationConfig, recalibrate
+from calibration.recalibration import RecalibrationConfig, recalibrate
 from catengine import open_item_bank, write_item_bank
 
 from _paths import CHEMBENCH

@@ -61,10 +61,10 @@ def anchor_items(train_correct, k, restarts, rng):
 
 
 def main(argv=None) -> int:
-    from score_factor_choices import print_method_table, record_seed_ratios, replay
+    from score_factor_choices import fold_splits, print_method_table, record_seed_ratios, replay
     from score_prediction import load
 
-    from calibration.heldout import fit_score_factors, llm_folds
+    from calibration.heldout import fit_score_factors
     from catengine.models.score_factors import ScoreFactors
     from catengine.scoring import predict_accuracy_factors, random_mean_mae
 
@@ -81,12 +81,9 @@ def main(argv=None) -> int:
     ratio = {}  # (seed, k, method) -> MAE / random's
     for seed in seeds:
         rng = np.random.default_rng(2000 + seed)
-        fold_rows = llm_folds(data.llm_groups, args.folds, seed)
         err = {(k, m): [] for k in LENGTHS for m in METHODS}
         base = {k: [] for k in LENGTHS}
-        for f in range(args.folds):
-            test = fold_rows[f]
-            train = np.setdiff1d(np.arange(N), test)
+        for test, train in fold_splits(data.llm_groups, N, args.folds, seed):
             fit = fit_score_factors(data.correct[train], 2)
             factors = ScoreFactors(fit.loadings, fit.intercepts)
             anchors = {k: anchor_items(Y[train], k, args.restarts, rng) for k in LENGTHS}
@@ -101,9 +98,7 @@ def main(argv=None) -> int:
                     err[(k, METHODS[1])].append(abs(plug_in.mean / J - truth))
                     err[(k, METHODS[2])].append(abs(adaptive[(k, "mode")] - truth))
         record_seed_ratios(ratio, seed, err, base, METHODS)
-    print(f"\nMATH500, whole LLMs held out, {args.folds} folds, seeds {seeds}: MAE / random-mean's MAE "
-          f"(average over seeds; range), {time.perf_counter() - t0:.0f} s")
-    print_method_table(ratio, METHODS, seeds, LENGTHS)
+    print_method_table(ratio, METHODS, seeds, LENGTHS, f"whole LLMs held out, {args.folds} folds", t0)
     return 0
 
 

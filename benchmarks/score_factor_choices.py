@@ -42,6 +42,15 @@ def mean_and_range(values) -> str:
     return f"{r.mean():.3f} ({r.min():.3f}-{r.max():.3f})"
 
 
+def fold_splits(groups, n: int, folds: int, seed: int) -> list:
+    """[(held-out rows, training rows)] of each fold of ``llm_folds``'s split of ``n`` runs into ``folds``
+    folds of whole LLMs (``groups``) for ``seed``."""
+    from calibration.heldout import llm_folds
+
+    fold_rows = llm_folds(groups, folds, seed)
+    return [(fold_rows[f], np.setdiff1d(np.arange(n), fold_rows[f])) for f in range(folds)]
+
+
 def record_seed_ratios(ratio, seed, err, base, methods):
     """``ratio[(seed, k, method)]`` = MAE / random-mean's MAE from one seed's errors ``err[(k, method)]``
     and yardsticks ``base[k]``; prints the seed's k = 25 ratios to stderr (progress)."""
@@ -51,9 +60,18 @@ def record_seed_ratios(ratio, seed, err, base, methods):
           file=sys.stderr, flush=True)
 
 
-def print_method_table(ratio, methods, seeds, lengths, reference="default"):
-    """Print ``ratio[(seed, k, method)]`` as one row per method (average over seeds with the range,
-    one column per k), then on how many seeds each other method beat ``reference`` at k = 25."""
+def print_ratio_heading(setting: str, seeds, t0: float, against: str = "") -> None:
+    """The heading of a table of MAE / random-mean's MAE ratios on MATH500: the ``setting``, the seeds,
+    what the ratios are measured ``against`` (if anything) and the seconds since ``t0``."""
+    print(f"\nMATH500, {setting}, seeds {seeds}: MAE / random-mean's MAE{against} (average over seeds; range), "
+          f"{time.perf_counter() - t0:.0f} s")
+
+
+def print_method_table(ratio, methods, seeds, lengths, setting: str, t0: float, reference="default"):
+    """Print :func:`print_ratio_heading`, then ``ratio[(seed, k, method)]`` as one row per method
+    (average over seeds with the range, one column per k), then on how many seeds each other method
+    beat ``reference`` at k = 25."""
+    print_ratio_heading(setting, seeds, t0)
     width = max(len("prediction"), *(len(m) for m in methods))
     print(f"{'prediction':>{width}} " + " ".join(f"{'k=' + str(k):>20}" for k in lengths))
     for m in methods:
@@ -91,7 +109,7 @@ def main(argv=None) -> int:
     from catengine.scoring import random_mean_mae
     from score_prediction import load
 
-    from calibration.heldout import fit_score_factors, llm_folds
+    from calibration.heldout import fit_score_factors
     from catengine.models.score_factors import ScoreFactors
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -113,13 +131,11 @@ def main(argv=None) -> int:
     N, J = Y.shape
     ratio = {}  # (variance, seed, k, centre) -> MAE / random's
     for seed in seeds:
-        fold_rows = llm_folds(data.llm_groups, args.folds, seed)  # both prompt runs of an LLM in one fold
+        splits = fold_splits(data.llm_groups, N, args.folds, seed)  # both prompt runs of an LLM in one fold
         for v in variances:
             err = {(k, c): [] for k in LENGTHS for c in CENTRES}
             base = {k: [] for k in LENGTHS}
-            for f in range(args.folds):
-                test = fold_rows[f]
-                train = np.setdiff1d(np.arange(N), test)
+            for test, train in splits:
                 fit = fit_score_factors(data.correct[train], args.dims, slope_variance=v)
                 factors = ScoreFactors(fit.loadings, fit.intercepts)
                 for i in test:
@@ -133,8 +149,7 @@ def main(argv=None) -> int:
             print(f"seed {seed}, slope variance {v:g}: " + "  ".join(
                 f"k={k} mode {ratio[(v, seed, k, 'mode')]:.3f} mean {ratio[(v, seed, k, 'mean')]:.3f}" for k in LENGTHS),
                 file=sys.stderr, flush=True)
-    print(f"\nMATH500, d = {args.dims}, {args.folds} folds, seeds {seeds}: MAE / random-mean's MAE "
-          f"(average over seeds; range), {time.perf_counter() - t0:.0f} s")
+    print_ratio_heading(f"d = {args.dims}, {args.folds} folds", seeds, t0)
     print(f"{'slope var':>9} {'centre':>6} " + " ".join(f"{'k=' + str(k):>20}" for k in LENGTHS))
     for v in variances:
         for c in CENTRES:
@@ -195,9 +210,8 @@ def learning_curve(args) -> int:
             ratio[(n, seed, k)] = float(np.mean(e) / np.mean(base[k]))
         print(f"seed {seed}: " + "  ".join(f"{n} LLMs {ratio[(n, seed, 25)]:.3f}" for n in sizes) + "  (k=25)",
               file=sys.stderr, flush=True)
-    print(f"\nMATH500, d = {args.dims}, slope variance {variance:g}, {args.folds} folds, seeds {seeds}: "
-          f"MAE / random-mean's MAE against the calibration LLMs per fold bank (average over seeds; range), "
-          f"{time.perf_counter() - t0:.0f} s")
+    print_ratio_heading(f"d = {args.dims}, slope variance {variance:g}, {args.folds} folds", seeds, t0,
+                        " against the calibration LLMs per fold bank")
     print(f"{'train LLMs':>10} " + " ".join(f"{'k=' + str(k):>20}" for k in LENGTHS))
     for n in sizes:
         cells = [mean_and_range([ratio[(n, s, k)] for s in seeds]) for k in LENGTHS]

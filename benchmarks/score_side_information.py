@@ -90,10 +90,10 @@ def factor_mode(loadings, intercepts, answers, prior_mean, prior_precision, star
 
 
 def main(argv=None) -> int:
-    from score_factor_choices import print_method_table, record_seed_ratios
+    from score_factor_choices import fold_splits, print_method_table, record_seed_ratios
     from score_prediction import load
 
-    from calibration.heldout import fit_score_factors, llm_folds
+    from calibration.heldout import fit_score_factors
     from catengine.models.score_factors import ScoreFactors
     from catengine.scoring import predict_accuracy_factors, random_mean_mae
 
@@ -112,12 +112,9 @@ def main(argv=None) -> int:
     N, J = Y.shape
     ratio = {}
     for seed in seeds:
-        fold_rows = llm_folds(data.llm_groups, args.folds, seed)
         err = {(k, m): [] for k in LENGTHS for m in methods}
         base = {k: [] for k in LENGTHS}
-        for f in range(args.folds):
-            test = fold_rows[f]
-            train = np.setdiff1d(np.arange(N), test)
+        for test, train in fold_splits(data.llm_groups, N, args.folds, seed):
             fit = fit_score_factors(data.correct[train], 2)
             G, h = fit.loadings, fit.intercepts
             factors = ScoreFactors(G, h)
@@ -163,9 +160,8 @@ def main(argv=None) -> int:
                     for name, value in pred.items():
                         err[(step, name)].append(abs(value - truth))
         record_seed_ratios(ratio, seed, err, base, methods)
-    print(f"\nMATH500, two score factors, D-optimal items, {args.folds} folds by LLM, seeds {seeds}: "
-          f"MAE / random-mean's MAE (average over seeds; range), {time.perf_counter() - t0:.0f} s")
-    print_method_table(ratio, methods, seeds, LENGTHS)
+    print_method_table(ratio, methods, seeds, LENGTHS, f"two score factors, D-optimal items, {args.folds} folds by LLM",
+                       t0)
     return 0
 
 

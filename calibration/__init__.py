@@ -18,10 +18,10 @@ _LAZY = {
     "LaRTSAEMCalibrator": "calibration.methods.lart",
     "PSNCalibrator": "calibration.methods.psn",
     "load_responses": "calibration.io",
-    "RecalibrationConfig": "calibration.recalibrate",
-    "recalibrate": "calibration.recalibrate",
-    "diff_banks": "calibration.recalibrate",
-    "merge_responses": "calibration.recalibrate",
+    "RecalibrationConfig": "calibration.recalibration",
+    "recalibrate": "calibration.recalibration",
+    "diff_banks": "calibration.recalibration",
+    "merge_responses": "calibration.recalibration",
     "link": "calibration.linking",
     "read_lm_eval_samples": "calibration.readers",
     "read_inspect_logs": "calibration.readers",
@@ -29,18 +29,16 @@ _LAZY = {
     "DataCheck": "calibration.data_check",
 }
 
-__all__ = [
-    "BaseCalibrator",
-    "ConvergenceWarning",
-    "NotFittedError",
-    "ResponseData",
-    "SimulationTruth",
-    "draw_abilities",
-    "draw_item_params",
-    "simulate_dataset",
-    "simulate_responses",
-    *_LAZY,
-]
+_LAZY.update({
+    "with_held_out_check": "calibration.heldout",
+    "cross_fit_intervals": "calibration.heldout",
+    "recovery_audit": "calibration.audit",
+    "cat_audit": "calibration.audit",
+    "replay_audit": "calibration.audit",
+    "short_form_audit": "calibration.audit",
+})
+
+__all__ = ["BaseCalibrator", "ConvergenceWarning", "NotFittedError", "ResponseData", *_LAZY]
 
 
 __getattr__, __dir__ = lazy_attributes(__name__, _LAZY, __all__)

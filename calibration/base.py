@@ -27,6 +27,16 @@ Every fitted calibrator exposes the same attributes (the contract suite
 ``elapsed_``        seconds spent in ``fit``
 ==================  ============================================================================
 
+Every method exports through one template, :meth:`BaseCalibrator.to_item_bank` ``(bank_id, *,
+interval_check="auto", item_metadata=None, keep_responses=False, **options)``: it checks the fit,
+asks the method's hook ``_bank_parts(**options)`` for what only the method knows (a
+:class:`BankParts`: response model, recorded settings, scale record, parameter arrays, item flags,
+the ``/subjects``, ``/calibration`` and ``/posterior`` groups), builds the bank with the fit's
+provenance, runs the held-out check (``calibration.heldout.with_held_out_check``, whose fold refits
+export with the same options) and keeps the training responses when asked. ``options`` are the
+keyword arguments the hook declares (cBMM ``include_subjects``; SAEM ``scale``; PSN ``standardize``,
+``include_features``), listed by :meth:`~BaseCalibrator.bank_options`.
+
 Settings serialise one way: :meth:`~BaseCalibrator.to_config` gives ``{"type": method name,
 setting: JSON value, ...}`` (the engine's strategy-config pattern, ``catengine.session.config``)
 and :meth:`~BaseCalibrator.from_config` rebuilds an equal calibrator. A bank stores the settings
@@ -41,7 +51,7 @@ import inspect
 import time
 import warnings
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import numpy as np
@@ -159,6 +169,25 @@ def _json_value(value):
     if isinstance(value, tuple):
         return [_json_value(v) for v in value]
     return value
+
+
+@dataclass
+class BankParts:
+    """What a method's ``_bank_parts`` hook gives :meth:`BaseCalibrator.to_item_bank`.
+
+    ``response_model`` of the bank; ``settings``: its ``calibration_settings`` (usually
+    :meth:`BaseCalibrator.bank_settings`); ``scale``: its ``scale`` record; ``arrays``: the
+    keyword arguments of ``ItemBank.from_params`` for the item parameters, their uncertainty
+    (``a_sd``, ..., ``uncertainty_method``), ``rho`` and ``cot_offset``; ``item_vars``: per-item
+    flags and counts; ``groups``: the ``subjects``, ``calibration`` and ``posterior`` datasets
+    (None or left out: the bank has no such group)."""
+
+    response_model: str
+    settings: dict
+    scale: dict
+    arrays: dict
+    item_vars: dict | None = None
+    groups: dict = field(default_factory=dict)
 
 
 # ----------------------------------------------------------------------------- template
@@ -305,6 +334,51 @@ class BaseCalibrator(ABC):
             **content,
         )
 
+    # ------------------------------------------------------------------ export
+    def to_item_bank(self, bank_id: str, *, interval_check="auto", item_metadata: dict | None = None,
+                     keep_responses: bool = False, **options):
+        """The fitted :class:`catengine.ItemBank` (not yet written; see ``catengine.write_item_bank``).
+
+        ``interval_check`` ("auto" | True | False): run the held-out check and store it
+        (``calibration.heldout.with_held_out_check``; 5 refits plus replays; "auto" runs it when the
+        calibration has enough LLMs, else the bank records why not). ``item_metadata``: per-item
+        string fields (name -> (J,) values) added to, or replacing, those of the responses.
+        ``keep_responses``: keep the training responses as ``/responses`` (what recalibration
+        merges with). ``options``: the method's own export options (:meth:`bank_options`; cBMM
+        ``include_subjects``, SAEM ``scale``, PSN ``standardize`` and ``include_features``); the
+        check's fold banks are made with the same ``item_metadata`` and ``options``.
+        """
+        self._check_fitted()
+        unknown = sorted(set(options) - set(self.bank_options()))
+        if unknown:
+            raise TypeError(f"{type(self).__name__}.to_item_bank got unknown option(s) {unknown}; its own options: "
+                            f"{sorted(self.bank_options())} (and interval_check, item_metadata, keep_responses)")
+        parts = self._bank_parts(**options)
+        meta = dict(self.item_metadata_)
+        meta.update(item_metadata or {})
+        bank = self._bank_from_params(parts.response_model, bank_id, parts.settings, parts.scale,
+                                      item_metadata=meta or None, item_vars=parts.item_vars,
+                                      **parts.groups, **parts.arrays)
+        from calibration.heldout import with_held_out_check
+
+        bank = with_held_out_check(self, bank, interval_check, item_metadata=item_metadata, **options)
+        if keep_responses:
+            bank = bank.with_group("responses", self.training_data_.to_dataset())
+        return bank
+
+    @abstractmethod
+    def _bank_parts(self, **options) -> BankParts:
+        """The method's part of :meth:`to_item_bank` on a fitted calibrator: declare the method's
+        export options as keyword-only arguments with defaults; raise ValueError for a fit a bank
+        cannot hold."""
+
+    @classmethod
+    def bank_options(cls) -> dict:
+        """The method's own options of :meth:`to_item_bank`: name -> default (the keyword arguments
+        of its ``_bank_parts``)."""
+        parameters = inspect.signature(cls._bank_parts).parameters.values()
+        return {p.name: p.default for p in parameters if p.kind is p.KEYWORD_ONLY}
+
     @classmethod
     def export_options(cls, settings: dict) -> dict:
         """The export options recorded in a bank's ``calibration_settings`` (for recalibration)."""
@@ -384,6 +458,7 @@ class BaseCalibrator(ABC):
 
 __all__ = [
     "FITTED_ATTRIBUTES",
+    "BankParts",
     "BaseCalibrator",
     "ConvergenceWarning",
     "NotFittedError",

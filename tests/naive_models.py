@@ -1,7 +1,9 @@
 """Slow pure-Python twins of every kernel in catengine.models._kernels (loops, textbook formulas).
 
 The lower normal tail uses a continued fraction for the Mills ratio instead of the kernels'
-asymptotic series, so the two are independent computations.
+asymptotic series, so the two are independent computations. :func:`probability_by_name` is the
+vectorised scipy form chosen by the response-model name (what the package computed before its
+response-model objects), for the tests of draws and moments.
 """
 
 from __future__ import annotations
@@ -95,6 +97,20 @@ def prob_4pl(theta, a, b, c, d):
 
 def prob_probit(theta, a, b):
     return _cells(theta, a, b, lambda z, j: phi_cdf(z))
+
+
+def probability_by_name(params, theta):
+    """P(correct) for thetas ``theta`` (K,) and every item of ``params``, (K, J), by scipy and the
+    response-model name: Phi(z) (lart), expit(z) (2pl), c + (d - c) expit(z) (4pl), z = a theta + b."""
+    from scipy import special
+
+    z = theta[:, None] * params.a[None, :] + params.b[None, :]
+    if params.response_model == "lart":
+        return special.ndtr(z)
+    prob = special.expit(z)
+    if params.response_model == "4pl":
+        prob = params.c + (params.d - params.c) * prob
+    return prob
 
 
 def _p_q_4pl(z, c, d):

@@ -62,11 +62,26 @@ def _type_namespace() -> dict:
     return ns
 
 
+def _named_tuples(module_name: str) -> dict:
+    """name -> type constructor of the named tuples a kernel module defines (``typing.NamedTuple``
+    arguments, e.g. ``catengine.session._replay_kernel.ReplayItems``): a signature names them by
+    class, their fields' types by ``str()`` (``array(float64, 1d, C)``)."""
+    from numba.core import types
+
+    module = importlib.import_module(module_name)
+    return {name: (lambda *tys, cls=obj: types.BaseTuple.from_types(tys, cls))
+            for name, obj in vars(module).items()
+            if isinstance(obj, type) and issubclass(obj, tuple) and hasattr(obj, "_fields")}
+
+
 def parse_signature(text: str, ns: dict) -> tuple:
-    """A numba argument-type tuple from its ``str()`` (e.g. ``(int64, Array(float64, 1, 'C', True, aligned=True))``)."""
+    """A numba argument-type tuple from its ``str()`` (e.g. ``(int64, Array(float64, 1, 'C', True, aligned=True))``;
+    a named tuple's arrays as ``array(float64, 1d, C)``, its class found in ``ns``)."""
     text = re.sub(r"Literal\[int\]\((-?\d+)\)", r"IntegerLiteral(\1)", text)
     text = re.sub(r"Literal\[bool\]\((True|False)\)", r"BooleanLiteral(\1)", text)
     text = re.sub(r"omitted\(default=", "Omitted(", text)
+    text = re.sub(r"(readonly )?array\((\w+), (\d+)d, ([CFA])\)",
+                  lambda m: f"Array({m[2]}, {m[3]}, '{m[4]}', {bool(m[1])})", text)
     sig = eval(text, {"__builtins__": {"True": True, "False": False, "None": None}}, ns)  # noqa: S307 - our own file
     return sig if isinstance(sig, tuple) else (sig,)
 
@@ -105,9 +120,10 @@ def compile_listed(claims: Path, verbose: bool = False) -> tuple[int, int]:
             if verbose:
                 print(f"warm-up: skipped {name}: {type(exc).__name__}: {exc}", file=sys.stderr)
             continue
+        local_ns = {**ns, **_named_tuples(name.split(":")[0])}
         for text in sigs:
             try:
-                disp.compile(parse_signature(text, ns))
+                disp.compile(parse_signature(text, local_ns))
                 done += 1
             except Exception as exc:  # noqa: BLE001 - a stale signature: compiled where first called instead
                 skipped += 1

@@ -11,7 +11,7 @@ from scipy import optimize, special, stats
 
 from calibration.base import ConvergenceWarning
 from calibration.methods.cbmm.calibrator import CBMMCalibrator, CBMMPrior, _Problem, item_covariance, penalised_nll
-from calibration.recalibrate import _link_uncertainty, _reject, diff_banks
+from calibration.recalibration import _link_uncertainty, _reject, diff_banks
 from calibration.simulate import draw_abilities, draw_item_params, simulate_responses
 
 
@@ -260,7 +260,7 @@ def test_recalibration_flags_contaminated_items_but_not_stable_ones(tmp_path):
     default (independent) variance is conservative: it misses this diluted leak; the nested
     (Hausman) variance of a merge recalibration finds it."""
     from calibration.data import ResponseData
-    from calibration.recalibrate import RecalibrationConfig, recalibrate
+    from calibration.recalibration import RecalibrationConfig, recalibrate
     from catengine import write_item_bank
 
     params = draw_item_params("2pl", 300, rng=21)

@@ -132,6 +132,46 @@ def test_unfitted_calibrators_refuse_to_export():
             method.calibrator().to_item_bank("x")
 
 
+COMMON_EXPORT_PARAMETERS = ("self", "bank_id", "interval_check", "item_metadata", "keep_responses")
+
+
+def test_every_calibrator_exports_through_one_signature():
+    """``to_item_bank`` is the template of ``BaseCalibrator`` on every method: the same parameters
+    (bank_id, then keyword-only interval_check, item_metadata, keep_responses), the method's own
+    options as keyword-only arguments with defaults of its ``_bank_parts`` hook."""
+    import inspect
+
+    base = inspect.signature(BaseCalibrator.to_item_bank)
+    common = [p for p in base.parameters.values() if p.kind is not p.VAR_KEYWORD]
+    assert tuple(p.name for p in common) == COMMON_EXPORT_PARAMETERS
+    assert all(p.kind is p.KEYWORD_ONLY for p in common[2:])
+    for name, method in METHODS.items():
+        cls = method.calibrator
+        assert cls.to_item_bank is BaseCalibrator.to_item_bank, f"{name} overrides to_item_bank"
+        sig = inspect.signature(cls.to_item_bank)
+        assert [p for p in sig.parameters.values() if p.kind is not p.VAR_KEYWORD] == common, name
+        hook = inspect.signature(cls._bank_parts).parameters
+        own = [p for p in hook.values() if p.name != "self"]
+        assert all(p.kind is p.KEYWORD_ONLY and p.default is not p.empty for p in own), name
+        assert not set(cls.bank_options()) & set(COMMON_EXPORT_PARAMETERS), name
+        assert set(cls.EXPORT_SETTINGS) <= set(cls.bank_options()), name
+    assert {n: set(m.calibrator.bank_options()) for n, m in METHODS.items()} == {
+        "cbmm": {"include_subjects"}, "saem": {"scale"}, "psn": {"standardize", "include_features"}}
+
+
+def test_export_options_of_the_template(fitted):
+    """The common options behave alike on every method; another method's option is refused."""
+    name, cal = fitted
+    meta = {"topic": [f"t{k % 2}" for k in range(N_ITEMS)]}
+    bank = cal.to_item_bank("contract", interval_check=False, item_metadata=meta, keep_responses=True)
+    assert list(bank.item_metadata("topic")) == meta["topic"]
+    assert bank.responses is not None and bank.responses.identical(cal.training_data_.to_dataset())
+    assert cal.to_item_bank("contract", interval_check=False).responses is None
+    foreign = next(o for n, m in METHODS.items() if n != name for o in m.calibrator.bank_options())
+    with pytest.raises(TypeError, match=f"unknown option.*{foreign}"):
+        cal.to_item_bank("contract", interval_check=False, **{foreign: True})
+
+
 def test_fit_rejects_other_inputs():
     for method in METHODS.values():
         with pytest.raises(TypeError, match="ResponseData"):
@@ -231,7 +271,7 @@ def test_same_seed_same_fit(fitted):
 
 @pytest.mark.slow
 def test_bank_records_settings_that_rebuild_the_calibrator(fitted, tmp_path):
-    from calibration.recalibrate import make_calibrator
+    from calibration.recalibration import make_calibrator
     from catengine.itembank import open_item_bank, write_item_bank
 
     name, cal = fitted
@@ -247,7 +287,7 @@ def test_bank_records_settings_that_rebuild_the_calibrator(fitted, tmp_path):
 
 
 def test_refit_from_bank_settings_reproduces_the_bank(fitted):
-    from calibration.recalibrate import make_calibrator
+    from calibration.recalibration import make_calibrator
 
     name, cal = fitted
     bank = cal.to_item_bank("contract")

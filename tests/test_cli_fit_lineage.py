@@ -61,7 +61,7 @@ def test_cli_fit_leaves_llms_out_by_ids_or_file(tmp_path, capsys):
 
 
 def test_fresh_fit_into_an_existing_bank_directory_is_a_new_lineage_root(tmp_path, capsys):
-    from calibration.recalibrate import bank_lineage
+    from calibration.recalibration import bank_lineage
 
     data = _data()
     src = tmp_path / "acc.nc"

@@ -36,6 +36,7 @@ from catengine.session.scoring import (
     design_probabilities,
 )
 from catengine.stopping import MaxItems
+import score_checks
 
 J = 300
 RTOL = 1e-10
@@ -163,26 +164,8 @@ def reference_score(session, monkeypatch, **kw):
 
 
 # ------------------------------------------------------------------ comparisons
-def close(a, b, scale=0.0):
-    if a is None or b is None:
-        return a is None and b is None
-    if isinstance(a, float) and (math.isnan(a) or math.isinf(a)):
-        return (math.isnan(a) and math.isnan(b)) or a == b
-    return abs(a - b) <= RTOL * max(abs(a), abs(b), abs(scale)) + 1e-300
-
-
-FIELDS = ("accuracy", "low", "high", "sd", "cot_total", "cot_total_low", "cot_total_high", "cot_total_sd")
-
-
 def assert_same_score(got: ScoreEstimate, want: ScoreEstimate, where):
-    assert (got.method, got.n_observed, got.n_items, got.n_design) == (want.method, want.n_observed, want.n_items,
-                                                                       want.n_design), where
-    for f in FIELDS:
-        scale = {"sd": want.accuracy, "cot_total_sd": want.cot_total}.get(f, 0.0)
-        assert close(getattr(got, f), getattr(want, f), scale), (where, f, getattr(got, f), getattr(want, f))
-    assert got.by_category.keys() == want.by_category.keys(), where
-    for label in got.by_category:
-        assert_same_score(got.by_category[label], want.by_category[label], (where, label))
+    score_checks.assert_same_score(got, want, where, rtol=RTOL, counts=("n_observed", "n_items", "n_design"))
 
 
 def assert_same_array(got, want, where, scale=None):

@@ -21,6 +21,7 @@ from catengine.scoring.model_based import (
 from catengine.selection import DoublyRobustSelection, RandomisedSelection
 from catengine.session import scoring as session_scoring
 from catengine.stopping import MaxItems
+import score_checks
 
 J = 240
 RTOL = 1e-12
@@ -68,27 +69,11 @@ def _from_scratch_cot(curves, params, tau, tau_sd, observed, tokens, **kw):
 
 
 def _close(a, b, scale=0.0):
-    """a and b agree to RTOL relative to the larger of them and ``scale`` (an SD is compared on
-    the scale of its mean: the SD of a group whose items are all answered is rounding noise)."""
-    if a is None or b is None:
-        return a is None and b is None
-    if isinstance(a, float) and (math.isnan(a) or math.isinf(a)):
-        return (math.isnan(a) and math.isnan(b)) or a == b
-    return abs(a - b) <= RTOL * max(abs(a), abs(b), abs(scale)) + 1e-300
-
-
-FIELDS = ("accuracy", "low", "high", "sd", "cot_total", "cot_total_sd", "cot_total_low", "cot_total_high")
+    return score_checks.close(a, b, RTOL, scale)
 
 
 def assert_same_score(got, want, where):
-    assert got.method == want.method, where
-    assert got.n_observed == want.n_observed and got.n_items == want.n_items, where
-    for f in FIELDS:
-        scale = {"sd": want.accuracy, "cot_total_sd": want.cot_total}.get(f, 0.0)
-        assert _close(getattr(got, f), getattr(want, f), scale), (where, f, getattr(got, f), getattr(want, f))
-    assert got.by_category.keys() == want.by_category.keys(), where
-    for label in got.by_category:
-        assert_same_score(got.by_category[label], want.by_category[label], (where, label))
+    score_checks.assert_same_score(got, want, where, rtol=RTOL)
 
 
 def from_scratch(session, monkeypatch, **kw):

@@ -8,10 +8,9 @@ import json
 
 import pytest
 
-from catengine.cli import main
 from catengine.itembank.ids import (ItemIdMap, bank_prefix, foreign_ids_message, map_item_ids, namespace,
                                     shipped_banks_for)
-from real_data import lart_files
+from cli_support import evaluate_recorded
 
 BANK = [f"math500/{k}" for k in range(500)]
 
@@ -81,28 +80,20 @@ def test_refusals_name_the_shipped_bank_the_ids_belong_to():
     assert "'math500_lart'" in message
 
 
-def _evaluate(capsys, *args):
-    accuracy, cot = lart_files("math500")
-    code = main(["evaluate", "--responses", str(accuracy), "--cot", str(cot), "--subject", "Qwen_Qwen3_8B_zero_shot",
-                 "--max-items", "4", "--seed", "0", "--json", *args])
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
 def test_evaluate_reads_the_benchmarks_own_ids_with_the_banks_prefix(capsys):
-    code, out, err = _evaluate(capsys, "--bank", "math500_lart")
+    code, out, err = evaluate_recorded(capsys, "math500", "--bank", "math500_lart")
     assert code == 0, err
     assert err.count("note:") == 1 and "500 item ids of" in err and "with the bank's prefix 'math500/'" in err
     summary = json.loads(out.splitlines()[-1])["summary"]
     assert summary["full_n_items"] == 500 and summary["ignored_unknown_items"] == 0 and summary["n_items"] == 4
     assert all(json.loads(line)["item"].startswith("math500/") for line in out.splitlines()[:-1])
-    code, explicit, err = _evaluate(capsys, "--bank", "math500_lart", "--item-prefix", "math500/")
+    code, explicit, err = evaluate_recorded(capsys, "math500", "--bank", "math500_lart", "--item-prefix", "math500/")
     assert code == 0 and "(--item-prefix" not in err and explicit == out
 
 
 def test_evaluate_refuses_them_for_another_benchmarks_bank(capsys):
-    code, out, err = _evaluate(capsys, "--bank", "demo_math500_lart")
+    code, out, err = evaluate_recorded(capsys, "math500", "--bank", "demo_math500_lart")
     assert code == 2 and not out
     assert "not in bank 'demo_math500_lart'" in err and "'math500_lart'" in err
-    code, _, err = _evaluate(capsys, "--bank", "amc23_lart", "--item-prefix", "amc23/")
+    code, _, err = evaluate_recorded(capsys, "math500", "--bank", "amc23_lart", "--item-prefix", "amc23/")
     assert code == 2 and "as given or with --item-prefix 'amc23/'" in err and "460 item ids are not in bank" in err

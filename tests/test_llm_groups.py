@@ -78,7 +78,7 @@ def test_grouped_by_strips_the_pattern_and_folds_case():
 
 
 def test_groups_survive_subsets_files_and_merges(tmp_path):
-    from calibration.recalibrate import merge_responses
+    from calibration.recalibration import merge_responses
 
     data = _runs(n_llms=4, n_items=8).grouped_by(r"_(zero|one)_shot$")
     part = data.subset(subjects=[5, 0, 1])

@@ -46,3 +46,39 @@ def test_no_public_class_takes_private_constructor_arguments():
                     names = [a.arg for a in (*args.posonlyargs, *args.args, *args.kwonlyargs)][1:]
                     found += [f"{path.relative_to(ROOT)}:{init.lineno} {node.name}({n})" for n in names if n.startswith("_")]
     assert not found, found
+
+
+def test_the_api_index_lists_every_export_and_links_public_modules():
+    """docs/api.md names every top-level export of both packages, each link opens a public module's
+    reference page (docs/_hooks/api_reference.py generates one per public module), and every name
+    it shows in backticks in a ``catengine`` or ``calibration`` section exists there."""
+    import importlib
+    import sys
+
+    sys.path.insert(0, str(ROOT / "docs" / "_hooks"))
+    from api_reference import public_modules
+
+    import calibration
+
+    text = (ROOT / "docs" / "api.md").read_text(encoding="utf-8")
+    shown = set(re.findall(r"`(\w+)`", text))
+    for package in (catengine, calibration):
+        assert set(package.__all__) <= shown, set(package.__all__) - shown
+    links = set(re.findall(r"\(reference/([\w.]+)\.md\)", text))
+    assert links and links <= set(public_modules()), links - set(public_modules())
+    for module in links:  # each name linked to a module is that module's (or re-exported by it)
+        for label in re.findall(r"\[(`[^\]]+`)\]\(reference/" + re.escape(module) + r"\.md\)", text):
+            for one in (n.strip(" `") for n in label.split(",")):
+                assert hasattr(importlib.import_module(module), one), (module, one)
+
+
+def test_no_export_is_shadowed_by_a_submodule_of_the_same_name():
+    """``package.name`` is the exported function or class whichever submodules were imported first
+    (a submodule called like an export would replace it as an attribute of the package)."""
+    import pkgutil
+
+    import calibration
+
+    for package in (catengine, calibration):
+        submodules = {m.name for m in pkgutil.iter_modules(package.__path__)}
+        assert not set(package.__all__) & submodules, set(package.__all__) & submodules

@@ -9,7 +9,7 @@ import xarray as xr
 from calibration import ResponseData
 from calibration.cli import main as calibration_main
 from calibration.methods.cbmm.calibrator import CBMMCalibrator
-from calibration.recalibrate import RecalibrationConfig, diff_banks, merge_responses, recalibrate
+from calibration.recalibration import RecalibrationConfig, diff_banks, merge_responses, recalibrate
 from calibration.simulate import draw_item_params, simulate_responses
 from catengine import open_item_bank, write_item_bank
 from catengine.itembank import list_versions
@@ -145,7 +145,7 @@ def test_recalibration_runs_the_check_by_default_and_a_skipped_one_is_said_and_m
 
 
 def test_new_responses_with_items_in_rows_are_read_transposed(tmp_path, truth):
-    from calibration.recalibrate import _read_new_responses
+    from calibration.recalibration import _read_new_responses
 
     new = _sample(truth, np.random.default_rng(6).standard_normal(12), "extra", 7)
     flipped = tmp_path / "items_x_llms.csv"

@@ -3,7 +3,7 @@
 import numpy as np
 
 from calibration.cli import main as calibration_main
-from calibration.recalibrate import RecalibrationConfig, recalibrate
+from calibration.recalibration import RecalibrationConfig, recalibrate
 from calibration.simulate import draw_item_params, simulate_responses
 from catengine import open_item_bank
 

@@ -29,7 +29,7 @@ import pytest
 from calibration import ResponseData
 from calibration.cli import main as calibration_main
 from calibration.methods.cbmm.calibrator import CBMMCalibrator
-from calibration.recalibrate import RecalibrationConfig, recalibrate
+from calibration.recalibration import RecalibrationConfig, recalibrate
 from calibration.simulate import draw_item_params, simulate_responses
 from catengine import open_item_bank, write_item_bank
 from catengine.errors import ItemBankSchemaError
@@ -142,7 +142,7 @@ def _recalibrate_process(bank: Path, batch: Path) -> subprocess.Popen:
 def test_a_recalibration_running_elsewhere_is_named_and_nothing_is_written(tmp_path, truth):
     """The lock is held by another process (this one); a real `calibration recalibrate` process
     is refused at once, naming the holder's pid, and writes nothing."""
-    from calibration.recalibrate import recalibration_lock
+    from calibration.recalibration import recalibration_lock
     from catengine.atomic import exclusive_lock
 
     _version_one(tmp_path / "sim", truth)

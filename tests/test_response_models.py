@@ -208,16 +208,8 @@ def test_shipped_banks_expose_their_model():
 def _old_calibration_draw(params, theta, tau, seed):
     """calibration.simulate before the response-model objects: P by scipy, one uniform per cell, then
     log(T + offset) = omega - phi tau + lam N(0, 1) per cell."""
-    from scipy import special
-
     gen = np.random.default_rng(seed)
-    z = theta[:, None] * params.a[None, :] + params.b[None, :]
-    if params.response_model == "lart":
-        prob = special.ndtr(z)
-    else:
-        prob = special.expit(z)
-        if params.response_model == "4pl":
-            prob = params.c + (params.d - params.c) * prob
+    prob = N.probability_by_name(params, theta)
     correct = (gen.random(prob.shape) < prob).astype(np.int8)
     log_t = None
     if params.response_model == "lart":

@@ -22,20 +22,14 @@ from calibration.simulate import (
     simulate_responses,
 )
 from catengine.models.params import ItemParams
+from naive_models import probability_by_name
 
 
 def _gh_mean_probability(params: ItemParams, n_nodes: int = 60) -> np.ndarray:
     """E_theta[P_j(theta)] for theta ~ N(0, 1) by Gauss-Hermite (probabilists') quadrature."""
     x, w = hermegauss(n_nodes)
     w = w / np.sqrt(2 * np.pi)
-    z = x[:, None] * params.a[None, :] + params.b[None, :]
-    if params.response_model == "lart":
-        p = special.ndtr(z)
-    else:
-        p = special.expit(z)
-        if params.response_model == "4pl":
-            p = params.c + (params.d - params.c) * p
-    return w @ p
+    return w @ probability_by_name(params, x)
 
 
 # ------------------------------------------------------------------------------------ correctness moments

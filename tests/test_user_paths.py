@@ -17,7 +17,7 @@ from catengine import CATSession, open_item_bank
 from catengine.cli import main
 from catengine.session import SessionLogError
 from catengine.stopping import MaxItems
-from real_data import lart_files
+from cli_support import evaluate_recorded
 
 MATH500_IDS = ["--task", "hendrycks_math500", "--item-id", "math500/{doc_id}"]
 
@@ -84,30 +84,19 @@ def test_lm_eval_next_resumes_when_the_options_given_are_the_recorded_ones(tmp_p
 
 
 # ----------------------------------------------------------------------------- (b) bare ids need a named bank
-def _amc23_answers(capsys, *args):
-    accuracy, cot = lart_files("amc23")
-    code = main(["evaluate", "--responses", str(accuracy), "--cot", str(cot), "--subject", "Qwen_Qwen3_8B_zero_shot",
-                 "--max-items", "4", "--seed", "0", "--json", *args])
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
 def test_bare_ids_against_the_default_bank_are_an_error_naming_it(capsys):
-    code, out, err = _amc23_answers(capsys)  # --bank forgotten: AMC23 answers keyed 0 .. 39
+    code, out, err = evaluate_recorded(capsys, "amc23")  # --bank forgotten: AMC23 answers keyed 0 .. 39
     assert code == 2 and not out, err
     assert "no --bank was given" in err and "'math500_lart'" in err
     assert "'0' .. '39'" in err and "--bank" in err and "--item-prefix" in err
     assert "'amc23_lart'" in err  # the shipped banks these ids would fit
     # the bank named: read with its prefix, as before
-    code, out, err = _amc23_answers(capsys, "--bank", "amc23_lart")
+    code, out, err = evaluate_recorded(capsys, "amc23", "--bank", "amc23_lart")
     assert code == 0, err
     assert "with the bank's prefix 'amc23/'" in err
     assert all(json.loads(line)["item"].startswith("amc23/") for line in out.splitlines()[:-1])
     # --item-prefix names the benchmark even with the default bank
-    accuracy, cot = lart_files("math500")
-    code = main(["evaluate", "--responses", str(accuracy), "--cot", str(cot), "--subject", "Qwen_Qwen3_8B_zero_shot",
-                 "--max-items", "4", "--seed", "0", "--json", "--item-prefix", "math500/"])
-    out, err = capsys.readouterr()
+    code, out, err = evaluate_recorded(capsys, "math500", "--item-prefix", "math500/")
     assert code == 0, err
     assert json.loads(out.splitlines()[-1])["summary"]["full_n_items"] == 500
 

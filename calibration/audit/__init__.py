@@ -1,7 +1,8 @@
 """Trust audits (Jiang et al. 2026): can a fitted bank and the adaptive engine be trusted?
 
 * :func:`recovery_audit` -- treat a bank as truth, simulate, refit, compare (parameter and
-  ranking recovery, docs/math.md §4).
+  ranking recovery, docs/math.md §4); :func:`recovery_task` is one of its records (one
+  replication, sample size, ability distribution and method), e.g. to time a cell.
 * :func:`short_form_audit` -- Fisher-information short forms vs random subsets on held-out
   simulated LLMs.
 * :func:`cat_audit` -- simulated LLMs take adaptive tests: bias, RMSE, 95% coverage and Kendall
@@ -23,7 +24,7 @@ running the same call again.
 from calibration.audit._common import AbilitySpec, alter_bank, summarize
 from calibration.audit.methods import METHODS, Fit
 from calibration.audit.cat import cat_audit
-from calibration.audit.recovery import recovery_audit
+from calibration.audit.recovery import recovery_audit, recovery_task
 from calibration.audit.replay import replay_audit
 from calibration.audit.report import GLOSSARY, render_report, summary_table
 from calibration.audit.short_form import short_form_audit
@@ -48,6 +49,7 @@ __all__ = [
     "load_results",
     "load_study",
     "recovery_audit",
+    "recovery_task",
     "replay_audit",
     "GLOSSARY",
     "run_study",

@@ -64,7 +64,7 @@ from calibration.simulate import MISSINGNESS, simulate_responses
 from catengine.models import fisher_information, prob_correct
 from catengine.models.response_models import response_model as resolve_response_model
 
-__all__ = ["recovery_audit", "plan_recovery", "RecoveryPlan", "RECOVERY_METRICS"]
+__all__ = ["recovery_audit", "recovery_task", "plan_recovery", "RecoveryPlan", "RECOVERY_METRICS"]
 
 RECOVERY_METRICS = (
     "kendall_tau", "pearson_a", "pearson_b", "pearson_difficulty",
@@ -157,8 +157,10 @@ def _record(values: dict, failed: bool, error: str):
     return xr.Dataset(data)
 
 
-def _recovery_task(task: dict):
-    """One record: simulate (replication, n, ability), fit with one method, compute the metrics."""
+def recovery_task(task: dict):
+    """One record of a recovery audit: simulate (replication, n, ability), fit with one method, compute
+    the metrics; ``task`` is the payload of one of :meth:`RecoveryPlan.tasks` (a failure is recorded,
+    never raised)."""
     t_start = time.perf_counter()
     values: dict = {}
     try:
@@ -240,7 +242,7 @@ def recovery_audit(
     layout = {"cell_dims": plan.cell_dims, "record_dims": {}, "replications": reps}
     store, seed = open_store("recovery", out, plan.config, layout, rng)
     tasks = plan.tasks(reps, seed)
-    run_tasks(tasks, _recovery_task, store, n_workers=n_workers, progress=progress, scheduler=scheduler, desc="recovery audit")
+    run_tasks(tasks, recovery_task, store, n_workers=n_workers, progress=progress, scheduler=scheduler, desc="recovery audit")
     ds = store.load()
     ds.attrs.update({"bank_id": bank.bank_id, "response_model": truth.response_model})
     describe(ds)

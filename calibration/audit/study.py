@@ -41,7 +41,7 @@ import numpy as np
 
 from calibration.audit._common import check_replications, open_store, parse_abilities
 from calibration.audit.methods import METHODS
-from calibration.audit.recovery import _recovery_task, applicable, describe, plan_recovery
+from calibration.audit.recovery import applicable, describe, plan_recovery, recovery_task
 from calibration.audit.runner import run_tasks
 from calibration.simulate import MISSINGNESS
 
@@ -333,7 +333,7 @@ def run_study(study, out=None, *, n_workers: int = 2, scheduler=None, progress: 
     config, layout, _ = study_design(study, plans)
     store, seed = open_store("recovery", out, config, layout, study.seed)
     tasks = _tasks(study, plans, seed)
-    run_tasks(tasks, _recovery_task, store, n_workers=n_workers, progress=progress, scheduler=scheduler,
+    run_tasks(tasks, recovery_task, store, n_workers=n_workers, progress=progress, scheduler=scheduler,
               desc=f"study {study.name}")
     ds = store.load()
     bank_ids = layout["cell_dims"]["bank"]

@@ -199,18 +199,15 @@ def _run_fit(args) -> int:
         except ValueError as exc:  # the data cannot be calibrated as they are: say which file
             raise ValueError(f"{Path(args.responses).name}: {exc}") from None
         check = run_data_check(data, calibrator)
-        if args.interval_check:
-            bank = calibrator.to_item_bank(args.bank_id, **export_options(args))
-        else:
-            from calibration.recalibrate import SKIPPED_ON_REQUEST
+        bank = calibrator.to_item_bank(args.bank_id, interval_check="auto" if args.interval_check else False,
+                                       keep_responses=args.keep_responses, **export_options(args))
+        if not args.interval_check:
+            from calibration.recalibration import SKIPPED_ON_REQUEST
 
-            bank = calibrator.to_item_bank(args.bank_id, interval_check=False, **export_options(args)).replace_attrs(
-                interval_calibration_skipped=f"{SKIPPED_ON_REQUEST} (calibration fit --no-interval-check): sessions "
-                                             "use the model's own intervals")
+            bank = bank.replace_attrs(interval_calibration_skipped=f"{SKIPPED_ON_REQUEST} (calibration fit "
+                                      "--no-interval-check): sessions use the model's own intervals")
         if check is not None:
             bank = bank.replace_attrs(data_check=check.to_json())
-        if args.keep_responses:
-            bank = bank.with_group("responses", data.to_dataset())
         _announce_lineage(Path(args.out) / args.bank_id, args.bank_id)
         path = write_item_bank(bank, Path(args.out) / args.bank_id)
     except (ValueError, TypeError, OSError) as exc:

@@ -41,7 +41,7 @@ def add_recalibrate_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run_recalibrate(args) -> int:
-    from calibration.recalibrate import RecalibrationConfig, recalibrate
+    from calibration.recalibration import RecalibrationConfig, recalibrate
 
     overrides = {
         "bank": args.bank,
@@ -93,7 +93,7 @@ def add_diff_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run_diff(args) -> int:
-    from calibration.recalibrate import diff_banks
+    from calibration.recalibration import diff_banks
     from catengine import open_item_bank
 
     try:
@@ -111,7 +111,7 @@ def add_log_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run_log(args) -> int:
-    from calibration.recalibrate import bank_lineage
+    from calibration.recalibration import bank_lineage
 
     rows = bank_lineage(args.bank)
     if not rows:

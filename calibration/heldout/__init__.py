@@ -31,7 +31,7 @@ Modules, each doing one thing:
 The names below load on first use, so ``import calibration.heldout`` is cheap.
 """
 
-from catengine.lazy import lazy_attributes
+from catengine.lazy import lazy_package
 
 _LAZY = {
     "with_held_out_check": "calibration.heldout.check",
@@ -57,6 +57,4 @@ _LAZY = {
     "MIN_SUBJECTS": "calibration.heldout.limits",
 }
 
-__all__ = list(_LAZY)
-
-__getattr__, __dir__ = lazy_attributes(__name__, _LAZY, __all__)
+__all__, __getattr__, __dir__ = lazy_package(__name__, _LAZY)

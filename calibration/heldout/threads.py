@@ -24,6 +24,8 @@ import os
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 
+from catengine.closing import Closing
+
 #: threads at most (None: no cap beyond the caller's numba threads and the cores it may use)
 MAX_THREADS: int | None = None
 #: a response matrix of at least this many cells: the calibration's pieces run one after another
@@ -92,7 +94,7 @@ def _release_blas() -> None:
             _blas_limit = None
 
 
-class Workers:
+class Workers(Closing):
     """Worker threads (numba on one thread in each) for independent tasks: ``max_threads`` at most,
     by default :func:`default_threads`, never more than the available cores.
 
@@ -144,8 +146,3 @@ class Workers:
             self._holds_blas = False
             _release_blas()
 
-    def __enter__(self) -> "Workers":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()

@@ -6,11 +6,8 @@ The engine's own widgets (``BankExplorer``, ``SessionPanel``) are in ``catengine
 never imports ``calibration``; this package may import both. Classes load lazily.
 """
 
-from catengine.lazy import lazy_attributes
+from catengine.lazy import lazy_package
 
 _LAZY = {"AuditDashboard": "calibration.widgets.audit_dashboard"}
 
-__all__ = list(_LAZY)
-
-
-__getattr__, __dir__ = lazy_attributes(__name__, _LAZY, __all__)
+__all__, __getattr__, __dir__ = lazy_package(__name__, _LAZY)

@@ -189,6 +189,20 @@ def _cot_label(cot_tokens) -> str:
     return "reasoning_tokens" if cot_tokens == "reasoning" else "output_tokens"
 
 
+def _sample_answer(session, sample, score: str | None, cot_tokens, lart: bool, where: str):
+    """``((correct, CoT length), None)``: a sample's answer as ``session`` records it (the CoT length
+    only when ``lart``), or ``(None, the problem)`` prefixed with ``where`` when it cannot."""
+    try:
+        y = _correct(sample, score)
+    except ValueError as exc:
+        return None, f"{where}: {exc}"
+    cot = _cot(sample, cot_tokens) if lart else None
+    try:
+        return check_answer(session, y, cot), None
+    except ValueError as exc:
+        return None, f"{where}: {_cot_label(cot_tokens)} = {format_cot(cot)} is not recorded: {exc}"
+
+
 async def _offline_text_tokens(text: str) -> int:
     """A network-free token estimate (about 4 characters per token) for Inspect's mock model."""
     return max(1, math.ceil(len(text) / 4))
@@ -214,6 +228,19 @@ def _offline_safe(model, eval_kwargs):
     return model
 
 
+def _one_epoch_eval(eval_kwargs: dict, records: str):
+    """Inspect's ``eval`` (an ImportError naming the extra without inspect-ai), once ``eval_kwargs``
+    ask for one epoch at most (``records``: what the caller records, for the refusal)."""
+    try:
+        from inspect_ai import eval as inspect_eval
+    except ImportError as exc:  # pragma: no cover - exercised without the extra only
+        raise ImportError("catengine.adapters.inspect needs inspect-ai: pip install 'irt-llm-eval[inspect]' "
+                          "(from a clone: pip install -e '.[inspect]')") from exc
+    if eval_kwargs.get("epochs") not in (None, 1):
+        raise ValueError(f"{records}: run with epochs=1")
+    return inspect_eval
+
+
 def _predicted_score(session):
     ps = getattr(session, "predicted_score", None)
     if ps is None:
@@ -232,13 +259,7 @@ def run_adaptive(task, session, *, model, k: int = 10, sample_ids: Mapping | Cal
     ``eval_kwargs`` go to ``inspect_ai.eval`` (e.g. ``max_connections``, ``temperature``). See the
     module docstring for the mapping of items, scores and CoT lengths.
     """
-    try:
-        from inspect_ai import eval as inspect_eval
-    except ImportError as exc:  # pragma: no cover - exercised without the extra only
-        raise ImportError("catengine.adapters.inspect needs inspect-ai: pip install 'irt-llm-eval[inspect]' "
-                          "(from a clone: pip install -e '.[inspect]')") from exc
-    if eval_kwargs.get("epochs") not in (None, 1):
-        raise ValueError("run_adaptive records one answer per item: run with epochs=1")
+    inspect_eval = _one_epoch_eval(eval_kwargs, "run_adaptive records one answer per item")
     for reserved in ("sample_id", "limit", "tasks"):
         if reserved in eval_kwargs:
             raise ValueError(f"run_adaptive chooses the samples itself: do not pass {reserved}=")
@@ -280,18 +301,11 @@ def run_adaptive(task, session, *, model, k: int = 10, sample_ids: Mapping | Cal
                     result.failed.append(item)
                 continue
             where = f"sample {sample.id!r} (item {item!r}) of Inspect log {log.location}"
-            try:
-                y = _correct(sample, score)
-            except ValueError as exc:
-                problems.append(f"{where}: {exc}")
+            answer, problem = _sample_answer(session, sample, score, cot_tokens, lart, where)
+            if problem is not None:
+                problems.append(problem)
                 continue
-            cot = _cot(sample, cot_tokens) if lart else None
-            try:
-                y, cot = check_answer(session, y, cot)
-            except ValueError as exc:
-                problems.append(f"{where}: {_cot_label(cot_tokens)} = {format_cot(cot)} is not recorded: {exc}")
-                continue
-            valid.append((item, y, cot))
+            valid.append((item, *answer))
         for item, y, cot in valid:  # every valid answer that came back, whatever else went wrong
             session.record(item, y, cot)
         recorded = [item for item, _, _ in valid]
@@ -358,13 +372,7 @@ def run_paired(task, pair, *, model_a, model_b, sample_ids: Mapping | Callable |
     until it is finished: each round runs the item the pair drew for both models in one Inspect
     ``eval`` and records both answers. ``sample_ids``, ``score``, ``cot_tokens``, ``log_dir``,
     ``max_rounds`` and ``eval_kwargs`` as :func:`run_adaptive` (module docstring)."""
-    try:
-        from inspect_ai import eval as inspect_eval
-    except ImportError as exc:  # pragma: no cover - exercised without the extra only
-        raise ImportError("catengine.adapters.inspect needs inspect-ai: pip install 'irt-llm-eval[inspect]' "
-                          "(from a clone: pip install -e '.[inspect]')") from exc
-    if eval_kwargs.get("epochs") not in (None, 1):
-        raise ValueError("run_paired records one answer per item and model: run with epochs=1")
+    inspect_eval = _one_epoch_eval(eval_kwargs, "run_paired records one answer per item and model")
     for reserved in ("sample_id", "limit", "tasks", "model"):
         if reserved in eval_kwargs:
             raise ValueError(f"run_paired chooses the samples and models itself: do not pass {reserved}=")
@@ -407,16 +415,11 @@ def run_paired(task, pair, *, model_a, model_b, sample_ids: Mapping | Callable |
                 continue
             sample = samples[0]
             where = f"{who}: sample {sample.id!r} (item {item!r}) of Inspect log {log.location}"
-            try:
-                y = _correct(sample, score)
-            except ValueError as exc:
-                problems.append(f"{where}: {exc}")
-                continue
-            cot = _cot(sample, cot_tokens) if lart else None
-            try:
-                answers.append(check_answer(session, y, cot))
-            except ValueError as exc:
-                problems.append(f"{where}: {_cot_label(cot_tokens)} = {format_cot(cot)} is not recorded: {exc}")
+            answer, problem = _sample_answer(session, sample, score, cot_tokens, lart, where)
+            if problem is not None:
+                problems.append(problem)
+            else:
+                answers.append(answer)
         if problems:  # a paired answer needs both models: nothing is recorded, the item stays proposed
             raise CatEngineError("\n".join(problems) + f"\nnothing was recorded for item {item!r}; it stays proposed in "
                                  "the paired session (and its log): fix the cause and call run_paired again")

@@ -72,6 +72,19 @@ class BudgetExceeded(CatEngineError):
                          f"spent so far: {spent}")
 
 
+def _refuse_beyond(cap: str, limit, held, request, spent: BudgetSpent, detail) -> None:
+    """Raise :class:`BudgetExceeded` when a request of up to ``request`` (None: of unknown size) on top of
+    ``held`` would take the cap past ``limit`` (None: no cap); a request of unknown size only once
+    ``held`` has reached it. ``detail()``: the message's account of the request."""
+    if limit is None:
+        return
+    if request is None:
+        if held >= limit:
+            raise BudgetExceeded(cap, limit, spent)
+    elif held + request > limit:
+        raise BudgetExceeded(cap, limit, spent, detail())
+
+
 @dataclass(frozen=True)
 class Reservation:
     """The worst case one request holds until it is settled (see :meth:`Budget.reserve`)."""
@@ -132,25 +145,13 @@ class Budget:
         worst_cost = self.cost(prompt_tokens, max_tokens or 0)
         with self._lock:
             spent = self._spent()
-            if self.max_requests is not None and self._requests + 1 > self.max_requests:
-                raise BudgetExceeded("requests", self.max_requests, spent)
-            if self.max_completion_tokens is not None:
-                held = self._completion_tokens + self._held_tokens
-                if max_tokens is None:
-                    if held >= self.max_completion_tokens:
-                        raise BudgetExceeded("completion_tokens", self.max_completion_tokens, spent)
-                elif held + max_tokens > self.max_completion_tokens:
-                    raise BudgetExceeded("completion_tokens", self.max_completion_tokens, spent,
-                                         f" by a request of up to {max_tokens:,} tokens "
-                                         f"({self._held_tokens:,} held by requests in flight)")
-            if self.max_cost_usd is not None:
-                held = self._cost + self._held_cost
-                if max_tokens is None:
-                    if held >= self.max_cost_usd:
-                        raise BudgetExceeded("cost_usd", self.max_cost_usd, spent)
-                elif held + worst_cost > self.max_cost_usd:
-                    raise BudgetExceeded("cost_usd", self.max_cost_usd, spent,
-                                         f" by a request costing up to ${worst_cost:,.4f}")
+            _refuse_beyond("requests", self.max_requests, self._requests, 1, spent, lambda: "")
+            _refuse_beyond("completion_tokens", self.max_completion_tokens, self._completion_tokens + self._held_tokens,
+                           max_tokens, spent, lambda: f" by a request of up to {max_tokens:,} tokens "
+                                                      f"({self._held_tokens:,} held by requests in flight)")
+            _refuse_beyond("cost_usd", self.max_cost_usd, self._cost + self._held_cost,
+                           None if max_tokens is None else worst_cost, spent,
+                           lambda: f" by a request costing up to ${worst_cost:,.4f}")
             self._requests += 1
             self._held_tokens += max_tokens or 0
             self._held_cost += worst_cost

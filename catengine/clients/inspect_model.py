@@ -37,6 +37,7 @@ from typing import Mapping
 
 from catengine.clients.base import Completion, EndpointError
 from catengine.clients.budget import Budget
+from catengine.closing import Closing
 
 __all__ = ["InspectModelClient", "finish_reason_of"]
 
@@ -74,7 +75,7 @@ def _offline_safe(model) -> None:
         api.count_text_tokens = _offline_text_tokens_async if async_counter else _offline_text_tokens
 
 
-class InspectModelClient:
+class InspectModelClient(Closing):
     """The :class:`~catengine.clients.base.ModelClient` of an Inspect AI model (see the module docstring).
 
     ``model``: a model name (``"provider/model"``) or an ``inspect_ai.model.Model``; ``sampling``:
@@ -191,12 +192,6 @@ class InspectModelClient:
             self._loop.call_soon_threadsafe(self._loop.stop)
             self._thread.join(timeout=5)
             self._loop.close()
-
-    def __enter__(self) -> "InspectModelClient":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         return f"InspectModelClient({self.model!r})"

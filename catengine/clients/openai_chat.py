@@ -51,6 +51,7 @@ import openai
 from catengine.clients.base import Completion, EndpointError
 from catengine.clients.budget import Budget, BudgetExceeded
 from catengine.clients.retry import RetryPolicy, is_retryable_status, retry_after_seconds
+from catengine.closing import Closing
 from catengine.errors import CatEngineError
 
 __all__ = ["MalformedReply", "OpenAIChatClient", "parse_chat_completion"]
@@ -113,7 +114,7 @@ def _snippet(text, n: int = _BODY_CHARS) -> str:
     return text if len(text) <= n else text[:n] + "..."
 
 
-class OpenAIChatClient:
+class OpenAIChatClient(Closing):
     """The :class:`~catengine.clients.base.ModelClient` of an OpenAI-compatible chat-completions
     endpoint (see the module docstring).
 
@@ -282,12 +283,6 @@ class OpenAIChatClient:
     def close(self) -> None:
         """Close the connection pool (the client cannot be used afterwards)."""
         self._client.close()
-
-    def __enter__(self) -> "OpenAIChatClient":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         return f"OpenAIChatClient({self.model!r}, base_url={self.base_url!r})"

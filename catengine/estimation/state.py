@@ -101,23 +101,29 @@ class ResponseState:
         return self._log_cot[: self.n]
 
     # updates -----------------------------------------------------------------------------------
+    def _take(self, rows, items) -> None:
+        """Copy the parameters (and parameter variances) of ``items`` to the answer positions ``rows``
+        and mark them administered: one item at one position, or several at a slice."""
+        p = self.params
+        self.a[rows] = p.a[items]
+        self.b[rows] = p.b[items]
+        if self._asymptotes:
+            self.c[rows] = p.c[items]
+            self.d[rows] = p.d[items]
+        if self.covariance is not None:
+            cv = self.covariance
+            self.va[rows] = cv.a_var[items]
+            self.vb[rows] = cv.b_var[items]
+            self.vab[rows] = cv.ab_cov[items]
+        self.administered[items] = True
+
     def add(self, item: int, correct: int, log_cot: float = math.nan) -> None:
         """Append one answer (no validation here: the session validates before calling)."""
         p = self.params
         k = self.n
         self._items[k] = item
         self._y[k] = float(correct)
-        self.a[k] = p.a[item]
-        self.b[k] = p.b[item]
-        if self._asymptotes:
-            self.c[k] = p.c[item]
-            self.d[k] = p.d[item]
-        if self.covariance is not None:
-            cv = self.covariance
-            self.va[k] = cv.a_var[item]
-            self.vb[k] = cv.b_var[item]
-            self.vab[k] = cv.ab_cov[item]
-        self.administered[item] = True
+        self._take(k, item)
         self.n_correct += int(correct)
         if self._cot and not math.isnan(log_cot):
             self._log_cot[k] = log_cot
@@ -141,17 +147,7 @@ class ResponseState:
         rows = slice(k, k + m)
         self._items[rows] = items
         self._y[rows] = y
-        self.a[rows] = p.a[items]
-        self.b[rows] = p.b[items]
-        if self._asymptotes:
-            self.c[rows] = p.c[items]
-            self.d[rows] = p.d[items]
-        if self.covariance is not None:
-            cv = self.covariance
-            self.va[rows] = cv.a_var[items]
-            self.vb[rows] = cv.b_var[items]
-            self.vab[rows] = cv.ab_cov[items]
-        self.administered[items] = True
+        self._take(rows, items)
         self.n_correct += int(y.sum())
         if self._cot and log_cot is not None:
             t = np.asarray(log_cot, dtype=np.float64).reshape(-1)

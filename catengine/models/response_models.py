@@ -131,6 +131,14 @@ class ResponseModel(ABC):
     def information(self, params, theta, items=None) -> np.ndarray:
         """Fisher information about theta of each selected item (the accuracy part): shape S + (n,)."""
 
+    @staticmethod
+    def _compiled(kernel, params, theta, items, names=("a", "b")) -> np.ndarray:
+        """``kernel(thetas, *item parameters)`` on validated inputs (the parameters ``names`` of the
+        selected items): shape S + (n,) for theta of shape S."""
+        th, shape = _as_theta(theta)
+        idx = _as_items(params, items)
+        return _per_item(kernel(th, *(_vec(getattr(params, name), idx) for name in names)), shape)
+
     # ------------------------------------------------------------------ CoT part
     def cot_information(self, params, items=None) -> np.ndarray | None:
         """Information of each selected item's CoT length about tau (free of the traits), or None."""
@@ -191,14 +199,10 @@ class TwoPL(_Logistic):
         return s, s * (1.0 - s)
 
     def compiled_probability(self, params, theta, items=None):
-        th, shape = _as_theta(theta)
-        idx = _as_items(params, items)
-        return _per_item(K.prob_2pl(th, _vec(params.a, idx), _vec(params.b, idx)), shape)
+        return self._compiled(K.prob_2pl, params, theta, items)
 
     def information(self, params, theta, items=None):
-        th, shape = _as_theta(theta)
-        idx = _as_items(params, items)
-        return _per_item(K.info_2pl(th, _vec(params.a, idx), _vec(params.b, idx)), shape)
+        return self._compiled(K.info_2pl, params, theta, items)
 
 
 class FourPL(_Logistic):
@@ -232,17 +236,11 @@ class FourPL(_Logistic):
         return c + (d - c) * s, (d - c) * s * (1.0 - s)
 
     def compiled_probability(self, params, theta, items=None):
-        th, shape = _as_theta(theta)
-        idx = _as_items(params, items)
-        a, b, c, d = (_vec(v, idx) for v in (params.a, params.b, params.c, params.d))
-        return _per_item(K.prob_4pl(th, a, b, c, d), shape)
+        return self._compiled(K.prob_4pl, params, theta, items, self.parameters)
 
     def information(self, params, theta, items=None):
         """a^2 (P-c)^2 (d-P)^2 / ((d-c)^2 P(1-P)), as a^2 s (1-s) [(P-c)/P] [(d-P)/(1-P)] (no 0/0)."""
-        th, shape = _as_theta(theta)
-        idx = _as_items(params, items)
-        a, b, c, d = (_vec(v, idx) for v in (params.a, params.b, params.c, params.d))
-        return _per_item(K.info_4pl(th, a, b, c, d), shape)
+        return self._compiled(K.info_4pl, params, theta, items, self.parameters)
 
 
 class LaRT(ResponseModel):
@@ -280,15 +278,11 @@ class LaRT(ResponseModel):
         return ndtr((params.a * theta + params.b) / np.sqrt(1.0 + (params.a * theta_sd) ** 2))
 
     def compiled_probability(self, params, theta, items=None):
-        th, shape = _as_theta(theta)
-        idx = _as_items(params, items)
-        return _per_item(K.prob_probit(th, _vec(params.a, idx), _vec(params.b, idx)), shape)
+        return self._compiled(K.prob_probit, params, theta, items)
 
     def information(self, params, theta, items=None):
         """u_j = a_j^2 h(a_j theta + b_j), h(z) = phi(z)^2 / (Phi(z) Phi(-z))."""
-        th, shape = _as_theta(theta)
-        idx = _as_items(params, items)
-        return _per_item(K.info_probit(th, _vec(params.a, idx), _vec(params.b, idx)), shape)
+        return self._compiled(K.info_probit, params, theta, items)
 
     def cot_information(self, params, items=None):
         """v_j = phi_j^2 / lam_j^2."""

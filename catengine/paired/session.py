@@ -28,6 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
+from catengine.closing import Closing
 from catengine.errors import BankExhaustedError
 from catengine.models.information import prob_correct
 from catengine.paired.confidence import CONFIDENCE_SEQUENCES
@@ -185,7 +186,7 @@ class Comparison:
                 f"{self.n_items} of {self.n_bank_items} items): {verdict}")
 
 
-class PairedSession:
+class PairedSession(Closing):
     """Two LLMs compared on the same items (module docstring).
 
     * ``stopping``: a :class:`PairedStopping`, a ``MaxItems`` or an item cap (default: stop once
@@ -655,12 +656,6 @@ class PairedSession:
     def close(self) -> None:
         if self._owns_writer and self._writer is not None:
             self._writer.close()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
 
     @classmethod
     def resume(cls, log, bank=None, *, fsync: bool = False) -> "PairedSession":

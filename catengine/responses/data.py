@@ -216,6 +216,18 @@ _CORRECT_ALLOWED = "must be 0 or 1; allowed: 0, 1, 0.0, 1.0, true/false; empty, 
 #: CoT lengths above this many tokens are rejected as implausible (the engine's default limit too)
 MAX_COT_TOKENS = 1e9
 _COT_ALLOWED = f"a CoT length must be a finite token count >= 0 and <= {MAX_COT_TOKENS:g}; empty, NA or NaN = missing"
+#: a long table's cells: name in messages -> (parser, what a bad value is, what is allowed)
+_LONG_CELLS = {"correct": (_parse_correct, "is not binary", _CORRECT_ALLOWED),
+               "cot_tokens": (_parse_cot, "is invalid", _COT_ALLOWED)}
+
+
+def _long_cell(name: str, raw, where: str, sid: str, iid: str):
+    """One cell of a long table's row, parsed; a bad value raises ValueError naming the row, subject and item."""
+    parse, verdict, allowed = _LONG_CELLS[name]
+    try:
+        return parse(raw)
+    except _CellError:
+        raise ValueError(f"{where}: subject {sid!r}, item {iid!r}: {name} = {raw!r} {verdict} ({allowed})") from None
 
 
 _DECOMPRESSORS = {".gz": gzip.open, ".bz2": bz2.open, ".xz": lzma.open}
@@ -671,23 +683,11 @@ class _LongCells:
 
     def _values(self, where: str, rec: Mapping, sid: str, iid: str) -> tuple[int, float]:
         """(correct, cot tokens or NaN) of the row, parsed."""
-        raw = rec[self.correct]
-        try:
-            c = _parse_correct(raw)
-        except _CellError:
-            raise ValueError(
-                f"{where}: subject {sid!r}, item {iid!r}: correct = {raw!r} is not binary ({_CORRECT_ALLOWED})"
-            ) from None
+        c = _long_cell("correct", rec[self.correct], where, sid, iid)
         t = math.nan
         if self.cot in rec:
             self.has_cot = True
-            raw_t = rec[self.cot]
-            try:
-                t = _parse_cot(raw_t)
-            except _CellError:
-                raise ValueError(
-                    f"{where}: subject {sid!r}, item {iid!r}: cot_tokens = {raw_t!r} is invalid ({_COT_ALLOWED})"
-                ) from None
+            t = _long_cell("cot_tokens", rec[self.cot], where, sid, iid)
         return c, t
 
     def _add_metadata(self, where: str, rec: Mapping, jj: int, iid: str) -> None:

@@ -9,8 +9,9 @@ import math
 import sys
 from pathlib import Path
 
-from catengine.console import add_progress_argument, progress_enabled
-from catengine.runner.command_options import bank_with_content, budget_from_options, json_default, sampling_settings
+from catengine.console import add_progress_argument
+from catengine.runner.command_options import (ProgressBar, answer_reporting, bank_with_content, budget_from_options,
+                                              exit_code, json_default, sampling_settings)
 
 RUN_DESCRIPTION = """\
 Put the bank's questions to an LLM behind an OpenAI-compatible chat-completions endpoint (vLLM,
@@ -131,8 +132,7 @@ def _cmd_run(args, strategies, open_bank) -> int:
     if not args.json:
         print(f"{'resuming' if resuming else 'running'} {args.model} at {client.endpoint} on {bank.bank_id} "
               f"v{bank.version} ({bank.n_items} items); log {log}", file=sys.stderr)
-    bar = _Bar() if not args.json and progress_enabled(args.progress) else None
-    on_answer = _json_lines if args.json else (bar.update_from if bar is not None else None)
+    bar, on_answer = answer_reporting(args, _Bar, _json_lines)
     try:
         result = run_model(bank, client, log=log, subject=args.subject, concurrency=args.concurrency,
                            max_tokens=args.max_tokens, sampling=sampling, selector=chosen["selector"],
@@ -164,9 +164,7 @@ def _cmd_run(args, strategies, open_bank) -> int:
             print(f"the whole benchmark would have taken {bank.n_items} items and about "
                   f"{cost['completion_tokens']:,.0f} completion tokens: this run used "
                   f"{100 * cost['share_of_items']:.0f}% of the items and {100 * cost['share_of_tokens']:.0f}% of the tokens")
-        if result.error:
-            print(f"catengine run: stopped early: {result.error}", file=sys.stderr)
-    return 0 if result.error is None else 3
+    return exit_code(result, report=not args.json)
 
 
 def _json_lines(progress, session) -> None:
@@ -176,22 +174,14 @@ def _json_lines(progress, session) -> None:
           flush=True)
 
 
-class _Bar:
+class _Bar(ProgressBar):
     """A tqdm bar showing the running score, its interval, items and tokens."""
-
-    def __init__(self):
-        from tqdm import tqdm
-
-        self._bar = tqdm(total=None, unit="item", file=sys.stderr, dynamic_ncols=True, leave=True)
 
     def update_from(self, progress, session) -> None:
         score = session.predicted_score(by=False)
         self._bar.n = progress.items
         self._bar.set_postfix_str(f"accuracy {100 * score.accuracy:.1f}% [{100 * score.low:.1f}, {100 * score.high:.1f}] "
                                   f"tokens {progress.completion_tokens:,}", refresh=True)
-
-    def close(self) -> None:
-        self._bar.close()
 
 
 def _cmd_regrade(args, open_bank) -> int:

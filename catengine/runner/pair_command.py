@@ -7,8 +7,8 @@ import json
 import sys
 from pathlib import Path
 
-from catengine.console import progress_enabled
-from catengine.runner.command_options import bank_with_content, budget_from_options, json_default, sampling_settings
+from catengine.runner.command_options import (ProgressBar, answer_reporting, bank_with_content, budget_from_options,
+                                              exit_code, json_default, sampling_settings)
 
 
 #: selection, estimation and stopping options of a single run that a comparison does not use: dest -> (flag, default)
@@ -67,8 +67,7 @@ def run_pair_command(args, open_bank) -> int:
         print(f"{'resuming' if resuming else 'comparing'} {args.model} at {clients[0].endpoint} with {args.compare_with} "
               f"at {clients[1].endpoint} on {bank.bank_id} v{bank.version} ({bank.n_items} items); log {log}",
               file=sys.stderr)
-    bar = _PairBar() if not args.json and progress_enabled(args.progress) else None
-    on_answer = _pair_json_lines if args.json else (bar.update_from if bar is not None else None)
+    bar, on_answer = answer_reporting(args, _PairBar, _pair_json_lines)
     try:
         result = run_pair(bank, clients[0], clients[1], log=log, subjects=subjects, max_tokens=args.max_tokens,
                           sampling=sampling, stopping=stopping,
@@ -101,9 +100,7 @@ def run_pair_command(args, open_bank) -> int:
               + f"; {progress.seconds:.1f} s"
               + (f"; {len(result.excluded_flagged)} item(s) whose calibration grading is known to be wrong left out "
                  "(--include-flagged)" if result.excluded_flagged else ""))
-        if result.error:
-            print(f"catengine run: stopped early: {result.error}", file=sys.stderr)
-    return 0 if result.error is None else 3
+    return exit_code(result, report=not args.json)
 
 
 def _pair_json_lines(progress, session) -> None:
@@ -115,13 +112,8 @@ def _pair_json_lines(progress, session) -> None:
                       "completion_tokens_b": progress.b.completion_tokens}), flush=True)
 
 
-class _PairBar:
+class _PairBar(ProgressBar):
     """A tqdm bar showing the running difference's interval, items and both models' tokens."""
-
-    def __init__(self):
-        from tqdm import tqdm
-
-        self._bar = tqdm(total=None, unit="item", file=sys.stderr, dynamic_ncols=True, leave=True)
 
     def update_from(self, progress, session) -> None:
         step = session.history[-1]
@@ -129,6 +121,3 @@ class _PairBar:
         self._bar.set_postfix_str(f"a - b in [{100 * step.low:+.1f}, {100 * step.high:+.1f}] points, "
                                   f"{session.decision()}; tokens {progress.a.completion_tokens:,} / "
                                   f"{progress.b.completion_tokens:,}", refresh=True)
-
-    def close(self) -> None:
-        self._bar.close()

@@ -28,8 +28,8 @@ from pathlib import Path
 
 from catengine.clients.base import EndpointError
 from catengine.clients.budget import BudgetExceeded
-from catengine.runner.run import (RunConfigurationError, RunProgress, _ask_and_grade, _cot_length, _evidence,
-                                  protocol_grader)
+from catengine.runner.run import (RunConfigurationError, RunOutcome, RunProgress, _ask_and_grade, _check_resume,
+                                  _cot_length, _evidence, protocol_grader)
 
 __all__ = ["PairedProgress", "PairedRunResult", "paired_run_settings", "run_pair"]
 
@@ -63,22 +63,12 @@ class PairedProgress:
 
 
 @dataclass
-class PairedRunResult:
+class PairedRunResult(RunOutcome):
     """The outcome of :func:`run_pair`: the paired session (closed), its comparison, why the run
     ended, what each model spent."""
 
-    session: object
-    comparison: object
-    stop_reason: str
     progress: PairedProgress
-    resumed_items: int = 0
-    error: str | None = None
-    excluded_flagged: list[str] = field(default_factory=list)
-
-    @property
-    def completed(self) -> bool:
-        """True when the run ended on its stopping rule (not an endpoint failure or a budget)."""
-        return self.error is None
+    comparison: object = None
 
 
 def paired_run_settings(bank, client_a, client_b, grader, *, max_tokens, sampling, include_flagged) -> dict:
@@ -115,14 +105,6 @@ def _read_log_notes(log: Path):
     return settings, kept, records
 
 
-def _check_resume(recorded: dict, settings: dict, log: Path) -> None:
-    differ = [f"{key}: log {recorded.get(key)!r}, options {settings[key]!r}" for key in PAIRED_RESUME_KEYS
-              if recorded.get(key) != settings[key]]
-    if differ:
-        raise RunConfigurationError(f"{log} records a comparison with other settings ({'; '.join(differ)}); resume it "
-                                    "with the same options, or give a new --log file")
-
-
 def _check_design(session, stopping, margin, alpha, log) -> None:
     """A resumed comparison keeps the design its log records: options given now must be the same."""
     from catengine.paired.session import _stopping
@@ -152,7 +134,7 @@ def open_paired_session(bank, client_a, client_b, grader, *, log, subjects=None,
     if log is not None and Path(log).exists() and Path(log).stat().st_size > 0:
         recorded, kept, records = _read_log_notes(Path(log))
         if recorded is not None:
-            _check_resume(recorded, settings, Path(log))
+            _check_resume(recorded, settings, Path(log), PAIRED_RESUME_KEYS, "a comparison")
         session = PairedSession.resume(log, bank, fsync=fsync)
         try:
             _check_design(session, stopping, margin, alpha, log)

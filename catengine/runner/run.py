@@ -53,12 +53,15 @@ class RunProgress:
 
 
 @dataclass
-class RunResult:
-    """The outcome of :func:`run_model`: the session (closed), why the run ended, what it spent."""
+class RunOutcome:
+    """What a run of one model (:class:`RunResult`) and a comparison of two
+    (:class:`~catengine.runner.PairedRunResult`) both report: the session (closed), why the run ended,
+    what it spent, the answers recorded before a resume, the error that ended it early (None when
+    the stopping rule did), the items whose calibration grading is known to be wrong, left out."""
 
     session: object
     stop_reason: str
-    progress: RunProgress
+    progress: object
     resumed_items: int = 0
     error: str | None = None
     excluded_flagged: list[str] = field(default_factory=list)
@@ -67,6 +70,13 @@ class RunResult:
     def completed(self) -> bool:
         """True when the run ended on its stopping rule (not an endpoint failure or a budget)."""
         return self.error is None
+
+
+@dataclass
+class RunResult(RunOutcome):
+    """The outcome of :func:`run_model`: the session (closed), why the run ended, what it spent."""
+
+    progress: RunProgress
 
     @property
     def score(self):
@@ -103,11 +113,12 @@ def _recorded_settings(log: Path) -> dict | None:
     return None
 
 
-def _check_resume(recorded: dict, settings: dict, log: Path) -> None:
-    differ = [f"{key}: log {recorded.get(key)!r}, options {settings[key]!r}" for key in RESUME_KEYS
+def _check_resume(recorded: dict, settings: dict, log: Path, keys=RESUME_KEYS, what: str = "a run") -> None:
+    """Refuse to resume ``log`` (which records ``what``) with ``settings`` that differ in ``keys``."""
+    differ = [f"{key}: log {recorded.get(key)!r}, options {settings[key]!r}" for key in keys
               if recorded.get(key) != settings[key]]
     if differ:
-        raise RunConfigurationError(f"{log} records a run with other settings ({'; '.join(differ)}); resume it with "
+        raise RunConfigurationError(f"{log} records {what} with other settings ({'; '.join(differ)}); resume it with "
                                     "the same options, or give a new --log file")
 
 

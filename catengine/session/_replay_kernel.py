@@ -8,6 +8,15 @@ It performs, step by step, what ``CATSession.next_item`` / ``record`` do for the
 uncertainty term, the design-draw probabilities and schedule, the standing among the calibration
 runs' answers that switches the design share) written out in the session's order of operations. ``tests/test_fast_replay.py`` compares it with sessions step by step.
 
+The kernels take their arguments in a few named tuples (numba compiles a ``typing.NamedTuple``
+of arrays and scalars as one heterogeneous tuple argument; the disk cache keys them by their field
+types like any other argument): :class:`ReplayItems` (the bank), :class:`ReplayEstimator` (the MAP
+settings), :class:`ReplaySelection` (which steps are design draws, and how they draw),
+:class:`ReplayAdaptive` (the adaptive rule and its tables), :class:`ReplaySubject` (one subject's
+answers and what the run may use) and :class:`ReplayOutputs` (what the run writes). The scalar
+fields' Python types are fixed (int, float, bool), so one compiled specialisation serves every
+configuration; arrays are writable and C-contiguous (``fast_replay._own``).
+
 Selector codes: 0 = adaptive steps only, 1 = doubly robust (design draws and adaptive steps),
 2 = randomised (every step a design draw). Adaptive codes: 0 = maximum Fisher information,
 1 = score-factor D-optimal, 2 = posterior-expected information over the items' (a, b). Model codes as in ``catengine.estimation.state`` (0 = 2PL, 2 = probit).
@@ -16,6 +25,7 @@ Selector codes: 0 = adaptive steps only, 1 = doubly robust (design draws and ada
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import numpy as np
 from catengine.numba_cache import njit
@@ -28,6 +38,116 @@ from catengine.selection.kernels import design_draw, topk_expected_info_ab, topk
 SELECT_MFI, SELECT_DOUBLY_ROBUST, SELECT_RANDOMISED = 0, 1, 2
 ADAPTIVE_MFI, ADAPTIVE_SCORE_FACTOR_D, ADAPTIVE_EXPECTED_AB = 0, 1, 2
 _INV_SQRT2 = 1.0 / math.sqrt(2.0)
+
+
+class ReplayItems(NamedTuple):
+    """The bank: model code, the accuracy parameters a, b, c, d (J,); whether the estimator adds
+    the item-uncertainty term (``has_cov``) with Var(a), Var(b), Cov(a, b) (J,; zeros without);
+    whether the bank is LaRT, its CoT parameters phi, lam, omega (J,; zeros for 2PL) and
+    ``cot_offset``."""
+
+    model: int
+    a: np.ndarray
+    b: np.ndarray
+    c: np.ndarray
+    d: np.ndarray
+    has_cov: bool
+    va: np.ndarray
+    vb: np.ndarray
+    vab: np.ndarray
+    lart: bool
+    phi: np.ndarray
+    lam: np.ndarray
+    omega: np.ndarray
+    cot_offset: float
+
+
+class ReplayEstimator(NamedTuple):
+    """The MAP estimator: whether it reads CoT lengths, the prior precision (q11, q12, q22) and
+    mean (mu_t, mu_u) of (theta, tau), and the Newton iterations' ``max_iter`` and ``tol``."""
+
+    use_cot: bool
+    q11: float
+    q12: float
+    q22: float
+    mu_t: float
+    mu_u: float
+    max_iter: int
+    tol: float
+
+
+class ReplaySelection(NamedTuple):
+    """Which steps are design draws and how they draw: the selector code; the doubly robust
+    schedule (``opening`` steps, the design ``share``, and ``extrapolation_share`` beyond the
+    population: the trait outside ``low`` / ``high`` when ``has_population``, or, when
+    ``has_responses``, the standing among the calibration runs' answers ``responses`` (runs, J)
+    int8 beyond ``edge``); the draw's uniform share ``eps`` and Gauss-Hermite rule ``gh_x``,
+    ``gh_w``."""
+
+    selector: int
+    opening: int
+    share: float
+    extrapolation_share: float
+    has_population: bool
+    low: float
+    high: float
+    has_responses: bool
+    responses: np.ndarray
+    edge: float
+    eps: float
+    gh_x: np.ndarray
+    gh_w: np.ndarray
+
+
+class ReplayAdaptive(NamedTuple):
+    """The adaptive rule (``rule``, an adaptive code) and its tables: the information scan's
+    ``info_order`` / ``info_bound``; the score factors' loadings ``g`` (J, dims), intercepts ``h``,
+    gain scan ``g_order`` / ``g_norm2`` and posterior ``sf_tol`` / ``sf_max_iter``; the
+    posterior-expected information's item covariance ``pe_va``, ``pe_vb``, ``pe_vab``, its two
+    Gauss-Hermite rules (``pe_x``, ``pe_w``; narrow ``pe_xs``, ``pe_ws``) and scan ``pe_order`` /
+    ``pe_bound``. Tables of another rule are placeholders."""
+
+    rule: int
+    info_order: np.ndarray
+    info_bound: np.ndarray
+    g: np.ndarray
+    h: np.ndarray
+    g_order: np.ndarray
+    g_norm2: np.ndarray
+    sf_tol: float
+    sf_max_iter: int
+    pe_va: np.ndarray
+    pe_vb: np.ndarray
+    pe_vab: np.ndarray
+    pe_x: np.ndarray
+    pe_w: np.ndarray
+    pe_xs: np.ndarray
+    pe_ws: np.ndarray
+    pe_order: np.ndarray
+    pe_bound: np.ndarray
+
+
+class ReplaySubject(NamedTuple):
+    """One subject's run: answers ``y`` (J,; negative: none) and CoT lengths ``cot`` (J,; NaN
+    unknown or unused), the ``eligible`` items (J, bool; modified in place), the SD ``factors`` by
+    number of answers (steps + 1,), the design draws' ``uniforms`` (steps,) and ``steps``."""
+
+    y: np.ndarray
+    cot: np.ndarray
+    eligible: np.ndarray
+    factors: np.ndarray
+    uniforms: np.ndarray
+    steps: int
+
+
+class ReplayOutputs(NamedTuple):
+    """What a run writes: ``items`` (steps,) int64, ``estimates`` (8, steps + 1), ``criteria``
+    (steps,) and ``design`` (steps,) bool."""
+
+    items: np.ndarray
+    estimates: np.ndarray
+    criteria: np.ndarray
+    design: np.ndarray
 
 
 @njit(cache=True)
@@ -46,11 +166,16 @@ def _gaussian(lart, use_cot, q11, q12, q22, mu_t, mu_u, cot_info, cot_score):
 
 
 @njit(cache=True)
-def _estimate(model, lart, use_cot, q11, q12, q22, mu_t, mu_u, cot_info, cot_score, ab, bb, cb, db, yb, has_cov,
-              vab_a, vab_b, vab_ab, n, theta0, warm, max_iter, tol, factor, out, t):
-    """The session's estimate after ``n`` answers into ``out[:, t]``: theta, theta_sd, tau, tau_sd,
-    theta_tau_cov, theta_sd_fixed_items (NaN: none), n_iter, converged (MAPEstimator.estimate)."""
-    q, m, alpha, beta, t_prec = _gaussian(lart, use_cot, q11, q12, q22, mu_t, mu_u, cot_info, cot_score)
+def _estimate(items, est, buffers, cot_info, cot_score, n, theta0, warm, factor, out, t):
+    """The session's estimate after ``n`` answers (``buffers``, as ``_answer_buffers``) into
+    ``out[:, t]``: theta, theta_sd, tau, tau_sd, theta_tau_cov, theta_sd_fixed_items (NaN: none),
+    n_iter, converged (MAPEstimator.estimate)."""
+    model, lart, has_cov = items.model, items.lart, items.has_cov
+    q12 = est.q12
+    max_iter, tol = est.max_iter, est.tol
+    ab, bb, cb, db, yb, vab_a, vab_b, vab_ab = buffers
+    q, m, alpha, beta, t_prec = _gaussian(lart, est.use_cot, est.q11, q12, est.q22, est.mu_t, est.mu_u, cot_info,
+                                          cot_score)
     start = theta0 if warm else m
     theta, _, _, hl, n_iter, converged = map_newton_1d(model, ab, bb, cb, db, yb, n, q, m, start, max_iter, tol, False)
     curv = -hl
@@ -104,21 +229,23 @@ def _answer_buffers(n):
 
 
 @njit(cache=True)
-def _add_answer(j, n, a, b, y_row, has_cov, va, vb, vab, lart, phi, lam, omega, cot_offset, cot_row, ab, bb, yb,
-                vab_a, vab_b, vab_ab, cot_info, cot_score):
-    """``ResponseState.add``: item j's parameters into the per-answer buffers at position n;
+def _add_answer(j, n, items, y_row, cot_row, buffers, cot_info, cot_score):
+    """``ResponseState.add``: item j's parameters into the per-answer ``buffers`` at position n;
     returns the CoT sums (F_T, B) with its recorded length added (LaRT banks, a length known)."""
+    a, b, va, vb, vab = items.a, items.b, items.va, items.vb, items.vab
+    phi, lam, omega = items.phi, items.lam, items.omega
+    ab, bb, _, _, yb, vab_a, vab_b, vab_ab = buffers
     ab[n] = a[j]
     bb[n] = b[j]
     yb[n] = y_row[j]
-    if has_cov:
+    if items.has_cov:
         vab_a[n] = va[j]
         vab_b[n] = vb[j]
         vab_ab[n] = vab[j]
-    if lart and not math.isnan(cot_row[j]):
+    if items.lart and not math.isnan(cot_row[j]):
         w = phi[j] / (lam[j] * lam[j])
         cot_info += w * phi[j]
-        cot_score -= w * (math.log(cot_row[j] + cot_offset) - omega[j])
+        cot_score -= w * (math.log(cot_row[j] + items.cot_offset) - omega[j])
     return cot_info, cot_score
 
 
@@ -141,25 +268,36 @@ def _design_draw(model, a, b, theta, sd, gh_x, gh_w, eligible, eps, u, f, pi):
 
 
 @njit(cache=True, nogil=True)
-def replay_kernel(model, a, b, c, d, has_cov, va, vb, vab, lart, use_cot, phi, lam, omega, cot_offset, cot_row,
-                  q11, q12, q22, mu_t, mu_u, max_iter, tol, factors,
-                  selector, adaptive, opening, share, extrapolation_share, has_population, low, high,
-                  has_responses, responses, edge, eps, gh_x, gh_w,
-                  info_order, info_bound, g, h, g_order, g_norm2, sf_tol, sf_max_iter,
-                  pe_va, pe_vb, pe_vab, pe_x, pe_w, pe_xs, pe_ws, pe_order, pe_bound,
-                  eligible, y_row, uniforms, L,
-                  out_items, out_est, out_crit, out_design):
-    """Replay one subject's answers (``y_row`` over the bank, ``cot_row`` the CoT lengths, NaN when
-    unknown or unused) for ``L`` steps from the ``eligible`` items (modified in place). Returns
-    (steps done, uniforms used). ``out_est`` (8, L + 1): the estimate before any answer and after
-    each (``_estimate``); ``out_items`` / ``out_crit`` / ``out_design`` (L,): the step's item, its
-    criterion value and whether it was a design draw. ``factors`` (L + 1,): the SD factor by number
-    of answers. ``responses`` (runs, J) int8, the calibration runs' answers (-1: none; used when
+def replay_kernel(items, est, selection, adaptive_steps, subject, out):
+    """Replay one subject's answers (``subject.y`` over the bank, ``subject.cot`` the CoT lengths,
+    NaN when unknown or unused) for ``subject.steps`` steps from the ``subject.eligible`` items
+    (modified in place). Returns (steps done, uniforms used). ``out.estimates`` (8, steps + 1):
+    the estimate before any answer and after each (``_estimate``); ``out.items`` /
+    ``out.criteria`` / ``out.design`` (steps,): the step's item, its criterion value and whether it
+    was a design draw. ``subject.factors`` (steps + 1,): the SD factor by number of answers.
+    ``selection.responses`` (runs, J) int8, the calibration runs' answers (-1: none; used when
     ``has_responses``): the standing that switches the design share to ``extrapolation_share`` is
     the share of runs behind the subject on the items answered so far, beyond ``edge`` or
     1 - ``edge`` (``catengine.scoring.standing``); without them the trait beyond ``low`` / ``high``."""
+    model, a, b, c, d = items.model, items.a, items.b, items.c, items.d
+    selector, opening, share, extrapolation_share = (selection.selector, selection.opening, selection.share,
+                                                     selection.extrapolation_share)
+    has_population, low, high = selection.has_population, selection.low, selection.high
+    has_responses, responses, edge = selection.has_responses, selection.responses, selection.edge
+    eps, gh_x, gh_w = selection.eps, selection.gh_x, selection.gh_w
+    adaptive = adaptive_steps.rule
+    info_order, info_bound = adaptive_steps.info_order, adaptive_steps.info_bound
+    g, h, g_order, g_norm2 = adaptive_steps.g, adaptive_steps.h, adaptive_steps.g_order, adaptive_steps.g_norm2
+    sf_tol, sf_max_iter = adaptive_steps.sf_tol, adaptive_steps.sf_max_iter
+    pe_va, pe_vb, pe_vab = adaptive_steps.pe_va, adaptive_steps.pe_vb, adaptive_steps.pe_vab
+    pe_x, pe_w, pe_xs, pe_ws = adaptive_steps.pe_x, adaptive_steps.pe_w, adaptive_steps.pe_xs, adaptive_steps.pe_ws
+    pe_order, pe_bound = adaptive_steps.pe_order, adaptive_steps.pe_bound
+    y_row, cot_row, eligible = subject.y, subject.cot, subject.eligible
+    factors, uniforms, L = subject.factors, subject.uniforms, subject.steps
+    out_items, out_est, out_crit, out_design = out.items, out.estimates, out.criteria, out.design
     J = a.size
-    ab, bb, cb, db, yb, vab_a, vab_b, vab_ab = _answer_buffers(L)
+    buffers = _answer_buffers(L)
+    yb = buffers[4]
     n_runs = responses.shape[0]
     ahead = np.zeros(n_runs)  # per calibration run: the subject's correct answers minus the run's, on the same items
     dims = g.shape[1]
@@ -176,8 +314,7 @@ def replay_kernel(model, a, b, c, d, has_cov, va, vb, vab, lart, use_cot, phi, l
     sf_cov = np.empty((dims, dims))
     cot_info = 0.0
     cot_score = 0.0
-    _estimate(model, lart, use_cot, q11, q12, q22, mu_t, mu_u, cot_info, cot_score, ab, bb, cb, db, yb, has_cov,
-              vab_a, vab_b, vab_ab, 0, 0.0, False, max_iter, tol, factors[0], out_est, 0)
+    _estimate(items, est, buffers, cot_info, cot_score, 0, 0.0, False, factors[0], out_est, 0)
     used = 0
     for n in range(L):
         n_elig = 0
@@ -238,33 +375,27 @@ def replay_kernel(model, a, b, c, d, has_cov, va, vb, vab, lart, use_cot, phi, l
                 x = responses[r, j]
                 if x >= 0:
                     ahead[r] += y_row[j] - x
-        cot_info, cot_score = _add_answer(j, n, a, b, y_row, has_cov, va, vb, vab, lart, phi, lam, omega, cot_offset,
-                                          cot_row, ab, bb, yb, vab_a, vab_b, vab_ab, cot_info, cot_score)
+        cot_info, cot_score = _add_answer(j, n, items, y_row, cot_row, buffers, cot_info, cot_score)
         for p in range(dims):
             gb[n, p] = g[j, p]
         hb[n] = h[j]
-        _estimate(model, lart, use_cot, q11, q12, q22, mu_t, mu_u, cot_info, cot_score, ab, bb, cb, db, yb, has_cov,
-                  vab_a, vab_b, vab_ab, n + 1, theta, True, max_iter, tol, factors[n + 1], out_est, n + 1)
+        _estimate(items, est, buffers, cot_info, cot_score, n + 1, theta, True, factors[n + 1], out_est, n + 1)
     return L, used
 
 
 @njit(cache=True, nogil=True)
-def estimates_at_lengths(model, a, b, c, d, has_cov, va, vb, vab, lart, use_cot, phi, lam, omega, cot_offset, cot_row,
-                         q11, q12, q22, mu_t, mu_u, max_iter, tol, factors, order, y_row, lengths, out_est):
+def estimates_at_lengths(items, est, cot_row, factors, order, y_row, lengths, out_est):
     """The estimate from the first ``lengths[t]`` answers of ``order`` (bank indices; answers
     ``y_row``, CoT lengths ``cot_row`` over the bank) for each t, into ``out_est[:, t]`` (as
     ``replay_kernel``'s): each one solve from the prior mean, as ``CATSession.estimate_from``
     makes it, with the answers added in order (the CoT sums accumulated as ``ResponseState``
     does) and ``factors[t]`` the SD factor."""
-    ab, bb, cb, db, yb, vab_a, vab_b, vab_ab = _answer_buffers(lengths[lengths.size - 1])
+    buffers = _answer_buffers(lengths[lengths.size - 1])
     cot_info = 0.0
     cot_score = 0.0
     n = 0
     for t in range(lengths.size):
         while n < lengths[t]:
-            cot_info, cot_score = _add_answer(order[n], n, a, b, y_row, has_cov, va, vb, vab, lart, phi, lam, omega,
-                                              cot_offset, cot_row, ab, bb, yb, vab_a, vab_b, vab_ab, cot_info,
-                                              cot_score)
+            cot_info, cot_score = _add_answer(order[n], n, items, y_row, cot_row, buffers, cot_info, cot_score)
             n += 1
-        _estimate(model, lart, use_cot, q11, q12, q22, mu_t, mu_u, cot_info, cot_score, ab, bb, cb, db, yb, has_cov,
-                  vab_a, vab_b, vab_ab, n, 0.0, False, max_iter, tol, factors[t], out_est, t)
+        _estimate(items, est, buffers, cot_info, cot_score, n, 0.0, False, factors[t], out_est, t)

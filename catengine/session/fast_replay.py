@@ -70,81 +70,104 @@ def _own(values, dtype=np.float64) -> np.ndarray:
     return np.array(values, dtype=dtype, order="C", copy=True)
 
 
+def _items_of(session) -> "K.ReplayItems":
+    """The bank as the kernels read it (``ReplayItems``; the item covariance only when the
+    estimator adds the item-uncertainty term)."""
+    items, params = session.items, session.params
+    lart = params.model.has_cot
+    # every array the kernel takes is a private writable copy: one compiled specialisation
+    # serves every configuration (numba compiles read-only arrays apart)
+    a, b, c, d = (_own(v) for v in (params.a, params.b, items.c, items.d))
+    cov = items.covariance if session.estimator.item_uncertainty else None
+    zeros = np.zeros(params.n_items)
+    va, vb, vab = (_own(cov.a_var), _own(cov.b_var), _own(cov.ab_cov)) if cov is not None else (zeros, zeros, zeros)
+    phi, lam, omega = (_own(v) for v in (params.phi, params.lam, params.omega)) if lart else (zeros, zeros, zeros)
+    return K.ReplayItems(params.model.kernel_code, a, b, c, d, cov is not None, va, vb, vab, lart, phi, lam, omega,
+                         float(session.cot_offset))
+
+
+def _estimator_of(session) -> "K.ReplayEstimator":
+    """The MAP estimator's settings (``ReplayEstimator``): its prior (the bank's population when
+    it has none) as a precision and a mean."""
+    est, params = session.estimator, session.params
+    prior = est.prior if est.prior is not None else TraitPrior.population(params)
+    if params.model.has_cot:
+        Q = prior.precision()
+        q = (float(Q[0, 0]), float(Q[0, 1]), float(Q[1, 1]))
+    else:
+        q = (1.0 / prior.theta_sd**2, 0.0, 0.0)
+    return K.ReplayEstimator(bool(est.use_cot), *q, float(prior.theta_mean), float(prior.tau_mean), int(est.max_iter),
+                             float(est.tol))
+
+
+def _selection_of(session, selector_code: int) -> "K.ReplaySelection":
+    """The selector's schedule and design draw (``ReplaySelection``)."""
+    items, sel = session.items, session.selector
+    design = sel.design if isinstance(sel, DoublyRobustSelection) else sel
+    pop = items.population
+    low, high = pop.edges if pop is not None else (0.0, 0.0)
+    # the standing that switches the design share: the calibration runs' answers, when the bank stores them
+    has_responses = pop is not None and pop.responses is not None
+    responses = _own(pop.responses, np.int8) if has_responses else np.zeros((1, session.params.n_items), np.int8)
+    if isinstance(design, RandomisedSelection):
+        eps = float(design.uniform_share)
+        x, w = gauss_hermite_normal(design.n_nodes)
+        gh_x, gh_w = _own(x), _own(w)
+    else:
+        eps, gh_x, gh_w = 0.5, np.zeros(1), np.ones(1)
+    return K.ReplaySelection(selector_code, int(getattr(sel, "opening", 0)), float(getattr(sel, "share", 1.0)),
+                             float(getattr(sel, "extrapolation_share", 1.0)), pop is not None, float(low), float(high),
+                             has_responses, responses, EDGE, eps, gh_x, gh_w)
+
+
+def _adaptive_of(session, adaptive_code: int) -> "K.ReplayAdaptive":
+    """The adaptive rule and its tables (``ReplayAdaptive``; placeholders for the other rules')."""
+    items, sel, J = session.items, session.selector, session.params.n_items
+    zeros = np.zeros(J)
+    sf = items.score_factors
+    if sf is not None and adaptive_code == K.ADAPTIVE_SCORE_FACTOR_D:
+        g, h = _own(sf.loadings), _own(sf.intercepts)
+        order, norm2 = sf.gain_scan
+        g_order, g_norm2 = _own(order, np.int64), _own(norm2)
+    else:
+        g, h = np.zeros((J, 1)), zeros
+        g_order, g_norm2 = np.zeros(0, dtype=np.int64), zeros
+    # posterior-expected information steps: the bank's item covariance (whatever the estimator
+    # does with it) and the selector's two Gauss-Hermite rules, as PosteriorExpectedInformation
+    if adaptive_code == K.ADAPTIVE_EXPECTED_AB:
+        adaptive = sel.adaptive_for(items) if isinstance(sel, DoublyRobustSelection) else sel
+        cv = items.covariance
+        x, w = gauss_hermite_normal(adaptive.n_nodes)
+        xs, ws = gauss_hermite_normal(min(adaptive.n_nodes, selection_kernels.NARROW_NODES))
+        expected = (_own(cv.a_var), _own(cv.b_var), _own(cv.ab_cov), _own(x), _own(w), _own(xs), _own(ws),
+                    _own(items.expected_info_order, np.int64), _own(items.expected_info_bound))
+    else:
+        one = np.ones(1)
+        expected = (zeros, zeros, zeros, one.copy(), one.copy(), one.copy(), one.copy(), np.zeros(0, dtype=np.int64),
+                    zeros)
+    return K.ReplayAdaptive(adaptive_code, _own(items.info_order, np.int64), _own(items.info_bound), g, h, g_order,
+                            g_norm2, POSTERIOR_TOL, POSTERIOR_MAX_ITER, *expected)
+
+
 class CompiledReplay:
     """The compiled replay of one session configuration (a fresh session's bank, selector, estimator
-    and interval curve); build it with :meth:`for_session`."""
+    and interval curve); build it with :meth:`for_session`. The kernels' arguments are built once:
+    ``items``, ``estimator``, ``selection`` and ``adaptive`` (``catengine.session._replay_kernel``'s
+    ``ReplayItems``, ``ReplayEstimator``, ``ReplaySelection``, ``ReplayAdaptive``)."""
 
     def __init__(self, session, selector_code: int, adaptive_code: int):
-        items, params, est = session.items, session.params, session.estimator
+        est = session.estimator
         self.session = session
-        self.ids = list(items.item_ids)
-        self.lart = params.model.has_cot
-        self.model = params.model.kernel_code  # one of REPLAYED_MODELS (for_session admits no other)
-        self.selector_code, self.adaptive_code = selector_code, adaptive_code
-        # every array the kernel takes is a private writable copy: one compiled specialisation
-        # serves every configuration (numba compiles read-only arrays apart)
-        self.a, self.b, self.c, self.d = (_own(v) for v in (params.a, params.b, items.c, items.d))
-        cov = items.covariance if est.item_uncertainty else None
-        self.has_cov = cov is not None
-        zeros = np.zeros(params.n_items)
-        self.va, self.vb, self.vab = ((_own(cov.a_var), _own(cov.b_var), _own(cov.ab_cov)) if cov is not None
-                                      else (zeros, zeros, zeros))
-        if self.lart:
-            self.phi, self.lam, self.omega = (_own(v) for v in (params.phi, params.lam, params.omega))
-        else:
-            self.phi = self.lam = self.omega = zeros
-        prior = est.prior if est.prior is not None else TraitPrior.population(params)
-        if self.lart:
-            Q = prior.precision()
-            self.q = (float(Q[0, 0]), float(Q[0, 1]), float(Q[1, 1]))
-        else:
-            self.q = (1.0 / prior.theta_sd**2, 0.0, 0.0)
-        self.mu = (prior.theta_mean, prior.tau_mean)
-        self.use_cot = bool(est.use_cot)
+        self.ids = list(session.items.item_ids)
+        self.lart = session.params.model.has_cot
         self.cot_offset = float(session.cot_offset)
         self.max_cot_length = float(session.max_cot_length)
-        self.max_iter, self.tol = int(est.max_iter), float(est.tol)
         self.curve = session._responses.interval_curve if est.interval_calibration else None
         self.sd_scale = float(est.sd_scale)
-        sel = session.selector
-        design = sel.design if isinstance(sel, DoublyRobustSelection) else sel
-        self.opening = int(getattr(sel, "opening", 0))
-        self.share = float(getattr(sel, "share", 1.0))
-        self.extrapolation_share = float(getattr(sel, "extrapolation_share", 1.0))
-        pop = items.population
-        self.has_population = pop is not None
-        self.low, self.high = pop.edges if pop is not None else (0.0, 0.0)
-        # the standing that switches the design share: the calibration runs' answers, when the bank stores them
-        self.has_responses = pop is not None and pop.responses is not None
-        self.responses = _own(pop.responses, np.int8) if self.has_responses else np.zeros((1, params.n_items), np.int8)
-        if isinstance(design, RandomisedSelection):
-            self.eps = float(design.uniform_share)
-            x, w = gauss_hermite_normal(design.n_nodes)
-            self.gh_x, self.gh_w = _own(x), _own(w)
-        else:
-            self.eps, self.gh_x, self.gh_w = 0.5, np.zeros(1), np.ones(1)
-        self.info_order, self.info_bound = _own(items.info_order, np.int64), _own(items.info_bound)
-        sf = items.score_factors
-        if sf is not None and adaptive_code == K.ADAPTIVE_SCORE_FACTOR_D:
-            self.g, self.h = _own(sf.loadings), _own(sf.intercepts)
-            order, norm2 = sf.gain_scan
-            self.g_order, self.g_norm2 = _own(order, np.int64), _own(norm2)
-        else:
-            self.g, self.h = np.zeros((params.n_items, 1)), zeros
-            self.g_order, self.g_norm2 = np.zeros(0, dtype=np.int64), zeros
-        # posterior-expected information steps: the bank's item covariance (whatever the estimator
-        # does with it) and the selector's two Gauss-Hermite rules, as PosteriorExpectedInformation
-        if adaptive_code == K.ADAPTIVE_EXPECTED_AB:
-            adaptive = sel.adaptive_for(items) if isinstance(sel, DoublyRobustSelection) else sel
-            cv = items.covariance
-            x, w = gauss_hermite_normal(adaptive.n_nodes)
-            xs, ws = gauss_hermite_normal(min(adaptive.n_nodes, selection_kernels.NARROW_NODES))
-            self.expected = (_own(cv.a_var), _own(cv.b_var), _own(cv.ab_cov), _own(x), _own(w), _own(xs), _own(ws),
-                             _own(items.expected_info_order, np.int64), _own(items.expected_info_bound))
-        else:
-            one = np.ones(1)
-            self.expected = (zeros, zeros, zeros, one.copy(), one.copy(), one.copy(), one.copy(),
-                             np.zeros(0, dtype=np.int64), zeros)
+        self.items = _items_of(session)
+        self.estimator = _estimator_of(session)
+        self.selection = _selection_of(session, selector_code)
+        self.adaptive = _adaptive_of(session, adaptive_code)
         self._tables: dict[int, tuple] = {}
 
     @classmethod
@@ -225,21 +248,12 @@ class CompiledReplay:
         saved = bitgen.state
         uniforms = rng.random(L)
         bitgen.state = saved
-        out_items = np.empty(L, dtype=np.int64)
-        out_est = np.empty((8, L + 1))
-        out_crit = np.empty(L)
-        out_design = np.zeros(L, dtype=np.bool_)
-        done, used = K.replay_kernel(
-            self.model, self.a, self.b, self.c, self.d, self.has_cov, self.va, self.vb, self.vab, self.lart,
-            self.use_cot, self.phi, self.lam, self.omega, self.cot_offset, t,
-            *self.q, *self.mu, self.max_iter, self.tol, factors,
-            self.selector_code, self.adaptive_code, self.opening, self.share, self.extrapolation_share,
-            self.has_population, float(self.low), float(self.high), self.has_responses, self.responses, EDGE,
-            self.eps, self.gh_x, self.gh_w,
-            self.info_order, self.info_bound, self.g, self.h, self.g_order, self.g_norm2, POSTERIOR_TOL,
-            POSTERIOR_MAX_ITER, *self.expected, eligible, y, uniforms, L, out_items, out_est, out_crit, out_design)
+        out = K.ReplayOutputs(np.empty(L, dtype=np.int64), np.empty((8, L + 1)), np.empty(L),
+                              np.zeros(L, dtype=np.bool_))
+        subject = K.ReplaySubject(y, t, eligible, factors, uniforms, L)
+        done, used = K.replay_kernel(self.items, self.estimator, self.selection, self.adaptive, subject, out)
         rng.random(used)  # the generator ends where the session's draws leave it
-        return ReplayRun(out_items[:done], out_est[:, : done + 1], out_crit[:done], out_design[:done])
+        return ReplayRun(out.items[:done], out.estimates[:, : done + 1], out.criteria[:done], out.design[:done])
 
     def estimates_at(self, order, correct_row, cot_row, lengths) -> list[TraitEstimate]:
         """``CATSession.estimate_from`` of the first ``lengths[t]`` answers of ``order`` (bank
@@ -251,10 +265,8 @@ class CompiledReplay:
         y = _own(correct_row)
         t = np.full(y.size, np.nan) if cot_row is None or not self.lart else self.log_cot_ready(cot_row)
         out = np.empty((8, lengths.size))
-        K.estimates_at_lengths(
-            self.model, self.a, self.b, self.c, self.d, self.has_cov, self.va, self.vb, self.vab, self.lart,
-            self.use_cot, self.phi, self.lam, self.omega, self.cot_offset, t, *self.q, *self.mu,
-            self.max_iter, self.tol, np.array([self._table(int(L))[0] for L in lengths]), order, y, lengths, out)
+        K.estimates_at_lengths(self.items, self.estimator, t, np.array([self._table(int(L))[0] for L in lengths]),
+                               order, y, lengths, out)
         return [self._estimate_of(out[:, k].tolist(), int(L)) for k, L in enumerate(lengths)]
 
     # ------------------------------------------------------------------ what a session would report

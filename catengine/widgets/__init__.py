@@ -14,7 +14,7 @@ This is the only package of ``catengine`` that imports ipywidgets (and matplotli
 load lazily so ``import catengine.widgets`` stays cheap.
 """
 
-from catengine.lazy import lazy_attributes
+from catengine.lazy import lazy_package
 
 _LAZY = {
     "BankExplorer": "catengine.widgets.bank_explorer",
@@ -23,7 +23,4 @@ _LAZY = {
     "ReplayedLLM": "catengine.widgets.session_panel",
 }
 
-__all__ = list(_LAZY)
-
-
-__getattr__, __dir__ = lazy_attributes(__name__, _LAZY, __all__)
+__all__, __getattr__, __dir__ = lazy_package(__name__, _LAZY)

@@ -48,7 +48,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from calibration.methods.cbmm import _kernels as _k
-from calibration.base import BaseCalibrator, Setting, choice, integer, non_negative, positive, seed, switch
+from calibration.base import BankParts, BaseCalibrator, Setting, choice, integer, non_negative, positive, seed, switch
 from calibration.data import ResponseData
 from calibration.diagnostics import DEFAULT_MAX_SLOPE, item_diagnostics
 
@@ -1033,16 +1033,13 @@ class CBMMCalibrator(BaseCalibrator):
             "non-discriminating item(s)"
         )
 
-    def to_item_bank(self, bank_id: str, *, include_subjects: bool = True, interval_check="auto"):
-        """A ``2pl`` :class:`catengine.ItemBank` with the standardised parameters and full provenance.
-
-        ``interval_check`` ("auto" | True | False): run the held-out check and store it
-        (``calibration.heldout.with_held_out_check``; costs 5 refits plus replays)."""
-        self._check_fitted()
+    def _bank_parts(self, *, include_subjects: bool = True) -> BankParts:
+        """The ``2pl`` bank's parts (:meth:`BaseCalibrator.to_item_bank`): the standardised parameters,
+        their observed-information uncertainty, the fit's flags and trace; ``include_subjects``:
+        with the calibration subjects' thetas (``/subjects``)."""
         if self.rank != 1:
             raise ValueError(f"item banks hold one ability dimension; this fit has rank={self.rank}")
         import xarray as xr
-
 
         settings = self.bank_settings(
             {
@@ -1100,22 +1097,12 @@ class CBMMCalibrator(BaseCalibrator):
                 "diagnostics": json.dumps(self.diagnostics_.summary()),
             },
         )
-        bank = self._bank_from_params(
-            "2pl",
-            bank_id,
-            settings,
-            scale,
-            item_metadata=self.item_metadata_ or None,
-            item_vars=item_vars,
-            subjects=subjects,
-            calibration=calibration,
-            a=np.asarray(self.a_, dtype=np.float64),
-            b=np.asarray(self.b_, dtype=np.float64),
-            a_sd=self.a_sd_,
-            b_sd=self.b_sd_,
-            ab_cov=self.ab_cov_,
-            uncertainty_method="observed information (2 x 2 per item, theta at its estimate, prior included)",
-        )
-        from calibration.heldout import with_held_out_check
-
-        return with_held_out_check(self, bank, interval_check, include_subjects=include_subjects)
+        arrays = {
+            "a": np.asarray(self.a_, dtype=np.float64),
+            "b": np.asarray(self.b_, dtype=np.float64),
+            "a_sd": self.a_sd_,
+            "b_sd": self.b_sd_,
+            "ab_cov": self.ab_cov_,
+            "uncertainty_method": "observed information (2 x 2 per item, theta at its estimate, prior included)",
+        }
+        return BankParts("2pl", settings, scale, arrays, item_vars, {"subjects": subjects, "calibration": calibration})

@@ -83,7 +83,7 @@ import numpy as np
 from scipy import special
 
 from calibration.methods.lart import _kernels as K
-from calibration.base import BaseCalibrator, choice, integer, non_negative, optional, positive, seed, switch
+from calibration.base import BankParts, BaseCalibrator, choice, integer, non_negative, optional, positive, seed, switch
 from calibration.data import ResponseData
 from calibration.diagnostics import DEFAULT_MAX_SLOPE, item_diagnostics
 from calibration.methods.lart.saem_steps import (
@@ -714,20 +714,15 @@ class LaRTSAEMCalibrator(BaseCalibrator):
             out["s_step"] += " (censored cells: SAEM-MCMC data augmentation)"
         return self.bank_settings(out)
 
-    def to_item_bank(self, bank_id: str, *, item_metadata: dict | None = None, scale: dict | None = None,
-                     interval_check="auto"):
-        """The fitted ``lart`` bank (``catengine.ItemBank``) with subjects and calibration traces.
-
-        ``interval_check`` ("auto" | True | False): run the held-out check and store it
-        (``calibration.heldout.with_held_out_check``; costs 5 refits plus replays)."""
-        self._check_fitted()
+    def _bank_parts(self, *, scale: dict | None = None) -> BankParts:
+        """The ``lart`` bank's parts (:meth:`BaseCalibrator.to_item_bank`) with subjects and
+        calibration traces; ``scale``: entries added to (or replacing) the bank's scale record."""
         if self.omega_ is None:
             raise ValueError(
                 "an IRT-only fit (use_cot=False) has no CoT parameters; a lart bank needs them "
                 "(fit with use_cot=True)"
             )
         import xarray as xr
-
 
         subjects = xr.Dataset(
             {
@@ -759,40 +754,30 @@ class LaRTSAEMCalibrator(BaseCalibrator):
                    "prior_used": json.dumps(self.prior_),
                    "n_burnin": int(self.n_burnin_), "elapsed_s": float(self.elapsed_)},
         )
-        meta = dict(self.item_metadata_)
-        meta.update(item_metadata or {})
         scale_info = {
             "theta": "population N(0, 1) (unit variance fixed in the model)",
             "tau": "population N(0, 1)",
             "sign_fix": "sum(a) > 0 and sum(phi) > 0",
         }
         scale_info.update(scale or {})
-        bank = self._bank_from_params(
-            "lart",
-            bank_id,
-            self.calibration_settings(),
-            scale_info,
-            item_metadata=meta or None,
-            subjects=subjects,
-            calibration=calib,
-            rho=self.rho_,
-            cot_offset=float(self.cot_offset),
-            a=self.a_,
-            b=self.b_,
-            omega=self.omega_,
-            phi=self.phi_,
-            lam=self.lam_,
-            a_sd=self.a_sd_,
-            b_sd=self.b_sd_,
-            ab_cov=self.ab_cov_,
-            omega_sd=self.omega_sd_,
-            phi_sd=self.phi_sd_,
-            omega_phi_cov=self.omega_phi_cov_,
-            uncertainty_method="observed information at the SAEM fixed point (averaged complete-data information of "
-            "(a, b) over the stored theta draws plus the prior precision; CoT block: least-squares covariance)",
-            item_vars={"runaway_slope": self.diagnostics_.runaway_slope.astype(np.int8),
-                       "perfect": self.perfect_items_.astype(np.int8)},
-        )
-        from calibration.heldout import with_held_out_check
-
-        return with_held_out_check(self, bank, interval_check, item_metadata=item_metadata, scale=scale)
+        arrays = {
+            "rho": self.rho_,
+            "cot_offset": float(self.cot_offset),
+            "a": self.a_,
+            "b": self.b_,
+            "omega": self.omega_,
+            "phi": self.phi_,
+            "lam": self.lam_,
+            "a_sd": self.a_sd_,
+            "b_sd": self.b_sd_,
+            "ab_cov": self.ab_cov_,
+            "omega_sd": self.omega_sd_,
+            "phi_sd": self.phi_sd_,
+            "omega_phi_cov": self.omega_phi_cov_,
+            "uncertainty_method": "observed information at the SAEM fixed point (averaged complete-data information "
+            "of (a, b) over the stored theta draws plus the prior precision; CoT block: least-squares covariance)",
+        }
+        item_vars = {"runaway_slope": self.diagnostics_.runaway_slope.astype(np.int8),
+                     "perfect": self.perfect_items_.astype(np.int8)}
+        return BankParts("lart", self.calibration_settings(), scale_info, arrays, item_vars,
+                         {"subjects": subjects, "calibration": calib})

@@ -25,7 +25,7 @@ import json
 
 import numpy as np
 
-from calibration.base import BaseCalibrator, Setting, choice, integer, non_negative, positive, seed, switch
+from calibration.base import BankParts, BaseCalibrator, Setting, choice, integer, non_negative, positive, seed, switch
 from calibration.common import Z95
 from catengine.itembank.schema import PLAUSIBLE_RANGES
 from catengine.validation import in_unit_interval, positive_finite
@@ -453,54 +453,30 @@ class PSNCalibrator(BaseCalibrator):
         return a, b, c, d, sign
 
     # ------------------------------------------------------------------ export
-    def to_item_bank(
-        self,
-        bank_id: str,
-        *,
-        standardize: bool = True,
-        include_features: bool = True,
-        item_metadata: dict | None = None,
-        interval_check="auto",
-    ):
-        """A ``4pl`` :class:`catengine.ItemBank` with the posterior (not yet written; see
-        ``catengine.write_item_bank``).
+    def _bank_parts(self, *, standardize: bool = True, include_features: bool = True) -> BankParts:
+        """The ``4pl`` bank's parts (:meth:`BaseCalibrator.to_item_bank`) with the posterior.
 
         ``/items``: a, b, c, d and b_sd (posterior SD of the intercept b). ``/subjects``: the
         calibration subjects' theta posterior mean, SD, 95% interval, covariance and
         p_ahead[i, k] = P(theta_i > theta_k). ``/posterior``: the b readout's Gaussian
         (b = b_offset + b_features @ w, w ~ Normal(b_readout_mean, b_readout_cov); the features
         are omitted with ``include_features=False``) and the theta readout's. ``/calibration``:
-        training curves. ``interval_check`` ("auto" | True | False): run the held-out check and
-        store it (``calibration.heldout.with_held_out_check``; 5 refits plus replays); its refits'
-        spread widens b_sd (``held_out_widens_b_sd``).
+        training curves. ``standardize=False`` keeps the network's theta scale. The held-out
+        check's refits' spread widens b_sd (``held_out_widens_b_sd``).
         """
-        self._check_fitted()
         mu, sigma = self._scale(standardize)
         a, b, c, d, sign = self._bank_arrays(standardize)
         a_n = sign * self.a_
         beta_sd = self.item_posterior_.marginal_sd()
         b_sd = np.abs(a_n) * beta_sd
-        meta = dict(self.item_metadata_)
-        meta.update(item_metadata or {})
-        bank = self._bank_from_params(
-            "4pl",
-            bank_id,
-            self.bank_settings(standardize=standardize, include_features=include_features),
-            self._bank_scale(standardize, mu, sigma),
-            item_metadata=meta or None,
-            subjects=self._subjects_group(standardize),
-            calibration=self._calibration_group(sign),
-            posterior=self._posterior_group(a_n, beta_sd, mu, include_features),
-            a=a,
-            b=b,
-            c=c,
-            d=d,
-            b_sd=b_sd,
-        )
-        from calibration.heldout import with_held_out_check
-
-        return with_held_out_check(self, bank, interval_check, standardize=standardize,
-                                   include_features=include_features, item_metadata=item_metadata)
+        groups = {
+            "subjects": self._subjects_group(standardize),
+            "calibration": self._calibration_group(sign),
+            "posterior": self._posterior_group(a_n, beta_sd, mu, include_features),
+        }
+        return BankParts("4pl", self.bank_settings(standardize=standardize, include_features=include_features),
+                         self._bank_scale(standardize, mu, sigma), {"a": a, "b": b, "c": c, "d": d, "b_sd": b_sd},
+                         groups=groups)
 
     @staticmethod
     def _bank_scale(standardize: bool, mu: float, sigma: float) -> dict:
