@@ -59,7 +59,7 @@ Items, scores and CoT lengths are read as above. Every item the pair compares ne
 answered: a failed eval or an errored sample raises a CatEngineError with nothing recorded, and the
 item stays proposed in the pair's log (``PairedSession.resume(log)`` and ``run_paired`` again ask it
 again). To use the bank's own prompts and grader instead of a task, give
-``catengine.runner.run_pair`` two :class:`~catengine.clients.InspectModelClient`.
+``catengine.runner.run_pair`` two :class:`~catengine.clients.inspect_model.InspectModelClient`.
 """
 
 from __future__ import annotations
