@@ -177,6 +177,24 @@ def _cot_text(value) -> str:
     return "none" if value is None else format_cot(value)
 
 
+def _answered_cells(cells, subject: str, with_cot: bool):
+    """``(item, correct, CoT tokens or None, where, CoT field name)`` of every answered cell of
+    ``subject`` in the harness reader's ``cells`` (tokens only when ``with_cot`` and recorded)."""
+    data = cells.data
+    if data is None:
+        return
+    correct = data.correct[0]
+    cot = data.cot_length[0] if data.cot_length is not None else None
+    for j in np.flatnonzero(correct >= 0):
+        item = data.item_ids[j]
+        origin = cells.origins.get((subject, item))
+        where = f"{origin.where} (doc_id {origin.sample!r}): item {item!r}" if origin is not None else f"item {item!r}"
+        tokens = float(cot[j]) if with_cot and cot is not None and not math.isnan(float(cot[j])) else None
+        source = origin.cot_source if origin is not None else "none"
+        field_name = source.split(":", 1)[1] if source.startswith("recorded:") else f"CoT length ({source})"
+        yield item, int(correct[j]), tokens, where, field_name
+
+
 def ingest_samples(session, output, doc_ids: DocIds, *, metric=None, filter_name=None, tokenizer=None,
                    cot_field: str | None = None, use_cot: bool = True) -> IngestReport:
     """Record the answers of the harness's ``--log_samples`` output into ``session``.
@@ -207,39 +225,26 @@ def ingest_samples(session, output, doc_ids: DocIds, *, metric=None, filter_name
     pending = set(session.pending_items)
     lart = session.params.model.has_cot
     valid: list[tuple[str, int, float | None]] = []
-    data = cells.data
-    if data is not None:
-        correct = data.correct[0]
-        cot = data.cot_length[0] if data.cot_length is not None else None
-        for j in np.flatnonzero(correct >= 0):
-            item, y = data.item_ids[j], int(correct[j])
-            origin = cells.origins.get((session.subject, item))
-            where = (f"{origin.where} (doc_id {origin.sample!r}): item {item!r}" if origin is not None
-                     else f"item {item!r}")
-            tokens = None
-            if lart and use_cot and cot is not None and not math.isnan(float(cot[j])):
-                tokens = float(cot[j])
-            source = origin.cot_source if origin is not None else "none"
-            field_name = source.split(":", 1)[1] if source.startswith("recorded:") else f"CoT length ({source})"
-            if item in known:
-                rec = known[item]
-                if rec.correct != y:
-                    problems.append(f"{where} has correct={y} in the harness output, but the session of "
-                                    f"{session.subject!r} already recorded correct={rec.correct} for it")
-                elif lart and use_cot and not _same_cot(rec.cot_length, tokens):
-                    problems.append(f"{where} has {field_name} = {_cot_text(tokens)} in the harness output, but the session "
-                                    f"of {session.subject!r} already recorded CoT length {_cot_text(rec.cot_length)} "
-                                    "for it (a recorded answer is never changed; ingest with --no-cot / use_cot=False "
-                                    "to check correctness only)")
-                else:
-                    report.already_recorded += 1
-                continue
-            try:
-                y, tokens = check_answer(session, y, tokens)
-            except ValueError as exc:
-                problems.append(f"{where}: {field_name} = {_cot_text(tokens)} is not recorded: {exc}")
-                continue
-            valid.append((item, y, tokens))
+    for item, y, tokens, where, field_name in _answered_cells(cells, session.subject, lart and use_cot):
+        if item in known:
+            rec = known[item]
+            if rec.correct != y:
+                problems.append(f"{where} has correct={y} in the harness output, but the session of "
+                                f"{session.subject!r} already recorded correct={rec.correct} for it")
+            elif lart and use_cot and not _same_cot(rec.cot_length, tokens):
+                problems.append(f"{where} has {field_name} = {_cot_text(tokens)} in the harness output, but the session "
+                                f"of {session.subject!r} already recorded CoT length {_cot_text(rec.cot_length)} "
+                                "for it (a recorded answer is never changed; ingest with --no-cot / use_cot=False "
+                                "to check correctness only)")
+            else:
+                report.already_recorded += 1
+            continue
+        try:
+            y, tokens = check_answer(session, y, tokens)
+        except ValueError as exc:
+            problems.append(f"{where}: {field_name} = {_cot_text(tokens)} is not recorded: {exc}")
+            continue
+        valid.append((item, y, tokens))
     for item, y, tokens in valid:
         if item not in pending:
             report.unproposed.append(item)
@@ -293,21 +298,8 @@ def _side_answers(pair, side: int, output, doc_ids, *, metric, filter_name, toke
                       cot_field=cot_field, item_id=doc_ids.template, expected_items=pair.item_ids)
     answers = {}
     lart = pair.params.model.has_cot
-    data = cells.data
-    if data is not None:
-        correct = data.correct[0]
-        cot = data.cot_length[0] if data.cot_length is not None else None
-        for j in np.flatnonzero(correct >= 0):
-            item = data.item_ids[j]
-            origin = cells.origins.get((subject, item))
-            where = (f"{origin.where} (doc_id {origin.sample!r}): item {item!r}" if origin is not None
-                     else f"item {item!r}")
-            tokens = None
-            if lart and use_cot and cot is not None and not math.isnan(float(cot[j])):
-                tokens = float(cot[j])
-            source = origin.cot_source if origin is not None else "none"
-            field_name = source.split(":", 1)[1] if source.startswith("recorded:") else f"CoT length ({source})"
-            answers[item] = (int(correct[j]), tokens, where, field_name)
+    for item, y, tokens, where, field_name in _answered_cells(cells, subject, lart and use_cot):
+        answers[item] = (y, tokens, where, field_name)
     return [str(p) for p in files], answers, [f"model {'ab'[side]} ({subject}): {p}" for p in cells.problems]
 
 
