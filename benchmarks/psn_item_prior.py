@@ -21,6 +21,19 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from _paths import CHEMBENCH, PSN_IRT, exit_without_psn  # noqa: E402
 
+HEADER = "LLMs  prior   seconds converged  |a| median / q99 / max  max|b|  n(|a|>10)  train loss  prior from epoch"
+
+
+def fit_row(n: int, prior: str, seconds: float, cal) -> str:
+    """The row of ``HEADER`` for a fitted ``PSNCalibrator`` on ``n`` LLMs: its standardised bank slopes
+    (median, 99th percentile, largest), largest |intercept|, runaway slopes (|a| > 10), convergence,
+    last training loss and the epoch the prior joined."""
+    a, b = cal._bank_arrays(True)[:2]
+    q = np.percentile(np.abs(a), [50, 99, 100])
+    return (f"{n:4d}  {prior:<7} {seconds:7.1f} {str(cal.converged_):<9}  "
+            f"{q[0]:6.2f} / {q[1]:5.2f} / {q[2]:5.2f}  {np.abs(b).max():6.1f}  {int((np.abs(a) > 10).sum()):9d}  "
+            f"{cal.loss_trace_[-1]:.3f}       {cal.history_.prior_epoch}")
+
 
 def main() -> int:
     from calibration.io import load_responses
@@ -35,17 +48,13 @@ def main() -> int:
     else:
         data, sizes = load_responses(CHEMBENCH / "responses_models_x_items.csv.gz", wide=True), (22, 17, 14, 14, 12)
     g = np.random.default_rng(1)
-    print("LLMs  prior   seconds converged  |a| median / q99 / max  max|b|  n(|a|>10)  train loss  prior from epoch")
+    print(HEADER)
     for n in sizes:
         rows = np.sort(g.permutation(data.n_subjects)[:n])
         for prior in ("none", "normal"):
             t0 = time.perf_counter()
             cal = PSNCalibrator(rng=n, item_prior=prior).fit(data.subset(subjects=rows))
-            a, b = cal._bank_arrays(True)[:2]
-            q = np.percentile(np.abs(a), [50, 99, 100])
-            print(f"{n:4d}  {prior:<7} {time.perf_counter() - t0:7.1f} {str(cal.converged_):<9}  "
-                  f"{q[0]:6.2f} / {q[1]:5.2f} / {q[2]:5.2f}  {np.abs(b).max():6.1f}  {int((np.abs(a) > 10).sum()):9d}  "
-                  f"{cal.loss_trace_[-1]:.3f}       {cal.history_.prior_epoch}")
+            print(fit_row(n, prior, time.perf_counter() - t0, cal))
     return 0
 
 

@@ -45,7 +45,8 @@ class ReplayResult:
 
     ``session`` (closed), ``steps``, ``score`` (the session's default score: design-based whenever
     its draws allow, else the model's), ``model_score`` (the model's prediction; ``score`` itself
-    when that is the model's), ``design_score`` (None unless ``score`` is design-based), ``full``
+    when that is the model's), ``design_score`` (None unless ``score`` is design-based: ``"design"`` or
+    ``"doubly-robust"``), ``full``
     (the same estimator on every available answer), ``full_accuracy`` (their observed accuracy),
     ``n_available`` (answers to bank items), ``skipped`` (proposed items without an answer),
     ``ignored`` (answers to items outside the bank, left out with ``ignore_unknown_items``) and
@@ -147,7 +148,7 @@ def replay(bank, answers: Mapping, *, selector=None, estimator=None, stopping=No
         score = session.predicted_score(record=True)  # design-based whenever the draws allow it
     finally:
         session.close()
-    design = score if score.method == "design" else None
+    design = score if score.method in ("design", "doubly-robust") else None
     model = session.predicted_score(method="model") if design is not None else score
     full = CATSession(bank, estimator=session.estimator, stopping=session.stopping)
     for item, (correct, cot) in pattern.items():

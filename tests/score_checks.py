@@ -1,6 +1,7 @@
 """Two score estimates agree field by field to a relative tolerance: the check shared by the tests
 that compare a fast scoring path with its from-scratch reference (``test_incremental_score``: the
-incremental sums; ``test_design_reductions``: the reduced design sums)."""
+incremental sums; ``test_design_reductions``: the reduced design sums); and the random item
+parameters a 4PL or LaRT test bank adds to a and b (:func:`model_item_params`)."""
 
 from __future__ import annotations
 
@@ -33,3 +34,15 @@ def assert_same_score(got, want, where, *, rtol: float, counts=("n_observed", "n
     assert got.by_category.keys() == want.by_category.keys(), where
     for label in got.by_category:
         assert_same_score(got.by_category[label], want.by_category[label], (where, label), rtol=rtol, counts=counts)
+
+
+def model_item_params(model: str, rng, n: int, *, c, d, omega, phi, lam, rho, cot_offset=1.0) -> dict:
+    """The ``ItemBank.from_params`` arguments a ``model`` bank of ``n`` items needs beside a and b,
+    drawn from ``rng`` in this order: 4PL c ~ U(*c), d ~ U(*d); LaRT omega ~ N(*omega) (mean, SD),
+    phi ~ U(*phi), lam ~ U(*lam), with the bank's ``rho`` and ``cot_offset``; none for other models."""
+    if model == "4pl":
+        return dict(c=rng.uniform(*c, n), d=rng.uniform(*d, n))
+    if model == "lart":
+        return dict(omega=rng.normal(*omega, n), phi=rng.uniform(*phi, n), lam=rng.uniform(*lam, n), rho=rho,
+                    cot_offset=cot_offset)
+    return {}

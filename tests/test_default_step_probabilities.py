@@ -39,6 +39,7 @@ from catengine.scoring.model_based import expected_probabilities
 from catengine.selection import DoublyRobustSelection, RandomisedSelection, SelectionState
 from catengine.selection._kernels import design_probabilities, draw_index
 from catengine.selection.randomised import draw_one
+from score_checks import model_item_params
 
 EPS = np.finfo(float).eps
 N_NODES = RandomisedSelection().n_nodes
@@ -52,13 +53,9 @@ def _bank(model: str, J: int, seed: int) -> ItemBank:
     kw = dict(a=rng.uniform(0.3, 2.5, J), b=rng.normal(0.0, 2.0, J))
     kw["a"][:5] = [1.0, 1.0, 4.0, 0.5, 50.0]
     kw["b"][:5] = [60.0, -60.0, 0.0, -9.0, 3.0]
-    extra = {}
-    if model == "4pl":
-        kw.update(c=rng.uniform(0.0, 0.3, J), d=rng.uniform(0.75, 1.0, J))
-    if model == "lart":
-        kw.update(omega=rng.normal(6.4, 0.35, J), phi=rng.uniform(1.5, 2.5, J), lam=rng.uniform(0.8, 1.4, J))
-        extra = dict(rho=-0.6, cot_offset=1.0)
-    return ItemBank.from_params(model, [f"i{j:04d}" for j in range(J)], bank_id=f"step-{model}", **extra, **kw)
+    kw.update(model_item_params(model, rng, J, c=(0.0, 0.3), d=(0.75, 1.0), omega=(6.4, 0.35), phi=(1.5, 2.5),
+                                lam=(0.8, 1.4), rho=-0.6))
+    return ItemBank.from_params(model, [f"i{j:04d}" for j in range(J)], bank_id=f"step-{model}", **kw)
 
 
 def _reference(params, theta: float, sd: float, eligible: np.ndarray, eps_u: float):

@@ -22,6 +22,7 @@ from catengine.selection import MaxFisherInformation, RandomSelection
 from catengine.selection import _kernels as SK
 from catengine.session import CATSession
 from catengine.stopping import MaxItems
+from score_checks import model_item_params
 
 
 def _params(model, a, b, c=None, d=None):
@@ -469,14 +470,10 @@ def test_expected_selection_with_pruning_bounds_equals_a_full_scan(model, theta)
     J = 2000
     kw = dict(a=rng.uniform(0.3, 2.0, J), b=rng.normal(0, 1.5, J))
     a_sd, b_sd, corr = rng.uniform(0, 0.5, J), rng.uniform(0.05, 0.6, J), rng.uniform(-0.7, 0.7, J)
-    extra = {}
-    if model == "4pl":
-        kw.update(c=rng.uniform(0, 0.25, J), d=rng.uniform(0.8, 1.0, J))
-    if model == "lart":
-        kw.update(omega=rng.normal(6, 0.3, J), phi=rng.uniform(1, 2, J), lam=rng.uniform(0.8, 1.4, J))
-        extra = dict(rho=-0.5, cot_offset=1.0)
+    kw.update(model_item_params(model, rng, J, c=(0, 0.25), d=(0.8, 1.0), omega=(6, 0.3), phi=(1, 2), lam=(0.8, 1.4),
+                                rho=-0.5))
     bank = ItemBank.from_params(model, [f"i{k}" for k in range(J)], bank_id="prune", a_sd=a_sd, b_sd=b_sd,
-                                ab_cov=corr * a_sd * b_sd, **extra, **kw)
+                                ab_cov=corr * a_sd * b_sd, **kw)
     table = item_table(bank)
     state = ResponseState(bank.params, table.covariance)
     est = TraitEstimate(theta=theta, theta_sd=0.4, n_items=0,

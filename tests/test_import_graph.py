@@ -1,5 +1,6 @@
 """The import graph points one way: no circle between modules, no reaching into another package's
-private ``_kernels``. Read from the source with ``ast`` (function-level imports count too)."""
+private ``_kernels`` or into any private module or name of the other of the two packages. Read from
+the source with ``ast`` (function-level imports count too)."""
 
 from __future__ import annotations
 
@@ -152,3 +153,27 @@ def test_no_private_name_of_the_check_or_the_audits_is_imported_from_outside():
             if _inside(name, "calibration.heldout") and not _inside(module, "calibration.heldout"):
                 offenders.append(f"{name} imports {module}:{imported}")
     assert not offenders, offenders
+
+
+def _cross_package_private_imports(name: str, imports) -> list[str]:
+    """The imports of module ``name`` that reach a private module or name of the other package."""
+    home = name.partition(".")[0]
+    return [f"{name} imports {module}:{imported}" for module, imported in imports
+            if module.partition(".")[0] in PACKAGES and module.partition(".")[0] != home and _private(module, imported)]
+
+
+def test_no_private_name_crosses_between_the_two_packages():
+    """``calibration`` uses ``catengine``'s public modules and names only (and ``catengine`` never
+    imports ``calibration``): no private module (``catengine.models._fast_math``) or name."""
+    modules = _modules()
+    offenders = []
+    for name, path in modules.items():
+        package = name if _is_package(name, modules) else name.rpartition(".")[0]
+        offenders += _cross_package_private_imports(name, _imported_names(path, package))
+    assert not offenders, offenders
+
+
+def test_the_check_sees_a_private_name_of_the_other_package():
+    imports = [("catengine.models._fast_math", "horner"), ("catengine.models.kernels", "_private"),
+               ("catengine.models.kernels", "exp_neg"), ("calibration.common", "Z95")]
+    assert len(_cross_package_private_imports("calibration.methods.lart._kernels", imports)) == 2

@@ -113,3 +113,19 @@ def test_on_step_sees_every_answer_and_the_summary_is_what_evaluate_prints(banks
     expected = json.loads(json.dumps(result.summary(None)))
     assert printed == expected
     assert [json.loads(line)["item"] for line in lines[:-1]] == [s.item for s in result.steps]
+
+
+def test_a_design_based_score_comes_with_the_models_prediction_beside_it():
+    """On a shipped bank whose default selector draws by design, ``score`` is the doubly robust
+    estimate, ``design_score`` is it, and ``model_score`` is the model's own prediction."""
+    from pathlib import Path
+
+    bank = open_item_bank(Path(__file__).resolve().parents[1] / "item_banks" / "demo_math500_lart")
+    answers = {item: (int(k % 3 != 0), 400.0 + k) for k, item in enumerate(bank.item_ids)}
+    result = catengine.replay(bank, answers, seed=2, stopping=MaxItems(12))
+    assert result.score.method == "doubly-robust" and result.design_score is result.score
+    session = _by_hand(bank, answers, 2, MaxItems(12))
+    model_score = session.predicted_score(method="model")
+    assert result.model_score.method == "model"
+    assert result.model_score.accuracy == pytest.approx(model_score.accuracy, abs=1e-12)
+    assert result.model_score.accuracy != pytest.approx(result.score.accuracy, abs=1e-6)

@@ -1,8 +1,10 @@
 """Every bank file shipped before a change still opens and scores as it did: each version of each
 shipped bank replays one fixed answer pattern (``tests/shipped_bank_scores.py``) to the same items,
-estimates and scores as recorded in ``tests/fixtures/shipped_bank_scores.json`` (taken with the code
-as it was before response models became objects). Items must match exactly; numbers to 1e-9 (the
-record's code and today's may round the same sums in another order)."""
+estimates and scores as recorded in ``tests/fixtures/shipped_bank_scores.json`` (the items, traits and
+default scores taken with the code as it was before response models became objects; the model's
+prediction, which a replay reports beside a design-based default score, with the code that reports
+it). Items must match exactly; numbers to 1e-9 (the record's code and today's may round the same
+sums in another order)."""
 
 from __future__ import annotations
 

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import inspect
+import re
 import traceback
+from dataclasses import dataclass, fields
 from pathlib import Path
 
 import numpy as np
 
-from calibration.audit.runner import as_seed_sequence
+from calibration.audit.runner import as_seed_sequence, run_tasks
 from calibration.audit.store import MemoryStore, ResultStore
 from calibration.simulate import ABILITY_FAMILIES, draw_abilities
 from catengine.models.params import ItemParams, params_fingerprint
@@ -24,7 +28,9 @@ __all__ = [
     "open_store",
     "parse_abilities",
     "positive_ints",
+    "RunOptions",
     "summarize",
+    "takes_run_options",
 ]
 
 BANK_FAMILY = "bank"
@@ -259,6 +265,83 @@ def open_store(kind: str, out, config: dict, layout: dict, rng):
               "record_order": list(layout["record_dims"])}
     store = MemoryStore(layout, config) if out is None else ResultStore(out, layout, config)
     return store, seed
+
+
+# ----------------------------------------------------------------------------- run options
+RUN_OPTIONS_DOC = """\
+rng : int, SeedSequence, Generator or None -- root seed (see :mod:`calibration.audit.runner`).
+out : directory or None -- write one netCDF record per (replication, cell) there and resume
+    from what exists; None keeps the records in memory.
+n_workers : worker processes (2 = both cores; 0 or 1 = this process), of the local process
+    pool or of ``scheduler="local"``.
+progress : show a tqdm progress bar (default None: only on a terminal or in a notebook).
+scheduler : None (the local process pool) or a Dask scheduler: ``"local"`` (a LocalCluster of
+    ``n_workers`` processes), ``"tcp://host:port"``, a scheduler file's path or a
+    ``distributed.Client`` (see :mod:`calibration.audit.dask_backend`). Same results either way.
+"""
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """How an audit runs and where its records go: the keyword parameters every audit takes
+    (see :func:`takes_run_options`; described by ``RUN_OPTIONS_DOC``)."""
+
+    rng: object = None
+    out: object = None
+    n_workers: int = 2
+    progress: bool | None = None
+    scheduler: object = None
+
+    def open_store(self, kind: str, config: dict, layout: dict):
+        """(store, entropy) of an audit of ``kind``: :func:`open_store` with this ``out`` and ``rng``."""
+        return open_store(kind, self.out, config, layout, self.rng)
+
+    def run_tasks(self, tasks, fn, store, desc: str) -> dict:
+        """:func:`calibration.audit.runner.run_tasks` with these workers, progress bar and scheduler."""
+        return run_tasks(tasks, fn, store, n_workers=self.n_workers, progress=self.progress,
+                         scheduler=self.scheduler, desc=desc)
+
+
+_RUN_OPTIONS_ENTRY = re.compile(r"^( *)\*\*run_options : .*\n", re.MULTILINE)
+
+
+def _run_option_parameters() -> list[inspect.Parameter]:
+    """The fields of :class:`RunOptions` as keyword-only parameters (a field typed ``object``
+    takes any value and is shown without an annotation)."""
+    return [inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=f.default,
+                              annotation=inspect.Parameter.empty if f.type == "object" else f.type)
+            for f in fields(RunOptions)]
+
+
+def takes_run_options(audit):
+    """Decorator of an audit that takes its run options as ``**run_options`` (and makes a
+    ``RunOptions(**run_options)`` of them).
+
+    The audit's signature (``inspect.signature``, ``help``) shows the run options -- ``rng``,
+    ``out``, ``n_workers``, ``progress``, ``scheduler``, with RunOptions' defaults -- in place of
+    ``**run_options``, its docstring's ``**run_options :`` line becomes their description
+    (``RUN_OPTIONS_DOC``), and a keyword the signature lacks raises the TypeError it would raise
+    had the audit spelt the options out (rather than reaching ``RunOptions``).
+    """
+    signature = inspect.signature(audit)
+    parameters = [p for p in signature.parameters.values() if p.kind is not inspect.Parameter.VAR_KEYWORD]
+    public = signature.replace(parameters=[*parameters, *_run_option_parameters()])
+    entry = _RUN_OPTIONS_ENTRY.search(audit.__doc__ or "")
+    if entry is None:
+        raise ValueError(f"{audit.__name__}'s docstring has no '**run_options :' line to describe the run options")
+    indent = entry.group(1)
+    described = "".join(indent + line + "\n" for line in RUN_OPTIONS_DOC.splitlines())
+
+    @functools.wraps(audit)
+    def audit_with_run_options(*args, **kwargs):
+        unexpected = next((name for name in kwargs if name not in public.parameters), None)
+        if unexpected is not None:
+            raise TypeError(f"{audit.__name__}() got an unexpected keyword argument {unexpected!r}")
+        return audit(*args, **kwargs)
+
+    audit_with_run_options.__signature__ = public
+    audit_with_run_options.__doc__ = audit.__doc__[:entry.start()] + described + audit.__doc__[entry.end():]
+    return audit_with_run_options
 
 
 # ----------------------------------------------------------------------------- summaries

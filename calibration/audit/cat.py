@@ -38,20 +38,8 @@ import time
 
 import numpy as np
 
+from calibration.audit import _common as common
 from calibration.audit import metrics as M
-from calibration.audit._common import (
-    array_fingerprint,
-    as_bank,
-    check_replications,
-    error_text,
-    open_store,
-    params_key,
-    parse_abilities,
-    positive_ints,
-    resolve_ability_sample,
-    task_record,
-)
-from calibration.audit.runner import run_tasks
 from calibration.common import Z95, estimator_by_name, stream
 from calibration.simulate import simulate_responses
 
@@ -178,12 +166,13 @@ def _cat_task(task: dict):
                 out["tau_rmse"][k] = float(np.sqrt(np.mean(err * err)))
                 out["tau_coverage"][k] = float(np.mean(np.abs(err) <= Z95 * sd_tau[:, length - 1]))
     except Exception as exc:  # recorded, never raised
-        failed, error = True, error_text(exc)
+        failed, error = True, common.error_text(exc)
         out = {name: np.full(n_len, np.nan) for name in CAT_METRICS}
-    return task_record("test_length", out, {"max_exposure": max_exposure, "runtime_s": time.perf_counter() - t_start},
+    return common.task_record("test_length", out, {"max_exposure": max_exposure, "runtime_s": time.perf_counter() - t_start},
                        failed, error)
 
 
+@common.takes_run_options
 def cat_audit(
     bank,
     *,
@@ -195,12 +184,8 @@ def cat_audit(
     estimator: str = "map",
     ability="normal",
     replications: int = 5,
-    rng=None,
     ability_sample=None,
-    out=None,
-    n_workers: int = 2,
-    progress: bool | None = None,
-    scheduler=None,
+    **run_options,
 ):
     """Adaptive-testing audit of ``bank`` (an ItemBank or a path).
 
@@ -215,29 +200,31 @@ def cat_audit(
     scoring : "lart" and/or "irt" (default: both for a LaRT bank, "irt" otherwise).
     estimator : "map" (default) or "eap".
     ability : ability distribution of the simulees (see :func:`recovery_audit`); one only.
-    replications, rng, out, n_workers, progress, scheduler : as for :func:`recovery_audit`.
+    replications, ability_sample : as for :func:`recovery_audit`.
+    **run_options : rng, out, n_workers, progress, scheduler -- how the audit runs (:mod:`calibration.audit.runner`).
 
     Returns
     -------
     xarray.Dataset with dims (replication, selector, scoring, test_length); see the module
     docstring for the variables. :func:`calibration.audit.summarize` averages over replications.
     """
-    bank = as_bank(bank)
-    truth_bank = bank if true_bank is None else as_bank(true_bank)
+    run = common.RunOptions(**run_options)
+    bank = common.as_bank(bank)
+    truth_bank = bank if true_bank is None else common.as_bank(true_bank)
     truth = truth_bank.params
     if tuple(truth_bank.item_ids) != tuple(bank.item_ids):
         raise ValueError("bank and true_bank must hold the same items in the same order")
-    reps = check_replications(replications)
-    n_sim = positive_ints(n_simulees, "n_simulees")
+    reps = common.check_replications(replications)
+    n_sim = common.positive_ints(n_simulees, "n_simulees")
     if len(n_sim) != 1:
         raise ValueError("n_simulees is one number")
-    lengths = sorted(positive_ints(test_lengths, "test_lengths"))
+    lengths = sorted(common.positive_ints(test_lengths, "test_lengths"))
     if lengths[-1] > bank.n_items:
         raise ValueError(f"the longest test ({lengths[-1]} items) exceeds the bank ({bank.n_items} items)")
-    specs = parse_abilities(ability)
+    specs = common.parse_abilities(ability)
     if len(specs) != 1:
         raise ValueError("cat_audit takes one ability distribution; run it once per distribution")
-    sample = resolve_ability_sample(specs, truth_bank, ability_sample)
+    sample = common.resolve_ability_sample(specs, truth_bank, ability_sample)
     selectors = _selectors(selector)
     sel_names = [n for n, _ in selectors]
     for _, sel in selectors:
@@ -251,14 +238,14 @@ def cat_audit(
 
     cot_offset = truth_bank.effective_cot_offset
     config = {
-        "bank": params_key(bank.params), "bank_id": bank.bank_id, "true_bank": params_key(truth),
+        "bank": common.params_key(bank.params), "bank_id": bank.bank_id, "true_bank": common.params_key(truth),
         "selectors": [to_config(s) for _, s in selectors], "scorings": scorings, "estimator": estimator,
         "n_simulees": n_sim[0], "ability": specs[0].label,
-        "ability_sample": None if sample is None else array_fingerprint(sample),
+        "ability_sample": None if sample is None else common.array_fingerprint(sample),
     }
     layout = {"cell_dims": {"selector": sel_names, "scoring": scorings},
               "record_dims": {"test_length": lengths}, "replications": reps}
-    store, seed = open_store("cat", out, config, layout, rng)
+    store, seed = run.open_store("cat", config, layout)
     tasks = []
     for r in range(reps):
         for name, sel in selectors:
@@ -269,7 +256,7 @@ def cat_audit(
                     "n_simulees": n_sim[0], "ability": specs[0], "ability_sample": sample, "selector": sel,
                     "selector_name": name, "scoring": sc, "estimator": estimator, "test_lengths": lengths,
                 }))
-    run_tasks(tasks, _cat_task, store, n_workers=n_workers, progress=progress, scheduler=scheduler, desc="CAT audit")
+    run.run_tasks(tasks, _cat_task, store, desc="CAT audit")
     ds = store.load()
     ds.attrs.update({"bank_id": bank.bank_id, "true_bank_id": truth_bank.bank_id,
                      "response_model": bank.params.response_model, "ability": specs[0].label,

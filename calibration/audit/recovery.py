@@ -44,21 +44,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from calibration.audit import _common as common
 from calibration.audit import metrics as M
-from calibration.audit._common import (
-    array_fingerprint,
-    as_bank,
-    params_key,
-    check_replications,
-    error_text,
-    method_cell_tasks,
-    open_store,
-    parse_abilities,
-    positive_ints,
-    resolve_ability_sample,
-)
 from calibration.audit.methods import NEEDS_COT, resolve_method
-from calibration.audit.runner import run_tasks
 from calibration.common import Z95, stream
 from calibration.simulate import MISSINGNESS, simulate_responses
 from catengine.models import fisher_information, prob_correct
@@ -183,13 +171,14 @@ def recovery_task(task: dict):
         values.update(fit_metrics(truth, theta, fit))
         failed, error = False, ""
     except Exception as exc:  # recorded, never raised: one bad replication must not stop the audit
-        failed, error = True, error_text(exc)
+        failed, error = True, common.error_text(exc)
         values = {k: values[k] for k in ("missing_share", "abs_skewness", "insufficient_coverage",
                                          "marginal_reliability", "runtime_s", "cpu_s") if k in values}
     values["wall_s"] = time.perf_counter() - t_start
     return _record(values, failed, error)
 
 
+@common.takes_run_options
 def recovery_audit(
     bank,
     n_subjects=(30, 100, 400),
@@ -197,15 +186,11 @@ def recovery_audit(
     ability="normal",
     method=("cbmm",),
     replications: int = 10,
-    rng=None,
     missing: str | None = None,
     missing_rate: float = 0.0,
     method_options: dict | None = None,
     ability_sample=None,
-    out=None,
-    n_workers: int = 2,
-    progress: bool | None = None,
-    scheduler=None,
+    **run_options,
 ):
     """Recovery audit of ``bank`` (an ItemBank or a path): simulate from it, refit, compare.
 
@@ -218,31 +203,25 @@ def recovery_audit(
     method : name, function, or sequence of them -- ``"cbmm"``, ``"saem"``, ``"saem-irt"``,
         ``"psn"`` (see :mod:`calibration.audit.methods`).
     replications : int -- replications per cell (the ``replication`` dimension).
-    rng : int, SeedSequence, Generator or None -- root seed (see :mod:`calibration.audit.runner`).
     missing, missing_rate : missingness of the simulated data (``"mcar"``, ``"mar"``, ``"mnar"``).
     method_options : {method name: {constructor option: value}}, e.g. ``{"saem": {"max_iter": 100}}``.
-    out : directory or None -- write one netCDF record per (replication, cell) there and resume
-        from what exists; None keeps the records in memory.
-    n_workers : worker processes (2 = both cores; 0 or 1 = this process), of the local process
-        pool or of ``scheduler="local"``.
-    progress : show a tqdm progress bar (default None: only on a terminal or in a notebook).
-    scheduler : None (the local process pool) or a Dask scheduler: ``"local"`` (a LocalCluster of
-        ``n_workers`` processes), ``"tcp://host:port"``, a scheduler file's path or a
-        ``distributed.Client`` (see :mod:`calibration.audit.dask_backend`). Same results either way.
+    ability_sample : the abilities that ``"empirical"`` resamples (``"bank"`` resamples the bank's subjects).
+    **run_options : rng, out, n_workers, progress, scheduler -- how the audit runs (:mod:`calibration.audit.runner`).
 
     Returns
     -------
     xarray.Dataset with dims (replication, method, n_subjects, ability) and the variables listed
     in the module docstring; :func:`calibration.audit.summarize` gives means with Monte-Carlo SEs.
     """
-    reps = check_replications(replications)
+    run = common.RunOptions(**run_options)
+    reps = common.check_replications(replications)
     plan = plan_recovery(bank, n_subjects, ability=ability, method=method, missing=missing, missing_rate=missing_rate,
                          method_options=method_options, ability_sample=ability_sample)
     bank, truth = plan.bank, plan.bank.params
     layout = {"cell_dims": plan.cell_dims, "record_dims": {}, "replications": reps}
-    store, seed = open_store("recovery", out, plan.config, layout, rng)
+    store, seed = run.open_store("recovery", plan.config, layout)
     tasks = plan.tasks(reps, seed)
-    run_tasks(tasks, recovery_task, store, n_workers=n_workers, progress=progress, scheduler=scheduler, desc="recovery audit")
+    run.run_tasks(tasks, recovery_task, store, desc="recovery audit")
     ds = store.load()
     ds.attrs.update({"bank_id": bank.bank_id, "response_model": truth.response_model})
     describe(ds)
@@ -286,10 +265,10 @@ class RecoveryPlan:
     def config(self) -> dict:
         truth = self.bank.params
         return {
-            "bank": params_key(truth), "bank_id": self.bank.bank_id, "response_model": truth.response_model,
+            "bank": common.params_key(truth), "bank_id": self.bank.bank_id, "response_model": truth.response_model,
             "methods": self.method_names, "method_options": self.options, "missing": self.missing,
             "missing_rate": float(self.missing_rate),
-            "ability_sample": None if self.ability_sample is None else array_fingerprint(self.ability_sample),
+            "ability_sample": None if self.ability_sample is None else common.array_fingerprint(self.ability_sample),
         }
 
     def tasks(self, replications: int, seed, extra_key: dict | None = None, methods=None) -> list:
@@ -298,7 +277,7 @@ class RecoveryPlan:
         restricts to those names. The random streams do not depend on ``extra_key``: a study's
         cell equals the single audit with the same seed."""
         chosen = [(n, f) for n, f in self.methods if methods is None or n in methods]
-        tasks = method_cell_tasks(replications, self.abilities, self.n_subjects, chosen, self.options, {
+        tasks = common.method_cell_tasks(replications, self.abilities, self.n_subjects, chosen, self.options, {
             "truth": self.bank.params, "cot_offset": self.bank.effective_cot_offset, "entropy": seed,
             "ability_sample": self.ability_sample, "missing": self.missing, "missing_rate": float(self.missing_rate),
         })
@@ -316,10 +295,10 @@ def plan_recovery(bank, n_subjects=(30, 100, 400), *, ability="normal", method=(
     ``skip_inapplicable``: drop methods that need CoT lengths when the bank is not LaRT instead of
     raising (a study's grid over mixed banks); their options are dropped too.
     """
-    bank = as_bank(bank)
+    bank = common.as_bank(bank)
     truth = bank.params
-    ns = positive_ints(n_subjects, "n_subjects")
-    specs = parse_abilities(ability)
+    ns = common.positive_ints(n_subjects, "n_subjects")
+    specs = common.parse_abilities(ability)
     methods = [resolve_method(m) for m in ((method,) if isinstance(method, str) or callable(method) else method)]
     names = [n for n, _ in methods]
     if not methods or len(set(names)) != len(names):
@@ -337,7 +316,7 @@ def plan_recovery(bank, n_subjects=(30, 100, 400), *, ability="normal", method=(
     if missing is not None and missing not in MISSINGNESS:
         raise ValueError(f"missing must be one of {', '.join(MISSINGNESS)} or None, got {missing!r}")
     options = {name: dict((method_options or {}).get(name, {})) for name in names}
-    sample = resolve_ability_sample(specs, bank, ability_sample)
+    sample = common.resolve_ability_sample(specs, bank, ability_sample)
     return RecoveryPlan(bank=bank, methods=methods, n_subjects=ns, abilities=specs, options=options,
                         ability_sample=sample, missing=missing, missing_rate=float(missing_rate))
 

@@ -38,11 +38,10 @@ import time
 
 import numpy as np
 
+from calibration.audit import _common as common
 from calibration.audit import metrics as M
-from calibration.audit._common import check_replications, error_text, open_store, positive_ints
 from calibration.audit.cat import _scorings, _selectors
 from calibration.audit.methods import NEEDS_COT, resolve_method
-from calibration.audit.runner import run_tasks
 from calibration.common import Z95, estimator_by_name, stream
 from calibration.data import ResponseData
 from calibration.heldout import llm_folds, n_llm_groups, replay_llms, with_llm_groups
@@ -122,7 +121,7 @@ def _replay_task(task: dict):
                         for name, value in metrics.items():
                             out[name][r, c, t] = value
     except Exception as exc:  # recorded, never raised
-        failed, error = True, error_text(exc)
+        failed, error = True, common.error_text(exc)
         out = {name: np.full(shape, np.nan) for name in REPLAY_METRICS}
     record = {name: (("selector", "scoring", "test_length"), values) for name, values in out.items()}
     record["n_llms"] = ((), np.int64(n_llms))
@@ -160,6 +159,7 @@ class CalibratorBank:
         return cal.to_item_bank(bank_id, **self.to_bank), converged
 
 
+@common.takes_run_options
 def replay_audit(
     responses: ResponseData,
     *,
@@ -173,11 +173,7 @@ def replay_audit(
     sd_scale: float = 1.0,
     bank: str = "default",
     interval_check=None,
-    rng=None,
-    out=None,
-    n_workers: int = 2,
-    progress: bool | None = None,
-    scheduler=None,
+    **run_options,
 ):
     """Replay real LLMs' recorded answers through adaptive tests against cross-fitted banks.
 
@@ -194,7 +190,7 @@ def replay_audit(
         session's default selector for the fold's bank (posterior-expected information when the bank
         carries item uncertainty).
     scoring : "lart" and/or "irt" (default: both for ``saem``, "irt" otherwise).
-    estimator, rng, out, n_workers, progress, scheduler : as for :func:`cat_audit`.
+    estimator : as for :func:`cat_audit`.
     sd_scale : the estimator's ``sd_scale`` (1: the model's SDs or the bank's stored calibration);
         an explicit factor overrides the stored calibration.
     bank : ``"default"``: each fold's bank is made by the default path (``Calibrator(**options)
@@ -202,19 +198,21 @@ def replay_audit(
         held-out check, run on the training folds only -- nested, so the figures are not
         optimistic); ``"fit"``: the fitted model parameters only (no uncertainty, no held-out check).
     interval_check : passed to ``to_item_bank`` with ``bank="default"`` (None: its default, "auto").
+    **run_options : rng, out, n_workers, progress, scheduler -- how the audit runs (:mod:`calibration.audit.runner`).
     """
+    run = common.RunOptions(**run_options)
     if not isinstance(responses, ResponseData):
         raise TypeError(f"replay_audit expects a calibration.ResponseData, got {type(responses).__name__}")
     name, fit_fn = resolve_method(method)
     if name in NEEDS_COT and not responses.has_cot:
         raise ValueError(f"method {name!r} needs CoT lengths; these responses have none")
-    n_folds = check_replications(folds)
+    n_folds = common.check_replications(folds)
     responses, groups_from = with_llm_groups(responses)  # runs of one LLM in one fold, given or detected
     n_groups = n_llm_groups(responses)
     if n_folds < 2 or n_folds > n_groups:
         raise ValueError(f"folds must lie in 2..{n_groups} for {n_groups} LLMs "
                          f"(folds = number of LLMs: leave one LLM out), got {folds!r}")
-    lengths = sorted(positive_ints(test_lengths, "test_lengths"))
+    lengths = sorted(common.positive_ints(test_lengths, "test_lengths"))
     if lengths[-1] > responses.n_items:
         raise ValueError(f"the longest test ({lengths[-1]} items) exceeds the {responses.n_items} items")
     selectors = _selectors(selector)
@@ -240,14 +238,14 @@ def replay_audit(
               "interval_check": interval_check}
     layout = {"cell_dims": {}, "record_dims": {"selector": sel_names, "scoring": scorings, "test_length": lengths},
               "replications": n_folds}
-    store, seed = open_store("replay", out, config, layout, rng)
+    store, seed = run.open_store("replay", config, layout)
     fold_rows = llm_folds(responses.llm_groups, n_folds, stream(seed, 0, "folds"))  # an LLM's runs stay together
     tasks = [({"replication": r}, {
         "responses": responses, "test_rows": fold_rows[r], "make_bank": make_bank,
         "entropy": seed, "replication": r, "selectors": selectors, "scorings": scorings, "estimator": estimator,
         "sd_scale": float(sd_scale), "test_lengths": lengths,
     }) for r in range(n_folds)]
-    run_tasks(tasks, _replay_task, store, n_workers=n_workers, progress=progress, scheduler=scheduler, desc="replay audit")
+    run.run_tasks(tasks, _replay_task, store, desc="replay audit")
     ds = store.load()
     ds.attrs.update({"method": name, "folds": n_folds, "n_llms": responses.n_subjects, "n_llm_groups": n_groups,
                      "llm_groups": groups_from,

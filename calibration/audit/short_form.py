@@ -22,23 +22,9 @@ import time
 
 import numpy as np
 
+from calibration.audit import _common as common
 from calibration.audit import metrics as M
-from calibration.audit._common import (
-    array_fingerprint,
-    as_bank,
-    audited_methods,
-    check_replications,
-    error_text,
-    method_cell_tasks,
-    open_store,
-    params_key,
-    parse_abilities,
-    positive_ints,
-    resolve_ability_sample,
-    task_record,
-)
 from calibration.audit.methods import Fit, resolve_method
-from calibration.audit.runner import run_tasks
 from calibration.common import stream
 from calibration.simulate import simulate_responses
 from catengine.models import fisher_information
@@ -127,11 +113,12 @@ def _short_form_task(task: dict):
             out["gain"][f] = out["tau_irt"][f] - out["tau_random"][f]
             out["form_items"][f] = k
     except Exception as exc:  # recorded, never raised
-        failed, error = True, error_text(exc)
+        failed, error = True, common.error_text(exc)
         out = {name: np.full(n_f, np.nan) for name in out}
-    return task_record("form", out, {"runtime_s": runtime, "wall_s": time.perf_counter() - t_start}, failed, error)
+    return common.task_record("form", out, {"runtime_s": runtime, "wall_s": time.perf_counter() - t_start}, failed, error)
 
 
+@common.takes_run_options
 def short_form_audit(
     bank,
     n_subjects=(100,),
@@ -142,49 +129,51 @@ def short_form_audit(
     n_heldout: int = 1000,
     n_random: int = 30,
     replications: int = 10,
-    rng=None,
     method_options: dict | None = None,
     ability_sample=None,
-    out=None,
-    n_workers: int = 2,
-    progress: bool | None = None,
-    scheduler=None,
+    **run_options,
 ):
     """Fisher-information short forms vs random subsets on held-out simulated LLMs.
 
     ``method`` may include ``"truth"`` (select with the true parameters). ``sizes``: counts or
     percentages of the bank. ``n_heldout``: held-out LLMs per replication (the paper used 4000).
-    Other parameters as for :func:`recovery_audit`. Returns a Dataset with dims (replication,
+    ``n_random``: random subsets per form (the baseline). Returns a Dataset with dims (replication,
     method, n_subjects, ability, form).
+
+    Parameters
+    ----------
+    n_subjects, ability, replications, method_options, ability_sample : as for :func:`recovery_audit`.
+    **run_options : rng, out, n_workers, progress, scheduler -- how the audit runs (:mod:`calibration.audit.runner`).
     """
-    bank = as_bank(bank)
+    run = common.RunOptions(**run_options)
+    bank = common.as_bank(bank)
     truth = bank.params
-    ns = positive_ints(n_subjects, "n_subjects")
-    specs = parse_abilities(ability)
-    reps = check_replications(replications)
+    ns = common.positive_ints(n_subjects, "n_subjects")
+    specs = common.parse_abilities(ability)
+    reps = common.check_replications(replications)
     forms = form_sizes(sizes, truth.n_items)
-    n_held = positive_ints(n_heldout, "n_heldout")
-    n_rand = positive_ints(n_random, "n_random")
+    n_held = common.positive_ints(n_heldout, "n_heldout")
+    n_rand = common.positive_ints(n_random, "n_random")
     if len(n_held) != 1 or len(n_rand) != 1 or n_held[0] < 2:
         raise ValueError("n_heldout (>= 2) and n_random are single numbers")
-    methods, names, options = audited_methods(
+    methods, names, options = common.audited_methods(
         method, bank, method_options, resolve=lambda m: (TRUTH, None) if m == TRUTH else resolve_method(m)
     )
-    sample = resolve_ability_sample(specs, bank, ability_sample)
+    sample = common.resolve_ability_sample(specs, bank, ability_sample)
     cot_offset = bank.effective_cot_offset
     config = {
-        "bank": params_key(truth), "bank_id": bank.bank_id, "methods": names, "method_options": options,
+        "bank": common.params_key(truth), "bank_id": bank.bank_id, "methods": names, "method_options": options,
         "n_heldout": n_held[0], "n_random": n_rand[0],
-        "ability_sample": None if sample is None else array_fingerprint(sample),
+        "ability_sample": None if sample is None else common.array_fingerprint(sample),
     }
     layout = {"cell_dims": {"method": names, "n_subjects": ns, "ability": [s.label for s in specs]},
               "record_dims": {"form": [label for label, _ in forms]}, "replications": reps}
-    store, seed = open_store("short-form", out, config, layout, rng)
-    tasks = method_cell_tasks(reps, specs, ns, methods, options, {
+    store, seed = run.open_store("short-form", config, layout)
+    tasks = common.method_cell_tasks(reps, specs, ns, methods, options, {
         "truth": truth, "cot_offset": cot_offset, "entropy": seed, "ability_sample": sample,
         "forms": forms, "n_heldout": n_held[0], "n_random": n_rand[0],
     })
-    run_tasks(tasks, _short_form_task, store, n_workers=n_workers, progress=progress, scheduler=scheduler, desc="short-form audit")
+    run.run_tasks(tasks, _short_form_task, store, desc="short-form audit")
     ds = store.load()
     ds.attrs.update({"bank_id": bank.bank_id, "response_model": truth.response_model, "n_heldout": n_held[0]})
     ds["form_items"].attrs["long_name"] = "items in the short form"

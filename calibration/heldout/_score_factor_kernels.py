@@ -52,6 +52,19 @@ def _all_finite(T, G, h):
 
 
 @njit(**HELPER_OPTS)
+def _newton_sums_buffers(rows, D, T, G, h):
+    """(grad (rows, D), hess (rows, D, D), finite): the outputs of a Newton-sums kernel over ``rows``
+    items or LLMs, both NaN (and ``finite`` False) when a parameter is not finite."""
+    grad = np.empty((rows, D))
+    hess = np.empty((rows, D, D))
+    finite = _all_finite(T, G, h)
+    if not finite:
+        grad[:] = np.nan
+        hess[:] = np.nan
+    return grad, hess, finite
+
+
+@njit(**HELPER_OPTS)
 def _row_logits(T, Gt, h, i, j0, n, z):
     """z[b] = h_j + T_i . G_j for the n items j = j0 + b (``Gt``: the loadings as (d, J))."""
     hb = h[j0:j0 + n]  # views: unit-stride loops from 0, which LLVM vectorises
@@ -102,11 +115,8 @@ def item_newton_sums(Y, M, T, G, h):
     N, J = Y.shape
     d = G.shape[1]
     D = d + 1
-    grad = np.empty((J, D))
-    hess = np.empty((J, D, D))
-    if not _all_finite(T, G, h):
-        grad[:] = np.nan
-        hess[:] = np.nan
+    grad, hess, finite = _newton_sums_buffers(J, D, T, G, h)
+    if not finite:
         return grad, hess
     Gt = np.ascontiguousarray(G.T)
     z = np.empty(ITEM_BLOCK)
@@ -153,11 +163,8 @@ def trait_newton_sums(Y, M, T, G, h):
     """(grad (N, d), hess (N, d, d)): per LLM i, sum_j r_ij G_j and sum_j w_ij G_j G_j'."""
     N, J = Y.shape
     d = G.shape[1]
-    grad = np.empty((N, d))
-    hess = np.empty((N, d, d))
-    if not _all_finite(T, G, h):
-        grad[:] = np.nan
-        hess[:] = np.nan
+    grad, hess, finite = _newton_sums_buffers(N, d, T, G, h)
+    if not finite:
         return grad, hess
     Gt = np.ascontiguousarray(G.T)
     GG = np.empty((d * (d + 1) // 2, J))  # G_jk G_jl, upper triangle row by row

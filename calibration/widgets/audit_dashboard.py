@@ -6,7 +6,7 @@ dashboard), and shows ``calibration.audit.summarize`` (means with Monte-Carlo SE
 ``calibration.audit.summary_table`` as a table. It computes no metric itself.
 
 It lives in ``calibration.widgets`` because it drives the offline audits; it shows them with the
-engine's display helpers (``catengine.widgets._display``), so the imports point one way.
+engine's display helpers (``catengine.widgets.display``), so the imports point one way.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from importlib import import_module
 import ipywidgets as widgets
 import numpy as np
 
-from catengine.widgets._display import escape, html_table, show_figure, show_text
+from catengine.widgets.display import escape, html_table, show_figure, show_text
 
 ABILITY_SHAPES = {
     "normal": "normal",

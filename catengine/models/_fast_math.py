@@ -9,8 +9,11 @@ below would undo it.
 
 from __future__ import annotations
 
+import math
+
 from llvmlite import ir
 from catengine.numba_cache import njit
+from catengine.numba_helpers import horner
 from numba.core import types
 from numba.extending import intrinsic
 
@@ -44,6 +47,12 @@ def f64_to_bits(typingctx, x):
     return sig, codegen
 
 
+#: 1/12!, 1/11!, ..., 1/1!, 1/0!: the degree-12 Taylor polynomial of exp
+_EXP_TAYLOR = tuple(1.0 / math.factorial(k) for k in range(12, -1, -1))
+#: 1/21, 1/19, ..., 1/3, 1: the odd series of 2 atanh(s) / (2 s) in s^2
+_ATANH_SERIES = tuple(1.0 / (2 * k + 1) for k in range(10, -1, -1))
+
+
 @njit(cache=True, **EXACT_OPTS)
 def exp_neg(x):
     """exp(x) for x <= 0 (arguments below -700 are clamped; exp(-700) ~ 1e-304): Cody-Waite
@@ -57,39 +66,14 @@ def exp_neg(x):
     kd = x * LOG2E + SHIFTER
     k = kd - SHIFTER
     f = x - k * LN2_HI - k * LN2_LO  # |f| <= ln2 / 2 (+ rounding)
-    p = 1.0 / 479001600.0
-    p = p * f + 1.0 / 39916800.0
-    p = p * f + 1.0 / 3628800.0
-    p = p * f + 1.0 / 362880.0
-    p = p * f + 1.0 / 40320.0
-    p = p * f + 1.0 / 5040.0
-    p = p * f + 1.0 / 720.0
-    p = p * f + 1.0 / 120.0
-    p = p * f + 1.0 / 24.0
-    p = p * f + 1.0 / 6.0
-    p = p * f + 0.5
-    p = p * f + 1.0
-    p = p * f + 1.0
-    return p * bits_to_f64((f64_to_bits(kd) + 1023) << 52)
+    return horner(f, _EXP_TAYLOR) * bits_to_f64((f64_to_bits(kd) + 1023) << 52)
 
 
 @njit(cache=True, inline="always", **EXACT_OPTS)
 def two_atanh_small(s):
     """2 atanh(s) for |s| <= 0.1716 (the log(u) = 2 atanh((u - 1) / (u + 1)) reduction of the log
     helpers), by its odd series to s^21: within 1 ulp there (s^23 / 23 < 3e-19)."""
-    s2 = s * s
-    q = 1.0 / 21.0
-    q = q * s2 + 1.0 / 19.0
-    q = q * s2 + 1.0 / 17.0
-    q = q * s2 + 1.0 / 15.0
-    q = q * s2 + 1.0 / 13.0
-    q = q * s2 + 1.0 / 11.0
-    q = q * s2 + 1.0 / 9.0
-    q = q * s2 + 1.0 / 7.0
-    q = q * s2 + 1.0 / 5.0
-    q = q * s2 + 1.0 / 3.0
-    q = q * s2 + 1.0
-    return 2.0 * s * q
+    return 2.0 * s * horner(s * s, _ATANH_SERIES)
 
 
 _LN2 = 0.6931471805599453
@@ -106,6 +90,21 @@ def log1p_unit(e):
     return (_LN2 if big else 0.0) + two_atanh_small(s)
 
 
+@njit(cache=True, inline="always", **EXACT_OPTS)
+def pade_exp_parts(y):
+    """(2^k, N(f), N(-f)) with exp(y) = 2^k N(f) / N(-f), for -700 <= y <= 0: the Cody-Waite reduction
+    y = k ln2 + f (|f| <= ln2 / 2; the exponent bias rides in the shifter, so the low 12 bits of kd
+    are k + 1023, in [13, 1023]) and N the [6/6] Pade numerator of exp (relative error < 1e-18 on f),
+    split into its even and odd parts: N(+-f) = ev +- od."""
+    kd = y * LOG2E + (SHIFTER + 1023.0)
+    k = kd - (SHIFTER + 1023.0)
+    f = y - k * LN2_HI - k * LN2_LO
+    f2 = f * f
+    ev = ((f2 * (1.0 / 665280.0) + 1.0 / 792.0) * f2 + 5.0 / 44.0) * f2 + 1.0
+    od = f * ((f2 * (1.0 / 15840.0) + 1.0 / 66.0) * f2 + 0.5)
+    return bits_to_f64(f64_to_bits(kd) << 52), ev + od, ev - od
+
+
 @njit(cache=True, **EXACT_OPTS)
 def sigmoid_pair(x, w):
     """(q, e q) with e = w exp(-|x|) and q = 1 / (1 + e): for w = 1, sigmoid(|x|) and sigmoid(-|x|).
@@ -115,14 +114,7 @@ def sigmoid_pair(x, w):
     e q = s N(f) / (N(-f) + s N(f)) and q = 1 - e q (exactly 1 where w = 0). Within 3 ulp of
     scipy's expit for |x| <= 700 (seven multiply-adds instead of the thirteen of ``exp_neg``'s
     polynomial, and a shorter dependency chain). ``w`` is 0 or 1 (the cell's weight)."""
-    y = max(-abs(x), -700.0)
-    # the exponent bias rides in the shifter: the low 12 bits of kd are k + 1023 (in [13, 1023])
-    kd = y * LOG2E + (SHIFTER + 1023.0)
-    k = kd - (SHIFTER + 1023.0)
-    f = y - k * LN2_HI - k * LN2_LO
-    f2 = f * f
-    ev = ((f2 * (1.0 / 665280.0) + 1.0 / 792.0) * f2 + 5.0 / 44.0) * f2 + 1.0
-    od = f * ((f2 * (1.0 / 15840.0) + 1.0 / 66.0) * f2 + 0.5)
-    num = (w * bits_to_f64(f64_to_bits(kd) << 52)) * (ev + od)
-    eq = num / ((ev - od) + num)
+    scale, numerator, denominator = pade_exp_parts(max(-abs(x), -700.0))
+    num = (w * scale) * numerator
+    eq = num / (denominator + num)
     return 1.0 - eq, eq

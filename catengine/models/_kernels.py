@@ -191,88 +191,82 @@ def _log_p_4pl(z, c, d):
     return lp, lq
 
 
-# ----------------------------------------------------------------------------- probabilities
+# ----------------------------------------------------------------------------- probabilities and information
+
+# the quantities of ``_item_grid``
+_P_2PL, _P_4PL, _P_PROBIT, _I_2PL, _I_4PL, _I_PROBIT = range(6)
+
+
+@njit(cache=True, inline="always")
+def _item_grid(kind, theta, a, b, c, d):
+    """(G, n) array of one quantity of item j at theta_g, z = a_j theta_g + b_j: the probability
+    (``_P_*``) or the Fisher information (``_I_*``) of a model. ``kind`` is a constant of each kernel
+    below, which compiles its own branch; c and d are None for the 2-parameter models."""
+    G, n = theta.shape[0], a.shape[0]
+    out = np.empty((G, n))
+    for g in range(G):
+        for j in range(n):
+            z = a[j] * theta[g] + b[j]
+            if kind == _P_2PL:
+                v = sigmoid(z)
+            elif kind == _P_4PL:
+                v = c[j] + (d[j] - c[j]) * sigmoid(z)
+            elif kind == _P_PROBIT:
+                v = phi_cdf(z)
+            elif kind == _I_2PL:
+                v = a[j] * a[j] * sigmoid(z) * sigmoid(-z)
+            elif kind == _I_4PL:
+                s = sigmoid(z)
+                w1, w0 = _weights_4pl(s, c[j], d[j])
+                v = a[j] * a[j] * s * sigmoid(-z) * w1 * w0
+            else:
+                v = a[j] * a[j] * probit_info_h(z)
+            out[g, j] = v
+    return out
 
 
 @njit(cache=True)
 def prob_2pl(theta, a, b):
     """(G, n) array of sigmoid(a_j theta_g + b_j)."""
-    G, n = theta.shape[0], a.shape[0]
-    out = np.empty((G, n))
-    for g in range(G):
-        for j in range(n):
-            out[g, j] = sigmoid(a[j] * theta[g] + b[j])
-    return out
+    return _item_grid(_P_2PL, theta, a, b, None, None)
 
 
 @njit(cache=True)
 def prob_4pl(theta, a, b, c, d):
     """(G, n) array of c_j + (d_j - c_j) sigmoid(a_j theta_g + b_j)."""
-    G, n = theta.shape[0], a.shape[0]
-    out = np.empty((G, n))
-    for g in range(G):
-        for j in range(n):
-            out[g, j] = c[j] + (d[j] - c[j]) * sigmoid(a[j] * theta[g] + b[j])
-    return out
+    return _item_grid(_P_4PL, theta, a, b, c, d)
 
 
 @njit(cache=True)
 def prob_probit(theta, a, b):
     """(G, n) array of Phi(a_j theta_g + b_j)."""
-    G, n = theta.shape[0], a.shape[0]
-    out = np.empty((G, n))
-    for g in range(G):
-        for j in range(n):
-            out[g, j] = phi_cdf(a[j] * theta[g] + b[j])
-    return out
-
-
-# ----------------------------------------------------------------------------- Fisher information
+    return _item_grid(_P_PROBIT, theta, a, b, None, None)
 
 
 @njit(cache=True)
 def info_2pl(theta, a, b):
     """(G, n) array of a^2 P (1 - P), P = sigmoid(z), as a^2 sigmoid(z) sigmoid(-z)."""
-    G, n = theta.shape[0], a.shape[0]
-    out = np.empty((G, n))
-    for g in range(G):
-        for j in range(n):
-            z = a[j] * theta[g] + b[j]
-            out[g, j] = a[j] * a[j] * sigmoid(z) * sigmoid(-z)
-    return out
+    return _item_grid(_I_2PL, theta, a, b, None, None)
 
 
 @njit(cache=True)
 def info_4pl(theta, a, b, c, d):
     """(G, n) array of a^2 (P-c)^2 (d-P)^2 / ((d-c)^2 P (1-P)) = a^2 s (1-s) w1 w0 (s = sigmoid(z))."""
-    G, n = theta.shape[0], a.shape[0]
-    out = np.empty((G, n))
-    for g in range(G):
-        for j in range(n):
-            z = a[j] * theta[g] + b[j]
-            s = sigmoid(z)
-            w1, w0 = _weights_4pl(s, c[j], d[j])
-            out[g, j] = a[j] * a[j] * s * sigmoid(-z) * w1 * w0
-    return out
+    return _item_grid(_I_4PL, theta, a, b, c, d)
 
 
 @njit(cache=True)
 def info_probit(theta, a, b):
     """(G, n) array of a^2 h(a theta + b) (probit / LaRT accuracy information u_j)."""
-    G, n = theta.shape[0], a.shape[0]
-    out = np.empty((G, n))
-    for g in range(G):
-        for j in range(n):
-            out[g, j] = a[j] * a[j] * probit_info_h(a[j] * theta[g] + b[j])
-    return out
+    return _item_grid(_I_PROBIT, theta, a, b, None, None)
 
 
 # ----------------------------------------------------------------------------- log-likelihood derivatives
 
 
-@njit(cache=True)
-def derivs_2pl(theta, a, b, y):
-    """(G, 3): sum_j [y log s + (1-y) log(1-s)], sum_j a (y - s), -sum_j a^2 s (1-s)."""
+@njit(cache=True, inline="always")
+def _logistic_derivs(theta, a, b, c, d, y):
+    """``derivs_4pl``, or ``derivs_2pl`` when c and d are None (each kernel compiles its own branch)."""
     G, n = theta.shape[0], a.shape[0]
     out = np.zeros((G, 3))
     for g in range(G):
@@ -283,17 +277,37 @@ def derivs_2pl(theta, a, b, y):
             z = a[j] * theta[g] + b[j]
             s = sigmoid(z)
             sc = sigmoid(-z)
-            if y[j] > 0.5:
-                ll += log_sigmoid(z)
-                gr += a[j] * sc
+            if c is None:
+                if y[j] > 0.5:
+                    ll += log_sigmoid(z)
+                    gr += a[j] * sc
+                else:
+                    ll += log_sigmoid(-z)
+                    gr -= a[j] * s
+                he -= a[j] * a[j] * s * sc
             else:
-                ll += log_sigmoid(-z)
-                gr -= a[j] * s
-            he -= a[j] * a[j] * s * sc
+                w1, w0 = _weights_4pl(s, c[j], d[j])
+                lp, lq = _log_p_4pl(z, c[j], d[j])
+                one_m_2s = sc - s
+                aa = a[j] * a[j]
+                if y[j] > 0.5:
+                    ll += lp
+                    gr += a[j] * sc * w1
+                    he += aa * sc * w1 * (one_m_2s - sc * w1)
+                else:
+                    ll += lq
+                    gr -= a[j] * s * w0
+                    he -= aa * s * w0 * (one_m_2s + s * w0)
         out[g, 0] = ll
         out[g, 1] = gr
         out[g, 2] = he
     return out
+
+
+@njit(cache=True)
+def derivs_2pl(theta, a, b, y):
+    """(G, 3): sum_j [y log s + (1-y) log(1-s)], sum_j a (y - s), -sum_j a^2 s (1-s)."""
+    return _logistic_derivs(theta, a, b, None, None, y)
 
 
 @njit(cache=True)
@@ -304,32 +318,7 @@ def derivs_4pl(theta, a, b, c, d, y):
     y = 1: dl = a (1-s) w1,   d2l = a^2 (1-s) w1 [(1-2s) - (1-s) w1]
     y = 0: dl = -a s w0,      d2l = -a^2 s w0 [(1-2s) + s w0]
     """
-    G, n = theta.shape[0], a.shape[0]
-    out = np.zeros((G, 3))
-    for g in range(G):
-        ll = 0.0
-        gr = 0.0
-        he = 0.0
-        for j in range(n):
-            z = a[j] * theta[g] + b[j]
-            s = sigmoid(z)
-            sc = sigmoid(-z)
-            w1, w0 = _weights_4pl(s, c[j], d[j])
-            lp, lq = _log_p_4pl(z, c[j], d[j])
-            one_m_2s = sc - s
-            aa = a[j] * a[j]
-            if y[j] > 0.5:
-                ll += lp
-                gr += a[j] * sc * w1
-                he += aa * sc * w1 * (one_m_2s - sc * w1)
-            else:
-                ll += lq
-                gr -= a[j] * s * w0
-                he -= aa * s * w0 * (one_m_2s + s * w0)
-        out[g, 0] = ll
-        out[g, 1] = gr
-        out[g, 2] = he
-    return out
+    return _logistic_derivs(theta, a, b, c, d, y)
 
 
 @njit(cache=True)

@@ -15,7 +15,7 @@ import math
 import numpy as np
 from catengine.numba_cache import njit
 
-from catengine.models._fast_math import LN2_HI, LN2_LO, LOG2E, SHIFTER, bits_to_f64, exp_neg, f64_to_bits, sigmoid_pair
+from catengine.models._fast_math import exp_neg, pade_exp_parts, sigmoid_pair
 from catengine.models.kernels import cholesky_in_place
 from catengine.models.score_factors import score_factor_mode
 
@@ -205,6 +205,25 @@ def cot_sums(points, items, omega, phi, smear_j, spread_j, codes, n_cols):
     return out
 
 
+@njit(cache=True, inline="always")
+def _add_item(part, totals, values, g):
+    """totals[k] += values[k] (the bank's block sums) and, for a category ``g`` >= 1,
+    part[k, 0, g] += values[k]: one remaining item's terms of a draw's sums."""
+    for k in range(len(values)):
+        totals[k] += values[k]
+        if g > 0:
+            part[k, 0, g] += values[k]
+
+
+@njit(cache=True, inline="always")
+def _close_block(out, comp, part, totals):
+    """The block's bank totals into column 0 of ``part``, then the compensated add (``_add_block``)."""
+    for k in range(totals.size):
+        part[k, 0, 0] = totals[k]
+        totals[k] = 0.0
+    _add_block(out, comp, part)
+
+
 @njit(cache=True)
 def draw_sums(f, pi, remaining, var, has_var, codes, n_cols):
     """(3, n_cols): one design draw's sums over the remaining items R (``catengine.scoring.design.DrawSums``):
@@ -213,9 +232,9 @@ def draw_sums(f, pi, remaining, var, has_var, codes, n_cols):
     out = np.zeros((3, 1, n_cols))
     comp = np.zeros((3, 1, n_cols))
     part = np.zeros((3, 1, n_cols))
+    totals = np.zeros(3)  # the bank's sums over a block
     n = f.size
     for start in range(0, n, BLOCK * 16):
-        s0 = s1 = s2 = 0.0  # the bank's sums over the block, in registers
         for j in range(start, min(start + BLOCK * 16, n)):
             if not remaining[j]:
                 continue
@@ -223,21 +242,11 @@ def draw_sums(f, pi, remaining, var, has_var, codes, n_cols):
             if pi[j] > 0.0:
                 inverse = 1.0 / pi[j]
                 v = (var[j] if has_var else fj * (1.0 - fj)) * inverse  # 0 off pi > 0, even where var is not finite
-                sq = fj * fj * inverse
+                terms = (fj, v, fj * fj * inverse)
             else:
-                v = sq = 0.0
-            s0 += fj
-            s1 += v
-            s2 += sq
-            if n_cols > 1:
-                g = 1 + codes[j]
-                part[0, 0, g] += fj
-                part[1, 0, g] += v
-                part[2, 0, g] += sq
-        part[0, 0, 0] = s0
-        part[1, 0, 0] = s1
-        part[2, 0, 0] = s2
-        _add_block(out, comp, part)
+                terms = (fj, 0.0, 0.0)
+            _add_item(part, totals, terms, 1 + codes[j] if n_cols > 1 else 0)
+        _close_block(out, comp, part, totals)
     return out[:, 0, :]
 
 
@@ -250,9 +259,9 @@ def cot_draw_sums(omega, phi, smear, tau, offset, pi, remaining, codes, n_cols):
     out = np.zeros((3, 1, n_cols))
     comp = np.zeros((3, 1, n_cols))
     part = np.zeros((3, 1, n_cols))
+    totals = np.zeros(3)
     n = omega.size
     for start in range(0, n, BLOCK * 16):
-        s0 = s1 = s2 = 0.0  # the bank's sums over the block, in registers
         for j in range(start, min(start + BLOCK * 16, n)):
             if not remaining[j]:
                 continue
@@ -260,22 +269,11 @@ def cot_draw_sums(omega, phi, smear, tau, offset, pi, remaining, codes, n_cols):
             gj = base * smear[j] - offset
             if pi[j] > 0.0:
                 inverse = 1.0 / pi[j]
-                v = base * base * inverse
-                sq = gj * gj * inverse
+                terms = (gj, base * base * inverse, gj * gj * inverse)
             else:  # off the design's support: exactly 0, even where exp overflows
-                v = sq = 0.0
-            s0 += gj
-            s1 += v
-            s2 += sq
-            if n_cols > 1:
-                g = 1 + codes[j]
-                part[0, 0, g] += gj
-                part[1, 0, g] += v
-                part[2, 0, g] += sq
-        part[0, 0, 0] = s0
-        part[1, 0, 0] = s1
-        part[2, 0, 0] = s2
-        _add_block(out, comp, part)
+                terms = (gj, 0.0, 0.0)
+            _add_item(part, totals, terms, 1 + codes[j] if n_cols > 1 else 0)
+        _close_block(out, comp, part, totals)
     return out[:, 0, :]
 
 
@@ -389,14 +387,8 @@ def _exp_neg_ratio(y, clamp):
     """(n, m) with n / m = exp(-y) for 0 <= y <= 700 (``clamp``: larger y taken as 700; exp(-700) ~
     1e-304): the Cody-Waite reduction of ``sigmoid_pair`` and its [6/6] Pade pair on the remainder f
     (|f| <= ln2 / 2, relative error < 1e-18 there), n = 2^k N(f), m = N(-f); no division."""
-    y = max(-y, -_RATIO_MAX) if clamp else -y
-    kd = y * LOG2E + (SHIFTER + 1023.0)
-    k = kd - (SHIFTER + 1023.0)
-    f = y - k * LN2_HI - k * LN2_LO
-    f2 = f * f
-    ev = ((f2 * (1.0 / 665280.0) + 1.0 / 792.0) * f2 + 5.0 / 44.0) * f2 + 1.0
-    od = f * ((f2 * (1.0 / 15840.0) + 1.0 / 66.0) * f2 + 0.5)
-    return bits_to_f64(f64_to_bits(kd) << 52) * (ev + od), ev - od
+    scale, numerator, denominator = pade_exp_parts(max(-y, -_RATIO_MAX) if clamp else -y)
+    return scale * numerator, denominator
 
 
 @njit(inline="always", **_EXACT_OPTS)

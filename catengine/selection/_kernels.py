@@ -17,6 +17,7 @@ import math
 import numpy as np
 from catengine.numba_cache import njit
 
+from catengine.numba_helpers import lane_sums, lanes_total
 from catengine.models.kernels import info_4pl_z as _info_z
 from catengine.models.kernels import log_p_4pl as _log_p_4pl
 from catengine.models.kernels import log_phi_cdf, log_sigmoid, probit_info_h
@@ -357,22 +358,14 @@ _EPS = 2.220446049250313e-16
 
 @njit(**_DESIGN_OPTS)
 def _sum_lanes(x, n):
-    """sum(x[:n]) in eight interleaved partial sums combined pairwise: a fixed order (the same bits
-    whatever the caller or the vector width) that vectorises without reassociation."""
-    s0 = s1 = s2 = s3 = s4 = s5 = s6 = s7 = 0.0
+    """sum(x[:n]) in eight interleaved partial sums (``lane_sums``; the last n % 8 values go to the
+    first) combined pairwise: a fixed order (the same bits whatever the caller or the vector width)
+    that vectorises without reassociation."""
     m = n - n % 8
-    for j in range(0, m, 8):
-        s0 += x[j]
-        s1 += x[j + 1]
-        s2 += x[j + 2]
-        s3 += x[j + 3]
-        s4 += x[j + 4]
-        s5 += x[j + 5]
-        s6 += x[j + 6]
-        s7 += x[j + 7]
+    s0, s1, s2, s3, s4, s5, s6, s7 = lane_sums(x, 0, m, (0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0))
     for j in range(m, n):
         s0 += x[j]
-    return ((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 + s7))
+    return lanes_total((s0, s1, s2, s3, s4, s5, s6, s7))
 
 
 @njit(**_DESIGN_OPTS)

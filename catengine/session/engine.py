@@ -7,7 +7,6 @@ from pathlib import Path
 
 import numpy as np
 
-from catengine.responses.readers import id_length_problem
 from catengine.validation import is_integer
 from catengine.session.bank_log import (
     attach_writer,
@@ -17,6 +16,7 @@ from catengine.session.bank_log import (
     read_for_resume,
     replay_events,
 )
+from catengine.session._ids import checked_id
 from catengine.session.errors import UnknownSubjectError
 from catengine.session.log import LogWriter
 from catengine.session.session import CATSession
@@ -72,14 +72,7 @@ class Engine:
         """A subject id: a non-empty string of valid Unicode, at most ``MAX_ID_LENGTH`` (1,000) characters."""
         if not isinstance(subject, str) or not subject:
             raise UnknownSubjectError(f"subject ids are non-empty strings, got {str(subject)[:80]!r}")
-        problem = id_length_problem(subject, "subject")
-        if problem:
-            raise UnknownSubjectError(problem)
-        try:
-            subject.encode("utf-8")
-        except UnicodeEncodeError:
-            raise UnknownSubjectError(f"subject id {subject[:80]!r} is not valid Unicode (a lone surrogate)") from None
-        return subject
+        return checked_id(subject, "subject", UnknownSubjectError)
 
     # ------------------------------------------------------------------ routing
     def start(self, subject: str) -> CATSession:

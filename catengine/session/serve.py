@@ -61,7 +61,7 @@ import sys
 import warnings
 
 from catengine.errors import BankExhaustedError, CatEngineError
-from catengine.responses.readers import id_length_problem
+from catengine.session._ids import checked_id
 from catengine.session.engine import Engine
 
 PROTOCOL_HELP = __doc__
@@ -159,19 +159,15 @@ def _scores(session, record: bool) -> dict:
 
 
 def _field(req: dict, name: str, kind=str):
+    """The request's field ``name``; a string field is an id (``subject``, ``item``), checked by
+    :func:`~catengine.session._ids.checked_id`."""
     if name not in req:
         raise InvalidRequestError(f"request lacks {name!r}")
     value = req[name]
     if kind is str and not isinstance(value, str):
         raise InvalidRequestError(f"{name!r} must be a string, got {type(value).__name__} {json.dumps(value)[:80]}")
     if kind is str:
-        problem = id_length_problem(value, name) if name in ("subject", "item") else None
-        if problem:
-            raise InvalidRequestError(problem)
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError:
-            raise InvalidRequestError(f"{name!r} is not valid Unicode (a lone surrogate escape)") from None
+        checked_id(value, name, InvalidRequestError)
     return value
 
 

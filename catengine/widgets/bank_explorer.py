@@ -16,7 +16,7 @@ import ipywidgets as widgets
 import numpy as np
 
 from catengine.models import fisher_information, prob_correct
-from catengine.widgets._display import escape, html_table, new_figure, show_figure
+from catengine.widgets.display import escape, html_table, new_figure, show_figure
 
 THETA_LABEL = "ability θ (population SD units)"
 

@@ -19,7 +19,7 @@ import numpy as np
 
 from catengine.console import calibration_size, standing_text
 from catengine.errors import BankExhaustedError, CatEngineError
-from catengine.widgets._display import escape, fmt, html_table, new_figure, show_figure
+from catengine.widgets.display import escape, fmt, html_table, new_figure, show_figure
 
 THETA_LABEL = "ability θ (population SD units)"
 _USER_ERRORS = (CatEngineError, ValueError, TypeError, KeyError)  # shown in the panel, not raised

@@ -51,6 +51,8 @@ from catengine.models.kernels import exp_neg as _exp_neg
 from catengine.models.kernels import sigmoid_pair as _sigmoid_pair
 from catengine.models.kernels import log1p_unit as _log1p01
 from catengine.models import kernels as _shared_kernels
+from catengine.numba_helpers import lane_sums as _lane_sums
+from catengine.numba_helpers import lanes_total as _lanes_total
 from catengine.numba_cache import njit
 
 # Each array kernel is compiled twice from its source (``_serial_and_parallel``): a serial version
@@ -104,13 +106,19 @@ def _serial_and_parallel(fn):
     return kernel
 
 
+@njit(inline="always", **_SERIAL_OPTS)
+def _elementwise(f, x):
+    """f(x[k]) for every k, as a new array (``f`` a compiled function of one float)."""
+    out = np.empty_like(x)
+    for k in range(x.size):
+        out[k] = f(x[k])
+    return out
+
+
 @njit(**_SERIAL_OPTS)
 def exp_neg_array(x):
     """``_exp_neg`` over an array (for tests)."""
-    out = np.empty_like(x)
-    for k in range(x.size):
-        out[k] = _exp_neg(x[k])
-    return out
+    return _elementwise(_exp_neg, x)
 
 
 @njit(**_SERIAL_OPTS)
@@ -126,10 +134,7 @@ def sigmoid_pair_array(x, w):
 @njit(**_SERIAL_OPTS)
 def log1p01_array(e):
     """``_log1p01`` over an array (for tests)."""
-    out = np.empty_like(e)
-    for k in range(e.size):
-        out[k] = _log1p01(e[k])
-    return out
+    return _elementwise(_log1p01, e)
 
 
 # ---------------------------------------------------------------------------------- layout
@@ -149,36 +154,69 @@ def transpose_int8(c, out):
 
 
 # ---------------------------------------------------------------------------------- counting
+@njit(inline="always", **_SERIAL_OPTS)
+def _count_line(x, i, on):
+    """(observed, correct) answers in row i of the int8 matrix ``x`` over the columns k with on[k] != 0."""
+    nn = 0
+    kk = 0
+    for k in range(np.uint64(0), np.uint64(x.shape[1])):
+        v = x[i, k]
+        o = (v >= 0) & (on[k] != 0)
+        nn += o
+        kk += o & (v == 1)
+    return nn, kk
+
+
 @_serial_and_parallel
 def count_pass(c, ct, row_on, col_on, row_n, row_k, col_n, col_k):
     """Observed and correct counts: row_n/row_k (N,) over active columns (uint8 ``col_on``) of
     active rows (0 for inactive rows); col_n/col_k (J,) over active rows, for every column."""
     n, m = c.shape
     for i in prange(n):
-        nn = 0
-        kk = 0
-        if row_on[i]:
-            for j in range(np.uint64(0), np.uint64(m)):
-                v = c[i, j]
-                o = (v >= 0) & (col_on[j] != 0)
-                nn += o
-                kk += o & (v == 1)
-        row_n[i] = nn
-        row_k[i] = kk
+        row_n[i], row_k[i] = _count_line(c, i, col_on) if row_on[i] else (0, 0)
     for j in prange(m):
-        nn = 0
-        kk = 0
-        for i in range(np.uint64(0), np.uint64(n)):
-            v = ct[j, i]
-            o = (v >= 0) & (row_on[i] != 0)
-            nn += o
-            kk += o & (v == 1)
-        col_n[j] = nn
-        col_k[j] = kk
+        col_n[j], col_k[j] = _count_line(ct, j, row_on)
 
 
 # ---------------------------------------------------------------------------------- rank 1
 _LOSS_BLOCK = 256  # cells whose log(1 + e) terms are summed as one log of a product
+
+
+# One cell (i, j) at the old point, in the column loops below: x = theta_i a_j + b_j, (q, e q) from
+# ``_sigmoid_pair`` and d = w (g - p) = w r / 4 (w the cell's weight, g its answer); the loops add
+# it to their sums with ``_add_grad`` (the residual sums), ``_add_count`` (the count and theta sums
+# of a column with missing answers) and ``_add_loss`` (the loss and information sums). Scalars only:
+# inlined, they compile to the code written out in place. (``col_pass_r1`` and ``sweep_r1`` keep
+# their own column loops: one inlined column helper for both made the serial passes 1-4% slower.)
+@njit(inline="always", **_SERIAL_OPTS)
+def _cell(t, w, g, aj, bj, wq):
+    """(x, q, e q, d) of one cell: x = t aj + bj, (q, e q) = ``_sigmoid_pair(x, wq)`` and
+    d = w (g - p), p = q for x >= 0 else e q (``wq``: 1, or w to zero e, and so p q, off the fit)."""
+    x = t * aj + bj
+    q, eq = _sigmoid_pair(x, wq)
+    return x, q, eq, w * (g - (q if x >= 0.0 else eq))
+
+
+@njit(inline="always", **_SERIAL_OPTS)
+def _add_grad(z0, z1, t, d):
+    """The sums of d and t d (the working residuals, over 4, for b and a) with one more cell."""
+    return z0 + d, z1 + t * d
+
+
+@njit(inline="always", **_SERIAL_OPTS)
+def _add_count(z2, z3, z4, w, t):
+    """The sums of w, w t and w t^2 with one more cell."""
+    return z2 + w, z3 + w * t, z4 + w * t * t
+
+
+@njit(inline="always", **_SERIAL_OPTS)
+def _add_loss(z5, prod, z6, z7, z8, t, w, g, x, q, eq):
+    """The loss and information sums with one more cell: w (max(x, 0) - g x) into ``z5`` (the -log q
+    part of its log(1 + e) into the product ``prod``), p q = e q times 1, t, t^2 into z6, z7, z8."""
+    z5 += w * (max(x, 0.0) - g * x)
+    prod *= q
+    pq = eq * q
+    return z5, prod, z6 + pq, z7 + pq * t, z8 + pq * t * t
 
 
 @njit(**_SERIAL_OPTS)
@@ -189,11 +227,7 @@ def weighted_moments(theta, roww, out):
     z1 = 0.0
     z2 = 0.0
     for i in range(theta.size):
-        w = roww[i]
-        t = theta[i]
-        z0 += w
-        z1 += w * t
-        z2 += w * t * t
+        z0, z1, z2 = _add_count(z0, z1, z2, roww[i], theta[i])
     out[0] = z0
     out[1] = z1
     out[2] = z2
@@ -243,63 +277,34 @@ def col_pass_r1(ct, theta, roww, a, b, cols, full, s0, s1, cnt, st, st2, lossj, 
                         t = theta[i]
                         w = roww[i]
                         g = float(ct[j, i])  # 0 or 1 where w = 1 (-1 only where w = 0)
-                        x = t * aj + bj
-                        q, eq = _sigmoid_pair(x, w)
-                        p = q if x >= 0.0 else eq
-                        d = w * (g - p)
-                        z0 += d
-                        z1 += t * d
-                        z5 += w * (max(x, 0.0) - g * x)
-                        prod *= q
-                        pq = eq * q
-                        z6 += pq
-                        z7 += pq * t
-                        z8 += pq * t * t
+                        x, q, eq, d = _cell(t, w, g, aj, bj, w)
+                        z0, z1 = _add_grad(z0, z1, t, d)
+                        z5, prod, z6, z7, z8 = _add_loss(z5, prod, z6, z7, z8, t, w, g, x, q, eq)
                 else:
                     for i in range(np.uint64(i0), np.uint64(i1)):
                         v = ct[j, i]
                         t = theta[i]
                         w = roww[i] if v >= 0 else 0.0
                         g = 1.0 if v == 1 else 0.0
-                        x = t * aj + bj
                         # e is zeroed off the fit (w is 0 or 1): then q = 1 and p (1 - p) = 0 there
-                        q, eq = _sigmoid_pair(x, w)
-                        p = q if x >= 0.0 else eq
-                        d = w * (g - p)
-                        z0 += d
-                        z1 += t * d
-                        z2 += w
-                        z3 += w * t
-                        z4 += w * t * t
-                        z5 += w * (max(x, 0.0) - g * x)
-                        prod *= q
-                        pq = eq * q  # p (1 - p)
-                        z6 += pq
-                        z7 += pq * t
-                        z8 += pq * t * t
+                        x, q, eq, d = _cell(t, w, g, aj, bj, w)
+                        z0, z1 = _add_grad(z0, z1, t, d)
+                        z2, z3, z4 = _add_count(z2, z3, z4, w, t)
+                        z5, prod, z6, z7, z8 = _add_loss(z5, prod, z6, z7, z8, t, w, g, x, q, eq)
                 z5 -= math.log(prod)
         elif dense:
             for i in range(np.uint64(0), np.uint64(n)):
                 t = theta[i]
-                x = t * aj + bj
-                q, eq = _sigmoid_pair(x, 1.0)
-                d = roww[i] * (float(ct[j, i]) - (q if x >= 0.0 else eq))
-                z0 += d
-                z1 += t * d
+                x, q, eq, d = _cell(t, roww[i], float(ct[j, i]), aj, bj, 1.0)
+                z0, z1 = _add_grad(z0, z1, t, d)
         else:
             for i in range(np.uint64(0), np.uint64(n)):
                 v = ct[j, i]
                 t = theta[i]
                 w = roww[i] if v >= 0 else 0.0
-                g = 1.0 if v == 1 else 0.0
-                x = t * aj + bj
-                q, eq = _sigmoid_pair(x, 1.0)
-                d = w * (g - (q if x >= 0.0 else eq))
-                z0 += d
-                z1 += t * d
-                z2 += w
-                z3 += w * t
-                z4 += w * t * t
+                x, q, eq, d = _cell(t, w, 1.0 if v == 1 else 0.0, aj, bj, 1.0)
+                z0, z1 = _add_grad(z0, z1, t, d)
+                z2, z3, z4 = _add_count(z2, z3, z4, w, t)
         if dense:
             z2 = mom[0]
             z3 = mom[1]
@@ -465,32 +470,14 @@ def sweep_r1(ct, theta, roww, a, b, cols, full, bounds, has_prior, pa, ma, pb, m
                             w = roww[i]
                             gj = float(ct[j, i])
                             gk = float(ct[k, i])
-                            xj = t * aj + bj
-                            xk = t * ak + bk
-                            qj, ej = _sigmoid_pair(xj, w)
-                            qk, ek = _sigmoid_pair(xk, w)
-                            dj = w * (gj - (qj if xj >= 0.0 else ej))
-                            dk = w * (gk - (qk if xk >= 0.0 else ek))
+                            xj, qj, ej, dj = _cell(t, w, gj, aj, bj, w)
+                            xk, qk, ek, dk = _cell(t, w, gk, ak, bk, w)
                             uu[i] = xj + 4.0 * dj
                             uv[i] = xk + 4.0 * dk
-                            z0 += dj
-                            z1 += t * dj
-                            y0 += dk
-                            y1 += t * dk
-                            z5 += w * (max(xj, 0.0) - gj * xj)
-                            y5 += w * (max(xk, 0.0) - gk * xk)
-                            prodj *= qj
-                            prodk *= qk
-                            pqj = ej * qj
-                            pqk = ek * qk
-                            z6 += pqj
-                            y6 += pqk
-                            pqj *= t
-                            pqk *= t
-                            z7 += pqj
-                            y7 += pqk
-                            z8 += pqj * t
-                            y8 += pqk * t
+                            z0, z1 = _add_grad(z0, z1, t, dj)
+                            y0, y1 = _add_grad(y0, y1, t, dk)
+                            z5, prodj, z6, z7, z8 = _add_loss(z5, prodj, z6, z7, z8, t, w, gj, xj, qj, ej)
+                            y5, prodk, y6, y7, y8 = _add_loss(y5, prodk, y6, y7, y8, t, w, gk, xk, qk, ek)
                         z5 -= math.log(prodj)
                         y5 -= math.log(prodk)
                     lossj[j] = z5
@@ -505,18 +492,12 @@ def sweep_r1(ct, theta, roww, a, b, cols, full, bounds, has_prior, pa, ma, pb, m
                     for i in range(np.uint64(0), np.uint64(n)):
                         t = theta[i]
                         w = roww[i]
-                        xj = t * aj + bj
-                        xk = t * ak + bk
-                        qj, ej = _sigmoid_pair(xj, 1.0)
-                        qk, ek = _sigmoid_pair(xk, 1.0)
-                        dj = w * (float(ct[j, i]) - (qj if xj >= 0.0 else ej))
-                        dk = w * (float(ct[k, i]) - (qk if xk >= 0.0 else ek))
+                        xj, qj, ej, dj = _cell(t, w, float(ct[j, i]), aj, bj, 1.0)
+                        xk, qk, ek, dk = _cell(t, w, float(ct[k, i]), ak, bk, 1.0)
                         uu[i] = xj + 4.0 * dj
                         uv[i] = xk + 4.0 * dk
-                        z0 += dj
-                        z1 += t * dj
-                        y0 += dk
-                        y1 += t * dk
+                        z0, z1 = _add_grad(z0, z1, t, dj)
+                        y0, y1 = _add_grad(y0, y1, t, dk)
                 z0 *= 4.0
                 z1 *= 4.0
                 y0 *= 4.0
@@ -560,41 +541,21 @@ def sweep_r1(ct, theta, roww, a, b, cols, full, bounds, has_prior, pa, ma, pb, m
                             t = theta[i]
                             w = roww[i]
                             g = float(ct[j, i])
-                            x = t * aj + bj
-                            q, eq = _sigmoid_pair(x, w)
-                            p = q if x >= 0.0 else eq
-                            d = w * (g - p)
+                            x, q, eq, d = _cell(t, w, g, aj, bj, w)
                             uu[i] = x + 4.0 * d
-                            z0 += d
-                            z1 += t * d
-                            z5 += w * (max(x, 0.0) - g * x)
-                            prod *= q
-                            pq = eq * q
-                            z6 += pq
-                            z7 += pq * t
-                            z8 += pq * t * t
+                            z0, z1 = _add_grad(z0, z1, t, d)
+                            z5, prod, z6, z7, z8 = _add_loss(z5, prod, z6, z7, z8, t, w, g, x, q, eq)
                     else:
                         for i in range(np.uint64(i0), np.uint64(i1)):
                             v = ct[j, i]
                             t = theta[i]
                             w = roww[i] if v >= 0 else 0.0
                             g = 1.0 if v == 1 else 0.0
-                            x = t * aj + bj
-                            q, eq = _sigmoid_pair(x, w)
-                            p = q if x >= 0.0 else eq
-                            d = w * (g - p)
+                            x, q, eq, d = _cell(t, w, g, aj, bj, w)
                             uu[i] = w * x + 4.0 * d
-                            z0 += d
-                            z1 += t * d
-                            z2 += w
-                            z3 += w * t
-                            z4 += w * t * t
-                            z5 += w * (max(x, 0.0) - g * x)
-                            prod *= q
-                            pq = eq * q
-                            z6 += pq
-                            z7 += pq * t
-                            z8 += pq * t * t
+                            z0, z1 = _add_grad(z0, z1, t, d)
+                            z2, z3, z4 = _add_count(z2, z3, z4, w, t)
+                            z5, prod, z6, z7, z8 = _add_loss(z5, prod, z6, z7, z8, t, w, g, x, q, eq)
                     z5 -= math.log(prod)
                 lossj[j] = z5
                 h0[j] = z6
@@ -603,27 +564,18 @@ def sweep_r1(ct, theta, roww, a, b, cols, full, bounds, has_prior, pa, ma, pb, m
             elif dense:
                 for i in range(np.uint64(0), np.uint64(n)):
                     t = theta[i]
-                    x = t * aj + bj
-                    q, eq = _sigmoid_pair(x, 1.0)
-                    d = roww[i] * (float(ct[j, i]) - (q if x >= 0.0 else eq))
+                    x, q, eq, d = _cell(t, roww[i], float(ct[j, i]), aj, bj, 1.0)
                     uu[i] = x + 4.0 * d
-                    z0 += d
-                    z1 += t * d
+                    z0, z1 = _add_grad(z0, z1, t, d)
             else:
                 for i in range(np.uint64(0), np.uint64(n)):
                     v = ct[j, i]
                     t = theta[i]
                     w = roww[i] if v >= 0 else 0.0
-                    g = 1.0 if v == 1 else 0.0
-                    x = t * aj + bj
-                    q, eq = _sigmoid_pair(x, 1.0)
-                    d = w * (g - (q if x >= 0.0 else eq))
+                    x, q, eq, d = _cell(t, w, 1.0 if v == 1 else 0.0, aj, bj, 1.0)
                     uu[i] = w * x + 4.0 * d
-                    z0 += d
-                    z1 += t * d
-                    z2 += w
-                    z3 += w * t
-                    z4 += w * t * t
+                    z0, z1 = _add_grad(z0, z1, t, d)
+                    z2, z3, z4 = _add_count(z2, z3, z4, w, t)
             if dense:
                 z2 = mom[0]
                 z3 = mom[1]
@@ -664,6 +616,24 @@ def sweep_r1(ct, theta, roww, a, b, cols, full, bounds, has_prior, pa, ma, pb, m
 
 
 # ---------------------------------------------------------------------------------- rank r
+@njit(inline="always", **_SERIAL_OPTS)
+def _logit(theta, i, a, j, bj):
+    """x = bj + theta_i . a_j."""
+    x = bj
+    for u in range(theta.shape[1]):
+        x += theta[i, u] * a[j, u]
+    return x
+
+
+@njit(inline="always", **_SERIAL_OPTS)
+def _residual(x, v):
+    """(g, q, r) of an observed cell with answer v (0 or 1) at logit x: g = v as a float,
+    q = sigmoid(|x|) and the working residual r = 4 (g - sigmoid(x))."""
+    g = 1.0 if v == 1 else 0.0
+    q, eq = _sigmoid_pair(x, 1.0)
+    return g, q, 4.0 * (g - (q if x >= 0.0 else eq))
+
+
 @_serial_and_parallel
 def col_pass_rk(ct, theta, roww, a, b, cols, s0, s1, cnt, st, gram, lossj, want_loss):
     """Rank-r column sums for j in ``cols``: theta (N, r), a (J, r); s1 (J, r) = sum theta_i r_ij,
@@ -682,13 +652,8 @@ def col_pass_rk(ct, theta, roww, a, b, cols, s0, s1, cnt, st, gram, lossj, want_
             v = ct[j, i]
             if v < 0 or roww[i] == 0.0:
                 continue
-            g = 1.0 if v == 1 else 0.0
-            x = b[j]
-            for u in range(rk):
-                x += theta[i, u] * a[j, u]
-            q, eq = _sigmoid_pair(x, 1.0)
-            p = q if x >= 0.0 else eq
-            r = 4.0 * (g - p)
+            x = _logit(theta, i, a, j, b[j])
+            g, q, r = _residual(x, v)
             z0 += r
             z2 += 1.0
             for u in range(rk):
@@ -730,13 +695,8 @@ def row_pass_rk(c, theta, a, b, an, anb, col_on, rows, ridge, theta_out, rsum):
             v = c[i, j]
             if v < 0 or col_on[j] == 0:
                 continue
-            g = 1.0 if v == 1 else 0.0
-            x = b[j]
-            for u in range(rk):
-                x += theta[i, u] * a[j, u]
-            q, eq = _sigmoid_pair(x, 1.0)
-            p = q if x >= 0.0 else eq
-            r = 4.0 * (g - p)
+            x = _logit(theta, i, a, j, b[j])
+            _, _, r = _residual(x, v)
             for u in range(rk):
                 au = an[j, u]
                 rsum[i, u] += au * r
@@ -871,30 +831,17 @@ _NUMPY_EXACT_OPTS = dict(cache=True, nogil=True, error_model="numpy")
 
 @njit(**_NUMPY_EXACT_OPTS)
 def _numpy_block_sum(x, start, n):
-    """numpy's sum of a block of at most 128 contiguous float64: plain below 8, else eight partial sums."""
+    """numpy's sum of a block of at most 128 contiguous float64: plain below 8, else eight partial sums
+    started at the first eight values (``_lane_sums``), added pairwise, then the last n % 8 values."""
     if n < 8:
         s = 0.0
         for i in range(start, start + n):
             s += x[i]
         return s
-    r0, r1, r2, r3 = x[start], x[start + 1], x[start + 2], x[start + 3]
-    r4, r5, r6, r7 = x[start + 4], x[start + 5], x[start + 6], x[start + 7]
-    i = 8
-    while i < n - n % 8:
-        k = start + i
-        r0 += x[k]
-        r1 += x[k + 1]
-        r2 += x[k + 2]
-        r3 += x[k + 3]
-        r4 += x[k + 4]
-        r5 += x[k + 5]
-        r6 += x[k + 6]
-        r7 += x[k + 7]
-        i += 8
-    s = ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7))
-    while i < n:
-        s += x[start + i]
-        i += 1
+    first = (x[start], x[start + 1], x[start + 2], x[start + 3], x[start + 4], x[start + 5], x[start + 6], x[start + 7])
+    s = _lanes_total(_lane_sums(x, start + 8, start + n - n % 8, first))
+    for i in range(start + n - n % 8, start + n):
+        s += x[i]
     return s
 
 

@@ -40,6 +40,7 @@ from catengine.models.kernels import bits_to_f64 as _bits_to_f64
 from catengine.models.kernels import exp_neg as _exp_neg
 from catengine.models.kernels import f64_to_bits as _f64_to_bits
 from catengine.models.kernels import two_atanh_small as _two_atanh_small
+from catengine.numba_helpers import horner as _horner
 
 from catengine.models.kernels import inv_mills, log_phi_cdf, probit_curvature
 
@@ -101,6 +102,22 @@ def _log_pos(y):
     return e * _LN2 + _two_atanh_small(s)
 
 
+#: Weideman's 40 coefficients of erfcx in Z, dealt into four Horner chains in Z^4 (highest degree
+#: first): chain k holds those of Z^(4m + k), recombined by ``_erfcx_pos``
+_ERFCX_C0 = (-5.2447678207180494e-15, 1.2032983242835385e-13, 3.4727420938907015e-11, 3.0177804477560245e-09,
+             1.4198642352136748e-08, -1.8007447144728686e-05, 0.002705405633073729, 0.15504263802479498,
+             1.2563815675765133, 2.899624509389705)
+_ERFCX_C1 = (1.1519170220749485e-14, 4.5340796336714066e-13, 1.771418567386718e-11, 2.1085995172143158e-10,
+             -6.351773483848077e-08, -1.066013898426855e-06, 0.0004398070159870029, 0.07182361779074328,
+             0.8472174576593815, 2.6160541527618597)
+_ERFCX_C2 = (1.2082006378733853e-15, 1.3765172593249721e-14, -2.7277735625830245e-12, -3.563234152181849e-10,
+             -1.83156168231946e-08, 1.4835661132962113e-06, -3.93936314548511e-05, 0.029202916471241895,
+             0.5266528988277086, 2.201513794878312)
+_ERFCX_C3 = (-1.7356980998791865e-15, -7.071088022159408e-14, -2.90771851041427e-12, -9.055138860958323e-11,
+             3.249746582945079e-09, 5.912136953029057e-07, -5.5913092642348794e-05, 0.010048186242783535,
+             0.2998943799615006, 1.7253830848179779)
+
+
 @njit(cache=True, nogil=True, inline="always", error_model="numpy", fastmath={"contract"})
 def _erfcx_pos(z):
     """erfcx(z) = exp(z^2) erfc(z) for z >= 0 (Weideman's expansion, 40 terms). The degree-39
@@ -110,46 +127,10 @@ def _erfcx_pos(z):
     zz = (_W_L - z) * d
     z2 = zz * zz
     z4 = z2 * z2
-    p0 = -5.2447678207180494e-15
-    p0 = p0 * z4 + 1.2032983242835385e-13
-    p0 = p0 * z4 + 3.4727420938907015e-11
-    p0 = p0 * z4 + 3.0177804477560245e-09
-    p0 = p0 * z4 + 1.4198642352136748e-08
-    p0 = p0 * z4 + -1.8007447144728686e-05
-    p0 = p0 * z4 + 0.002705405633073729
-    p0 = p0 * z4 + 0.15504263802479498
-    p0 = p0 * z4 + 1.2563815675765133
-    p0 = p0 * z4 + 2.899624509389705
-    p1 = 1.1519170220749485e-14
-    p1 = p1 * z4 + 4.5340796336714066e-13
-    p1 = p1 * z4 + 1.771418567386718e-11
-    p1 = p1 * z4 + 2.1085995172143158e-10
-    p1 = p1 * z4 + -6.351773483848077e-08
-    p1 = p1 * z4 + -1.066013898426855e-06
-    p1 = p1 * z4 + 0.0004398070159870029
-    p1 = p1 * z4 + 0.07182361779074328
-    p1 = p1 * z4 + 0.8472174576593815
-    p1 = p1 * z4 + 2.6160541527618597
-    p2 = 1.2082006378733853e-15
-    p2 = p2 * z4 + 1.3765172593249721e-14
-    p2 = p2 * z4 + -2.7277735625830245e-12
-    p2 = p2 * z4 + -3.563234152181849e-10
-    p2 = p2 * z4 + -1.83156168231946e-08
-    p2 = p2 * z4 + 1.4835661132962113e-06
-    p2 = p2 * z4 + -3.93936314548511e-05
-    p2 = p2 * z4 + 0.029202916471241895
-    p2 = p2 * z4 + 0.5266528988277086
-    p2 = p2 * z4 + 2.201513794878312
-    p3 = -1.7356980998791865e-15
-    p3 = p3 * z4 + -7.071088022159408e-14
-    p3 = p3 * z4 + -2.90771851041427e-12
-    p3 = p3 * z4 + -9.055138860958323e-11
-    p3 = p3 * z4 + 3.249746582945079e-09
-    p3 = p3 * z4 + 5.912136953029057e-07
-    p3 = p3 * z4 + -5.5913092642348794e-05
-    p3 = p3 * z4 + 0.010048186242783535
-    p3 = p3 * z4 + 0.2998943799615006
-    p3 = p3 * z4 + 1.7253830848179779
+    p0 = _horner(z4, _ERFCX_C0)
+    p1 = _horner(z4, _ERFCX_C1)
+    p2 = _horner(z4, _ERFCX_C2)
+    p3 = _horner(z4, _ERFCX_C3)
     p = (p0 + zz * p1) + z2 * (p2 + zz * p3)
     return (2.0 * p * d + _INV_SQRT_PI) * d
 
@@ -486,6 +467,12 @@ def _item_signs(j, R, sg):
         sg[i] = 1.0 if r > 0 else (-1.0 if r == 0 else 0.0)
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _add_terms(s, t):
+    """The sum of two 6-tuples (f, ga, gb, haa, hab, hbb) of an item's objective terms, entry by entry."""
+    return s[0] + t[0], s[1] + t[1], s[2] + t[2], s[3] + t[3], s[4] + t[4], s[5] + t[5]
+
+
 @njit(cache=True, nogil=True)
 def _item_pass(j, R, theta_hist, n_hist, aj, bj, ridge):
     """Averaged objective of item j over the stored draws, with gradient and Hessian.
@@ -500,20 +487,10 @@ def _item_pass(j, R, theta_hist, n_hist, aj, bj, ridge):
     lpb = np.empty(N)
     mb = np.empty(N)
     cb = np.empty(N)
-    f = 0.0
-    ga = 0.0
-    gb = 0.0
-    haa = 0.0
-    hab = 0.0
-    hbb = 0.0
+    total = (0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
     for k in range(n_hist):
-        f1, ga1, gb1, haa1, hab1, hbb1 = _item_sums(sg, theta_hist[k], aj, bj, lpb, mb, cb)
-        f += f1
-        ga += ga1
-        gb += gb1
-        haa += haa1
-        hab += hab1
-        hbb += hbb1
+        total = _add_terms(total, _item_sums(sg, theta_hist[k], aj, bj, lpb, mb, cb))
+    f, ga, gb, haa, hab, hbb = total
     w = 1.0 / n_hist
     f = f * w - 0.5 * ridge * bj * bj
     return (f, ga * w, gb * w - ridge * bj, -haa * w, -hab * w, -hbb * w - ridge)
@@ -527,6 +504,23 @@ def _item_new_term(j, R, th, aj, bj):
     _item_signs(j, R, sg)
     f, ga, gb, haa, hab, hbb = _item_sums(sg, th, aj, bj, np.empty(N), np.empty(N), np.empty(N))
     return f, ga, gb, -haa, -hab, -hbb
+
+
+@njit(cache=True, nogil=True)
+def _store_terms(cache, j, terms):
+    """cache[j] = the 6-tuple ``terms`` (f, ga, gb, haa, hab, hbb)."""
+    for k in range(6):
+        cache[j, k] = terms[k]
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _capped_step(d1, d2, limit):
+    """The Newton step (d1, d2) scaled down, if needed, so that neither coordinate moves by more than ``limit``."""
+    cap = max(abs(d1), abs(d2))
+    if cap > limit:
+        d1 *= limit / cap
+        d2 *= limit / cap
+    return d1, d2
 
 
 @njit(cache=True, nogil=True, parallel=True)
@@ -611,10 +605,7 @@ def item_newton_cached(R, theta_hist, n_hist, alpha, a, b, prior, cache, tol, ma
                 bj += db
                 done = True
                 break
-            cap = max(abs(da), abs(db))
-            if cap > 2.0:
-                da *= 2.0 / cap
-                db *= 2.0 / cap
+            da, db = _capped_step(da, db, 2.0)
             step = 1.0
             accepted = False
             for _bt in range(40):
@@ -635,12 +626,7 @@ def item_newton_cached(R, theta_hist, n_hist, alpha, a, b, prior, cache, tol, ma
                 carried[j] = 0.0  # the cache is exact here
         a[j] = aj
         b[j] = bj
-        cache[j, 0] = f
-        cache[j, 1] = ga
-        cache[j, 2] = gb
-        cache[j, 3] = haa
-        cache[j, 4] = hab
-        cache[j, 5] = hbb
+        _store_terms(cache, j, (f, ga, gb, haa, hab, hbb))
         n_passes[j] = passes if done else -1
 
 
@@ -648,13 +634,7 @@ def item_newton_cached(R, theta_hist, n_hist, alpha, a, b, prior, cache, tol, ma
 def item_objective_cache(R, theta_hist, n_hist, a, b, cache):
     """cache[j] = data part (f, ga, gb, haa, hab, hbb) of the averaged objective at (a_j, b_j), exactly."""
     for j in prange(a.shape[0]):
-        f, ga, gb, haa, hab, hbb = _item_pass(j, R, theta_hist, n_hist, a[j], b[j], 0.0)
-        cache[j, 0] = f
-        cache[j, 1] = ga
-        cache[j, 2] = gb
-        cache[j, 3] = haa
-        cache[j, 4] = hab
-        cache[j, 5] = hbb
+        _store_terms(cache, j, _item_pass(j, R, theta_hist, n_hist, a[j], b[j], 0.0))
 
 
 # ----------------------------------------------------------------------------- MAP traits
@@ -729,10 +709,7 @@ def map_traits(R, Y, C, a, b, omega, phi, lam, rho, use_cot, theta0, tau0, out, 
             d2 = -(-h12 * g1 + h11 * g2) / det
             if abs(d1) < tol and abs(d2) < tol:
                 break
-            cap = max(abs(d1), abs(d2))
-            if cap > 3.0:
-                d1 *= 3.0 / cap
-                d2 *= 3.0 / cap
+            d1, d2 = _capped_step(d1, d2, 3.0)
             step = 1.0
             moved = False
             for _bt in range(50):
