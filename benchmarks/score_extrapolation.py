@@ -2,13 +2,14 @@
 
 ``python benchmarks/score_extrapolation.py [math500-cbmm|math500-saem|amc23-saem|chembench|sim-guess|sim-4pl|
 sim-twofactor|psn|all] [--reps 3] [--seed 0] [--splits strength-up,strength-down,random]
-[--design opening=5,share=0.5] [--batch 10] [--lengths 10,25,50] [--bound]``
+[--design opening=5,share=0.5] [--batch 10] [--lengths 10,25,50] [--bound] [--strength-edges 0.60,0.85]``
 
 Two splits of each shared data set, LLMs (with all their runs) on one side only:
 
 * ``strength``: banks calibrated on the LLMs below the 60th percentile of full-benchmark accuracy,
   tested on the LLMs above the 85th (the new LLM is stronger than every calibration LLM); and
-  the mirror image (bank above the 40th, tested below the 15th);
+  the mirror image (bank above the 40th, tested below the 15th); ``--strength-edges 0.75,0.90``
+  moves the two quantiles;
 * ``random``: five folds of whole LLMs, each held out in turn.
 
 Each bank is what a user gets from ``calibration fit`` (``CBMMCalibrator`` / ``LaRTSAEMCalibrator``
@@ -124,13 +125,20 @@ def llm_groups(data):
     return groups, names, group_accuracy, accuracy
 
 
-def splits(data, seed):
+STRENGTH_EDGES = (0.60, 0.85)
+
+
+def splits(data, seed, edges=STRENGTH_EDGES):
+    """(name, calibration rows, held-out rows) of every split; ``edges`` (bank, test): the strength-up
+    bank is fitted below the first accuracy quantile and tested above the second, the strength-down
+    one above 1 - first and tested below 1 - second."""
     groups, names, group_acc, _ = llm_groups(data)
-    lo60, hi85 = np.quantile(group_acc, [0.60, 0.85])
-    lo15, hi40 = np.quantile(group_acc, [0.15, 0.40])
+    bank_edge, test_edge = edges
+    up_bank, up_test = np.quantile(group_acc, [bank_edge, test_edge])
+    down_test, down_bank = np.quantile(group_acc, [1.0 - test_edge, 1.0 - bank_edge])
     rows = lambda g: np.flatnonzero(np.isin(groups, g))  # noqa: E731
-    out = [("strength-up", rows(names[group_acc < lo60]), rows(names[group_acc > hi85])),
-           ("strength-down", rows(names[group_acc > hi40]), rows(names[group_acc < lo15]))]
+    out = [("strength-up", rows(names[group_acc < up_bank]), rows(names[group_acc > up_test])),
+           ("strength-down", rows(names[group_acc > down_bank]), rows(names[group_acc < down_test]))]
     perm = np.random.default_rng(seed).permutation(names)
     for k, fold in enumerate(np.array_split(perm, 5)):
         out.append((f"random-{k}", rows(np.setdiff1d(names, fold)), rows(fold)))
@@ -163,7 +171,7 @@ def replay(bank, y, cot, lengths, rng, design=None, batch=1):
                 yield step, s
 
 
-def run_set(name, reps, seed, kinds=None, design=None, batch=1, lengths=None, bound=False):
+def run_set(name, reps, seed, kinds=None, design=None, batch=1, lengths=None, bound=False, edges=STRENGTH_EDGES):
     from catengine.scoring import random_mean_mae
 
     if name in SIMULATED:
@@ -178,7 +186,7 @@ def run_set(name, reps, seed, kinds=None, design=None, batch=1, lengths=None, bo
     J = data.n_items
     records, bounds = [], []
     t0 = time.perf_counter()
-    for split, train, test in splits(data, seed):
+    for split, train, test in splits(data, seed, edges):
         if kinds is not None and ("random" if split.startswith("random") else split) not in kinds:
             continue
         if test.size == 0 or train.size == 0:  # e.g. more than 15% of the LLMs tie at accuracy 0: none strictly below
@@ -292,6 +300,8 @@ def main(argv=None) -> int:
                     "as the Inspect and lm-eval harnesses do); default 1 (one at a time)")
     ap.add_argument("--lengths", default=None, help="comma-separated test lengths to check (default: per data set)")
     ap.add_argument("--bound", action="store_true", help="also print the design-unbiased bound on the random splits")
+    ap.add_argument("--strength-edges", default="0.60,0.85", help="accuracy quantiles of the strength split: the bank "
+                    "below the first, tested above the second (the mirror image for strength-down); default 0.60,0.85")
     args = ap.parse_args(argv)
     chosen = SETS if args.sets == "all" else (args.sets,)
     for name in chosen:
@@ -307,7 +317,11 @@ def main(argv=None) -> int:
                 key, _, value = pair.partition("=")
                 design[key.strip()] = int(value) if key.strip() == "opening" else float(value)
         lengths = None if args.lengths is None else [int(x) for x in args.lengths.split(",")]
-        records, lengths, n, bounds = run_set(name, args.reps, args.seed, kinds, design, args.batch, lengths, args.bound)
+        edges = tuple(float(x) for x in args.strength_edges.split(","))
+        if len(edges) != 2 or not 0.0 < edges[0] <= edges[1] < 1.0:
+            ap.error(f"--strength-edges takes two quantiles 0 < bank <= test < 1, got {args.strength_edges!r}")
+        records, lengths, n, bounds = run_set(name, args.reps, args.seed, kinds, design, args.batch, lengths, args.bound,
+                                              edges)
         summarise(name, records, lengths, n, bounds)
         print(f"({name}: {time.perf_counter() - t0:.0f} s)")
     return 0
