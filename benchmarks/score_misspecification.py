@@ -1,6 +1,7 @@
 """The default score under deliberately wrong banks: bias, variance and coverage by simulation.
 
-``python benchmarks/score_misspecification.py [--reps 2000] [--lengths 10,25,50] [--flag-seeds 0,1,2,3]``
+``python benchmarks/score_misspecification.py [--reps 2000] [--lengths 10,25,50] [--flag-seeds 0,1,2,3]
+[--flag-margins 0,0.25,0.5,1] [--flag-alternatives]``
 
 The larger run behind ``tests/test_score_misspecification.py`` (same worlds, same seeds for the
 banks and LLMs). Banks are fitted as 2PL by cBMM (every default but the interval check, the
@@ -28,7 +29,14 @@ world and seed; a bank from the LLMs below the 60th accuracy percentile replays 
 85th (the share of the LLMs beyond the calibration maximum that are flagged), and a bank from a
 random 60% replays the rest (the share of those inside the middle 80% of the calibration accuracies
 that are flagged), one default test each, for the guessing and two-factor worlds; beside it the
-rule that ranks the trait estimate among the calibration traits.
+rule that ranks the trait estimate among the calibration traits, and the rule that ranks the
+answer percentile (beyond the calibration runs' 5th / 95th percentiles). ``--flag-margins``: the
+same replays' band evidence read with other margins (the trade-off between the two shares).
+``--flag-alternatives``: beside it, two classifiers of the same answers that use a model, each firing when its posterior probability that the LLM lies beyond
+the calibration LLMs' 5th / 95th percentile exceeds 0.1, 0.3 or 0.5: the one that knows the
+simulated world (its true item response functions and population, a bound no real bank reaches),
+and the bank's own 2PL with a flat prior on the trait (the trait against the calibration traits'
+percentiles).
 """
 
 from __future__ import annotations
@@ -86,19 +94,46 @@ def score_runs(reps, lengths):
         print(f"  ({kind}: {time.perf_counter() - t0:.0f} s)", flush=True)
 
 
-def flag_runs(seeds, lengths):
+_THRESHOLDS = (0.1, 0.3, 0.5)
+
+
+def _beyond_edges(percentiles, edge):
+    p = np.asarray(percentiles)
+    return (p > 1.0 - edge) | (p < edge)
+
+
+def _beyond_probabilities(probabilities, weights, answers, below, above):
+    """Posterior probabilities (P(below), P(above)) of a grid of worlds: ``probabilities`` (nodes, k)
+    each node's answer probabilities of the asked items, ``weights`` (nodes,) its prior, ``below`` /
+    ``above`` (nodes,) bool, the nodes beyond the population's edges."""
+    q = np.clip(probabilities, 1e-12, 1 - 1e-12)
+    log_lik = np.where(answers[None, :] == 1, np.log(q), np.log1p(-q)).sum(axis=1)
+    post = weights * np.exp(log_lik - log_lik.max())
+    post /= post.sum()
+    return float(post[below].sum()), float(post[above].sum())
+
+
+def flag_runs(seeds, lengths, margins=(), alternatives=False):
     from catengine import CATSession
-    from catengine.scoring.standing import standing, trait_standing
+    from catengine.scoring.model_based import response
+    from catengine.scoring.standing import EDGE, band_evidence, standing, trait_standing
     from catengine.session.fast_replay import CompiledReplay
 
     n, n_items = 400, 300
     for kind in ("guess", "twofactor"):
-        out = {k: {"beyond": [], "middle": [], "beyond_trait": [], "middle_trait": []} for k in lengths}
+        out = {k: {f"{part}{rule}": [] for part in ("beyond", "middle") for rule in ("", "_trait", "_pct", "_z")}
+               for k in lengths}
         for seed in seeds:
             rng = np.random.default_rng([seed, 0 if kind == "guess" else 1])
             p = truth_model(kind, rng, n_items)
             y = (rng.random((n, n_items)) < p(rng.normal(0.0, 1.0, n), rng.normal(0.0, 1.0, n))).astype(np.int8)
             accuracy = y.mean(axis=1)
+            # the world's own posterior: nodes over (theta, eta), the true prior N(0, 1) x N(0, 1)
+            t_nodes, e_nodes = np.meshgrid(np.linspace(-5, 7, 121), np.linspace(-4, 4, 1 if kind == "guess" else 17))
+            t_nodes, e_nodes = t_nodes.ravel(), e_nodes.ravel()
+            world_p = p(t_nodes, e_nodes) if kind != "guess" else p(t_nodes)
+            world_w = np.exp(-0.5 * (t_nodes**2 + e_nodes**2))
+            world_acc = world_p.mean(axis=1)
             ids = [f"q{j:03d}" for j in range(n_items)]
             lo60, hi85 = np.quantile(accuracy, [0.60, 0.85])
             perm = rng.permutation(n)
@@ -108,6 +143,10 @@ def flag_runs(seeds, lengths):
                 plan = CompiledReplay.for_session(CATSession(bank, rng=0))
                 population = plan.session.items.population
                 cal = accuracy[train]
+                cal_edges = np.quantile(cal, [0.05, 0.95])
+                bank_t = np.linspace(-8.0, 10.0, 361)
+                bank_p = response(plan.session.params, bank_t)
+                trait_edges = np.quantile(population.thetas, [0.05, 0.95])
                 keep = accuracy[test] > cal.max() if part == "beyond" else \
                     (accuracy[test] >= np.quantile(cal, 0.1)) & (accuracy[test] <= np.quantile(cal, 0.9))
                 for i in test[keep]:
@@ -115,13 +154,34 @@ def flag_runs(seeds, lengths):
                     for k in lengths:
                         st = standing(population, run.estimates[0, k], run.items[:k], y[i][run.items[:k]])
                         out[k][part].append(bool(st.extrapolation))
+                        out[k][part + "_pct"].append(st.percentile)
+                        out[k][part + "_z"].append(band_evidence(population.band_rates, run.items[:k], y[i][run.items[:k]]))
                         out[k][part + "_trait"].append(bool(trait_standing(population, run.estimates[0, k]).extrapolation))
+                        if alternatives:
+                            asked, answers = run.items[:k], y[i][run.items[:k]]
+                            out[k].setdefault(part + "_world", []).append(_beyond_probabilities(
+                                world_p[:, asked], world_w, answers, world_acc < cal_edges[0], world_acc > cal_edges[1]))
+                            out[k].setdefault(part + "_bank", []).append(_beyond_probabilities(
+                                bank_p[:, asked], np.ones(bank_t.size), answers, bank_t < trait_edges[0],
+                                bank_t > trait_edges[1]))
         for k in lengths:
             o = out[k]
             print(f"flag, {kind}, {k} items: fired for {np.mean(o['beyond']):.3f} of {len(o['beyond'])} LLMs beyond the "
                   f"calibration maximum and {np.mean(o['middle']):.3f} of {len(o['middle'])} inside its middle 80% "
                   f"(the trait among the calibration traits: {np.mean(o['beyond_trait']):.3f} and "
-                  f"{np.mean(o['middle_trait']):.3f})")
+                  f"{np.mean(o['middle_trait']):.3f}; the answer percentile: "
+                  f"{np.mean(_beyond_edges(o['beyond_pct'], EDGE)):.3f} and {np.mean(_beyond_edges(o['middle_pct'], EDGE)):.3f})")
+            beyond, middle = np.array(o["beyond_z"]), np.array(o["middle_z"])
+            for margin in margins:
+                print(f"  margin {margin:.2f}: fired for {np.mean(beyond[:, 1] > margin):.3f} beyond and "
+                      f"{np.mean((middle[:, 1] > margin) | (middle[:, 0] < -margin)):.3f} inside")
+            for name, label in (("world", "the world's own posterior"), ("bank", "the bank's 2PL, flat prior")):
+                if "beyond_" + name not in o:
+                    continue
+                beyond, middle = np.array(o["beyond_" + name]), np.array(o["middle_" + name])
+                print(f"  {label}: " + "; ".join(
+                    f"above {c}: {np.mean(beyond[:, 1] > c):.3f} beyond, {np.mean(middle.max(axis=1) > c):.3f} inside"
+                    for c in _THRESHOLDS))
 
 
 def main(argv=None) -> int:
@@ -129,11 +189,16 @@ def main(argv=None) -> int:
     ap.add_argument("--reps", type=int, default=2000)
     ap.add_argument("--lengths", default="10,25,50")
     ap.add_argument("--flag-seeds", default="0,1,2,3")
+    ap.add_argument("--flag-margins", default="", help="other margins to read the flag's band evidence with, e.g. 0,0.25,1")
+    ap.add_argument("--flag-alternatives", action="store_true",
+                    help="also classify the same answers with the world's own posterior and with the bank's 2PL")
     args = ap.parse_args(argv)
     lengths = tuple(int(x) for x in args.lengths.split(","))
     t0 = time.perf_counter()
     score_runs(args.reps, lengths)
-    flag_runs([int(x) for x in args.flag_seeds.split(",")], lengths)
+    seeds = [int(x) for x in args.flag_seeds.split(",") if x]
+    if seeds:
+        flag_runs(seeds, lengths, [float(x) for x in args.flag_margins.split(",") if x], args.flag_alternatives)
     print(f"({time.perf_counter() - t0:.0f} s)")
     return 0
 

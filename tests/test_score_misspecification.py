@@ -15,9 +15,9 @@ each world's items; the design draws are the only randomness, so the target is e
 full-benchmark accuracy. Checked over default sessions of 25 items: the default estimate's bias is
 within Monte-Carlo error of zero, the martingale variance estimate sum_t w_t^2 (D_t - A^)^2 /
 (1 - sum_t w_t^2) matches the Monte-Carlo variance of the estimate, and the reported 95% intervals hold the truth
-0.93-0.97 of the time. And the extrapolation flag, from the session's answers against the
-calibration runs' answers to the same items, fires for LLMs beyond the calibration maximum and
-rarely for those inside the middle 80%. Larger runs: ``python benchmarks/score_misspecification.py``.
+0.93-0.97 of the time. And the extrapolation flag, from the session's answers against the answer
+rates of the calibration runs' top and bottom tenths on the same items, fires for LLMs beyond the
+calibration maximum and rarely for those inside the middle 80%. Larger runs: ``python benchmarks/score_misspecification.py``.
 """
 
 import math
@@ -109,7 +109,7 @@ def flagged(kind, seed, n_items=N_ITEMS_ASKED):
     a bank from the LLMs below the 60th accuracy percentile, tested above the 85th; flags of the
     LLMs inside the middle 80% of a bank from a random 60%), 400 LLMs x 300 items, one default
     test of ``n_items`` each (the compiled replay of the default session, scored as the session's
-    standing: its answers against the calibration runs' answers to the same items)."""
+    standing: its answers against the calibration runs' bands on the same items)."""
     rng = np.random.default_rng(seed)
     n, n_items_bank = 400, 300
     p = truth_model("guess" if kind == "guess" else "twofactor", rng, n_items_bank)

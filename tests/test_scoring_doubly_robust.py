@@ -13,7 +13,7 @@ from scipy.special import expit
 from catengine import CATSession, ItemBank
 from catengine.scoring.design import design_estimate, design_terms, power_tuning, predictable_power_tuning
 from catengine.scoring.doubly_robust import aipw_terms, known_before
-from catengine.scoring.standing import EDGE, Population, extrapolation_flag, standing, trait_standing
+from catengine.scoring.standing import MARGIN, Population, extrapolation_flag, standing, trait_standing
 from catengine.selection import DoublyRobustSelection, RandomisedSelection, default_selector_for
 from catengine.selection.doubly_robust import scheduled_design_draw
 from catengine.session import from_config, to_config
@@ -140,6 +140,26 @@ def test_doubly_robust_selector_schedules_design_draws_and_round_trips():
         DoublyRobustSelection(design=DoublyRobustSelection())
 
 
+def _band_flag_by_hand(runs, items, y):
+    """The flag of the module docstring, written out loop by loop: the two runs (2 x 5% of 20,
+    rounded up) with the lowest / highest accuracy over their answered items form the bands."""
+    acc = {r: np.mean([runs[r, j] for j in range(runs.shape[1]) if runs[r, j] >= 0])
+           for r in range(runs.shape[0]) if np.any(runs[r] >= 0)}
+    ranked = sorted(acc, key=lambda r: acc[r])  # stable: ties keep the row order
+    z = []
+    for band in (ranked[:2], ranked[-2:]):
+        num = var = 0.0
+        for k, j in enumerate(items):
+            answers = [runs[r, j] for r in band if runs[r, j] >= 0]
+            if answers:
+                q = (sum(answers) + 0.5) / (len(answers) + 1)
+                num += y[k] - sum(answers) / len(answers)
+                var += q * (1 - q)
+        z.append(num / math.sqrt(var) if var > 0 else 0.0)
+    up, down = z[1] - MARGIN, -z[0] - MARGIN
+    return "above" if up > 0 and up >= down else "below" if down > 0 else ""
+
+
 def test_standing_percentile_and_flag_by_hand():
     # from the calibration runs' answers to the session's items: 20 runs, 4 items
     runs = np.zeros((20, 6), dtype=np.int8)
@@ -147,19 +167,25 @@ def test_standing_percentile_and_flag_by_hand():
     runs[:, 0], runs[:, 3] = 1, 0  # every run solves item 0 and misses item 3
     runs[0, :] = -1  # a run with no answer at all: a tie
     runs[1, 2] = -1  # a run compared on the items it answered
+    runs[:, 5] = -1  # an item no run answered
     pop = Population(np.linspace(-2, 2, 20), responses=runs)
     items, y = np.array([0, 1, 2, 3]), np.array([1, 1, 0, 1])
     d = [sum(y[k] - runs[r, j] for k, j in enumerate(items) if runs[r, j] >= 0) for r in range(20)]
     want = (sum(x > 0 for x in d) + 0.5 * sum(x == 0 for x in d)) / 20
     st = standing(pop, 0.0, items, y)
     assert st.percentile == pytest.approx(want) and st.n_calibration == 20
-    assert st.extrapolation == ("above" if want > 1 - EDGE else "below" if want < EDGE else "")
+    cases = [(items, y), ([], []), ([0, 1, 3], [1, 1, 1]), ([0, 1, 3], [0, 0, 0]), ([0, 1, 2, 3], [0, 0, 0, 0]),
+             ([1, 2], [1, 0]), ([2], [1]), ([4, 5], [1, 1]), ([5], [1])]
+    flags = [standing(pop, 0.0, it, yy).extrapolation for it, yy in cases]
+    assert flags == [_band_flag_by_hand(runs, it, yy) for it, yy in cases]
+    assert {"above", "below", ""} <= set(flags)  # the cases reach every outcome
     assert standing(pop, 0.0, [], []).percentile == 0.5  # before any answer: every run ties
     assert standing(pop, 0.0, [0, 1, 3], [1, 1, 1]).percentile == pytest.approx(19.5 / 20)  # ahead of every run that answered
     assert standing(pop, 0.0, [0, 1, 3], [1, 1, 1]).extrapolation == "above"
     assert standing(pop, 0.0, [0, 1, 3], [0, 0, 0]).extrapolation == "below"
     assert standing(pop, 99.0, [0, 1, 2, 3], [0, 0, 0, 0]).extrapolation == "below"  # the trait does not enter
-    for items_, y_ in (([0, 1, 2, 3], y), ([0, 1, 3], [1, 1, 1]), ([], [])):
+    assert standing(pop, 0.0, [5], [1]).extrapolation == ""  # an item no run answered: no evidence
+    for items_, y_ in cases:
         assert extrapolation_flag(pop, 0.0, items_, y_) == standing(pop, 0.0, items_, y_).extrapolation
     # a bank that stores no answers: the trait among the calibration traits
     pop = Population(np.arange(100, dtype=float))  # traits 0..99: 5th / 95th percentiles 4.95 / 94.05

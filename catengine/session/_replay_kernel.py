@@ -80,9 +80,10 @@ class ReplaySelection(NamedTuple):
     """Which steps are design draws and how they draw: the selector code; the doubly robust
     schedule (``opening`` steps, the design ``share``, and ``extrapolation_share`` beyond the
     population: the trait outside ``low`` / ``high`` when ``has_population``, or, when
-    ``has_responses``, the standing among the calibration runs' answers ``responses`` (runs, J)
-    int8 beyond ``edge``); the draw's uniform share ``eps`` and Gauss-Hermite rule ``gh_x``,
-    ``gh_w``."""
+    ``has_responses``, the answers against the calibration runs' bottom and top bands' answer rates
+    ``band_rates`` (2, 2, J: band, [rate, smoothed rate], item; NaN: no band answer) by more than ``margin`` standard errors,
+    ``catengine.scoring.standing``); the draw's uniform share ``eps`` and Gauss-Hermite rule
+    ``gh_x``, ``gh_w``."""
 
     selector: int
     opening: int
@@ -92,8 +93,8 @@ class ReplaySelection(NamedTuple):
     low: float
     high: float
     has_responses: bool
-    responses: np.ndarray
-    edge: float
+    band_rates: np.ndarray
+    margin: float
     eps: float
     gh_x: np.ndarray
     gh_w: np.ndarray
@@ -268,6 +269,15 @@ def _design_draw(model, a, b, theta, sd, gh_x, gh_w, eligible, eps, u, f, pi):
 
 
 @njit(cache=True, nogil=True)
+def _band_flag(excess, spread, margin):
+    """``catengine.scoring.standing.flag_of_evidence`` fired (either side) for the band sums:
+    z = excess / sqrt(spread) per band (0 where the band answered none of the items)."""
+    z_below = excess[0] / math.sqrt(spread[0]) if spread[0] > 0.0 else 0.0
+    z_above = excess[1] / math.sqrt(spread[1]) if spread[1] > 0.0 else 0.0
+    return z_above - margin > 0.0 or -z_below - margin > 0.0
+
+
+@njit(cache=True, nogil=True)
 def replay_kernel(items, est, selection, adaptive_steps, subject, out):
     """Replay one subject's answers (``subject.y`` over the bank, ``subject.cot`` the CoT lengths,
     NaN when unknown or unused) for ``subject.steps`` steps from the ``subject.eligible`` items
@@ -277,13 +287,13 @@ def replay_kernel(items, est, selection, adaptive_steps, subject, out):
     was a design draw. ``subject.factors`` (steps + 1,): the SD factor by number of answers.
     ``selection.responses`` (runs, J) int8, the calibration runs' answers (-1: none; used when
     ``has_responses``): the standing that switches the design share to ``extrapolation_share`` is
-    the share of runs behind the subject on the items answered so far, beyond ``edge`` or
-    1 - ``edge`` (``catengine.scoring.standing``); without them the trait beyond ``low`` / ``high``."""
+    the band evidence of the answers so far beyond ``margin`` (``catengine.scoring.standing``);
+    without them the trait beyond ``low`` / ``high``."""
     model, a, b, c, d = items.model, items.a, items.b, items.c, items.d
     selector, opening, share, extrapolation_share = (selection.selector, selection.opening, selection.share,
                                                      selection.extrapolation_share)
     has_population, low, high = selection.has_population, selection.low, selection.high
-    has_responses, responses, edge = selection.has_responses, selection.responses, selection.edge
+    has_responses, band_rates, margin = selection.has_responses, selection.band_rates, selection.margin
     eps, gh_x, gh_w = selection.eps, selection.gh_x, selection.gh_w
     adaptive = adaptive_steps.rule
     info_order, info_bound = adaptive_steps.info_order, adaptive_steps.info_bound
@@ -298,8 +308,9 @@ def replay_kernel(items, est, selection, adaptive_steps, subject, out):
     J = a.size
     buffers = _answer_buffers(L)
     yb = buffers[4]
-    n_runs = responses.shape[0]
-    ahead = np.zeros(n_runs)  # per calibration run: the subject's correct answers minus the run's, on the same items
+    # per band (bottom, top): the answers minus the band's rates, and the rates' variances, on the items answered
+    excess = np.zeros(2)
+    spread = np.zeros(2)
     dims = g.shape[1]
     gb = np.empty((L, dims))
     hb = np.empty(L)
@@ -333,15 +344,7 @@ def replay_kernel(items, est, selection, adaptive_steps, subject, out):
                 s = share
                 if extrapolation_share != share:
                     if has_responses:
-                        above = 0
-                        tied = 0
-                        for r in range(n_runs):
-                            if ahead[r] > 0.0:
-                                above += 1
-                            elif ahead[r] == 0.0:
-                                tied += 1
-                        pct = (above + 0.5 * tied) / n_runs
-                        if pct > 1.0 - edge or pct < edge:
+                        if _band_flag(excess, spread, margin):
                             s = extrapolation_share
                     elif has_population and (theta > high or theta < low):
                         s = extrapolation_share
@@ -371,10 +374,12 @@ def replay_kernel(items, est, selection, adaptive_steps, subject, out):
         out_design[n] = design
         eligible[j] = False
         if has_responses:
-            for r in range(n_runs):
-                x = responses[r, j]
-                if x >= 0:
-                    ahead[r] += y_row[j] - x
+            for side in range(2):
+                rate = band_rates[side, 0, j]
+                if rate == rate:  # a band run answered j (not NaN)
+                    smooth = band_rates[side, 1, j]
+                    excess[side] += y_row[j] - rate
+                    spread[side] += smooth * (1.0 - smooth)
         cot_info, cot_score = _add_answer(j, n, items, y_row, cot_row, buffers, cot_info, cot_score)
         for p in range(dims):
             gb[n, p] = g[j, p]

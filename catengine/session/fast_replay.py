@@ -32,7 +32,7 @@ from catengine.estimation.map import MAPEstimator
 from catengine.estimation.state import MODEL_2PL, MODEL_PROBIT
 from catengine.models.expected_information import gauss_hermite_normal
 from catengine.models.score_factors import POSTERIOR_MAX_ITER, POSTERIOR_TOL
-from catengine.scoring.standing import EDGE
+from catengine.scoring.standing import MARGIN
 from catengine.selection.base import DrawContext
 from catengine.selection.doubly_robust import DoublyRobustSelection
 from catengine.selection import kernels as selection_kernels
@@ -108,7 +108,7 @@ def _selection_of(session, selector_code: int) -> "K.ReplaySelection":
     low, high = pop.edges if pop is not None else (0.0, 0.0)
     # the standing that switches the design share: the calibration runs' answers, when the bank stores them
     has_responses = pop is not None and pop.responses is not None
-    responses = _own(pop.responses, np.int8) if has_responses else np.zeros((1, session.params.n_items), np.int8)
+    band_rates = _own(pop.band_rates) if has_responses else np.full((2, 2, session.params.n_items), np.nan)
     if isinstance(design, RandomisedSelection):
         eps = float(design.uniform_share)
         x, w = gauss_hermite_normal(design.n_nodes)
@@ -117,7 +117,7 @@ def _selection_of(session, selector_code: int) -> "K.ReplaySelection":
         eps, gh_x, gh_w = 0.5, np.zeros(1), np.ones(1)
     return K.ReplaySelection(selector_code, int(getattr(sel, "opening", 0)), float(getattr(sel, "share", 1.0)),
                              float(getattr(sel, "extrapolation_share", 1.0)), pop is not None, float(low), float(high),
-                             has_responses, responses, EDGE, eps, gh_x, gh_w)
+                             has_responses, band_rates, MARGIN, eps, gh_x, gh_w)
 
 
 def _adaptive_of(session, adaptive_code: int) -> "K.ReplayAdaptive":
