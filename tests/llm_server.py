@@ -36,12 +36,26 @@ few hundred. A drawn length above the request's ``max_tokens`` stops at the cap:
 "length"``, ``completion_tokens = max_tokens`` and a reply cut off before its answer. With
 ``reasoning=True`` the server answers like a reasoning model behind vLLM's reasoning parser: the
 chain of thought in ``reasoning_content``, the final answer alone in ``content``, and
-``usage.completion_tokens_details.reasoning_tokens``.
+``usage.completion_tokens_details.reasoning_tokens``; ``reasoning="reasoning"`` the same with the
+field named ``reasoning`` (newer vLLM, Ollama, OpenRouter). Served without a reasoning parser
+(DeepSeek-R1 distills on vLLM, llama.cpp or Ollama), the thinking is inline in ``content``:
+``reasoning="think"`` sends ``<think>\nTHINKING\n</think>\n\nANSWER``, ``reasoning="think_open"``
+``THINKING\n</think>\n\nANSWER`` (the chat template wrote the opening tag); neither reports
+reasoning tokens. A reasoning model's thinking states a draft of the reference answer in the bank's
+answer format (``$\\boxed{...}$``, ``[ANSWER]...[/ANSWER]``) before it goes on, and a reply stopped
+at the output cap stops in the thinking right after that draft, so a client that grades the thinking
+as the answer is caught.
 
 **Faults** (:meth:`LLMServer.inject`): ``"429"`` (with ``Retry-After``), ``"500"`` / ``"status"``
 (any HTTP status), ``"slow"`` (a delay, then the normal reply), ``"malformed"`` (a 200 whose body is
 not JSON), ``"missing_choices"`` (a 200 without choices), ``"empty"`` (empty content), ``"length"``
-(stopped at the cap), ``"drop"`` (the connection closed without a reply); each for the next
+(stopped at the cap), ``"drop"`` (the connection closed without a reply), ``"body"`` (a reply of
+``status`` (default 200) with the given ``body``, ``content_type`` and ``headers``: an HTML error page,
+an error object, an event stream), ``"patch"`` (the normal reply with ``patch`` merged into its JSON:
+``{"usage": None}``, ``{"choice": {"finish_reason": "eos"}}``, ``{"message": {"content": None}}``,
+``{"choices": []}``; ``"choice"`` and ``"message"`` name the first choice and its message, a dict
+merges into a dict, ``"__delete__"`` removes the key); ``headers`` adds headers to any injected
+reply; each for the next
 ``times`` requests (None: every one), optionally only those for one ``item``, optionally with a
 ``probability`` (seeded). ``delay=`` delays every reply. :meth:`LLMServer.stop` /
 :meth:`~LLMServer.start` / :meth:`~LLMServer.restart` / :meth:`~LLMServer.outage` take the server
@@ -81,7 +95,12 @@ except ImportError:  # imported as tests.llm_server
     from tests.real_data import AMC23_PROBLEMS
 
 HOST = "127.0.0.1"
-FAULT_KINDS = ("429", "500", "status", "slow", "malformed", "missing_choices", "empty", "length", "drop")
+FAULT_KINDS = ("429", "500", "status", "slow", "malformed", "missing_choices", "empty", "length", "drop", "body",
+               "patch")
+#: how a reasoning model's thinking is sent (``reasoning=`` of :class:`LLMServer`; True = "reasoning_content")
+REASONING_FORMATS = ("reasoning_content", "reasoning", "think", "think_open")
+#: a "patch" value that removes the key
+DELETE = "__delete__"
 _NORMAL = NormalDist()
 
 
@@ -298,18 +317,24 @@ class SimulatedLLM:
     """An LLM of known ability over one or more banks (see the module docstring).
 
     ``theta`` (a number, or bank id -> number) and ``tau`` (the LaRT speed trait) on each bank's
-    scale; ``seed`` fixes every draw; ``reasoning``: answer like a reasoning model (reasoning apart).
+    scale; ``seed`` fixes every draw; ``reasoning``: answer like a reasoning model (reasoning apart),
+    False or one of :data:`REASONING_FORMATS` (True: "reasoning_content"; the format is the server's
+    business, the reply is the same).
     """
 
     def __init__(self, banks="math500_lart", *, theta=0.0, tau: float = 0.0, seed: int = 0,
-                 reasoning: bool = False, content: dict | None = None):
+                 reasoning: bool | str = False, content: dict | None = None):
         from catengine.models.information import prob_correct
 
         if isinstance(banks, (str, Path)) or not isinstance(banks, (list, tuple)):
             banks = [banks]
         content = dict(content or {})
         self.banks = [load_bank(b, content.get(b if isinstance(b, str) else b.bank_id)) for b in banks]
-        self.theta, self.tau, self.seed, self.reasoning = theta, float(tau), seed, reasoning
+        if reasoning is True:
+            reasoning = "reasoning_content"
+        if reasoning and reasoning not in REASONING_FORMATS:
+            raise ValueError(f"reasoning must be False, True or one of {REASONING_FORMATS}, got {reasoning!r}")
+        self.theta, self.tau, self.seed, self.reasoning = theta, float(tau), seed, reasoning or False
         self._prompt_to_item: dict[str, tuple] = {}
         self._questions: list[tuple[str, tuple]] = []
         self.ambiguous: dict[str, list[str]] = {}
@@ -411,6 +436,16 @@ class SimulatedLLM:
             said = wrong_math_answer(c.answer, answers, *key)
         return reasoning, math_final(said, key, None)
 
+    def draft(self, item: str) -> str:
+        """The reference answer of ``item`` in its bank's answer format (what a reasoning model's
+        thinking states as a draft before it goes on)."""
+        _, _, c, _ = self._entry[item]
+        if c.answer_type == "multiple_choice":
+            return f"[ANSWER]{', '.join(c.correct_options)}[/ANSWER]"
+        if c.answer_type == "number":
+            return f"[ANSWER]{c.answer}[/ANSWER]"
+        return f"$\\boxed{{{c.answer.strip()}}}$"
+
     def reply(self, prompt: str, max_tokens: int | None, *, force: str | None = None) -> Reply:
         """The reply to ``prompt`` (``force``: "empty" or "length", the injected faults that shape it)."""
         prompt_tokens = len(prompt) // 4 + 12
@@ -421,12 +456,16 @@ class SimulatedLLM:
         correct = self.truth(item)
         length = self.cot_length(item)
         reasoning, final = self.answer_text(item, correct)
+        if self.reasoning:
+            reasoning += f" A first draft of the answer is {self.draft(item)}; let me check it."
         if force == "empty":
             return Reply(item, "", None, "stop", prompt_tokens, 1 if not self.reasoning else length,
                          (length - 1) if self.reasoning else None, correct)
         if force == "length" or (max_tokens is not None and length > max_tokens):   # cut off before the answer
             used = max_tokens if max_tokens is not None else max(1, length // 2)
             cut = reasoning[: max(1, len(reasoning) * 2 // 3)]
+            if self.reasoning:   # cut right after the draft: the unfinished thinking states an answer
+                cut = reasoning[: reasoning.index("; let me check it.")]
             if not self.reasoning and entry[2].answer_type in ("math", "integer") and _uniform(self.seed, item, "box") < 0.5:
                 cut += " so the value is $\\boxed{" + entry[2].answer[:2]
             if self.reasoning:
@@ -446,11 +485,15 @@ class Fault:
     kind: str
     times: int | None = 1
     item: str | None = None
-    status: int = 500
+    status: int | None = None
     retry_after: float | str | None = None
     delay: float = 0.0
     probability: float = 1.0
     served: int = 0
+    body: object = None
+    content_type: str = "application/json"
+    headers: dict | None = None
+    patch: dict | None = None
 
     def __post_init__(self):
         if self.kind not in FAULT_KINDS:
@@ -459,6 +502,10 @@ class Fault:
             self.status = 429
         elif self.kind == "500":
             self.status = 500
+        elif self.status is None:
+            self.status = 200 if self.kind in ("body", "patch") else 500
+        if self.kind == "patch" and not isinstance(self.patch, dict):
+            raise ValueError("a 'patch' fault needs patch= (a dict merged into the reply)")
 
 
 @dataclass(frozen=True)
@@ -585,7 +632,7 @@ class LLMServer:
     """
 
     def __init__(self, banks="math500_lart", *, theta=0.0, tau: float = 0.0, seed: int = 0, model: str = "sim-llm",
-                 delay: float = 0.0, reasoning: bool = False, port: int = 0, content: dict | None = None,
+                 delay: float = 0.0, reasoning: bool | str = False, port: int = 0, content: dict | None = None,
                  api_key: str | None = None):
         self.llm = SimulatedLLM(banks, theta=theta, tau=tau, seed=seed, reasoning=reasoning, content=content)
         self.model, self.delay, self.port, self.api_key = model, float(delay), int(port), api_key
@@ -662,13 +709,18 @@ class LLMServer:
         self.stop()
 
     # ------------------------------------------------------------------ faults and counts
-    def inject(self, kind: str, *, times: int | None = 1, item: str | None = None, status: int = 500,
-               retry_after: float | str | None = None, delay: float = 0.0, probability: float = 1.0) -> Fault:
+    def inject(self, kind: str, *, times: int | None = 1, item: str | None = None, status: int | None = None,
+               retry_after: float | str | None = None, delay: float = 0.0, probability: float = 1.0,
+               body=None, content_type: str = "application/json", headers: dict | None = None,
+               patch: dict | None = None) -> Fault:
         """Serve fault ``kind`` to the next ``times`` chat requests (None: all), only those for ``item``
-        if given, each with ``probability``. ``status`` for "status"; ``retry_after`` (the header's
-        value) for "429"; ``delay`` seconds for "slow". Faults apply in the order injected."""
+        if given, each with ``probability``. ``status`` for "status" (default 500) and "body" (default
+        200); ``retry_after`` (the header's value: seconds or an HTTP date) for "429", "status" and
+        "body"; ``delay`` seconds for "slow"; ``body`` (bytes, text or a JSON value) and
+        ``content_type`` for "body"; ``patch`` for "patch"; ``headers``: more headers of the injected
+        reply. Faults apply in the order injected."""
         fault = Fault(kind, times=times, item=item, status=status, retry_after=retry_after, delay=delay,
-                      probability=probability)
+                      probability=probability, body=body, content_type=content_type, headers=headers, patch=patch)
         with self._lock:
             self._faults.append(fault)
         return fault
@@ -757,9 +809,19 @@ class LLMServer:
         wait = self.delay + (fault.delay if kind == "slow" else 0.0)
         if wait > 0 and httpd.stopping.wait(wait):
             return  # stopped while waiting: no reply (the connection is cut)
+        extra_headers = dict(fault.headers or {}) if fault is not None else {}
+        if fault is not None and fault.retry_after is not None:
+            extra_headers["Retry-After"] = fault.retry_after
+        if kind == "body":
+            self._record(ledger, item, kind, fault.status, body)
+            payload = fault.body
+            if not isinstance(payload, bytes):
+                payload = payload.encode() if isinstance(payload, str) else json.dumps(payload).encode()
+            handler._send(fault.status, payload, extra_headers, content_type=fault.content_type)
+            return
         if kind in ("429", "500", "status"):
             self._record(ledger, item, kind, fault.status, body)
-            headers = {"Retry-After": fault.retry_after} if fault.retry_after is not None else {}
+            headers = extra_headers
             message = "Rate limit reached, retry later" if fault.status == 429 else "Internal server error"
             handler._send(fault.status, {"error": {"message": message, "type": "server_error", "code": fault.status}},
                           headers)
@@ -785,18 +847,57 @@ class LLMServer:
             return
         reply = self.llm.reply(prompt, max_tokens, force=kind if kind in ("empty", "length") else None)
         message = {"role": "assistant", "content": reply.content}
-        if reply.reasoning is not None:
-            message["reasoning_content"] = reply.reasoning
         usage = {"prompt_tokens": reply.prompt_tokens, "completion_tokens": reply.completion_tokens,
                  "total_tokens": reply.prompt_tokens + reply.completion_tokens}
-        if reply.reasoning_tokens is not None:
-            usage["completion_tokens_details"] = {"reasoning_tokens": reply.reasoning_tokens}
-        self._record(ledger, item, kind, 200, body, answered=True)
-        handler._send(200, {"id": f"chatcmpl-{len(ledger[0])}", "object": "chat.completion", "created": created,
-                            "model": self.model,
-                            "choices": [{"index": 0, "message": message, "finish_reason": reply.finish_reason,
-                                         "logprobs": None}],
-                            "usage": usage})
+        fmt = self.llm.reasoning
+        if fmt in ("think", "think_open"):   # no reasoning parser: the thinking is inline, uncounted
+            message["content"] = _inline_thinking(reply, opened=fmt == "think_open")
+        else:
+            if reply.reasoning is not None:
+                message[fmt or "reasoning_content"] = reply.reasoning
+            if reply.reasoning_tokens is not None:
+                usage["completion_tokens_details"] = {"reasoning_tokens": reply.reasoning_tokens}
+        self._record(ledger, item, kind, fault.status if kind == "patch" else 200, body, answered=True)
+        data = {"id": f"chatcmpl-{len(ledger[0])}", "object": "chat.completion", "created": created,
+                "model": self.model,
+                "choices": [{"index": 0, "message": message, "finish_reason": reply.finish_reason, "logprobs": None}],
+                "usage": usage}
+        if kind == "patch":
+            _apply_patch(data, fault.patch)
+        handler._send(fault.status if kind == "patch" else 200, data, extra_headers)
+
+
+def _inline_thinking(reply: Reply, *, opened: bool) -> str:
+    """The content of a reasoning model served without a reasoning parser: the thinking inline before
+    ``</think>`` (after ``<think>`` unless the chat template wrote it: ``opened``), then the answer;
+    a reply stopped in its thinking has no closing tag."""
+    if reply.reasoning is None:
+        return reply.content
+    head = "" if opened else "<think>\n"
+    if reply.finish_reason == "length":
+        return f"{head}{reply.reasoning}"
+    return f"{head}{reply.reasoning}\n</think>\n\n{reply.content}"
+
+
+def _apply_patch(data: dict, patch: dict) -> None:
+    """Merge ``patch`` into a chat-completion reply (see the module docstring's "patch" fault)."""
+    for key, value in patch.items():
+        if key in ("choice", "message") and data.get("choices"):
+            target = data["choices"][0] if key == "choice" else data["choices"][0].get("message")
+            if isinstance(target, dict) and isinstance(value, dict):
+                _merge(target, value)
+                continue
+        _merge(data, {key: value})
+
+
+def _merge(target: dict, patch: dict) -> None:
+    for key, value in patch.items():
+        if value == DELETE:
+            target.pop(key, None)
+        elif isinstance(value, dict) and isinstance(target.get(key), dict):
+            _merge(target[key], value)
+        else:
+            target[key] = value
 
 
 # ============================================================================ in a subprocess
@@ -811,12 +912,12 @@ class ServerProcess:
     """
 
     def __init__(self, banks="math500_lart", *, theta: float = 0.0, tau: float = 0.0, seed: int = 0,
-                 model: str = "sim-llm", delay: float = 0.0, reasoning: bool = False, port: int = 0,
+                 model: str = "sim-llm", delay: float = 0.0, reasoning: bool | str = False, port: int = 0,
                  content: dict | None = None, startup_timeout: float = 60.0):
         banks = [banks] if isinstance(banks, str) else list(banks)
         self.args = [arg for b in banks for arg in ("--bank", b)] + [
             "--theta", str(theta), "--tau", str(tau), "--seed", str(seed), "--model", model, "--delay", str(delay)]
-        self.args += ["--reasoning"] if reasoning else []
+        self.args += ([] if not reasoning else ["--reasoning"] if reasoning is True else ["--reasoning", reasoning])
         self.args += [arg for k, v in (content or {}).items() for arg in ("--content", f"{k}={v}")]
         self.model, self.port, self.startup_timeout = model, int(port), startup_timeout
         self.process = None
@@ -886,7 +987,8 @@ def main(argv=None) -> int:
     parser.add_argument("--model", default="sim-llm")
     parser.add_argument("--delay", type=float, default=0.0)
     parser.add_argument("--port", type=int, default=0)
-    parser.add_argument("--reasoning", action="store_true")
+    parser.add_argument("--reasoning", nargs="?", const=True, default=False, choices=(True, *REASONING_FORMATS),
+                        help="answer like a reasoning model; optionally how the thinking is sent")
     parser.add_argument("--content", action="append", default=[], help="BANK=FILE: questions for a bank of hashes")
     args = parser.parse_args(argv)
     content = dict(spec.split("=", 1) for spec in args.content)

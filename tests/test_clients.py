@@ -1,10 +1,14 @@
 """Model clients against a real chat-completions server on 127.0.0.1 (``tests/llm_server.py``),
 through the real ``openai`` package: the fields of a completion, every injected fault (429 with
 Retry-After, 5xx, timeouts, malformed and empty replies, length stops, dropped connections, a server
-restarted mid-run), budgets, concurrent use; the Inspect client on Inspect's offline mock model."""
+restarted mid-run), budgets, concurrent use; the reply shapes real servers send (reasoning inline in
+``<think>`` tags or in a field, missing usage, non-standard finish reasons, refusals, error objects
+in a 200 reply, HTML error pages, event streams, unknown fields); the Inspect client on Inspect's
+offline mock model."""
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -550,3 +554,405 @@ def test_a_server_process_killed_and_started_again_on_its_port():
             completion = pending.result()
         assert proc.port == port and completion.attempts > 1
         assert proc.stats()["counts"] == {bank.item_ids[1]: 1}
+
+
+# ----------------------------------------------------------------------------- real-world reply shapes
+def _grade(bank, item, text):
+    from catengine.grading import grader_for
+
+    content = bank.content(item)
+    return grader_for(content, bank.protocol).grade(text, content)
+
+
+@pytest.mark.parametrize("fmt", ["think", "think_open", "reasoning"])
+def test_reasoning_inline_or_in_a_reasoning_field_is_kept_apart_from_the_answer(bank, fmt):
+    """A reasoning model without a reasoning parser writes ``<think> ... </think> answer`` (or, the
+    opening tag in its chat template, ``... </think> answer``): the text is the answer after the
+    closing tag, the thinking (which states a draft of the reference answer) is the reasoning, and
+    the grader reads the answer alone, so every verdict is the simulated LLM's truth."""
+    with LLMServer(BANK, theta=0.5, seed=3, reasoning=fmt) as reasoner:
+        client = client_for(reasoner)
+        items = [i for i in bank.item_ids[:60] if not bank.content(i).grading_note]
+        for item in items:
+            completion = client.complete(bank.prompt(item), max_tokens=10240)
+            assert completion.finish_reason == "stop" and "think>" not in completion.text, item
+            assert reasoner.llm.draft(item) in completion.reasoning, item
+            assert completion.completion_tokens == reasoner.llm.cot_length(item)
+            assert _grade(bank, item, completion.text).correct == reasoner.llm.truth(item), item
+        # inline thinking is not counted apart by a server without a reasoning parser
+        assert (completion.reasoning_tokens is None) == (fmt != "reasoning")
+
+
+def test_a_reply_cut_off_inside_its_thinking_has_no_answer_to_grade(bank):
+    with LLMServer(BANK, theta=0.5, seed=3, reasoning="think") as reasoner:
+        wrong = next(i for i in bank.item_ids if reasoner.llm.cot_length(i) > 100 and not reasoner.llm.truth(i))
+        cut = client_for(reasoner).complete(bank.prompt(wrong), max_tokens=50)
+        # the unclosed thinking ends with a boxed draft of the right answer: it is not the reply's answer
+        assert cut.truncated and cut.text == "" and cut.reasoning.endswith(reasoner.llm.draft(wrong))
+        assert _grade(bank, wrong, cut.text).reason == "empty response"
+    with LLMServer(BANK, theta=0.5, seed=3, reasoning="think_open") as opened:
+        prompt = bank.prompt(wrong)
+        # no tag at all in a reply cut off before its closing tag: only the client's setting can tell
+        assert client_for(opened).complete(prompt, max_tokens=50).text.endswith(opened.llm.draft(wrong))
+        told = client_for(opened, inline_reasoning="opened")
+        cut = told.complete(prompt, max_tokens=50)
+        assert cut.text == "" and cut.reasoning.endswith(opened.llm.draft(wrong)) and cut.truncated
+        right = an_item(opened, correct=True)
+        whole = told.complete(bank.prompt(right), max_tokens=10240)
+        assert _grade(bank, right, whole.text).correct and "</think>" not in whole.text
+        off = client_for(opened, inline_reasoning="off").complete(bank.prompt(right), max_tokens=10240)
+        assert "</think>" in off.text and off.reasoning is None
+    with pytest.raises(ValueError, match="inline_reasoning"):
+        OpenAIChatClient("m", base_url="http://127.0.0.1:9/v1", inline_reasoning="maybe")
+
+
+def test_split_inline_reasoning():
+    from catengine.clients.base import split_inline_reasoning as split
+
+    assert split("<think>\nA $\\boxed{1}$\n</think>\n\nB $\\boxed{2}$") == ("B $\\boxed{2}$", "A $\\boxed{1}$")
+    assert split("  A\n</think>\n\nB") == ("B", "A")                     # opened by the chat template
+    assert split("\n\n</think>\n\nB") == ("B", None)                     # empty thinking
+    assert split("<think>\n\n</think>\n\nB") == ("B", None)
+    assert split("<think>\nA $\\boxed{1}$") == ("", "A $\\boxed{1}$")     # cut off inside the thinking
+    assert split("<think>A</think>") == ("", "A")                         # nothing after the thinking
+    assert split("<thinking>A</thinking>B") == ("B", "A") and split("[THINK]A[/THINK]B") == ("B", "A")
+    assert split("<seed:think>A</seed:think>B") == ("B", "A")
+    assert split("plain $\\boxed{3}$") == ("plain $\\boxed{3}$", None)
+    assert split("A plain reply", "opened") == ("", "A plain reply")
+    assert split("<think>A</think>B", "off") == ("<think>A</think>B", None)
+    assert split("") == ("", None)
+
+
+def test_reasoning_field_names_and_content_parts(srv, bank):
+    item = bank.item_ids[3]
+    plain = client_for(srv).complete(bank.prompt(item), max_tokens=10240)
+    shapes = [
+        ({"message": {"reasoning_content": None, "reasoning": "R"}}, plain.text, "R"),   # Ollama, newer vLLM
+        ({"message": {"reasoning_content": "R", "reasoning": "R"}}, plain.text, "R"),     # both: once
+        ({"message": {"thinking": "R"}}, plain.text, "R"),
+        ({"message": {"reasoning": "R", "content": "<think>S</think>B"}}, "B", "R\n\nS"),
+        ({"message": {"reasoning_details": [{"type": "reasoning.text", "text": "R"}]}}, plain.text, "R"),  # OpenRouter
+        ({"message": {"content": [{"type": "thinking", "thinking": [{"type": "text", "text": "R"}]},   # Magistral
+                                  {"type": "text", "text": "B"}]}}, "B", "R"),
+        ({"message": {"content": [{"type": "text", "text": "A"}, {"type": "text", "text": "B"}]}}, "AB", None),
+    ]
+    for patch, text, reasoning in shapes:
+        srv.inject("patch", patch=patch)
+        completion = client_for(srv).complete(bank.prompt(item), max_tokens=10240)
+        assert (completion.text, completion.reasoning) == (text, reasoning), patch
+        assert completion.completion_tokens == plain.completion_tokens and completion.attempts == 1
+
+
+def test_a_reply_without_usage_has_unknown_completion_tokens(srv, bank):
+    """No ``usage`` (or ``usage: null``): the completion tokens, the CoT length of a LaRT bank, are
+    unknown (None), never guessed; the budget charges the worst case; the client warns once."""
+    from catengine.clients.openai_chat import MissingUsageWarning
+
+    item = bank.item_ids[3]
+    budget = Budget(max_completion_tokens=10**6)
+    client = client_for(srv, budget=budget)
+    srv.inject("patch", patch={"usage": "__delete__"})
+    srv.inject("patch", patch={"usage": None})
+    with pytest.warns(MissingUsageWarning, match="reports no token usage") as caught:
+        first = client.complete(bank.prompt(item), max_tokens=5000)
+        second = client.complete(bank.prompt(item), max_tokens=5000)
+    assert len(caught) == 1 and srv.base_url in str(caught[0].message)
+    for completion in (first, second):
+        assert completion.completion_tokens is None and completion.prompt_tokens is None
+        assert completion.finish_reason == "stop" and completion.text and completion.attempts == 1
+    assert budget.spent.completion_tokens == 2 * 5000
+    # no finish reason and no usage: nothing says the reply was cut
+    srv.inject("patch", patch={"usage": None, "choice": {"finish_reason": None}})
+    assert client.complete(bank.prompt(item), max_tokens=5000).finish_reason is None
+
+
+def test_usage_details_null_and_reasoning_counted_outside_completion_tokens(srv, bank):
+    item = bank.item_ids[3]
+    plain = client_for(srv).complete(bank.prompt(item), max_tokens=10240)
+    cases = [
+        ({"completion_tokens_details": None}, plain.completion_tokens, None),
+        ({"completion_tokens_details": {"reasoning_tokens": None, "audio_tokens": 0}}, plain.completion_tokens, None),
+        # xAI: total = prompt + completion + reasoning, the reasoning outside completion_tokens
+        ({"prompt_tokens": 20, "completion_tokens": 7, "total_tokens": 330,
+          "completion_tokens_details": {"reasoning_tokens": 303}}, 310, 303),
+        # a Gemini proxy: no visible output, the thinking counted apart only
+        ({"prompt_tokens": 21, "completion_tokens": 0, "total_tokens": 81,
+          "completion_tokens_details": {"reasoning_tokens": 60}}, 60, 60),
+        # OpenAI: reasoning inside completion_tokens
+        ({"prompt_tokens": 20, "completion_tokens": 310, "total_tokens": 330,
+          "completion_tokens_details": {"reasoning_tokens": 303}}, 310, 303),
+        # only the total and the prompt
+        ({"prompt_tokens": 20, "completion_tokens": "__delete__", "total_tokens": 330}, 310, None),
+    ]
+    for usage, tokens, reasoning in cases:
+        srv.inject("patch", patch={"usage": usage})
+        completion = client_for(srv).complete(bank.prompt(item), max_tokens=10240)
+        assert (completion.completion_tokens, completion.reasoning_tokens) == (tokens, reasoning), usage
+
+
+@pytest.mark.parametrize("reported, kept", [(None, None), ("eos", "eos"), ("stop_sequence", "stop_sequence"),
+                                            ("end_turn", "end_turn"), ("content_filter", "content_filter"),
+                                            ("max_tokens", "length"), ("MAX_TOKENS", "length"),
+                                            ("model_length", "length"), ({"type": "length", "length": 9}, "length")])
+def test_finish_reasons_are_kept_and_every_output_cap_is_length(srv, bank, reported, kept):
+    srv.inject("patch", patch={"choice": {"finish_reason": reported if reported is not None else "__delete__"}})
+    completion = client_for(srv).complete(bank.prompt(bank.item_ids[3]), max_tokens=10240)
+    assert completion.finish_reason == kept and completion.truncated == (kept == "length")
+    assert completion.attempts == 1 and completion.text
+
+
+def test_no_finish_reason_at_the_output_cap_is_a_length_stop(srv, bank):
+    item = an_item(srv, longer_than=300)
+    srv.inject("patch", patch={"choice": {"finish_reason": None}})
+    completion = client_for(srv).complete(bank.prompt(item), max_tokens=200)
+    assert completion.finish_reason == "length" and completion.truncated and completion.completion_tokens == 200
+
+
+@pytest.mark.parametrize("reason", ["abort", "error", "insufficient_system_resource"])
+def test_a_generation_the_server_ended_itself_is_retried(srv, bank, reason):
+    """vLLM and SGLang end an aborted request with ``finish_reason: "abort"`` in a 200 reply,
+    OpenRouter a provider failure with ``"error"``, DeepSeek an overload with
+    ``"insufficient_system_resource"``: not the model's answer, so retried like a server error."""
+    item = bank.item_ids[5]
+    srv.inject("patch", patch={"choice": {"finish_reason": reason}})
+    completion = client_for(srv).complete(bank.prompt(item), max_tokens=10240)
+    assert completion.attempts == 2 and completion.finish_reason == "stop" and srv.counts[item] == 2
+    srv.reset_counts()
+    srv.inject("patch", times=None, patch={"choice": {"finish_reason": reason}})
+    budget = Budget(max_completion_tokens=10**6)
+    with pytest.raises(EndpointError) as info:
+        client_for(srv, max_retries=3, budget=budget).complete(bank.prompt(item), max_tokens=10240)
+    assert info.value.attempts == 4 and repr(reason) in info.value.last_error
+    assert srv.base_url in str(info.value) and "not the model's answer" in str(info.value)
+    # the tokens the failed generations report are charged
+    assert budget.spent.completion_tokens == 4 * srv.llm.cot_length(item)
+
+
+def test_an_openrouter_error_choice_names_its_status(srv, bank):
+    srv.inject("patch", times=None, patch={"choice": {"finish_reason": "error", "error": {
+        "code": 400, "message": "Provider rejected the request"}}})
+    with pytest.raises(EndpointError, match="Provider rejected the request") as info:
+        client_for(srv).complete(bank.prompt(bank.item_ids[5]), max_tokens=10240)
+    assert info.value.attempts == 1 and "not retried" in str(info.value)
+
+
+def test_a_refusal_is_a_completion_without_text(srv, bank):
+    srv.inject("patch", patch={"message": {"content": None, "refusal": "I'm sorry, I can't help with that."}})
+    completion = client_for(srv).complete(bank.prompt(bank.item_ids[6]), max_tokens=10240)
+    assert completion.text == "" and completion.refusal == "I'm sorry, I can't help with that."
+    assert completion.attempts == 1 and completion.as_record()["refusal"] == completion.refusal
+    assert _grade(bank, bank.item_ids[6], completion.text).reason == "empty response"
+
+
+@pytest.mark.parametrize("error, retried", [
+    ({"error": {"message": "Provider returned error", "code": 502}}, True),              # OpenRouter
+    ({"error": {"message": "Rate limit exceeded", "code": "429"}}, True),
+    ({"error": {"message": "slow down", "type": "rate_limit_exceeded"}}, True),
+    ({"object": "error", "message": "engine overloaded", "type": "ServiceUnavailableError", "code": 503}, True),  # vLLM
+    ({"error": {"message": "This model's maximum context length is 4096 tokens", "code": 400}}, False),
+    ({"error": {"message": "You exceeded your current quota", "type": "insufficient_quota", "code": 429}}, False),
+])
+def test_a_200_reply_that_is_an_error_object(srv, bank, error, retried):
+    item = bank.item_ids[7]
+    message = (error.get("error") or error)["message"]
+    srv.inject("body", body=error)
+    if retried:
+        assert client_for(srv).complete(bank.prompt(item), max_tokens=10240).attempts == 2
+        srv.reset_counts()
+        srv.inject("body", times=None, body=error)
+    with pytest.raises(EndpointError) as info:
+        client_for(srv, max_retries=2).complete(bank.prompt(item), max_tokens=10240)
+    assert message in info.value.last_error and "error object" in info.value.last_error
+    assert info.value.attempts == (3 if retried else 1) == srv.counts[item]
+    assert info.value.endpoint == f"{srv.base_url}/chat/completions"
+
+
+def test_an_error_object_naming_no_status_is_retried_a_bounded_number_of_times(srv, bank):
+    srv.inject("body", times=None, body={"error": "upstream failed"})
+    with pytest.raises(EndpointError, match="upstream failed") as info:
+        client_for(srv, max_retries=10, malformed_retries=2).complete(bank.prompt(bank.item_ids[7]), max_tokens=100)
+    assert info.value.attempts == 3
+
+
+NGINX_502 = ("<html>\r\n<head><title>502 Bad Gateway</title></head>\r\n<body>\r\n<center><h1>502 Bad Gateway</h1>"
+             "</center>\r\n<hr><center>nginx/1.18.0 (Ubuntu)</center>\r\n</body>\r\n</html>\r\n")
+
+
+@pytest.mark.parametrize("status", [502, 503, 504])
+def test_an_html_error_page_from_a_reverse_proxy_is_retried_and_named(srv, bank, status):
+    page = NGINX_502.replace("502 Bad Gateway", f"{status} Service Error")
+    srv.inject("body", status=status, body=page, content_type="text/html")
+    assert client_for(srv).complete(bank.prompt(bank.item_ids[8]), max_tokens=10240).attempts == 2
+    srv.inject("body", status=status, times=None, body=page, content_type="text/html")
+    with pytest.raises(EndpointError) as info:
+        client_for(srv, max_retries=1).complete(bank.prompt(bank.item_ids[8]), max_tokens=10240)
+    error = info.value.last_error
+    assert f"HTTP {status}" in error and f"'{status} Service Error'" in error and "<" not in error
+    assert info.value.attempts == 2
+
+
+def test_a_200_html_page_is_malformed_and_the_message_suggests_the_base_url(srv, bank):
+    srv.inject("body", times=None, content_type="text/html",
+               body="<!DOCTYPE html><html><head><title>Open WebUI</title></head><body><div id=app></div></body></html>")
+    with pytest.raises(EndpointError, match="HTML page 'Open WebUI'") as info:
+        client_for(srv).complete(bank.prompt(bank.item_ids[8]), max_tokens=10240)
+    assert "/v1" in info.value.last_error and info.value.attempts == 3
+
+
+@pytest.mark.parametrize("seconds_ahead, wait", [(3, (1.5, 4.0)), (-30, (0.0, 0.5))])
+def test_retry_after_as_an_http_date_end_to_end(srv, bank, seconds_ahead, wait):
+    """``Retry-After: <HTTP date>`` (one-second resolution): the retry waits until then; a date in
+    the past asks for no wait."""
+    import email.utils
+
+    when = email.utils.formatdate(time.time() + seconds_ahead, usegmt=True)
+    srv.inject("429", retry_after=when)
+    completion = client_for(srv).complete(bank.prompt(bank.item_ids[9]), max_tokens=10240)
+    first, second = srv.requests
+    assert completion.attempts == 2 and wait[0] <= second.at - first.at < wait[1]
+    srv.reset_counts()
+    srv.inject("status", status=503, retry_after=email.utils.formatdate(time.time() + 2, usegmt=True))
+    client_for(srv).complete(bank.prompt(bank.item_ids[9]), max_tokens=10240)
+    first, second = srv.requests
+    assert second.at - first.at >= 0.9
+
+
+@pytest.mark.parametrize("patch", [{"choices": []}, {"choices": None}, {"choices": "__delete__"}])
+def test_a_reply_without_choices_is_malformed_and_retried_a_bounded_number_of_times(srv, bank, patch):
+    item = bank.item_ids[10]
+    srv.inject("patch", patch=patch)
+    assert client_for(srv).complete(bank.prompt(item), max_tokens=10240).attempts == 2
+    srv.inject("patch", times=None, patch=patch)
+    with pytest.raises(EndpointError, match="no choices") as info:
+        client_for(srv, max_retries=10, malformed_retries=1).complete(bank.prompt(item), max_tokens=10240)
+    assert info.value.attempts == 2 and srv.base_url in str(info.value)
+
+
+def test_extra_unknown_fields_are_ignored(srv, bank):
+    item = bank.item_ids[11]
+    plain = client_for(srv).complete(bank.prompt(item), max_tokens=10240)
+    srv.inject("patch", patch={
+        "system_fingerprint": "fp_x", "service_tier": "default", "prompt_logprobs": None, "kv_transfer_params": None,
+        "provider": "Example", "usage": {"prompt_tokens_details": {"cached_tokens": 3}, "cost": 0.001},
+        "choice": {"stop_reason": 151643, "native_finish_reason": "stop", "matched_stop": 151643,
+                   "message": {"tool_calls": [], "annotations": [], "audio": None, "function_call": None}}})
+    completion = client_for(srv).complete(bank.prompt(item), max_tokens=10240)
+    assert completion.as_record() | {"latency_s": 0} == plain.as_record() | {"latency_s": 0}
+
+
+def test_a_reply_sent_as_an_event_stream_is_put_together(srv, bank):
+    def chunk(delta, finish=None, usage=None):
+        data = {"id": "c", "object": "chat.completion.chunk", "model": srv.model,
+                "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+        return "data: " + json.dumps(data | ({"usage": usage} if usage else {})) + "\n\n"
+
+    stream = (chunk({"role": "assistant", "content": ""}) + chunk({"reasoning_content": "Let me "})
+              + chunk({"reasoning_content": "think."}) + chunk({"content": "The answer is "})
+              + chunk({"content": "$\\boxed{3}$"}, "stop", {"prompt_tokens": 5, "completion_tokens": 9,
+                                                            "total_tokens": 14}) + "data: [DONE]\n\n")
+    srv.inject("body", body=stream, content_type="text/event-stream")
+    completion = client_for(srv).complete(bank.prompt(bank.item_ids[12]), max_tokens=10240)
+    assert (completion.text, completion.reasoning, completion.finish_reason) == ("The answer is $\\boxed{3}$",
+                                                                               "Let me think.", "stop")
+    assert completion.completion_tokens == 9 and completion.attempts == 1
+    # a JSON reply with an event stream's terminator glued on
+    whole = {"choices": [{"index": 0, "message": {"content": "B"}, "finish_reason": "stop"}],
+             "usage": {"completion_tokens": 1}}
+    srv.inject("body", body=json.dumps(whole) + "\n\ndata: [DONE]\n\n", content_type="text/event-stream")
+    assert client_for(srv).complete(bank.prompt(bank.item_ids[12]), max_tokens=10240).text == "B"
+    # an error inside the stream
+    srv.inject("body", times=None, body='data: {"error": {"message": "overloaded", "code": 529}}\n\n',
+               content_type="text/event-stream")
+    with pytest.raises(EndpointError, match="overloaded") as info:
+        client_for(srv, max_retries=1).complete(bank.prompt(bank.item_ids[12]), max_tokens=10240)
+    assert info.value.attempts == 2
+
+
+def test_insufficient_quota_is_not_retried(srv, bank):
+    srv.inject("body", status=429, times=None, body={"error": {
+        "message": "You exceeded your current quota", "type": "insufficient_quota", "code": "insufficient_quota"}})
+    with pytest.raises(EndpointError, match="quota is exhausted") as info:
+        client_for(srv).complete(bank.prompt(bank.item_ids[13]), max_tokens=10240)
+    assert info.value.attempts == 1 and len(srv.requests) == 1
+
+
+def test_parse_chat_completion_reads_each_shape():
+    from catengine.clients.openai_chat import ErrorReply
+
+    fields = parse_chat_completion(b'{"choices": [{"message": {"content": "x\\n</think>\\n\\n4"}, "finish_reason": '
+                                   b'"stop"}], "usage": null}')
+    assert (fields["text"], fields["reasoning"], fields["completion_tokens"]) == ("4", "x", None)
+    fields = parse_chat_completion(b'{"choices": [{"text": "5", "finish_reason": "eos_token"}]}')
+    assert (fields["text"], fields["finish_reason"]) == ("5", "eos_token")
+    with pytest.raises(ErrorReply, match="code 502") as info:
+        parse_chat_completion(b'{"error": {"message": "Provider returned error", "code": 502}}')
+    assert info.value.status == 502 and info.value.retryable
+    with pytest.raises(MalformedReply, match="HTML page '502 Bad Gateway'"):
+        parse_chat_completion(NGINX_502)
+    with pytest.raises(MalformedReply, match="not valid JSON"):
+        parse_chat_completion(b'{"choices": []} trailing')
+
+
+def test_a_run_reads_the_answer_after_the_thinking(tmp_path):
+    """``run_model`` against a reasoning model that writes its thinking inline, with an output cap
+    that cuts some replies inside their thinking: each complete reply is graded on its answer (the
+    verdict is the simulated LLM's truth), each cut one is an empty response (its thinking states a
+    draft of the right answer, never graded), and the log keeps the thinking apart."""
+    from catengine import open_item_bank
+    from catengine.runner import run_model
+    from catengine.session.log import read_log
+    from catengine.stopping import MaxItems
+
+    bank = open_item_bank(BANK)
+    with LLMServer(bank, theta=0.0, seed=11, reasoning="think") as reasoner:
+        client = client_for(reasoner)
+        result = run_model(bank, client, log=tmp_path / "run.jsonl", concurrency=4, stopping=MaxItems(30), seed=2,
+                           max_tokens=2500)
+        truth = {i: reasoner.llm.truth(i) for i in bank.item_ids}
+    assert result.completed, result.error
+    records = [e for e in read_log(tmp_path / "run.jsonl").events if e.get("event") == "record"]
+    cut = [r for r in records if r["evidence"]["finish_reason"] == "length"]
+    whole = [r for r in records if r["evidence"]["finish_reason"] == "stop"]
+    assert cut and whole and len(cut) + len(whole) == 30
+    assert all(r["evidence"]["text"] == "" and r["evidence"]["reason"] == "empty response" and r["correct"] == 0
+               and r["evidence"]["reasoning"] for r in cut)
+    assert all(bool(r["correct"]) == truth[r["item"]] and "think>" not in r["evidence"]["text"] for r in whole)
+    assert all(r["evidence"]["completion_tokens"] == 2500 for r in cut)
+
+
+def test_a_run_without_usage_records_unknown_cot_lengths(tmp_path):
+    from catengine import open_item_bank
+    from catengine.clients.openai_chat import MissingUsageWarning
+    from catengine.runner import run_model
+    from catengine.stopping import MaxItems
+
+    bank = open_item_bank(BANK)
+    with LLMServer(bank, theta=0.5, seed=3) as server:
+        server.inject("patch", times=None, patch={"usage": None})
+        with pytest.warns(MissingUsageWarning):
+            result = run_model(bank, client_for(server), log=tmp_path / "run.jsonl", concurrency=2,
+                               stopping=MaxItems(6), seed=1)
+    assert result.completed and result.progress.items == 6, result.error
+    assert all(rec.cot_length is None for rec in result.session.history)
+    assert result.progress.completion_tokens == 0
+
+
+def test_inspect_client_reads_inline_reasoning_like_the_openai_client():
+    pytest.importorskip("inspect_ai")
+    from inspect_ai.model import ModelOutput, get_model
+
+    from catengine.clients import InspectModelClient
+
+    replies = {"opened": "Draft $\\boxed{7}$.\n</think>\n\nSo $\\boxed{3}$.", "cut": "<think>\nDraft $\\boxed{7}$"}
+
+    def outputs(messages, tools, tool_choice, config):
+        return ModelOutput.from_content("mockllm", replies[messages[-1].text])
+
+    with InspectModelClient(get_model("mockllm/model", custom_outputs=outputs, memoize=False)) as client:
+        opened = client.complete("opened", max_tokens=100)
+        assert (opened.text, opened.reasoning) == ("So $\\boxed{3}$.", "Draft $\\boxed{7}$.")
+        cut = client.complete("cut", max_tokens=100)
+        assert (cut.text, cut.reasoning) == ("", "Draft $\\boxed{7}$")
+    with InspectModelClient(get_model("mockllm/model", custom_outputs=outputs, memoize=False),
+                            inline_reasoning="off") as raw:
+        assert raw.complete("cut", max_tokens=100).text == replies["cut"]

@@ -86,7 +86,7 @@ class _CrashingClient:
 
     def __init__(self, client, n):
         self.client, self.n, self.calls = client, n, 0
-        self.model, self.endpoint = client.model, client.endpoint
+        self.model, self.endpoint, self.inline_reasoning = client.model, client.endpoint, client.inline_reasoning
 
     def complete(self, prompt, *, max_tokens=None):
         self.calls += 1

@@ -4,13 +4,21 @@ One contract for every client (an OpenAI-compatible endpoint, an Inspect AI mode
 ``complete(prompt, *, max_tokens) -> Completion``. A client retries what is worth retrying
 (rate limits, server errors, timeouts) itself and raises :class:`EndpointError` once it gives up,
 naming the endpoint and the last error; a reply it received, however malformed, empty or truncated,
-is returned as a :class:`Completion` (the grader decides what it is worth), never dropped.
+is returned as a :class:`Completion` (the grader decides what it is worth), never dropped. A reply
+that is not the model's answer (an error reported in a 200 reply, a generation the server aborted)
+is a failure of the endpoint, not a completion.
+
+:attr:`Completion.text` is what a grader reads: the final answer alone. A reasoning model's thinking,
+whether the server returns it apart (``reasoning_content``) or inline before the answer
+(``<think> ... </think> answer``, :func:`split_inline_reasoning`), is kept in
+:attr:`Completion.reasoning`; a reply that stopped inside its thinking has no final answer (``text``
+is ""), so no answer is read from unfinished thinking.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Mapping, Protocol, runtime_checkable
+from typing import Literal, Mapping, Protocol, runtime_checkable
 
 from catengine.errors import CatEngineError
 
@@ -19,13 +27,18 @@ from catengine.errors import CatEngineError
 class Completion:
     """One reply of an LLM to one prompt.
 
-    ``text`` is the answer's content ("" when the server sent none); ``finish_reason`` as the server
-    reported it ("stop", "length" = stopped at the output cap, so the CoT length is censored, ...);
+    ``text`` is the final answer's content, without the reasoning before it ("" when the server
+    sent none, or when the reply stopped inside its reasoning); ``finish_reason`` as the server
+    reported it ("stop", "eos", ...; None when it reported none), except that every name of a stop at
+    the output cap ("length", "max_tokens", ...) is "length" (the CoT length is censored);
     ``completion_tokens`` the output tokens the server counted (reasoning included: the CoT length of
-    LaRT banks), ``reasoning_tokens`` the part it reports as reasoning (None when it reports none);
-    ``latency_s`` the wall time of the successful request; ``attempts`` how many requests it took;
-    ``request`` the settings sent (model, max_tokens, sampling parameters); ``reasoning`` the
-    reasoning text when the server returns it apart from the answer (``reasoning_content``), else None.
+    LaRT banks; None when it reported no usage), ``reasoning_tokens`` the part it reports as reasoning
+    (None when it reports none); ``latency_s`` the wall time of the successful request; ``attempts``
+    how many requests it took; ``request`` the settings sent (model, max_tokens, sampling
+    parameters); ``reasoning`` the reasoning text, returned apart from the answer
+    (``reasoning_content``, ``reasoning``) or inline before it (``<think> ... </think>``), else None;
+    ``refusal`` the model's refusal when the server reports one apart from the content (OpenAI's
+    ``message.refusal``; the content, and so ``text``, is then usually empty), else None.
     """
 
     text: str
@@ -38,6 +51,7 @@ class Completion:
     model: str = ""
     request: Mapping = field(default_factory=dict)
     reasoning: str | None = None
+    refusal: str | None = None
 
     @property
     def truncated(self) -> bool:
@@ -49,7 +63,46 @@ class Completion:
         return {"text": self.text, "finish_reason": self.finish_reason, "completion_tokens": self.completion_tokens,
                 "prompt_tokens": self.prompt_tokens, "reasoning_tokens": self.reasoning_tokens,
                 "latency_s": round(float(self.latency_s), 4), "attempts": self.attempts, "model": self.model,
-                "request": dict(self.request), "reasoning": self.reasoning}
+                "request": dict(self.request), "reasoning": self.reasoning, "refusal": self.refusal}
+
+
+#: (opening, closing) tags of reasoning written inline in a reply's content: DeepSeek-R1, QwQ, Qwen3 and
+#: most open reasoning models (``<think>``), Seed-OSS, Magistral (``[THINK]``), Kimi (``◁think▷``)
+THINK_TAGS = (("<think>", "</think>"), ("<thinking>", "</thinking>"), ("<seed:think>", "</seed:think>"),
+              ("[THINK]", "[/THINK]"), ("\u25c1think\u25b7", "\u25c1/think\u25b7"))
+
+#: how a client reads reasoning inline in the content (see :func:`split_inline_reasoning`)
+InlineReasoning = Literal["auto", "opened", "off"]
+
+
+def split_inline_reasoning(content: str, mode: InlineReasoning = "auto") -> tuple[str, str | None]:
+    """``(final text, reasoning)`` of a reply whose reasoning may be inline in its content.
+
+    ``mode="auto"``: a reply that begins with an opening tag (:data:`THINK_TAGS`, after whitespace)
+    has its reasoning up to the matching closing tag and its final text after it; without the closing
+    tag it stopped inside its reasoning and has no final text (""). A reply that does not begin with
+    an opening tag but holds a closing tag (the chat template wrote the opening one, as DeepSeek-R1's
+    does) has its reasoning before the first closing tag. Any other content is all final text.
+    ``mode="opened"``: the chat template opens the reasoning, so a reply without a closing tag is all
+    unfinished reasoning (for a model whose template always does, e.g. the DeepSeek-R1 distills served
+    without a reasoning parser: a reply cut off by the output cap then has no tag at all).
+    ``mode="off"``: the content is the final text as it stands. The reasoning is None when there is
+    none (or it is blank)."""
+    if mode == "off" or not content:
+        return content, None
+    stripped = content.lstrip()
+    for opening, closing in THINK_TAGS:
+        if stripped.startswith(opening):
+            body = stripped[len(opening):]
+            reasoning, found, final = body.partition(closing)
+            return (final.lstrip(), reasoning.strip() or None) if found else ("", body.strip() or None)
+    ends = [(content.find(closing), closing) for _, closing in THINK_TAGS if closing in content]
+    if ends:
+        at, closing = min(ends)
+        return content[at + len(closing):].lstrip(), content[:at].strip() or None
+    if mode == "opened":
+        return "", content.strip() or None
+    return content, None
 
 
 class EndpointError(CatEngineError, RuntimeError):
@@ -64,7 +117,9 @@ class EndpointError(CatEngineError, RuntimeError):
 @runtime_checkable
 class ModelClient(Protocol):
     """The role: ``complete(prompt, *, max_tokens) -> Completion``, safe to call from several threads
-    at once; ``endpoint`` names where requests go (for messages), ``model`` the model asked."""
+    at once; ``endpoint`` names where requests go (for messages), ``model`` the model asked. A client
+    that takes reasoning out of the reply's text says how in ``inline_reasoning`` (a run's log records
+    it; a client without it is taken to grade its text as it stands, "off")."""
 
     endpoint: str
     model: str

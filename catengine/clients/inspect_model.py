@@ -14,7 +14,11 @@ does not know go in its ``extra_body``). Inspect's own retry, timeout and connec
 charge (``max_retries`` and ``timeout`` set them); when ``generate`` still fails, the client raises
 :class:`~catengine.clients.base.EndpointError` naming the model and the error.
 
-The reply maps to a :class:`Completion`: ``text`` the output's ``completion``; ``finish_reason``
+The reply maps to a :class:`Completion`: ``text`` the output's ``completion`` with any reasoning
+still inline in it moved to ``reasoning`` (Inspect takes a complete ``<think> ... </think>`` block out
+itself; a block the chat template opened, or one cut off before its closing tag, is read as
+:func:`~catengine.clients.base.split_inline_reasoning` reads it with ``inline_reasoning``, default
+"auto"); ``reasoning`` the output's reasoning parts; ``finish_reason``
 from Inspect's ``stop_reason`` ("max_tokens" and "model_length", where the output was cut, become
 "length"; "stop", "content_filter", "tool_calls" and "unknown" stay); ``completion_tokens``,
 ``prompt_tokens`` and ``reasoning_tokens`` from its ``usage`` (``output_tokens``, the input tokens
@@ -35,7 +39,7 @@ import threading
 import time
 from typing import Mapping
 
-from catengine.clients.base import Completion, EndpointError
+from catengine.clients.base import Completion, EndpointError, InlineReasoning, split_inline_reasoning
 from catengine.clients.budget import Budget
 from catengine.closing import Closing
 
@@ -83,18 +87,23 @@ class InspectModelClient(Closing):
     ``extra_body``); ``system_prompt``: a system message before each prompt; ``timeout`` /
     ``max_retries``: Inspect's per-request timeout and retries (None: Inspect's defaults);
     ``base_url`` / ``api_key`` / ``model_args``: passed to ``get_model``; ``budget``: a
-    :class:`~catengine.clients.budget.Budget` checked before every call.
+    :class:`~catengine.clients.budget.Budget` checked before every call; ``inline_reasoning``: how
+    reasoning left inline in the output is read ("auto", "opened", "off").
     """
 
     def __init__(self, model, *, sampling: Mapping | None = None, system_prompt: str | None = None,
                  timeout: float | None = None, max_retries: int | None = None, base_url: str | None = None,
-                 api_key: str | None = None, model_args: Mapping | None = None, budget: Budget | None = None):
+                 api_key: str | None = None, model_args: Mapping | None = None, budget: Budget | None = None,
+                 inline_reasoning: InlineReasoning = "auto"):
         try:
             from inspect_ai.model import GenerateConfig, Model, get_model
         except ImportError as exc:  # pragma: no cover - the extra is installed in the test environment
             raise ImportError("InspectModelClient needs Inspect AI: pip install 'catengine[inspect]'") from exc
         if budget is not None and not isinstance(budget, Budget):
             raise TypeError(f"budget must be a catengine.clients.Budget, got {type(budget).__name__}")
+        if inline_reasoning not in ("auto", "opened", "off"):
+            raise ValueError(f"inline_reasoning must be 'auto', 'opened' or 'off', got {inline_reasoning!r}")
+        self.inline_reasoning = inline_reasoning
         if system_prompt is not None and not isinstance(system_prompt, str):
             raise TypeError(f"system_prompt must be a string or None, got {type(system_prompt).__name__}")
         self.sampling = dict(sampling or {})
@@ -180,7 +189,10 @@ class InspectModelClient(Closing):
             if isinstance(content, list):
                 parts = [c.reasoning for c in content if isinstance(c, ContentReasoning)]
                 reasoning = "\n".join(parts) if parts else None
-        return Completion(text=output.completion or "", finish_reason=finish_reason_of(stop),
+        answer, inline = split_inline_reasoning(output.completion or "", self.inline_reasoning)
+        if inline is not None:
+            reasoning = inline if reasoning is None else f"{reasoning}\n\n{inline}"
+        return Completion(text=answer, finish_reason=finish_reason_of(stop),
                           completion_tokens=completion_tokens, prompt_tokens=prompt_tokens,
                           reasoning_tokens=reasoning_tokens, latency_s=latency, attempts=1,
                           model=output.model or self.model, request=self.request_settings(max_tokens),

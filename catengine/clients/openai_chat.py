@@ -20,91 +20,369 @@ The API key is read from the environment variable ``api_key_env`` (default ``OPE
 local server needs none, and the placeholder ``"EMPTY"`` is sent when the variable is unset and a
 ``base_url`` is given.
 
-Faults (:mod:`catengine.clients.retry`): rate limits (429, honouring ``Retry-After``), 408, 409,
-5xx, timeouts (``timeout`` seconds per request) and connection failures are retried with
-exponential backoff and full jitter, up to ``max_retries`` times; the ``openai`` package's own
-retries are off, so this is the only retry policy. A reply that is not valid JSON or has no choices
-is retried up to ``malformed_retries`` times. Any other 4xx is not retried. Giving up raises
-:class:`~catengine.clients.base.EndpointError` naming the URL, the last error and the attempts. A
-reply that arrived (empty content, ``finish_reason: "length"``) is a :class:`Completion`, never
-retried. Thread-safe: one ``openai.OpenAI`` client (and its connection pool) serves every thread.
+Faults (:mod:`catengine.clients.retry`): rate limits (429, honouring ``Retry-After`` in seconds or
+as an HTTP date), 408, 409, 5xx (an HTML error page from a reverse proxy included), timeouts
+(``timeout`` seconds per request) and connection failures are retried with exponential backoff and
+full jitter, up to ``max_retries`` times; the ``openai`` package's own retries are off, so this is
+the only retry policy. Any other 4xx is not retried, nor is a 429 that says the account's quota is
+exhausted (``insufficient_quota``). A 200 reply that is an error object (``{"error": {...}}``, as
+some proxies and OpenRouter send) is treated as the HTTP status its ``code`` names (retried or not,
+as above; up to ``malformed_retries`` times when it names none). A 200 reply whose generation the
+server ended itself (``finish_reason`` "abort" or "error" from vLLM, SGLang or OpenRouter,
+"insufficient_system_resource" from DeepSeek) is not the model's answer and is retried like a server
+error. A reply that is not a chat completion (not JSON, an HTML page, no choices) is retried up to
+``malformed_retries`` times. Giving up raises :class:`~catengine.clients.base.EndpointError` naming
+the URL, the last error (with the status, the code or the value that was wrong) and the attempts. A
+reply that arrived (empty content, a refusal, ``finish_reason: "length"``) is a :class:`Completion`,
+never retried. Thread-safe: one ``openai.OpenAI`` client (and its connection pool) serves every
+thread.
+
+Replies are read as the servers send them: the content as text or as a list of parts; a reply sent
+as an event stream (``data: {...}`` chunks, from a proxy that streams regardless) is put together;
+unknown fields are ignored. ``finish_reason`` is kept as reported ("stop", "eos", "stop_sequence",
+...; None when absent), except that the names of a stop at the output cap ("length", "max_tokens",
+"max_output_tokens", "model_length", any case) are all "length"; a reply with no finish reason whose
+completion tokens reached ``max_tokens`` stopped at the cap and is "length" too.
 
 Token counts: ``completion_tokens`` is the server's ``usage.completion_tokens`` (reasoning included:
 the CoT length of a LaRT bank), ``reasoning_tokens`` its
-``usage.completion_tokens_details.reasoning_tokens`` when reported. A server that returns the
-reasoning separately (``reasoning_content``, or ``reasoning``) keeps it in
-:attr:`Completion.reasoning`; the final content alone is :attr:`Completion.text`.
+``usage.completion_tokens_details.reasoning_tokens`` when reported. A server that counts the
+reasoning outside ``completion_tokens`` (xAI; some Gemini proxies: ``total_tokens`` is then prompt +
+completion + reasoning, or the reasoning tokens exceed the completion tokens) has them added back, so
+``completion_tokens`` always includes the reasoning; a server that reports ``total_tokens`` and
+``prompt_tokens`` only has their difference. A server that reports no usage (``usage`` missing or
+null) leaves ``completion_tokens`` None: the CoT length is unknown (recorded as such, never guessed),
+a :class:`Budget` charges the request's worst case, and the client warns once
+(:class:`MissingUsageWarning`).
+
+Reasoning: a server that returns the reasoning apart from the answer (``reasoning_content``,
+``reasoning``, ``thinking``, OpenRouter's ``reasoning_details``, thinking parts of the content) keeps
+it in :attr:`Completion.reasoning`, and the final content alone is :attr:`Completion.text`. A
+reasoning model served without a reasoning parser writes its thinking inline (``<think> ...
+</think> answer``, or ``... </think> answer`` when the chat template wrote the opening tag):
+``inline_reasoning="auto"`` (the default) moves it to :attr:`Completion.reasoning` and leaves the
+answer after the closing tag as the text, and a reply cut off inside an unclosed ``<think>`` has no
+text ("": graded as an empty response, never read for an answer). ``inline_reasoning="opened"``
+says the chat template always opens the thinking (DeepSeek-R1 distills without a reasoning parser),
+so a reply without a closing tag is all unfinished thinking, even one cut off before it wrote any
+tag; ``"off"`` takes the content as it stands (:func:`~catengine.clients.base.split_inline_reasoning`).
+A refusal the server reports apart (``message.refusal`` with ``content`` null) is
+:attr:`Completion.refusal`, and the text is "".
 """
 
 from __future__ import annotations
 
+import html
 import inspect
 import json
 import os
 import random
+import re
 import threading
 import time
+import warnings
 from typing import Mapping
 
 import openai
 
-from catengine.clients.base import Completion, EndpointError
+from catengine.clients.base import Completion, EndpointError, InlineReasoning, split_inline_reasoning
 from catengine.clients.budget import Budget, BudgetExceeded
 from catengine.clients.retry import RetryPolicy, is_retryable_status, retry_after_seconds
 from catengine.closing import Closing
 from catengine.errors import CatEngineError
 
-__all__ = ["MalformedReply", "OpenAIChatClient", "parse_chat_completion"]
+__all__ = ["ErrorReply", "MalformedReply", "MissingUsageWarning", "OpenAIChatClient", "parse_chat_completion"]
 
 #: request fields the client sets itself; sampling may not override them
 _RESERVED = frozenset({"messages", "model", "stream", "stream_options", "n", "max_tokens", "max_completion_tokens",
                        "extra_headers", "extra_query", "timeout", "tools", "tool_choice", "functions", "function_call"})
 #: the longest piece of an error body quoted in a message
 _BODY_CHARS = 300
+#: finish reasons (lower case) that mean the reply stopped at the output cap: reported as "length"
+LENGTH_REASONS = frozenset({"length", "max_tokens", "max_output_tokens", "max_completion_tokens", "max_length",
+                            "model_length", "model_context_window_exceeded"})
+#: finish reasons (lower case) of a generation the server ended itself: not the model's answer, retried
+FAILED_REASONS = frozenset({"abort", "aborted", "error", "insufficient_system_resource"})
+#: error codes / types that say an account's quota or credit is exhausted (a 429 not worth retrying)
+_QUOTA = frozenset({"insufficient_quota"})
+#: words of an error's type or code -> the HTTP status they stand for, when it gives no number
+_ERROR_WORDS = (("rate_limit", 429), ("overloaded", 503), ("unavailable", 503), ("timeout", 504),
+                ("server_error", 500), ("internal", 500), ("not_found", 404), ("authentication", 401),
+                ("permission", 403), ("invalid_request", 400), ("context_length", 400))
+_INLINE_MODES = ("auto", "opened", "off")
 
 
 class MalformedReply(CatEngineError, ValueError):
-    """A 200 reply that is not a chat completion (not JSON, no choices, no message)."""
+    """A 200 reply that is not a chat completion (not JSON, an HTML page, no choices, no message)."""
+
+
+class ErrorReply(MalformedReply):
+    """A 200 reply that reports a failure instead of an answer: an error object (``{"error": {...}}``)
+    or a generation the server ended itself (``finish_reason`` "abort", "error", ...).
+
+    ``status``: the HTTP status the error stands for (from its ``code``; None when it names none);
+    ``retryable``: whether another attempt may succeed; ``bounded``: an error that names no status,
+    retried no more than a malformed reply; ``prompt_tokens`` / ``completion_tokens``: what the reply
+    says it used (charged to a budget)."""
+
+    def __init__(self, message: str, *, status: int | None = None, retryable: bool = True, bounded: bool = False,
+                 prompt_tokens: int | None = None, completion_tokens: int | None = None):
+        super().__init__(message)
+        self.status, self.retryable, self.bounded = status, retryable, bounded
+        self.prompt_tokens, self.completion_tokens = prompt_tokens, completion_tokens
+
+
+class MissingUsageWarning(UserWarning):
+    """An endpoint's replies carry no token usage: completion tokens (the CoT length of LaRT banks)
+    are unknown."""
 
 
 def _count(value) -> int | None:
     return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0 else None
 
 
-def parse_chat_completion(body: bytes | str) -> dict:
+def _first_count(mapping: Mapping, *keys) -> int | None:
+    for key in keys:
+        value = _count(mapping.get(key))
+        if value is not None:
+            return value
+    return None
+
+
+def _dict(value) -> dict:
+    return value if isinstance(value, dict) else {}
+
+
+# ---------------------------------------------------------------------------- reading a reply body
+def parse_chat_completion(body: bytes | str, *, inline_reasoning: InlineReasoning = "auto") -> dict:
     """The fields of a chat-completions reply body that a :class:`Completion` records: ``text``,
-    ``reasoning``, ``finish_reason``, ``prompt_tokens``, ``completion_tokens``, ``reasoning_tokens``,
-    ``model``. Raises :class:`MalformedReply` saying what is wrong with a body that is not one."""
+    ``reasoning``, ``refusal``, ``finish_reason``, ``prompt_tokens``, ``completion_tokens``,
+    ``reasoning_tokens``, ``model`` (see the module docstring for how each is read). Raises
+    :class:`ErrorReply` for a reply that reports a failure and :class:`MalformedReply` saying what is
+    wrong with a body that is not a chat completion."""
+    data = _decode(body)
+    error = _error_object(data)
+    if error is not None:
+        raise _error_reply("the reply (HTTP 200) is an error object", error)
+    choices = data.get("choices")
+    if not isinstance(choices, list) or not choices:
+        hint = "" if choices is None or isinstance(choices, list) else f" ({type(choices).__name__})"
+        raise MalformedReply(f"the reply has no choices{hint} (keys: {sorted(data)}); "
+                             f"it begins {_snippet(body, 120)!r}")
+    choice = choices[0]
+    message = _dict(choice).get("message", _dict(choice).get("delta"))
+    if not isinstance(message, dict) and isinstance(choice, dict) and isinstance(choice.get("text"), str):
+        message = {"content": choice["text"]}  # a completions-style choice
+    if not isinstance(message, dict):
+        raise MalformedReply(f"the reply's first choice has no message (keys: {sorted(_dict(choice))})")
+    text, reasoning, refusal = _message_parts(message, inline_reasoning)
+    fields = {"text": text, "reasoning": reasoning, "refusal": refusal, **_usage(data.get("usage")),
+              "model": data.get("model") if isinstance(data.get("model"), str) else ""}
+    finish = choice.get("finish_reason")
+    if isinstance(finish, dict):  # {"type": "length", ...}
+        finish = finish.get("type")
+    finish = finish.strip() if isinstance(finish, str) and finish.strip() else None
+    if finish is not None and finish.lower() in FAILED_REASONS:
+        detail = _dict(choice.get("error")) or _error_object(data) or {}
+        raise _error_reply(f"the server ended the generation itself (finish_reason {finish!r}): the reply is not "
+                           "the model's answer", detail, fields=fields)
+    fields["finish_reason"] = "length" if finish is not None and finish.lower() in LENGTH_REASONS else finish
+    return fields
+
+
+def _decode(body: bytes | str) -> dict:
+    """The JSON object of a reply body: a JSON object, a JSON object followed by an event stream's
+    ``data: [DONE]``, or an event stream of chunks (put together)."""
     try:
-        data = json.loads(body)
-    except (ValueError, UnicodeDecodeError) as exc:
+        text = body.decode("utf-8") if isinstance(body, bytes) else str(body)
+    except UnicodeDecodeError as exc:
+        raise MalformedReply(f"the reply is not UTF-8 text ({exc}); it begins {_snippet(body)!r}") from None
+    stripped = text.strip()
+    if stripped.startswith(("data:", "event:", ":")):
+        return _from_event_stream(stripped)
+    try:
+        data, end = json.JSONDecoder().raw_decode(stripped)
+        rest = stripped[end:].strip()
+        if rest and rest.replace("data:", "").strip() != "[DONE]":
+            raise ValueError(f"extra data after the JSON value: {rest[:40]!r}")
+    except ValueError as exc:
+        if _is_html(stripped):
+            raise MalformedReply(f"the reply is {_html_summary(stripped)}, not a chat completion (is base_url the "
+                                 "API's? it usually ends in /v1)") from None
         raise MalformedReply(f"the reply is not valid JSON ({exc}); it begins {_snippet(body)!r}") from None
     if not isinstance(data, dict):
         raise MalformedReply(f"the reply is JSON {type(data).__name__}, not an object")
-    if "error" in data and "choices" not in data:
-        raise MalformedReply(f"the reply is an error object: {_snippet(json.dumps(data['error']))}")
-    choices = data.get("choices")
-    if not isinstance(choices, list) or not choices:
-        raise MalformedReply(f"the reply has no choices (keys: {sorted(data)})")
-    choice = choices[0]
-    message = choice.get("message") if isinstance(choice, dict) else None
-    if not isinstance(message, dict):
-        raise MalformedReply("the reply's first choice has no message")
+    return data
+
+
+def _from_event_stream(text: str) -> dict:
+    """One chat completion from the ``data:`` chunks of an event stream (content and reasoning
+    deltas joined, the last finish reason, usage and model)."""
+    content, reasoning, refusal = [], [], []
+    merged: dict = {"choices": [{"message": {}, "finish_reason": None}]}
+    seen = False
+    for line in text.splitlines():
+        if not line.startswith("data:") or line[5:].strip() in ("", "[DONE]"):
+            continue
+        try:
+            chunk = json.loads(line[5:])
+        except ValueError:
+            raise MalformedReply(f"the reply is an event stream with a chunk that is not JSON: "
+                                 f"{_snippet(line)!r}") from None
+        if not isinstance(chunk, dict):
+            continue
+        if _error_object(chunk) is not None:
+            return chunk
+        seen = True
+        for key in ("model", "usage"):
+            if chunk.get(key) is not None:
+                merged[key] = chunk[key]
+        choice = (chunk.get("choices") or [None])[0]
+        if not isinstance(choice, dict):
+            continue
+        delta = _dict(choice.get("delta") or choice.get("message"))
+        content.append(_part_text(delta.get("content")))
+        reasoning.append(next((r for r in map(delta.get, ("reasoning_content", "reasoning", "thinking"))
+                               if isinstance(r, str)), ""))
+        refusal.append(_part_text(delta.get("refusal")))
+        if choice.get("finish_reason") is not None:
+            merged["choices"][0]["finish_reason"] = choice["finish_reason"]
+        if choice.get("error") is not None:
+            merged["choices"][0]["error"] = choice["error"]
+    if not seen:
+        raise MalformedReply(f"the reply is an event stream without a chat-completion chunk: {_snippet(text)!r}")
+    merged["choices"][0]["message"] = {"content": "".join(content), "reasoning_content": "".join(reasoning) or None,
+                                       "refusal": "".join(refusal) or None}
+    return merged
+
+
+def _message_parts(message: dict, inline_reasoning: InlineReasoning) -> tuple[str, str | None, str | None]:
+    """(final text, reasoning, refusal) of a reply's message."""
     content = message.get("content")
-    if isinstance(content, list):  # content parts
-        content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
+    reasoning = [message.get(key) for key in ("reasoning_content", "reasoning", "thinking")]
+    refusal = message.get("refusal") if isinstance(message.get("refusal"), str) else None
+    if isinstance(content, list):  # content parts: text, thinking, refusal
+        texts = []
+        for part in content:
+            if isinstance(part, str):
+                texts.append(part)
+            elif isinstance(part, dict) and part.get("type") in ("thinking", "reasoning"):
+                reasoning.append(_part_text(part.get("thinking", part.get("reasoning", part.get("text")))))
+            elif isinstance(part, dict) and part.get("type") == "refusal":
+                refusal = refusal or _part_text(part.get("refusal"))
+            elif isinstance(part, dict):
+                texts.append(_part_text(part.get("text")))
+        content = "".join(texts)
     if content is not None and not isinstance(content, str):
         raise MalformedReply(f"the reply's message content is {type(content).__name__}, not text")
-    reasoning = message.get("reasoning_content", message.get("reasoning"))
-    usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
-    details = usage.get("completion_tokens_details") if isinstance(usage.get("completion_tokens_details"), dict) else {}
-    finish = choice.get("finish_reason")
-    return {"text": content or "", "reasoning": reasoning if isinstance(reasoning, str) else None,
-            "finish_reason": finish if isinstance(finish, str) else None,
-            "prompt_tokens": _count(usage.get("prompt_tokens")),
-            "completion_tokens": _count(usage.get("completion_tokens")),
-            "reasoning_tokens": _count(details.get("reasoning_tokens")),
-            "model": data.get("model") if isinstance(data.get("model"), str) else ""}
+    details = message.get("reasoning_details")
+    if not any(isinstance(r, str) and r.strip() for r in reasoning) and isinstance(details, list):
+        reasoning += [_part_text(d.get("text", d.get("summary"))) for d in details if isinstance(d, dict)]
+    text, inline = split_inline_reasoning(content or "", inline_reasoning)
+    parts = [r.strip() for r in (*reasoning, inline) if isinstance(r, str) and r.strip()]
+    return text, "\n\n".join(dict.fromkeys(parts)) or None, refusal or None
+
+
+def _part_text(value) -> str:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list):
+        return "".join(_part_text(v.get("text") if isinstance(v, dict) else v) for v in value)
+    return ""
+
+
+def _usage(usage) -> dict:
+    """prompt, completion (reasoning included) and reasoning tokens of a reply's ``usage``."""
+    usage = _dict(usage)
+    details = _dict(usage.get("completion_tokens_details")) or _dict(usage.get("output_tokens_details"))
+    prompt = _first_count(usage, "prompt_tokens", "input_tokens")
+    completion = _first_count(usage, "completion_tokens", "output_tokens")
+    reasoning = _first_count(details, "reasoning_tokens")
+    reasoning = reasoning if reasoning is not None else _first_count(usage, "reasoning_tokens")
+    total = _first_count(usage, "total_tokens")
+    if completion is None and total is not None and prompt is not None and total >= prompt:
+        completion = total - prompt
+    elif completion is not None and reasoning:
+        # reasoning counted outside completion_tokens (xAI, some Gemini proxies): add it back
+        outside = total is not None and prompt is not None and total == prompt + completion + reasoning
+        if reasoning > completion or outside:
+            completion += reasoning
+    return {"prompt_tokens": prompt, "completion_tokens": completion, "reasoning_tokens": reasoning}
+
+
+# ---------------------------------------------------------------------------- errors
+def _error_object(data: dict) -> dict | None:
+    """The error a reply body reports instead of choices (``{"error": ...}`` or vLLM's
+    ``{"object": "error", ...}``), or None."""
+    if data.get("choices"):
+        return None
+    error = data.get("error")
+    if error is None and data.get("object") == "error":
+        error = data
+    if error is None or error is False:
+        return None
+    return error if isinstance(error, dict) else {"message": str(error)}
+
+
+def _error_status(error: dict) -> int | None:
+    """The HTTP status an error object stands for: its numeric ``code`` / ``status``, else the words
+    of its ``type`` / ``code`` ("rate_limit_exceeded" -> 429, "server_error" -> 500, ...)."""
+    for key in ("code", "status", "status_code", "http_status"):
+        value = error.get(key)
+        if isinstance(value, str) and value.strip().isdigit():
+            value = int(value)
+        if isinstance(value, int) and not isinstance(value, bool) and 400 <= value <= 599:
+            return value
+    words = " ".join(str(error.get(key) or "") for key in ("type", "code", "status")).lower()
+    return next((status for word, status in _ERROR_WORDS if word in words), None)
+
+
+def _quota_exhausted(error: dict | None) -> bool:
+    return bool(error) and any(str(error.get(key) or "").lower() in _QUOTA for key in ("type", "code"))
+
+
+def _error_reply(what: str, error: dict, *, fields: dict | None = None) -> ErrorReply:
+    status = _error_status(error) if error else None
+    message = error.get("message") if error else None
+    said = ", ".join(f"{k} {error[k]!r}" for k in ("code", "type") if error and error.get(k) not in (None, ""))
+    text = what + (f": {_snippet(message)}" if message else "") + (f" ({said})" if said else "")
+    if _quota_exhausted(error):
+        retryable, text = False, text + "; the account's quota is exhausted"
+    else:
+        retryable = status is None or is_retryable_status(status)
+    generation = fields is not None  # a generation the server ended: a server error, whatever it names
+    fields = fields or {}
+    return ErrorReply(text, status=status, retryable=retryable, bounded=status is None and not generation,
+                      prompt_tokens=fields.get("prompt_tokens"), completion_tokens=fields.get("completion_tokens"))
+
+
+def _http_error(status: int, body: str) -> tuple[str, bool]:
+    """(what an HTTP error reply says, whether it is worth another attempt)."""
+    try:
+        data = json.loads(body)
+    except ValueError:
+        data = None
+    error = _error_object(data) if isinstance(data, dict) else None
+    said = _html_summary(body) if _is_html(body) else _snippet(body)
+    if status == 429 and _quota_exhausted(error):
+        return f"HTTP 429: {said} (not retried: the account's quota is exhausted)", False
+    if not is_retryable_status(status):
+        return f"HTTP {status}: {said} (not retried)", False
+    return f"HTTP {status}: {said}", True
+
+
+def _is_html(text: str) -> bool:
+    head = text.lstrip()[:200].lower()
+    return head.startswith("<") and ("<html" in head or "<!doctype" in head or "<head" in head or "<body" in head)
+
+
+def _html_summary(text: str) -> str:
+    """An HTML page in a line: "an HTML page 'TITLE' (its text)"."""
+    title = re.search(r"<title[^>]*>(.*?)</title>", text, flags=re.I | re.S)
+    body = re.sub(r"<(script|style)[^>]*>.*?</\1>", " ", text, flags=re.I | re.S)
+    words = html.unescape(re.sub(r"<[^>]+>", " ", body))
+    name = f" {html.unescape(title.group(1)).strip()!r}" if title and title.group(1).strip() else ""
+    return f"an HTML page{name} ({_snippet(words, 200)})"
 
 
 def _snippet(text, n: int = _BODY_CHARS) -> str:
@@ -127,7 +405,9 @@ class OpenAIChatClient(Closing):
     :class:`~catengine.clients.budget.Budget` checked before every request (retries included);
     ``max_tokens_param``: the field that carries the output cap (``"max_tokens"``, which every
     OpenAI-compatible server reads, or ``"max_completion_tokens"``, which OpenAI's reasoning models need);
-    ``jitter_seed``: seeds the backoff's jitter (None: fresh randomness).
+    ``inline_reasoning``: how reasoning written inline in the content is read (``"auto"``,
+    ``"opened"``, ``"off"``; see the module docstring); ``jitter_seed``: seeds the backoff's jitter
+    (None: fresh randomness).
     """
 
     def __init__(self, model: str, *, base_url: str | None = None, api_key_env: str = "OPENAI_API_KEY",
@@ -135,13 +415,16 @@ class OpenAIChatClient(Closing):
                  backoff_base: float = 0.5, backoff_max: float = 30.0, retry_after_max: float = 60.0,
                  retry: RetryPolicy | None = None, sampling: Mapping | None = None,
                  system_prompt: str | None = None, budget: Budget | None = None,
-                 max_tokens_param: str = "max_tokens", jitter_seed: int | None = None):
+                 max_tokens_param: str = "max_tokens", inline_reasoning: InlineReasoning = "auto",
+                 jitter_seed: int | None = None):
         if not isinstance(model, str) or not model:
             raise ValueError(f"model must be a non-empty model name, got {model!r}")
         if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
             raise ValueError(f"timeout must be a number of seconds > 0, got {timeout!r}")
         if max_tokens_param not in ("max_tokens", "max_completion_tokens"):
             raise ValueError(f"max_tokens_param must be 'max_tokens' or 'max_completion_tokens', got {max_tokens_param!r}")
+        if inline_reasoning not in _INLINE_MODES:
+            raise ValueError(f"inline_reasoning must be one of {_INLINE_MODES}, got {inline_reasoning!r}")
         if system_prompt is not None and not isinstance(system_prompt, str):
             raise TypeError(f"system_prompt must be a string or None, got {type(system_prompt).__name__}")
         if budget is not None and not isinstance(budget, Budget):
@@ -160,6 +443,7 @@ class OpenAIChatClient(Closing):
         self.system_prompt = system_prompt
         self.budget = budget
         self.max_tokens_param = max_tokens_param
+        self.inline_reasoning = inline_reasoning
         self._client = openai.OpenAI(base_url=base_url, api_key=api_key, timeout=self.timeout, max_retries=0)
         self.base_url = str(self._client.base_url).rstrip("/")
         self.endpoint = f"{self.base_url}/chat/completions"
@@ -168,6 +452,7 @@ class OpenAIChatClient(Closing):
         self._kwargs, self._extra_body = self._split_sampling(self.sampling)
         self._rng = random.Random(jitter_seed)
         self._rng_lock = threading.Lock()
+        self._warned_usage = False
 
     def _split_sampling(self, sampling: dict) -> tuple[dict, dict]:
         """(keyword arguments of ``create``, ``extra_body``) for the sampling parameters."""
@@ -226,15 +511,15 @@ class OpenAIChatClient(Closing):
             started = time.perf_counter()
             try:
                 raw = self._create(model=self.model, messages=messages, **kwargs)
-                body = raw.http_response.content
+                body, headers = raw.http_response.content, raw.http_response.headers
                 latency = time.perf_counter() - started
-                fields = parse_chat_completion(body)
+                fields = parse_chat_completion(body, inline_reasoning=self.inline_reasoning)
             except openai.APIStatusError as exc:
                 self._settle(reservation, replied=False)
-                status = exc.status_code
-                error = f"HTTP {status}: {_snippet(exc.response.text if exc.response is not None else exc.message)}"
-                if not is_retryable_status(status):
-                    raise EndpointError(self.endpoint, error + " (not retried)", attempts) from None
+                error, retryable = _http_error(exc.status_code, exc.response.text if exc.response is not None
+                                               else exc.message)
+                if not retryable:
+                    raise EndpointError(self.endpoint, error, attempts) from None
                 retry_after = retry_after_seconds(exc.response.headers if exc.response is not None else None)
             except openai.APITimeoutError:
                 self._settle(reservation, replied=False)
@@ -243,6 +528,16 @@ class OpenAIChatClient(Closing):
                 self._settle(reservation, replied=False)
                 cause = exc.__cause__ or exc.__context__
                 error = f"connection failed ({type(cause).__name__}: {cause})" if cause else f"connection failed ({exc})"
+            except ErrorReply as exc:
+                self._settle(reservation, exc.prompt_tokens, exc.completion_tokens,
+                             replied=exc.completion_tokens is not None)
+                error = str(exc)
+                if not exc.retryable:
+                    raise EndpointError(self.endpoint, error + " (not retried)", attempts) from None
+                malformed += exc.bounded
+                if malformed > self.retry.malformed_retries:
+                    raise EndpointError(self.endpoint, error, attempts) from None
+                retry_after = retry_after_seconds(headers)
             except MalformedReply as exc:
                 self._settle(reservation, replied=False)
                 malformed += 1
@@ -254,16 +549,26 @@ class OpenAIChatClient(Closing):
                 raise
             else:
                 self._settle(reservation, fields["prompt_tokens"], fields["completion_tokens"])
-                return Completion(text=fields["text"], finish_reason=fields["finish_reason"],
-                                  completion_tokens=fields["completion_tokens"], prompt_tokens=fields["prompt_tokens"],
-                                  reasoning_tokens=fields["reasoning_tokens"], latency_s=latency, attempts=attempts,
-                                  model=fields["model"] or self.model, request=self.request_settings(max_tokens),
-                                  reasoning=fields["reasoning"])
+                return self._completion(fields, max_tokens, latency, attempts)
             if attempts > self.retry.max_retries:
                 raise EndpointError(self.endpoint, error, attempts)
             with self._rng_lock:
                 wait = self.retry.delay(attempts, retry_after, self._rng)
             time.sleep(wait)
+
+    def _completion(self, fields: dict, max_tokens: int | None, latency: float, attempts: int) -> Completion:
+        finish, tokens = fields["finish_reason"], fields["completion_tokens"]
+        if finish is None and max_tokens is not None and tokens is not None and tokens >= max_tokens:
+            finish = "length"  # no finish reason, the output cap reached: stopped at the cap
+        if tokens is None and not self._warned_usage:
+            self._warned_usage = True
+            warnings.warn(f"{self.endpoint} reports no token usage: completion tokens (the CoT length of LaRT banks) "
+                          "are unknown and recorded as such", MissingUsageWarning, stacklevel=3)
+        return Completion(text=fields["text"], finish_reason=finish, completion_tokens=tokens,
+                          prompt_tokens=fields["prompt_tokens"], reasoning_tokens=fields["reasoning_tokens"],
+                          latency_s=latency, attempts=attempts, model=fields["model"] or self.model,
+                          request=self.request_settings(max_tokens), reasoning=fields["reasoning"],
+                          refusal=fields["refusal"])
 
     def _reserve(self, text: str, max_tokens: int | None, attempt: int, last_error: str | None):
         if self.budget is None:
@@ -286,4 +591,3 @@ class OpenAIChatClient(Closing):
 
     def __repr__(self) -> str:
         return f"OpenAIChatClient({self.model!r}, base_url={self.base_url!r})"
-

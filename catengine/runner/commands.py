@@ -51,6 +51,11 @@ def add_subcommands(sub, *, add_strategy_options, strategies, open_bank) -> None
     run.add_argument("--top-p", type=float, default=None, help="nucleus sampling (default: the server's)")
     run.add_argument("--sampling", default=None, metavar="JSON",
                      help='further request parameters as a JSON object, e.g. \'{"seed": 1}\' (passed through)')
+    run.add_argument("--inline-reasoning", choices=("auto", "opened", "off"), default="auto",
+                     help="reasoning written in the reply before the answer (<think> ... </think>): 'auto' grades the "
+                          "text after the closing tag, 'opened' also when the chat template wrote the opening tag "
+                          "(a reply with no closing tag is unfinished reasoning), 'off' grades the reply as it "
+                          "stands (default auto; docs/running_models.md)")
     run.add_argument("--timeout", type=float, default=600.0, help="seconds per request before it is retried (default 600)")
     run.add_argument("--retries", type=int, default=6, help="retries of a failed request (429, 5xx, timeouts; default 6)")
     run.add_argument("--max-requests", type=int, default=None, help="stop before sending more requests than this")
@@ -125,7 +130,8 @@ def _cmd_run(args, strategies, open_bank) -> int:
     sampling = sampling_settings(args)
     budget = budget_from_options(args)
     client = OpenAIChatClient(args.model, base_url=args.base_url, api_key_env=args.api_key_env, timeout=args.timeout,
-                              max_retries=args.retries, sampling=sampling, budget=budget)
+                              max_retries=args.retries, sampling=sampling, budget=budget,
+                              inline_reasoning=args.inline_reasoning)
     log = args.log or _default_log(bank, args.model)
     log.parent.mkdir(parents=True, exist_ok=True)
     resuming = log.exists() and log.stat().st_size > 0

@@ -50,7 +50,7 @@ def run_pair_command(args, open_bank) -> int:
     sampling = sampling_settings(args)
     budget = budget_from_options(args)
     clients = [OpenAIChatClient(model, base_url=url, api_key_env=key, timeout=args.timeout, max_retries=args.retries,
-                                sampling=sampling, budget=budget)
+                                sampling=sampling, budget=budget, inline_reasoning=args.inline_reasoning)
                for model, url, key in ((args.model, args.base_url, args.api_key_env),
                                        (args.compare_with, args.compare_base_url or args.base_url,
                                         args.compare_api_key_env or args.api_key_env))]

@@ -29,13 +29,14 @@ from pathlib import Path
 from catengine.clients.base import EndpointError
 from catengine.clients.budget import BudgetExceeded
 from catengine.runner.run import (RunConfigurationError, RunOutcome, RunProgress, _ask_and_grade, _check_resume,
-                                  _cot_length, _evidence, protocol_grader)
+                                  _cot_length, _evidence, inline_reasoning_of, protocol_grader)
 
 __all__ = ["PairedProgress", "PairedRunResult", "paired_run_settings", "run_pair"]
 
 #: paired-run settings that must agree between a log and the options of the run that resumes it
 PAIRED_RESUME_KEYS = ("bank_id", "bank_version", "model_a", "endpoint_a", "model_b", "endpoint_b", "max_tokens",
-                      "sampling", "grader", "grader_version", "include_flagged")
+                      "sampling", "grader", "grader_version", "include_flagged", "inline_reasoning_a",
+                      "inline_reasoning_b")
 SIDES = ("a", "b")
 
 
@@ -77,7 +78,8 @@ def paired_run_settings(bank, client_a, client_b, grader, *, max_tokens, samplin
             "model_a": client_a.model, "endpoint_a": client_a.endpoint,
             "model_b": client_b.model, "endpoint_b": client_b.endpoint, "max_tokens": max_tokens,
             "sampling": dict(sampling or {}), "grader": grader.name, "grader_version": grader.version,
-            "include_flagged": bool(include_flagged)}
+            "include_flagged": bool(include_flagged), "inline_reasoning_a": inline_reasoning_of(client_a),
+            "inline_reasoning_b": inline_reasoning_of(client_b)}
 
 
 def _subjects(client_a, client_b) -> tuple[str, str]:
