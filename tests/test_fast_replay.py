@@ -141,6 +141,7 @@ def test_llms_beyond_the_population_reach_the_extrapolation_share(math500, bank_
     standing so far is flagged is a design draw, and such steps occur, so the comparison covered the
     switch to the extrapolation share."""
     from catengine.scoring.standing import extrapolation_flag
+    from catengine.selection.doubly_robust import scheduled_design_draw
 
     data, rows = math500
     bank = BANKS[bank_name]()
@@ -155,6 +156,9 @@ def test_llms_beyond_the_population_reach_the_extrapolation_share(math500, bank_
         run = plan.run(y, cots, STEPS, np.random.default_rng(0))
         for n in range(2, run.steps):
             flag = extrapolation_flag(population, run.estimates[0, n], run.items[:n], y[run.items[:n]])
+            # the compiled standing agrees with the library's at every step: the schedule's share is 1
+            # exactly where the flag fires
+            assert run.design[n] == scheduled_design_draw(n, 1.0 if flag else 0.25), n
             if flag == side:
                 assert run.design[n]
                 flagged_any = True
