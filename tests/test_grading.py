@@ -169,8 +169,14 @@ def test_registry_and_grader_for():
     item = math_item("5")
     assert isinstance(grader_for(item, {"grader": {"name": "math", "version": "1"}}), MathGrader)
     assert isinstance(grader_for(item, {"grader": {"name": "math"}}), MathGrader)  # no version: the registered one
-    with pytest.raises(GraderError, match="version '0'.*version '1'"):
+    with pytest.raises(GraderError, match="version '0'.*version '2' \\(serving versions '1'\\)"):
         grader_for(item, {"grader": {"name": "math", "version": "0"}})
+    # the registered version, and the versions it serves (whose misread spellings it reads right)
+    assert isinstance(grader_for(item, {"grader": {"name": "math", "version": "2"}}), MathGrader)
+    assert MathGrader().grades_version("1") and MathGrader().grades_version(None)
+    assert not ChemBenchCorrectedGrader().grades_version("1")  # it reads answers on their merits: other verdicts
+    with pytest.raises(GraderError, match="chembench-corrected.*version '1'"):
+        grader_for(mcq_item("A"), {"grader": {"name": "chembench-corrected", "version": "1"}})
     with pytest.raises(GraderError, match="names no grader"):
         grader_for(item, {"prompts": {}})
     with pytest.raises(GraderError, match="names no grader"):
@@ -499,9 +505,11 @@ CHEMBENCH_TABLE = [
      "the letter, then its explanation"),
     ("chembench", mcq_item("B"), "[ANSWER]b[/ANSWER]", False, "ChemBench reads capital letters only"),
     ("chembench", mcq_item("B"), "[ANSWER]E[/ANSWER]", False, "not one of the item's four option letters"),
-    ("chembench", mcq_item("B"), "I'm sorry, but [ANSWER]B[/ANSWER]", False, "a refusal phrase: scored as a refusal"),
-    ("chembench", mcq_item("B"), "I do not think A holds. [ANSWER]B[/ANSWER]", False,
-     "'I do not' is one of ChemBench's refusal phrases, even inside reasoning"),
+    ("chembench", mcq_item("B"), "I'm sorry, but [ANSWER]B[/ANSWER]", True,
+     "a refusal phrase does not void the answer: ChemBench's reports flag such replies and score them"),
+    ("chembench", mcq_item("B"), "I do not think A holds. [ANSWER]B[/ANSWER]", True,
+     "'I do not' is one of ChemBench's refusal phrases, even inside reasoning; the answer is scored"),
+    ("chembench", mcq_item("B"), "I'm sorry, I cannot answer this question.", False, "a refusal without an answer"),
     ("chembench", number_item("27.58"), "[ANSWER]27.58[/ANSWER]", True, "the target"),
     ("chembench", number_item("27.58"), "[ANSWER]27.7[/ANSWER]", True, "|27.7 - 27.58| = 0.12 < 1% of 27.58"),
     ("chembench", number_item("27.58"), "[ANSWER]28[/ANSWER]", False, "|28 - 27.58| = 0.42 > 1% of 27.58"),
@@ -564,7 +572,8 @@ def test_chembench_extracted_and_reasons():
     assert grader.grade("[ANSWER]B, D[/ANSWER]", mcq_item("B")).reason == "several letters where one was expected"
     assert grader.grade("[ANSWER]A[/ANSWER]", mcq_item("A, C")).reason == "not the set of correct letters"
     assert grader.grade("The answer is B", mcq_item("B")) == Grade(False, None, "no answer letters found")
-    assert grader.grade("Sorry, [ANSWER]B[/ANSWER]", mcq_item("B")).reason.startswith("refusal detected")
+    assert grader.grade("Sorry, [ANSWER]B[/ANSWER]", mcq_item("B")).reason == "exactly the correct letters"
+    assert grader.grade("Sorry, I cannot tell.", mcq_item("B")).reason.startswith("refusal detected")
     assert grader.grade("[ANSWER]2.758 x 10^1[/ANSWER]", number_item("27.58")) == Grade(
         True, "2.758 x 10^1", "within 1% of the target")
     assert grader.grade("[ANSWER]n/a[/ANSWER]", number_item("27.58")) == Grade(False, "n/a", "no number found")

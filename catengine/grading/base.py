@@ -15,6 +15,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
+from catengine.clients.base import split_inline_reasoning
 from catengine.errors import CatEngineError
 
 if TYPE_CHECKING:  # the item type only; importing catengine.itembank would pull in xarray
@@ -22,6 +23,9 @@ if TYPE_CHECKING:  # the item type only; importing catengine.itembank would pull
 
 #: the reason of every grade of an empty (or whitespace-only) response
 EMPTY_RESPONSE = "empty response"
+#: the reason of the grade of a response that is only reasoning (``<think> ...`` without its closing
+#: tag, or nothing after ``</think>``)
+REASONING_ONLY = "no answer after the reasoning"
 
 
 class GraderError(CatEngineError, ValueError):
@@ -57,18 +61,24 @@ class Grader(ABC):
     """Role: grade a response text to an item.
 
     ``grade(response_text, item)`` returns a :class:`Grade`. ``name`` is the registry name,
-    ``version`` changes whenever a verdict could change, ``answer_types`` lists the item answer types
+    ``version`` changes whenever a verdict could change, ``serves`` lists the other versions whose
+    banks it grades (it differs from them only where they misread an answer's spelling: an answer they
+    found none in, or read wrong; docs/grading.md lists each change), ``answer_types`` lists the item answer types
     (``catengine.itembank.content.ANSWER_TYPES``) the grader handles. ``response_text`` None is
-    graded as an empty response; an item of another answer type, or whose reference answer the
+    graded as an empty response, reasoning written inline before the answer (``<think> ...
+    </think>``) is set aside; an item of another answer type, or whose reference answer the
     grader cannot read, raises :class:`GraderError`.
     """
 
     name: ClassVar[str] = ""
     version: ClassVar[str] = ""
+    serves: ClassVar[tuple[str, ...]] = ()
     answer_types: ClassVar[frozenset[str]] = frozenset()
 
     def grade(self, response_text: str | None, item: ItemContent) -> Grade:
-        """The verdict on ``response_text`` as the answer to ``item``."""
+        """The verdict on ``response_text`` as the answer to ``item``. Reasoning written inline
+        (``<think> ... </think> answer``, read as the clients read it:
+        :func:`catengine.clients.base.split_inline_reasoning`) is not graded, only the answer after it."""
         if response_text is None:
             response_text = ""
         if not isinstance(response_text, str):
@@ -76,7 +86,10 @@ class Grader(ABC):
         self.check_item(item)
         if not response_text.strip():
             return Grade(False, None, EMPTY_RESPONSE)
-        return self._grade(response_text, item)
+        answer, reasoning = split_inline_reasoning(response_text)
+        if not answer.strip():
+            return Grade(False, None, REASONING_ONLY if reasoning else EMPTY_RESPONSE)
+        return self._grade(answer, item)
 
     @abstractmethod
     def _grade(self, text: str, item: ItemContent) -> Grade:
@@ -96,6 +109,11 @@ class Grader(ABC):
         if not self.supports(item):
             raise GraderError(f"grader {self.name!r} grades answer types {sorted(self.answer_types)}; item "
                               f"{getattr(item, 'item', item)!r} has answer type {getattr(item, 'answer_type', None)!r}")
+
+    def grades_version(self, version) -> bool:
+        """Whether this grader grades the banks whose protocol records ``version`` of it: its own
+        version, or one it ``serves``; None (no version recorded) accepts it."""
+        return version is None or str(version) == self.version or str(version) in self.serves
 
     def as_protocol(self) -> dict:
         """The entry a bank's protocol records for this grader: ``{"name": ..., "version": ...}``."""

@@ -5,9 +5,13 @@ ChemBench calibration data was computed (ChemBench, chembench-paper @ 344e10e5,
 ``src/chembench/{constant,utils,prompter,metrics,analysis}.py``, MIT, (c) 2024 ChemBench
 maintainers; the patterns below are ChemBench's own):
 
-**Refusals.** A response containing one of ChemBench's refusal phrases (any case: "sorry",
-"I cannot", "I do not", "As an AI", "Unfortunately,", ...; :data:`REFUSAL_PHRASES`) is a refusal
-and is wrong, whatever it says between the tags.
+**Refusals.** ChemBench flags a response containing one of its refusal phrases (any case: "sorry",
+"I cannot", "I do not", "As an AI", "Unfortunately,", ...; :data:`REFUSAL_PHRASES`), but its
+calibration data scored the answer such a response gives all the same: in chembench-paper @
+8fe22914, the 91 Claude-2 reports whose reply holds a refusal phrase and an ``[ANSWER]`` tag are all
+flagged (``triggered_refusal``) and 49 of them scored correct. So this grader scores the answer; a
+response with a refusal phrase and no answer it can read is wrong, with the reason "refusal
+detected".
 
 **Multiple choice.** The letters are read from every ``[ANSWER]...[/ANSWER]`` (also ``[ANS]``,
 ``<ANS>``, ``<ANSWER>``, ``<ans>`` and their closing forms) holding capital letters separated by
@@ -27,13 +31,16 @@ calibration LLM scored wrong on each. This grader reproduces that, so the respon
 are scored as those of the calibration LLMs were. ChemBench's numbers are evaluated arithmetically
 here (mantissa, ``e`` exponent, ``x 10^n``), where ChemBench handed them to ``pint``.
 
-:class:`ChemBenchCorrectedGrader` (``"chembench-corrected"``) applies the same rules with the
-bound ``tolerance * |target|``, an exact answer always correct: a target <= 0 can then be
-answered correctly. Use it to score answers on their merits; use ``"chembench"`` to score them as
-the bank's calibration data was scored.
+:class:`ChemBenchCorrectedGrader` (``"chembench-corrected"``) keeps ChemBench's answer format and
+scoring and corrects its defects: the bound is ``tolerance * |target|``, an exact answer always
+correct (a target <= 0 can then be answered correctly); and answers ChemBench's patterns misread or cannot read are read on their merits
+(:mod:`catengine.grading.merits`). Use it to score answers on their merits; use ``"chembench"`` to
+score them as the bank's calibration data was scored.
 
-ChemBench also had an optional LLM extractor for untagged answers, which is not reproduced (an
-untagged answer that none of the rules above reads is wrong).
+ChemBench's calibration runs handed the responses its patterns could not read to an LLM extractor;
+``"chembench"`` does not reproduce it (an answer that none of the rules above reads is wrong).
+Reasoning written inline before the answer (``<think> ... </think>``) is set aside before any rule
+applies (:meth:`catengine.grading.base.Grader.grade`).
 """
 
 from __future__ import annotations
@@ -44,6 +51,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from catengine.grading.base import Grade, Grader, GraderError
+from catengine.grading.merits import NUMBER_WORDS, merit_letters, merit_number, words_to_number
 
 #: ChemBench's MCQ answer pattern (``MCQ_REGEX_TEMPLATE_1``)
 MCQ_PATTERN = (r"(?:\[ANSWER\]|\[ANS\]|<ANS>|<ANSWER>|<ans>)\s*([A-Z](?:,\s*[A-Z])*)\s*(?:\..*?|,.*?)?"
@@ -61,11 +69,7 @@ REFUSAL_PHRASES = (
     "If you have any other non-malicious requests", "I'm not able to provide", "I am really sorry",
     "I cannot create", "I cannot support", "I can't provide", "I can't assist", "I can't answer", "Unfortunately,",
 )
-_UNITS = ("zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen "
-          "sixteen seventeen eighteen nineteen").split()
-_TENS = "twenty thirty forty fifty sixty seventy eighty ninety".split()
-_SCALES = "hundred thousand million billion trillion".split()
-_NUM_WORDS = "|".join(_UNITS + _TENS + _SCALES)
+_NUM_WORDS = "|".join(NUMBER_WORDS)
 #: ChemBench's number-word pattern (``NUM_WORDS_REGEX``)
 NUMBER_WORDS_PATTERN = rf"((?:{_NUM_WORDS})(?:\s+(?:{_NUM_WORDS}))*)"
 
@@ -77,9 +81,6 @@ _NUMBER_WORDS = re.compile(NUMBER_WORDS_PATTERN, re.IGNORECASE)
 _ALPHABET = tuple(chr(c) for c in range(ord("A"), ord("Z") + 1))
 _NUMBER_VALUE = re.compile(r"([+-]?[0-9]*\.?[0-9]+)?\s?(?:\^([-+]?[0-9]+))?(?:(?:[eE]|exp|EXP)([-+]?[0-9]+))?"
                            r"(?:\s*(?:[*x\u00d7]|\\times)\s?([0-9]+)\^(?:([-+]?[0-9]+)|\{([-+]?[0-9]+)\}))?")
-_WORD_VALUES = {"and": (1, 0), **{w: (1, k) for k, w in enumerate(_UNITS)},
-                **{w: (1, 10 * k) for k, w in enumerate(_TENS, start=2)},
-                **{w: (10 ** (3 * k or 2), 0) for k, w in enumerate(_SCALES)}}
 
 REFUSAL = "refusal detected (ChemBench's refusal phrases)"
 EXACT_LETTERS = "exactly the correct letters"
@@ -134,20 +135,6 @@ def number_value(match: str) -> float | None:
     return value if math.isfinite(value) else None
 
 
-def words_to_number(words: str) -> int | None:
-    """ChemBench's ``text2int``: ``"twenty three"`` -> 23, ``"one hundred"`` -> 100 (None if a word is not a number word)."""
-    current = result = 0
-    for word in words.lower().split():
-        if word not in _WORD_VALUES:
-            return None
-        scale, increment = _WORD_VALUES[word]
-        current = current * scale + increment
-        if scale > 100:
-            result += current
-            current = 0
-    return result + current
-
-
 def chembench_number(text: str) -> tuple[float | None, str | None]:
     """``(value, what was read)`` of a numeric answer as ChemBench parses it: the first number of the
     first ``[ANSWER]`` span, else (no span) the first run of number words; ``(None, span or None)``
@@ -177,12 +164,16 @@ class ChemBenchGrader(Grader):
     """
 
     name: ClassVar[str] = "chembench"
-    version: ClassVar[str] = "1"
+    version: ClassVar[str] = "2"
+    serves: ClassVar[tuple[str, ...]] = ("1",)  # docs/grading.md: what version 1 misread
     answer_types: ClassVar[frozenset[str]] = frozenset({"multiple_choice", "number"})
     #: whether the numeric bound is ``tolerance * |target|`` (True) or ChemBench's ``tolerance * target``
     absolute_target: ClassVar[bool] = False
     #: relative tolerance of a numeric item that states none
     default_tolerance: ClassVar[float] = 0.01
+    #: whether answers are read on their merits (:mod:`catengine.grading.merits`, no refusal rule)
+    #: or by ChemBench's patterns alone
+    reads_on_merits: ClassVar[bool] = False
 
     def target(self, item) -> float:
         """``item``'s numeric target; raises :class:`GraderError` when its answer is not a number."""
@@ -195,15 +186,17 @@ class ChemBenchGrader(Grader):
         return value
 
     def _grade(self, text, item):
-        refusal = _REFUSAL.search(text)
-        if refusal is not None:
-            return Grade(False, None, f"{REFUSAL}: {refusal.group(0)!r}")
-        if item.answer_type == "multiple_choice":
-            return self._grade_letters(text, item)
-        return self._grade_number(text, item)
+        grade = self._grade_letters(text, item) if item.answer_type == "multiple_choice" else self._grade_number(text, item)
+        if grade.extracted is None and not self.reads_on_merits:
+            refusal = _REFUSAL.search(text)  # no answer read: say when the response refused
+            if refusal is not None:
+                return Grade(False, None, f"{REFUSAL}: {refusal.group(0)!r}")
+        return grade
 
     def _grade_letters(self, text, item) -> Grade:
         found = mcq_letters(text, item.option_letters)
+        if not found and self.reads_on_merits:
+            found = merit_letters(text, item.option_letters, item.options)
         if not found:
             return Grade(False, None, NO_LETTERS)
         extracted = ", ".join(sorted(found))
@@ -215,7 +208,7 @@ class ChemBenchGrader(Grader):
     def _grade_number(self, text, item) -> Grade:
         target = self.target(item)
         tolerance = self.default_tolerance if item.tolerance is None else float(item.tolerance)
-        value, read = chembench_number(text)
+        value, read = self.read_number(text)
         if value is None:
             return Grade(False, read, NO_NUMBER)
         bound = tolerance * (abs(target) if self.absolute_target else target)
@@ -225,12 +218,25 @@ class ChemBenchGrader(Grader):
         percent = f"{100 * tolerance:g}%"
         return Grade(within, read, f"within {percent} of the target" if within else f"not within {percent} of the target")
 
+    def read_number(self, text: str) -> tuple[float | None, str | None]:
+        """``(value, what was read)`` of the numeric answer in ``text``: ChemBench's reading
+        (:func:`chembench_number`), or on its merits (:func:`catengine.grading.merits.merit_number`)
+        when :attr:`reads_on_merits`."""
+        return merit_number(text) if self.reads_on_merits else chembench_number(text)
+
 
 @dataclass(frozen=True)
 class ChemBenchCorrectedGrader(ChemBenchGrader):
-    """``"chembench-corrected"``: ChemBench's rules with the numeric bound ``tolerance * |target|``
-    (an exact answer always correct), so that a target <= 0 can be answered correctly."""
+    """``"chembench-corrected"``: ChemBench's answer format and scoring with its defects corrected,
+    to score answers on their merits: the numeric bound is ``tolerance * |target|`` (an exact answer
+    always correct, so a target <= 0 can be answered correctly); answers ChemBench's patterns misread
+    or cannot read are read as a careful reader does (:mod:`catengine.grading.merits`:
+    ``[ANSWER]b[/ANSWER]``, ``[ANSWER]A and C[/ANSWER]``, "The correct option is (B)",
+    ``[ANSWER]30,700[/ANSWER]``, ``[ANSWER]1.5 × 10⁻²³[/ANSWER]``, ``[ANSWER]−41.9[/ANSWER]``); and a
+    refusal phrase does not void an answer the response gives (the calibration data never voided one)."""
 
     name: ClassVar[str] = "chembench-corrected"
-    version: ClassVar[str] = "1"
+    version: ClassVar[str] = "2"
+    serves: ClassVar[tuple[str, ...]] = ()  # version 1 read fewer answers on their merits: verdicts differ
     absolute_target: ClassVar[bool] = True
+    reads_on_merits: ClassVar[bool] = True

@@ -57,17 +57,99 @@ _TEXT_COMMANDS = r"(?:text|textrm|textbf|textit|mbox|mathrm)"
 _ARTICLE = re.compile(r"(\\" + _TEXT_COMMANDS + r"\{)\s*(?:an?|the)\s+", re.IGNORECASE)
 _NUMBER_IN_TEXT = re.compile(r"\\" + _TEXT_COMMANDS + r"\{\s*([-+]?\d[\d,]*(?:\.\d+)?)\s*[A-Za-z][A-Za-z .]*\}")
 _THIN_SPACE_GROUP = re.compile(r"(?<=\d)\\[,:; ]\s*(?=\d{3}(?!\d))")
+_SPACE_BEFORE_PERCENT = re.compile(r"(?:\s|\\[,:; !])+(?=\\%)")
 _GROUPED = re.compile(r"(?<![\d.,])\d{1,3}(?:,\d{3})+(?![\d,])")
 _DEGREE_SIGN = re.compile(r"\s*(?:°|\\degree\b)")
-_NUMBER_AND_WORDS = re.compile(r"^((?:\\\$)?\s*[-+]?\d[\d,]*(?:\.\d+)?)\s+([A-Za-z]{2,}\.?(?:\s+[A-Za-z]{2,}\.?)*)$")
+_NUMBER_AND_WORDS = re.compile(r"^((?:\\\$)?\s*[-+]?\d[\d,]*(?:\.\d+)?)\s+([A-Za-z]{2,}\.?(?:\s+[A-Za-z]{2,}\.?)*)"
+                               r"(\^\{?[23]\}?)?$")
 #: words that after a number are mathematics, not a unit
 _MATH_WORDS = {"pi", "sin", "cos", "tan", "cot", "sec", "csc", "log", "ln", "exp", "sqrt", "and", "or", "mod", "times"}
+
+#: unicode mathematics LLMs write outside LaTeX, as LaTeX
+_UNICODE_SYMBOLS = {"\u2212": "-", "\u221e": "\\infty ", "\u00b7": "\\cdot ", "\u22c5": "\\cdot ", "\u2264": "\\le ",
+                    "\u2265": "\\ge ", "\u2260": "\\ne ", "\u00b1": "\\pm ", "\u03c0": "\\pi "}
+_SUPERSCRIPTS = dict(zip("\u2070\u00b9\u00b2\u00b3\u2074\u2075\u2076\u2077\u2078\u2079\u207b\u207a", "0123456789-+"))
+_SUPERSCRIPT_RUN = re.compile("[" + "".join(_SUPERSCRIPTS) + "]+")
+_VULGAR_FRACTIONS = {"\u00bd": (1, 2), "\u2153": (1, 3), "\u2154": (2, 3), "\u00bc": (1, 4), "\u00be": (3, 4),
+                     "\u2155": (1, 5), "\u2156": (2, 5), "\u2157": (3, 5), "\u2158": (4, 5), "\u2159": (1, 6),
+                     "\u215a": (5, 6), "\u215b": (1, 8), "\u215c": (3, 8), "\u215d": (5, 8), "\u215e": (7, 8)}
+_ROOT = re.compile(r"(?<!\\)(?:\u221a|\bsqrt)\s*(?=[(\d.A-Za-z{])")
+_BARE_SIGNED_EXPONENT = re.compile(r"\^\s*([-+]\s*\d+(?:\.\d+)?)")
+_TIMES_TEN = re.compile(r"(?<=\d)\s*(?:x|\*)\s*(?=10\s*\^)")
+_E_NOTATION = re.compile(r"([-+]?(?:\d+\.?\d*|\.\d+))[eE]([-+]?\d+)")
+_SPACE_GROUPED = re.compile(r"[-+]?\d{1,3}(?: \d{3})+(?:\.\d+)?")
+
+
+def _plain_text_math(text: str) -> str:
+    """``text`` with mathematics written outside LaTeX rewritten as LaTeX: unicode signs (``−``,
+    ``∞``, ``·``, ``≤``, ``π``, ...), superscripts (``x²``, ``10⁻³``), vulgar fractions (``½``,
+    ``2½``), square roots (``√3``, ``√(x+1)``, ``sqrt(2)``), a tilde space (``10~\\text{cm}``), an
+    exponent with a sign but no braces (``10^-3``), ``x`` or ``*`` before a power of ten
+    (``1.2 x 10^-3``), and, as the whole answer, a number in e notation (``1.2e-3``) or grouped by
+    spaces (``1 000``)."""
+    for symbol, latex in _UNICODE_SYMBOLS.items():
+        text = text.replace(symbol, latex)
+    text = _SUPERSCRIPT_RUN.sub(lambda m: "^{" + "".join(_SUPERSCRIPTS[c] for c in m.group(0)) + "}", text)
+    for symbol, (p, q) in _VULGAR_FRACTIONS.items():
+        text = text.replace(symbol, f"\\frac{{{p}}}{{{q}}}")
+    text = _square_roots(text)
+    text = text.replace("~", " ")
+    text = _BARE_SIGNED_EXPONENT.sub(lambda m: "^{" + m.group(1).replace(" ", "") + "}", text)
+    text = _TIMES_TEN.sub(" \\\\times ", text)
+    if _E_NOTATION.fullmatch(text.strip()):
+        text = _E_NOTATION.sub(r"\1\\times 10^{\2}", text.strip())
+    if _SPACE_GROUPED.fullmatch(text.strip()):
+        text = text.strip().replace(" ", "")
+    return text
+
+
+def _square_roots(text: str) -> str:
+    """``√3``, ``√x``, ``√(x+1)``, ``√{x+1}`` and ``sqrt(2)`` as ``\\sqrt{...}``."""
+    out, k = [], 0
+    for match in _ROOT.finditer(text):
+        if match.start() < k:
+            continue
+        out.append(text[k:match.start()])
+        k = match.end()
+        if text[k] in "({":
+            close = _closing(text, k)
+            if close is None:
+                out.append(text[match.start():k])
+                continue
+            out.append("\\sqrt{" + text[k + 1:close] + "}")
+            k = close + 1
+        else:
+            operand = re.match(r"\d*\.?\d+|[A-Za-z]", text[k:])
+            if operand is None:
+                out.append(text[match.start():k])
+                continue
+            out.append("\\sqrt{" + operand.group(0) + "}")
+            k += operand.end()
+    return "".join(out) + text[k:]
+
+
+def _closing(text: str, open_at: int) -> int | None:
+    """The index of the bracket closing the one at ``open_at`` (None if it never closes)."""
+    pairs = {"(": ")", "{": "}"}
+    opening, closing = text[open_at], pairs[text[open_at]]
+    depth = 0
+    for k in range(open_at, len(text)):
+        if text[k] == opening:
+            depth += 1
+        elif text[k] == closing:
+            depth -= 1
+            if depth == 0:
+                return k
+    return None
 
 
 def normalise_math_answer(answer: str) -> str:
     """``answer`` with the spellings math-verify does not read rewritten (applied to the reference
     and to the response's answer alike):
 
+    * mathematics written outside LaTeX (:func:`_plain_text_math`): unicode signs, superscripts,
+      vulgar fractions and roots (``−3``, ``x²``, ``10⁻³``, ``½``, ``√3``, ``sqrt(2)``, ``∞``),
+      ``10^-3``, ``1.2 x 10^-3``, ``1.2e-3`` and ``1 000``;
     * thousands separators: ``,\\!`` and ``{,}`` become ``,``, a thin space between digit groups
       (``32\\,348``) goes, and a number grouped by commas (``32,348``, ``11,111,111,100``) loses
       its commas when the answer holds no bracket (so tuples and intervals keep theirs);
@@ -75,14 +157,16 @@ def normalise_math_answer(answer: str) -> str:
     * an article at the start of a ``\\text{}`` goes (``\\text{an ellipse}`` is ``\\text{ellipse}``),
       and a ``\\text{}`` holding a number and unit words holds only the number
       (``\\text{5.4 cents}``);
-    * plain words after a number (``32348 dollars``) are a unit in ``\\text{}`` (unless one is
-      mathematics: ``pi``, ``sqrt``, ``and``, ...).
+    * plain words after a number (``32348 dollars``, ``27 cm^2``) are a unit in ``\\text{}`` (unless
+      one is mathematics: ``pi``, ``sqrt``, ``and``, ...), and a space before ``\\%`` goes.
 
     Everything else (``\\$``, ``\\dfrac``, ``\\left(``, ``\\text{}`` units after a number, ``^\\circ``,
     ``\\pm``, percent) math-verify reads itself.
     """
-    text = re.sub(r",\\!\s*", ",", answer.strip()).replace("\\!", "").replace("{,}", ",")
+    text = _plain_text_math(answer.strip())
+    text = re.sub(r",\\!\s*", ",", text.strip()).replace("\\!", "").replace("{,}", ",")
     text = _THIN_SPACE_GROUP.sub("", text)
+    text = _SPACE_BEFORE_PERCENT.sub("", text)
     text = _DEGREE_SIGN.sub("^\\\\circ", text)
     text = _ARTICLE.sub(r"\1", text)
     text = _NUMBER_IN_TEXT.sub(r"\1", text)
@@ -90,7 +174,7 @@ def normalise_math_answer(answer: str) -> str:
         text = _GROUPED.sub(lambda m: m.group(0).replace(",", ""), text)
     unit = _NUMBER_AND_WORDS.match(text)
     if unit is not None and not {w.strip(".").lower() for w in unit.group(2).split()} & _MATH_WORDS:
-        text = f"{unit.group(1)} \\text{{ {unit.group(2)}}}"
+        text = f"{unit.group(1)} \\text{{ {unit.group(2)}}}{unit.group(3) or ''}"
     return text
 
 
@@ -325,7 +409,8 @@ class MathGrader(Grader):
     """
 
     name: ClassVar[str] = "math"
-    version: ClassVar[str] = "1"
+    version: ClassVar[str] = "2"
+    serves: ClassVar[tuple[str, ...]] = ("1",)  # docs/grading.md: what version 1 misread
     answer_types: ClassVar[frozenset[str]] = frozenset({"math", "integer"})
     max_answer_chars: int = 300
 

@@ -87,13 +87,14 @@ class RunResult(RunOutcome):
 
 def protocol_grader(protocol: dict, name: str | None = None):
     """The grader a bank's protocol names (or the registered grader ``name``), at the protocol's version
-    when it names that grader (a different version is refused: its verdicts could differ)."""
+    when it names that grader (a version the registered grader does not serve is refused: its verdicts
+    could differ; ``Grader.grades_version``)."""
     from catengine.grading import GraderError, get_grader
 
     wanted = protocol.get("grader", {}) if isinstance(protocol, dict) else {}
     grader = get_grader(name or wanted.get("name"))
     version = wanted.get("version")
-    if (name is None or name == wanted.get("name")) and version is not None and str(version) != str(grader.version):
+    if (name is None or name == wanted.get("name")) and not grader.grades_version(version):
         raise GraderError(f"the bank's protocol names grader {grader.name!r} version {version}, this library has version "
                           f"{grader.version}: its verdicts could differ from the calibration's")
     return grader
