@@ -175,29 +175,6 @@ def test_a_resumed_log_refuses_other_settings(tmp_path):
             run_model(bank, opened, log=log)
 
 
-def test_a_log_that_records_no_inline_reasoning_resumes_only_with_replies_read_as_they_stand(tmp_path):
-    """A log whose settings lack ``inline_reasoning`` graded the replies' content as it stood: it
-    resumes with ``inline_reasoning="off"`` and refuses the default, naming the setting."""
-    bank = open_item_bank("math500_2pl")
-    log = tmp_path / "run.jsonl"
-    with LLMServer(bank, theta=0.5, seed=7) as server:
-        run_model(bank, OpenAIChatClient("sim-llm", base_url=server.base_url, inline_reasoning="off"), log=log,
-                  concurrency=2, stopping=MaxItems(3), seed=1)
-        lines = log.read_text().splitlines()
-        edited = []
-        for line in lines:
-            event = json.loads(line)
-            if event.get("event") == "note" and event.get("kind") == "run":
-                assert event.pop("inline_reasoning") == "off"
-            edited.append(json.dumps(event))
-        log.write_text("\n".join(edited) + "\n")
-        with pytest.raises(RunConfigurationError, match=r"inline_reasoning: log 'off', options 'auto'"):
-            run_model(bank, OpenAIChatClient("sim-llm", base_url=server.base_url), log=log, stopping=MaxItems(5))
-        result = run_model(bank, OpenAIChatClient("sim-llm", base_url=server.base_url, inline_reasoning="off"),
-                           log=log, concurrency=2, seed=1)
-        assert result.error is None and result.session.n_items == 3  # resumed: the log's own test, already done
-
-
 def test_the_inline_reasoning_option_reaches_the_client_and_the_log(tmp_path):
     with LLMServer("math500_2pl", theta=0.5, seed=4) as server:
         log = tmp_path / "opened.jsonl"

@@ -17,7 +17,7 @@ charge (``max_retries`` and ``timeout`` set them); when ``generate`` still fails
 The reply maps to a :class:`Completion`: ``text`` the output's ``completion`` with any reasoning
 still inline in it moved to ``reasoning`` (Inspect takes a complete ``<think> ... </think>`` block out
 itself; a block the chat template opened, or one cut off before its closing tag, is read as
-:func:`~catengine.clients.base.split_inline_reasoning` reads it with ``inline_reasoning``, default
+:func:`~catengine.inline_reasoning.split_inline_reasoning` reads it with ``inline_reasoning``, default
 "auto"); ``reasoning`` the output's reasoning parts; ``finish_reason``
 from Inspect's ``stop_reason`` ("max_tokens" and "model_length", where the output was cut, become
 "length"; "stop", "content_filter", "tool_calls" and "unknown" stay); ``completion_tokens``,

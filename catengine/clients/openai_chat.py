@@ -65,7 +65,7 @@ answer after the closing tag as the text, and a reply cut off inside an unclosed
 text ("": graded as an empty response, never read for an answer). ``inline_reasoning="opened"``
 says the chat template always opens the thinking (DeepSeek-R1 distills without a reasoning parser),
 so a reply without a closing tag is all unfinished thinking, even one cut off before it wrote any
-tag; ``"off"`` takes the content as it stands (:func:`~catengine.clients.base.split_inline_reasoning`).
+tag; ``"off"`` takes the content as it stands (:func:`~catengine.inline_reasoning.split_inline_reasoning`).
 A refusal the server reports apart (``message.refusal`` with ``content`` null) is
 :attr:`Completion.refusal`, and the text is "".
 """

@@ -15,8 +15,8 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
-from catengine.clients.base import split_inline_reasoning
 from catengine.errors import CatEngineError
+from catengine.inline_reasoning import split_inline_reasoning
 
 if TYPE_CHECKING:  # the item type only; importing catengine.itembank would pull in xarray
     from catengine.itembank.content import ItemContent
@@ -78,7 +78,7 @@ class Grader(ABC):
     def grade(self, response_text: str | None, item: ItemContent) -> Grade:
         """The verdict on ``response_text`` as the answer to ``item``. Reasoning written inline
         (``<think> ... </think> answer``, read as the clients read it:
-        :func:`catengine.clients.base.split_inline_reasoning`) is not graded, only the answer after it."""
+        :func:`catengine.inline_reasoning.split_inline_reasoning`) is not graded, only the answer after it."""
         if response_text is None:
             response_text = ""
         if not isinstance(response_text, str):

@@ -34,6 +34,20 @@ from __future__ import annotations
 
 import re
 
+#: unicode superscript digits and signs, and a run of them (``x²``, ``10⁻³``): read as an exponent
+SUPERSCRIPTS = dict(zip("\u2070\u00b9\u00b2\u00b3\u2074\u2075\u2076\u2077\u2078\u2079\u207b\u207a", "0123456789-+"))
+SUPERSCRIPT_RUN = re.compile("[" + "".join(SUPERSCRIPTS) + "]+")
+
+
+def superscripts_as_exponent(text: str, braces: bool = False) -> str:
+    """``text`` with every run of unicode superscripts written as an exponent: ``x²`` -> ``x^2``
+    (``x^{2}`` with ``braces``)."""
+    def exponent(m):
+        digits = "".join(SUPERSCRIPTS[c] for c in m.group(0))
+        return "^{" + digits + "}" if braces else "^" + digits
+
+    return SUPERSCRIPT_RUN.sub(exponent, text)
+
 #: reasons of :func:`final_answer` when it finds no answer
 NO_FINAL_ANSWER = "no final answer found"
 UNTERMINATED_BOX = "unterminated \\boxed{ (no closing brace: truncated response?)"

@@ -36,7 +36,7 @@ from fractions import Fraction
 from typing import ClassVar
 
 from catengine.grading.base import Grade, Grader, GraderError
-from catengine.grading.extraction import final_answer
+from catengine.grading.extraction import final_answer, superscripts_as_exponent
 from catengine.validation import integer_at_least
 
 #: an answer whose value has more decimal digits than this is not compared
@@ -68,8 +68,6 @@ _MATH_WORDS = {"pi", "sin", "cos", "tan", "cot", "sec", "csc", "log", "ln", "exp
 #: unicode mathematics LLMs write outside LaTeX, as LaTeX
 _UNICODE_SYMBOLS = {"\u2212": "-", "\u221e": "\\infty ", "\u00b7": "\\cdot ", "\u22c5": "\\cdot ", "\u2264": "\\le ",
                     "\u2265": "\\ge ", "\u2260": "\\ne ", "\u00b1": "\\pm ", "\u03c0": "\\pi "}
-_SUPERSCRIPTS = dict(zip("\u2070\u00b9\u00b2\u00b3\u2074\u2075\u2076\u2077\u2078\u2079\u207b\u207a", "0123456789-+"))
-_SUPERSCRIPT_RUN = re.compile("[" + "".join(_SUPERSCRIPTS) + "]+")
 _VULGAR_FRACTIONS = {"\u00bd": (1, 2), "\u2153": (1, 3), "\u2154": (2, 3), "\u00bc": (1, 4), "\u00be": (3, 4),
                      "\u2155": (1, 5), "\u2156": (2, 5), "\u2157": (3, 5), "\u2158": (4, 5), "\u2159": (1, 6),
                      "\u215a": (5, 6), "\u215b": (1, 8), "\u215c": (3, 8), "\u215d": (5, 8), "\u215e": (7, 8)}
@@ -89,7 +87,7 @@ def _plain_text_math(text: str) -> str:
     spaces (``1 000``)."""
     for symbol, latex in _UNICODE_SYMBOLS.items():
         text = text.replace(symbol, latex)
-    text = _SUPERSCRIPT_RUN.sub(lambda m: "^{" + "".join(_SUPERSCRIPTS[c] for c in m.group(0)) + "}", text)
+    text = superscripts_as_exponent(text, braces=True)
     for symbol, (p, q) in _VULGAR_FRACTIONS.items():
         text = text.replace(symbol, f"\\frac{{{p}}}{{{q}}}")
     text = _square_roots(text)

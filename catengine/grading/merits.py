@@ -34,7 +34,7 @@ import math
 import re
 from collections.abc import Sequence
 
-from catengine.grading.extraction import final_answer
+from catengine.grading.extraction import final_answer, superscripts_as_exponent
 
 #: an answer span: ChemBench's opening tags in any case, up to a closing tag whose slash or spelling
 #: may have slipped (the content is bounded: an answer is short)
@@ -49,8 +49,6 @@ _LEADING_LETTER = re.compile(r"[(\[]?([A-Za-z])[)\].:](?:\s|$)")
 #: a response read whole as a letter list is one short line
 _WHOLE_RESPONSE_CHARS = 80
 
-_SUPERSCRIPTS = dict(zip("\u2070\u00b9\u00b2\u00b3\u2074\u2075\u2076\u2077\u2078\u2079\u207b\u207a", "0123456789-+"))
-_SUPERSCRIPT_RUN = re.compile("[" + "".join(_SUPERSCRIPTS) + "]+")
 
 
 def _power(group: str) -> str:
@@ -172,7 +170,7 @@ def first_number(content: str) -> tuple[float | None, str | None]:
     docstring for the spellings read), or ``(None, content)`` when it holds none."""
     s = content.replace("\u2212", "-").replace("{,}", ",").replace("\\!", "")
     s = re.sub(r"(?<=\d)\\[,:; ](?=\d{3}(?!\d))", "", s)
-    s = _SUPERSCRIPT_RUN.sub(lambda m: "^" + "".join(_SUPERSCRIPTS[c] for c in m.group(0)), s)
+    s = superscripts_as_exponent(s)
     match = _NUMBER.search(s)
     if match is None:
         return None, content.strip() or None

@@ -54,8 +54,8 @@ def add_subcommands(sub, *, add_strategy_options, strategies, open_bank) -> None
     run.add_argument("--inline-reasoning", choices=("auto", "opened", "off"), default="auto",
                      help="reasoning written in the reply before the answer (<think> ... </think>): 'auto' grades the "
                           "text after the closing tag, 'opened' also when the chat template wrote the opening tag "
-                          "(a reply with no closing tag is unfinished reasoning), 'off' grades the reply as it "
-                          "stands (default auto; docs/running_models.md)")
+                          "(a reply with no closing tag is unfinished reasoning), 'off' logs the reply whole (the "
+                          "graders still set a tagged block aside) (default auto; docs/running_models.md)")
     run.add_argument("--timeout", type=float, default=600.0, help="seconds per request before it is retried (default 600)")
     run.add_argument("--retries", type=int, default=6, help="retries of a failed request (429, 5xx, timeouts; default 6)")
     run.add_argument("--max-requests", type=int, default=None, help="stop before sending more requests than this")

@@ -33,8 +33,6 @@ from catengine.errors import CatEngineError
 #: run settings that must agree between a log and the options of the run that resumes it
 RESUME_KEYS = ("bank_id", "bank_version", "model", "endpoint", "max_tokens", "sampling", "grader", "grader_version",
                "include_flagged", "inline_reasoning")
-#: what a log that does not record a setting ran with: replies read as they stood (no inline reasoning taken out)
-RECORDED_DEFAULTS = {"inline_reasoning": "off", "inline_reasoning_a": "off", "inline_reasoning_b": "off"}
 
 
 class RunConfigurationError(CatEngineError, ValueError):
@@ -109,7 +107,7 @@ def run_settings(bank, client, grader, *, max_tokens, sampling, include_flagged)
 
 
 def inline_reasoning_of(client) -> str:
-    """How ``client`` reads reasoning inline in a reply (``catengine.clients.base.split_inline_reasoning``):
+    """How ``client`` reads reasoning inline in a reply (``catengine.inline_reasoning.split_inline_reasoning``):
     its ``inline_reasoning``, or "off" for a client that has no such setting (its text as it stands)."""
     return str(getattr(client, "inline_reasoning", "off"))
 
@@ -125,10 +123,8 @@ def _recorded_settings(log: Path) -> dict | None:
 
 def _check_resume(recorded: dict, settings: dict, log: Path, keys=RESUME_KEYS, what: str = "a run") -> None:
     """Refuse to resume ``log`` (which records ``what``) with ``settings`` that differ in ``keys``."""
-    def logged(key):
-        return recorded.get(key, RECORDED_DEFAULTS.get(key))
-
-    differ = [f"{key}: log {logged(key)!r}, options {settings[key]!r}" for key in keys if logged(key) != settings[key]]
+    differ = [f"{key}: log {recorded.get(key)!r}, options {settings[key]!r}" for key in keys
+              if recorded.get(key) != settings[key]]
     if differ:
         raise RunConfigurationError(f"{log} records {what} with other settings ({'; '.join(differ)}); resume it with "
                                     "the same options, or give a new --log file")
