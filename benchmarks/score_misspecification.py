@@ -1,7 +1,7 @@
 """The default score under deliberately wrong banks: bias, variance and coverage by simulation.
 
-``python benchmarks/score_misspecification.py [--reps 2000] [--lengths 10,25,50] [--flag-seeds 0,1,2,3]
-[--flag-margins 0,0.25,0.5,1] [--flag-alternatives]``
+``python benchmarks/score_misspecification.py [--reps 2000] [--lengths 10,25,50] [--variance-rules]
+[--flag-seeds 0,1,2,3] [--flag-margins 0,0.25,0.5,1] [--flag-alternatives]``
 
 The larger run behind ``tests/test_score_misspecification.py`` (same worlds, same seeds for the
 banks and LLMs). Banks are fitted as 2PL by cBMM (every default but the interval check, the
@@ -23,6 +23,9 @@ it only when a surprising draw pushed it outside; docs/math.md §7.7), the marti
 estimate sum_t w_t^2 (D_t - A^)^2 / (1 - sum_t w_t^2) over the Monte-Carlo variance of A^, the
 reported variance (the pooled one) over that of the reported estimate, the 95% interval's coverage,
 the MAE over that of the mean of as many random items, and the model-only prediction's bias.
+``--variance-rules`` adds two coverages: of the same estimate with the draws' own variance alone
+(the martingale estimate and its Student-t quantile, no model figure pooled in), and of the
+estimate plus or minus 1.96 Monte-Carlo SDs (an oracle: the spread no session knows).
 
 Then the extrapolation flag (``catengine.scoring.standing``): 400 simulated LLMs x 300 items per
 world and seed; a bank from the LLMs below the 60th accuracy percentile replays those above the
@@ -54,15 +57,19 @@ J, N_CALIBRATION, WORLDS = _worlds.J, _worlds.N_CALIBRATION, _worlds.WORLDS
 truth_model, fitted_bank, world = _worlds.truth_model, _worlds.fitted_bank, _worlds.world
 
 
-def score_runs(reps, lengths):
+def score_runs(reps, lengths, variance_rules=False):
+    from statistics import NormalDist
+
     from catengine import CATSession
     from catengine.scoring import random_mean_mae
-    from catengine.scoring.design import draw_weights
+    from catengine.scoring.design import design_estimate, draw_weights
     from catengine.session.scoring import design_parts
     from catengine.stopping import MaxItems
 
+    z95 = NormalDist().inv_cdf(0.975)
     print(f"{'world':9s} {'LLM':6s} {'acc':>5s} {'k':>3s} {'bias/MCSE':>9s} {'A^ bias':>8s} {'se2/MC':>7s} {'rep/MC':>7s} "
-          f"{'cover':>6s} {'MAE x rand':>10s} {'model bias':>10s}")
+          f"{'cover':>6s} {'MAE x rand':>10s} {'model bias':>10s}"
+          + (f" {'draws alone':>11s} {'MC SD':>6s}" if variance_rules else ""))
     for w, kind in enumerate(WORLDS):
         t0 = time.perf_counter()
         bank, p, rng, strongest = world(kind, 10 + w)
@@ -82,15 +89,25 @@ def score_runs(reps, lengths):
                         terms = design_parts(s, by=False)["terms"][:, 0]
                         weights = draw_weights(terms.size, J)
                         raw = float(terms @ weights)
-                        rows[n].append((score.accuracy, score.low, score.high, score.sd ** 2,
-                                        np.sum(weights**2 * (terms - raw) ** 2) / (1 - np.sum(weights**2)), model.accuracy,
-                                        raw))
+                        row = [score.accuracy, score.low, score.high, score.sd ** 2,
+                               np.sum(weights**2 * (terms - raw) ** 2) / (1 - np.sum(weights**2)), model.accuracy, raw]
+                        if variance_rules:  # the same estimate with the draws' own variance alone (no model figure)
+                            known = float(sum(r.correct for r in s.history))
+                            alone = design_estimate(terms * J, n_items=J, bounds=(known, known + J - n), weights=weights)
+                            row += [alone.low / J, alone.high / J]
+                        rows[n].append(row)
             for k, v in rows.items():
-                est, low, high, rep, se2, model, raw = np.array(v).T
+                a = np.array(v)
+                est, low, high, rep, se2, model, raw = a[:, :7].T
                 mc = est.var(ddof=1)
-                print(f"{kind:9s} {where:6s} {truth:5.3f} {k:3d} {(est.mean() - truth) / math.sqrt(mc / est.size):+9.2f} "
-                      f"{(raw.mean() - truth) / math.sqrt(raw.var(ddof=1) / raw.size):+8.2f} {se2.mean() / raw.var(ddof=1):7.3f} {rep.mean() / mc:7.3f} {np.mean((low <= truth) & (truth <= high)):6.3f} "
-                      f"{np.mean(np.abs(est - truth)) / random_mean_mae(truth, J, k):10.2f} {model.mean() - truth:+10.3f}")
+                line = (f"{kind:9s} {where:6s} {truth:5.3f} {k:3d} {(est.mean() - truth) / math.sqrt(mc / est.size):+9.2f} "
+                        f"{(raw.mean() - truth) / math.sqrt(raw.var(ddof=1) / raw.size):+8.2f} {se2.mean() / raw.var(ddof=1):7.3f} {rep.mean() / mc:7.3f} {np.mean((low <= truth) & (truth <= high)):6.3f} "
+                        f"{np.mean(np.abs(est - truth)) / random_mean_mae(truth, J, k):10.2f} {model.mean() - truth:+10.3f}")
+                if variance_rules:
+                    alone_low, alone_high = a[:, 7], a[:, 8]
+                    line += (f" {np.mean((alone_low <= truth) & (truth <= alone_high)):11.3f}"
+                             f" {np.mean(np.abs(est - truth) <= z95 * math.sqrt(mc)):6.3f}")
+                print(line)
         print(f"  ({kind}: {time.perf_counter() - t0:.0f} s)", flush=True)
 
 
@@ -190,12 +207,15 @@ def main(argv=None) -> int:
     ap.add_argument("--lengths", default="10,25,50")
     ap.add_argument("--flag-seeds", default="0,1,2,3")
     ap.add_argument("--flag-margins", default="", help="other margins to read the flag's band evidence with, e.g. 0,0.25,1")
+    ap.add_argument("--variance-rules", action="store_true",
+                    help="also print the coverage of the same estimate with the draws' own variance alone, and of "
+                         "an interval of the Monte-Carlo SD (an oracle no session has)")
     ap.add_argument("--flag-alternatives", action="store_true",
                     help="also classify the same answers with the world's own posterior and with the bank's 2PL")
     args = ap.parse_args(argv)
     lengths = tuple(int(x) for x in args.lengths.split(","))
     t0 = time.perf_counter()
-    score_runs(args.reps, lengths)
+    score_runs(args.reps, lengths, args.variance_rules)
     seeds = [int(x) for x in args.flag_seeds.split(",") if x]
     if seeds:
         flag_runs(seeds, lengths, [float(x) for x in args.flag_margins.split(",") if x], args.flag_alternatives)

@@ -76,6 +76,29 @@ def test_exactly_unbiased_with_an_unbiased_variance_by_enumeration():
     assert se2 == pytest.approx(second - mean**2, abs=1e-12)
 
 
+@pytest.mark.parametrize("n", [2, 3, 5, 6])
+def test_draw_weights_reduce_uniform_draws_to_simple_random_sampling(n):
+    """Closed forms of simple random sampling without replacement, over every ordered sample of n of
+    7 items (outcomes that are not 0/1, as CoT lengths): with uniform draws and no model, the
+    weighted mean of the terms (``draw_weights``) is the mean of the drawn outcomes in every sample,
+    and the weighted variance estimate averages to that mean's exact variance (1 - n / J) S^2 / n."""
+    from catengine.scoring.design import draw_weights
+
+    y = np.array([3.0, 0.0, 1.0, 4.0, 1.0, 5.0, 9.0])
+    J = y.size
+    w = draw_weights(n, J)
+    assert w.sum() == pytest.approx(1.0, abs=1e-15) and np.all(w > 0)
+    se2, count = 0.0, 0
+    for order in itertools.permutations(range(J), n):
+        order = list(order)
+        d = design_terms(order, y[order], [True] * n, 1.0 / (J - np.arange(n)), np.zeros((n, J)))[:, 0]
+        e = design_estimate(d, n_items=J, weights=w)
+        assert e.mean == pytest.approx(y[order].mean(), rel=1e-12)
+        se2 += e.se**2
+        count += 1
+    assert se2 / count == pytest.approx((1 - n / J) * y.var(ddof=1) / n, rel=1e-12)
+
+
 def test_coverage_by_simulation_with_a_wrong_fixed_model():
     rng = np.random.default_rng(1)
     J, n, reps, eps = 100, 30, 1500, 0.5
@@ -199,8 +222,8 @@ def test_design_predictions_use_the_model_posterior_and_the_probabilities_the_wi
     assert np.any((lam > 0) & (lam < 1))
     terms = design_terms(order, y[order], drawn, p_drawn, lam[:, None] * model)[:, 0]
     floor = model_variance_terms(model, pi, remaining, weight=lam)[:, 0]
-    # each draw weighted by its index: (J / (J - t))^2, normalised
-    w = (40 / (40 - np.arange(12))) ** 2
+    # each draw weighted by its index: 1 / ((J - t) (J - t - 1)), normalised
+    w = 1 / ((40 - np.arange(12)) * (39 - np.arange(12)))
     ref = design_estimate(terms, n_items=40, model_variances=floor, bounds=(y[order].sum() / 40, 1 - (12 - y[order].sum()) / 40),
                           weights=w / w.sum())
     d = s.predicted_score(method="design", by=False)
@@ -438,7 +461,7 @@ def test_design_cot_floor_is_the_smeared_variance_of_the_unanswered_tokens():
             var = np.exp(2 * (p.omega[rem] - p.phi[rem] * before[t].tau)) * smeared
             assert floor[t] == pytest.approx(np.sum(var / pi[t][rem]) / J**2, rel=1e-10)
         d_t = design_terms(order, tokens, np.ones(n, bool), np.array([r.criterion for r in h]), g)[:, 0]
-        w = (J / (J - np.arange(n))) ** 2  # each draw weighted by its index (catengine.scoring.design.draw_weights)
+        w = 1 / ((J - np.arange(n)) * (J - 1 - np.arange(n)))  # each draw weighted by its index (design.draw_weights)
         w /= w.sum()
         mean = d_t @ w
         empirical = np.sum(w * w * (d_t - mean) ** 2) / (1 - np.sum(w * w))

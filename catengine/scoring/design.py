@@ -71,18 +71,23 @@ class DesignEstimate:
 
 def draw_weights(n_draws: int, n_items: int) -> np.ndarray:
     """The weights of the terms D_t of ``n_draws`` successive draws over ``n_items`` items (summing to
-    1): w_t proportional to (J / (J - t))^2, the inverse of the factor by which the t-th draw's
-    term (t = 0, 1, ...) varies less than the first's when every earlier step drew an item (its
-    correction term estimates J - t unknown items, each with a probability about 1 / (J - t)). They
-    depend on the draw's index only, so the weighted mean of terms whose conditional means are all A
-    is unbiased for any number of draws fixed in advance; with equal weights the terms of the first
-    draws, which still estimate nearly every item, would count as much as the last ones (half of a
-    40-item benchmark drawn uniformly: their average varies 1.17 times as much as the mean of as many
-    random items; with these weights, 1.01 times)."""
+    1): w_t proportional to 1 / ((J - t) (J - t - 1)) for the t-th draw (t = 0, 1, ...), the inverse
+    of its term's expected conditional variance when every earlier step drew an item uniformly:
+    the correction (y - f) / pi of a uniform draw from the J - t items still unknown is (J - t)
+    times an answer of a random remaining item, and the variance of the answers of a random set of
+    m items has the expectation (m - 1) / m times the bank's, so E Var_t(D_t) is proportional to
+    (J - t) (J - t - 1). With uniform draws and no model (f = 0) these weights make sum_t w_t D_t
+    exactly the mean of the drawn answers, the estimate of simple random sampling without
+    replacement, whatever the answers (docs/math.md §7.7). The last item of a bank (t = J - 1) is
+    drawn with probability 1 and its term is the accuracy itself; its weight is 1 / (1 x 1) in place
+    of 1 / 0 (any positive weight keeps the estimate unbiased, and the reported estimate, projected
+    onto the attainable range, is then exact). They depend on the draw's index only, so the weighted mean of
+    terms whose conditional means are all A is unbiased for any number of draws fixed in advance."""
     n, J = int(n_draws), int(n_items)
     if n < 0 or J < 1 or n > J:
         raise ValueError(f"need 0 <= n_draws <= n_items with n_items >= 1, got {n_draws!r} and {n_items!r}")
-    w = (J / (J - np.arange(n, dtype=np.float64))) ** 2
+    unknown = J - np.arange(n, dtype=np.float64)  # the items not answered at each draw: J - t
+    w = 1.0 / (unknown * np.maximum(unknown - 1.0, 1.0))
     return w / w.sum() if n else w
 
 
