@@ -2,7 +2,8 @@
 
 ``python benchmarks/score_extrapolation.py [math500-cbmm|math500-saem|amc23-saem|chembench|sim-guess|sim-4pl|
 sim-twofactor|psn|all] [--reps 3] [--seed 0] [--splits strength-up,strength-down,random]
-[--design opening=5,share=0.5] [--batch 10] [--lengths 10,25,50] [--bound] [--strength-edges 0.60,0.85]``
+[--design opening=5,share=0.5] [--batch 10] [--lengths 10,25,50] [--bound] [--strength-edges 0.60,0.85]
+[--exclude-flagged]``
 
 Two splits of each shared data set, LLMs (with all their runs) on one side only:
 
@@ -34,7 +35,10 @@ of banks with score factors, the error a design-unbiased estimator cannot beat: 
 lower bound on the anticipated variance of any design-unbiased estimator from k draws,
 (1/J^2) [(sum_j s_j)^2 / k - sum_j s_j^2], s_j = sqrt(f_j (1 - f_j)) with f_j the bank's score-factor
 probabilities at the held-out LLM's own full-benchmark mode (the model's best knowledge of it), as
-an MAE (sqrt(2 / pi) times its root) over random items' exact MAE.
+an MAE (sqrt(2 / pi) times its root) over random items' exact MAE. ``--exclude-flagged`` (MATH500
+and ChemBench) excludes from every session, before its first item, the items the shipped bank flags
+(``grading_note``: 11 on MATH-500, 18 on ChemBench), as ``catengine run`` does by default; the truth
+is then the accuracy over the other items.
 """
 
 from __future__ import annotations
@@ -48,7 +52,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from _paths import CHEMBENCH, PSN_IRT, lart_files, psn_missing  # noqa: E402
+from _paths import CHEMBENCH, PSN_IRT, ROOT, lart_files, psn_missing  # noqa: E402
 
 LENGTHS = {"math500": (10, 25, 50, 100), "amc23": (5, 10, 20), "chembench": (10, 25, 50, 100), "psn": (10, 25, 50),
            "sim": (10, 25, 50)}
@@ -145,7 +149,20 @@ def splits(data, seed, edges=STRENGTH_EDGES):
     return out
 
 
-def replay(bank, y, cot, lengths, rng, design=None, batch=1):
+def flagged_items(benchmark, data) -> np.ndarray:
+    """The data's item indices that the shipped bank of ``benchmark`` flags (``grading_note``), which
+    ``catengine run`` leaves out; the bank's ids are the data's with a ``<benchmark>/`` prefix."""
+    from catengine.cli.options import open_bank
+
+    shipped = {"math500": "math500_2pl", "chembench": "chembench_2pl"}.get(benchmark)
+    if shipped is None:
+        raise SystemExit(f"--exclude-flagged: no shipped bank flags items of {benchmark}")
+    bank = open_bank(ROOT / "item_banks" / shipped)
+    flagged = {c.item.partition("/")[2] for c in bank.contents() if c.grading_note}
+    return np.flatnonzero([str(i) in flagged for i in data.item_ids])
+
+
+def replay(bank, y, cot, lengths, rng, design=None, batch=1, excluded=()):
     from catengine import CATSession
     from catengine.selection import DoublyRobustSelection
     from catengine.stopping import MaxItems
@@ -158,6 +175,8 @@ def replay(bank, y, cot, lengths, rng, design=None, batch=1):
     if design and isinstance(s.selector, DoublyRobustSelection):
         s = CATSession(bank, selector=DoublyRobustSelection(**design), stopping=MaxItems(max(lengths)), rng=rng)
     index = bank.index_of
+    for j in excluded:
+        s.exclude(bank.item_ids[j])
     step = 0
     while step < max(lengths):
         for item in (s.next_items(batch) if batch > 1 else [s.next_item()]):
@@ -171,7 +190,8 @@ def replay(bank, y, cot, lengths, rng, design=None, batch=1):
                 yield step, s
 
 
-def run_set(name, reps, seed, kinds=None, design=None, batch=1, lengths=None, bound=False, edges=STRENGTH_EDGES):
+def run_set(name, reps, seed, kinds=None, design=None, batch=1, lengths=None, bound=False, edges=STRENGTH_EDGES,
+            exclude_flagged=False):
     from catengine.scoring import random_mean_mae
 
     if name in SIMULATED:
@@ -183,7 +203,9 @@ def run_set(name, reps, seed, kinds=None, design=None, batch=1, lengths=None, bo
     lengths = tuple(lengths or LENGTHS[key])
     _, _, _, accuracy = llm_groups(data)
     Y = answers(data)
-    J = data.n_items
+    excluded = flagged_items(benchmark, data) if exclude_flagged else np.zeros(0, dtype=np.int64)
+    kept = np.setdiff1d(np.arange(data.n_items), excluded)
+    J = kept.size
     records, bounds = [], []
     t0 = time.perf_counter()
     for split, train, test in splits(data, seed, edges):
@@ -199,12 +221,12 @@ def run_set(name, reps, seed, kinds=None, design=None, batch=1, lengths=None, bo
         for i in test:
             y = Y[i]
             cot = None if data.cot_length is None or bank.response_model != "lart" else data.cot_length[i]
-            truth = float(np.nanmean(y))
+            truth = float(np.nanmean(y[kept]))
             if bound and split.startswith("random") and bank.score_factors is not None and np.all(np.isfinite(y)):
                 bounds.append(design_bound(bank, y, lengths))
             for r in range(reps):
                 rng = np.random.default_rng([seed, int(i), r])
-                for k, s in replay(bank, y, cot, lengths, rng, design, batch):
+                for k, s in replay(bank, y, cot, lengths, rng, design, batch, excluded):
                     auto = s.predicted_score(by=False)
                     model = s.predicted_score(method="model", by=False)
                     records.append({
@@ -300,6 +322,8 @@ def main(argv=None) -> int:
                     "as the Inspect and lm-eval harnesses do); default 1 (one at a time)")
     ap.add_argument("--lengths", default=None, help="comma-separated test lengths to check (default: per data set)")
     ap.add_argument("--bound", action="store_true", help="also print the design-unbiased bound on the random splits")
+    ap.add_argument("--exclude-flagged", action="store_true",
+                    help="exclude the shipped bank's flagged items from every session, as catengine run does (MATH500, ChemBench)")
     ap.add_argument("--strength-edges", default="0.60,0.85", help="accuracy quantiles of the strength split: the bank "
                     "below the first, tested above the second (the mirror image for strength-down); default 0.60,0.85")
     args = ap.parse_args(argv)
@@ -321,7 +345,7 @@ def main(argv=None) -> int:
         if len(edges) != 2 or not 0.0 < edges[0] <= edges[1] < 1.0:
             ap.error(f"--strength-edges takes two quantiles 0 < bank <= test < 1, got {args.strength_edges!r}")
         records, lengths, n, bounds = run_set(name, args.reps, args.seed, kinds, design, args.batch, lengths, args.bound,
-                                              edges)
+                                              edges, args.exclude_flagged)
         summarise(name, records, lengths, n, bounds)
         print(f"({name}: {time.perf_counter() - t0:.0f} s)")
     return 0

@@ -2,10 +2,12 @@
 
 An LLM has answered some or all of a bank's items already (a full evaluation run, a file from a
 harness). :func:`replay` gives it the adaptive test it would have had: a :class:`CATSession` on the
-bank proposes items, each proposal is answered from the pattern (an item without an answer there is
-excluded and skipped), and the session stops on its stopping rule. The result holds the trajectory,
-the predicted full-benchmark score with its interval, the model's own prediction beside the
-design-based one, and the reference a replay allows: the same estimator on every available answer.
+bank, with the items the pattern has no answer for excluded before the first proposal, proposes
+items, each proposal is answered from the pattern, and the session stops on its stopping rule. The
+result holds the trajectory, the predicted score with its interval (the design-based one is the
+accuracy over the answered items, the model's over the whole bank), the model's own prediction
+beside the design-based one, and the reference a replay allows: the same estimator on every
+available answer.
 ``catengine evaluate`` is this function and a printout.
 """
 
@@ -48,7 +50,7 @@ class ReplayResult:
     when that is the model's), ``design_score`` (None unless ``score`` is design-based: ``"design"`` or
     ``"doubly-robust"``), ``full``
     (the same estimator on every available answer), ``full_accuracy`` (their observed accuracy),
-    ``n_available`` (answers to bank items), ``skipped`` (proposed items without an answer),
+    ``n_available`` (answers to bank items), ``skipped`` (the bank's items without an answer, excluded),
     ``ignored`` (answers to items outside the bank, left out with ``ignore_unknown_items``) and
     ``stop_reason``.
     """
@@ -129,14 +131,16 @@ def replay(bank, answers: Mapping, *, selector=None, estimator=None, stopping=No
     lart = bank.params.model.has_cot
     session = CATSession(bank, selector=selector, estimator=estimator, stopping=stopping, exposure=exposure, rng=seed,
                          subject=subject, log=log)
-    steps, skipped = [], []
+    steps = []
+    # the bank's items without an answer are left out before the first draw: the design draws are
+    # then over the answered items alone, and the design-based score estimates their accuracy
+    # (``full_accuracy``) exactly unbiasedly
+    skipped = [item for item in bank.item_ids if item not in pattern]
     try:
+        for item in skipped:
+            session.exclude(item)
         while not session.finished:
             item = session.next_item()
-            if item not in pattern:
-                session.exclude(item)
-                skipped.append(item)
-                continue
             correct, cot = pattern[item]
             estimate = session.record(item, correct, cot if lart else None)
             record = session.history[-1]

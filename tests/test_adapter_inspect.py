@@ -165,7 +165,7 @@ def test_adapter_inspect_by_default_stops_by_the_default_rule_and_reports_the_sc
     text = str(result).splitlines()
     assert text[0] == (f"predicted full-benchmark accuracy {100 * score.accuracy:.1f}% (95% interval "
                        f"{100 * score.low:.1f}-{100 * score.high:.1f}%, +-{50 * (score.high - score.low):.1f} points), "
-                       f"from {session.n_items} of {n} items")
+                       f"from {session.n_items} of {n - 4} items")  # the 4 items without a sample are excluded
     assert text[1] == f"stopped: {session.stop_reason}"
     assert re.fullmatch(r"standing: ahead of \d+% of the 30 calibration LLM runs(; (above|below) the calibration "
                         r"population: the model extrapolates)?", text[2])

@@ -31,14 +31,15 @@ def _pattern(bank, seed=3):
 
 
 def _by_hand(bank, answers, seed, stopping):
-    """The loop a user would write: propose, answer from the pattern or exclude, until finished."""
+    """The loop a user would write: exclude the items without an answer, then propose and answer
+    from the pattern until finished."""
     session = CATSession(bank, rng=seed, stopping=stopping)
     lart = bank.response_model == "lart"
-    while not session.finished:
-        item = session.next_item()
+    for item in bank.item_ids:
         if item not in answers:
             session.exclude(item)
-            continue
+    while not session.finished:
+        item = session.next_item()
         correct, cot = answers[item]
         session.record(item, correct, cot if lart else None)
     return session
@@ -57,6 +58,7 @@ def test_replay_is_the_session_loop_written_by_hand(banks, model):
     score = session.predicted_score()
     assert (result.score.accuracy, result.score.low, result.score.high) == pytest.approx(
         (score.accuracy, score.low, score.high), abs=1e-12)
+    assert result.score.method == "doubly-robust" and result.score.n_items == bank.n_items - 2  # over the answered items
     assert result.n_available == bank.n_items - 2
     assert result.full_accuracy == pytest.approx(np.mean([c for c, _ in answers.values()]))
     # the reference: the same estimator on every available answer

@@ -74,6 +74,8 @@ def test_run_json_summary_matches_the_log(tmp_path):
     assert 0 <= summary["score"]["low"] <= summary["score"]["accuracy"] <= summary["score"]["high"] <= 1
     flagged = {c.item for c in bank.contents() if c.grading_note}
     assert set(summary["excluded_flagged"]) == flagged and not flagged & {r["item"] for r in _records(tmp_path / "run.jsonl")}
+    # the default score (the model as a control variate only), over the items the run could ask
+    assert summary["score"]["method"] == "doubly-robust" and summary["score"]["n_items"] == bank.n_items - len(flagged)
 
 
 def test_amc23_run_needs_and_verifies_the_content_file(tmp_path):

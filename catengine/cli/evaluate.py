@@ -92,7 +92,8 @@ def _print_result(result) -> None:
     print(f"all {result.n_available} answers in the file: theta = {result.full.theta:+.3f} +/- "
           f"{result.full.theta_sd:.3f}, observed accuracy {100 * result.full_accuracy:.1f}%")
     if result.skipped:
-        print(f"({len(result.skipped)} proposed item(s) had no answer in the file and were skipped)")
+        print(f"({len(result.skipped)} of the bank's items have no answer in the file: left out of the test, "
+              f"the score is the accuracy over the other {result.n_available})")
     if result.ignored:
         print(f"({len(result.ignored)} answer(s) to items not in the bank were ignored, first {result.ignored[0]!r})")
 

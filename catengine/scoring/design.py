@@ -200,6 +200,7 @@ class DrawSums:
     variance: np.ndarray  # (1 + G,) sum_{R_t in G, pi_t(j) > 0} Var y_j / pi_t(j)
     square: np.ndarray  # (1 + G,) sum_{R_t in G, pi_t(j) > 0} f_t(j)^2 / pi_t(j)
     drawn: float  # f_t(j_t), the prediction of the drawn item
+    probability: float = math.nan  # pi_t(j_t), the drawn item's probability in the rows summed
 
 
 def draw_sums(predictions, probabilities, remaining, item: int, *, codes=None, n_groups: int = 0,
@@ -225,7 +226,8 @@ def draw_sums(predictions, probabilities, remaining, item: int, *, codes=None, n
         raise ValueError(f"variances must hold one value per item ({J}), got shape {var.shape}")
     codes, n_groups = _checked_codes(codes, n_groups, J)
     sums = _kernels.draw_sums(f, pi, rem, var, variances is not None, _kernel_codes(codes, J), 1 + n_groups)
-    return DrawSums(predicted=sums[0], variance=sums[1], square=sums[2], drawn=float(f[int(item)]))
+    return DrawSums(predicted=sums[0], variance=sums[1], square=sums[2], drawn=float(f[int(item)]),
+                    probability=float(pi[int(item)]))
 
 
 def _kernel_codes(codes, J):
@@ -278,7 +280,8 @@ def design_terms_from_sums(order, outcomes, design_step, probabilities, predicte
         if known.shape != (n_draws, sizes.size):
             raise ValueError(f"known must have shape ({n_draws}, {sizes.size}), got {known.shape}")
     correction = member[steps] * ((outcomes[steps] - drawn) / p)[:, None]
-    return (known + predicted + correction) / sizes[None, :]
+    # a group without items (every one excluded from the session) has every sum 0, and its terms 0
+    return (known + predicted + correction) / np.maximum(sizes, 1.0)[None, :]
 
 
 def model_variances_from_sums(variance, square, predicted, sizes, *, weight: float = 1.0) -> np.ndarray:
@@ -289,7 +292,7 @@ def model_variances_from_sums(variance, square, predicted, sizes, *, weight: flo
     variance, square, predicted = (np.asarray(x, dtype=np.float64) for x in (variance, square, predicted))
     off = 1.0 - _weights(weight, variance.shape[0] if variance.ndim else 1)
     off = off.reshape(-1, *([1] * (variance.ndim - 1))) if variance.ndim else off[0]
-    sizes = np.asarray(sizes, dtype=np.float64).reshape(1, -1)
+    sizes = np.maximum(np.asarray(sizes, dtype=np.float64).reshape(1, -1), 1.0)  # a group without items: 0
     return np.maximum(variance + off * off * square - (off * predicted) ** 2, 0.0) / sizes**2
 
 

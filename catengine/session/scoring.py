@@ -169,7 +169,8 @@ def _assemble(method, level, sizes, acc, cot, field, labels, calibration: str = 
         return ScoreEstimate(accuracy=mean / n, low=low / n, high=high / n, sd=sd / n, level=level,
                              n_observed=int(n_obs), n_items=int(n), method=method, calibration=calibration, **kwargs)
 
-    by_category = {str(label): one(g + 1) for g, label in enumerate(labels)} if labels is not None else {}
+    by_category = ({str(label): one(g + 1) for g, label in enumerate(labels) if acc[g + 1] is not None}
+                   if labels is not None else {})  # a category with no item left (all excluded) has no score
     top = one(0)
     return ScoreEstimate(**{**{f: getattr(top, f) for f in ("accuracy", "low", "high", "sd", "level", "n_observed",
                                                             "n_items", "method", "cot_total", "cot_total_low",
@@ -266,29 +267,35 @@ def check_design(session) -> None:
             f"the design-based estimate needs the randomised selector's probabilities to be the probabilities of the "
             f"administered items; exposure / content control ({names}) changes them: run without exposure controls"
         )
-    excluded = sorted(session._excluded)
-    if excluded:
-        ids = [session.items.item_ids[j] for j in excluded[:5]]
-        raise DesignNotRandomisedError(
-            f"subject {session.subject!r} has {len(excluded)} excluded item(s) ({', '.join(ids)}...), which the design "
-            "can never draw: a design-based estimate over the whole bank needs every item drawable"
-        )
 
 
 def design_probabilities(session, steps, before, order, predictions) -> tuple[np.ndarray, np.ndarray]:
     """(pi, remaining), each (n_draws, J): the design's probabilities of every item at each draw,
     recomputed from the posterior the draw was made from (the selector is a pure function of it,
-    and of ``predictions``, the same E_q P_j(theta) it weighs by), and the items not yet answered."""
+    and of ``predictions``, the same E_q P_j(theta) it weighs by), and the items neither answered
+    before it nor excluded (:func:`excluded_items`)."""
     from catengine.selection import SelectionState
 
     J = session.params.n_items
-    answered_before = np.zeros((len(steps), J), dtype=bool)
+    remaining = np.ones((len(steps), J), dtype=bool)
+    remaining[:, excluded_items(session)] = False
     pi = np.zeros((len(steps), J))
     for t, s in enumerate(steps):
-        answered_before[t, order[:s]] = True
-        state = SelectionState(before[s], ~answered_before[t], None, session.items)
+        remaining[t, order[:s]] = False
+        state = SelectionState(before[s], remaining[t], None, session.items)
         pi[t] = session.selector.probabilities(session.params, state, expected=predictions[t])
-    return pi, ~answered_before
+    return pi, remaining
+
+
+def excluded_items(session) -> np.ndarray:
+    """The bank indices of the items excluded from the session (never answered), sorted. The
+    design-based estimate is the accuracy over the other items, the ones the session could ask:
+    each draw is taken as made from them alone (docs/math.md §7.7). Items excluded before the first
+    draw (the flagged items ``catengine run`` leaves out, the items a harness has no sample for)
+    never were drawable, so the estimate is exactly unbiased for the accuracy over the rest; an item
+    excluded after some draws is treated as if it had been excluded from the start (its answer is
+    missing at random)."""
+    return np.fromiter(sorted(session._excluded), dtype=np.int64, count=len(session._excluded))
 
 
 def design_cot_variances(session, before, steps, order, tokens, pi, remaining, predictions, member):
@@ -314,6 +321,7 @@ def design_draws(session) -> tuple[np.ndarray, list[DrawContext]]:
     draw, made from the estimate of the record before it."""
     h = session.history
     answered = {r.item for r in h}
+    excluded = session._excluded
     ids = session.items.item_ids
     steps, contexts = [], []
     for s, r in enumerate(h):
@@ -322,7 +330,7 @@ def design_draws(session) -> tuple[np.ndarray, list[DrawContext]]:
         ctx = r.draw
         if ctx is None:
             ctx = DrawContext(s, (), _initial_estimate(session) if s == 0 else h[s - 1])
-        if all(ids[j] in answered for j in ctx.selected):
+        if all(ids[j] in answered or j in excluded for j in ctx.selected):
             steps.append(s)
             contexts.append(ctx)
     return np.asarray(steps, dtype=np.int64), contexts
@@ -330,11 +338,12 @@ def design_draws(session) -> tuple[np.ndarray, list[DrawContext]]:
 
 def _known_at_draws(order, values, contexts, codes, n_groups) -> np.ndarray:
     """(n_draws, 1 + G): per draw, the sums of ``values`` (answers or CoT lengths, in history order)
-    over the items known at it: the answers before it and the items drawn before it in its batch."""
+    over the items known at it: the answers before it and the items drawn before it in its batch
+    (those of them excluded since carry no answer and leave the estimate's items)."""
     position = {int(j): t for t, j in enumerate(order)}
     out = np.empty((len(contexts), 1 + n_groups))
     for t, ctx in enumerate(contexts):
-        rows = list(range(ctx.answered)) + [position[j] for j in ctx.selected]
+        rows = list(range(ctx.answered)) + [position[j] for j in ctx.selected if j in position]
         out[t] = group_sums(values[rows], None if codes is None else codes[order[rows]], n_groups)
     return out
 
@@ -360,11 +369,14 @@ def _draw_sums(session, h, steps, contexts, order, correct, field, codes, n_grou
     Each draw's rows depend only on what was known at it, so they are reduced to their sums once
     per draw and category column and kept on the session (valid while its history holds the same
     records: a draw's sums are reused only when its record and the last record it was drawn after
-    are the very objects they were computed from). A reply then costs the new draw's pass over the
+    are the very objects they were computed from, and the excluded items the same). The items
+    remaining at a draw leave out the excluded ones (:func:`excluded_items`). A reply then costs the new draw's pass over the
     bank and the sums of the others, not a pass over the bank per draw."""
     from catengine.selection import SelectionState
 
     params = session.params
+    excluded = excluded_items(session)
+    left_out = excluded.tobytes()  # an exclusion changes every draw's remaining items
     cache = session.__dict__.setdefault("_design_draw_cache", {})
     factors = session.items.score_factors
     lart = params.model.has_cot
@@ -376,8 +388,10 @@ def _draw_sums(session, h, steps, contexts, order, correct, field, codes, n_grou
         s = int(s)
         a = ctx.answered
         entry = cache.get(s)
-        if entry is None or entry["record"] is not h[s] or (a > 0 and entry["previous"] is not h[a - 1]):
-            entry = {"record": h[s], "previous": None if a == 0 else h[a - 1], "mode": None, "sums": {}}
+        if (entry is None or entry["record"] is not h[s] or (a > 0 and entry["previous"] is not h[a - 1])
+                or entry["excluded"] != left_out):
+            entry = {"record": h[s], "previous": None if a == 0 else h[a - 1], "excluded": left_out, "mode": None,
+                     "sums": {}}
             if factors is not None:
                 entry["mode"], _ = factors.posterior(order[:a], correct[:a], start=mode)
             cache[s] = entry
@@ -395,6 +409,7 @@ def _draw_sums(session, h, steps, contexts, order, correct, field, codes, n_grou
             remaining = np.ones(J, dtype=bool)
             remaining[order[:a]] = False
             remaining[list(ctx.selected)] = False
+            remaining[excluded] = False
             pi = session.selector.probabilities(params, SelectionState(b, remaining, None, session.items),
                                                 expected=fsel)
             j = int(order[s])
@@ -408,11 +423,16 @@ def _draw_sums(session, h, steps, contexts, order, correct, field, codes, n_grou
 
 
 def _group_sizes(session, field, codes, n_groups) -> np.ndarray:
-    """(1 + G,) the number of items of the bank and of each category of ``field`` (kept on the session)."""
+    """(1 + G,) the number of items of the bank and of each category of ``field`` that the design-based
+    estimate covers: all but the excluded ones (kept on the session)."""
+    excluded = excluded_items(session)
+    key = (field, excluded.tobytes())
     cache = session.__dict__.setdefault("_group_size_cache", {})
-    if field not in cache:
-        cache[field] = group_sums(np.ones(session.params.n_items), codes, n_groups)
-    return cache[field]
+    if key not in cache:
+        ones = np.ones(session.params.n_items)
+        ones[excluded] = 0.0
+        cache[key] = group_sums(ones, codes, n_groups)
+    return cache[key]
 
 
 def design_score(session, *, level=0.95, by=None) -> ScoreEstimate:
@@ -428,7 +448,8 @@ def known_draws(order, steps, contexts) -> np.ndarray:
     from catengine.scoring.doubly_robust import known_before
 
     position = {int(j): k for k, j in enumerate(order)}
-    done = [1 + max([int(s)] + [position[int(j)] for j in ctx.selected]) for s, ctx in zip(steps, contexts)]
+    done = [1 + max([int(s)] + [position[int(j)] for j in ctx.selected if int(j) in position])
+            for s, ctx in zip(steps, contexts)]
     return known_before(done, [ctx.answered for ctx in contexts])
 
 
@@ -459,6 +480,9 @@ def design_parts(session, by=None) -> dict:
     acc = [a for a, _ in sums]
     predicted = np.array([a.predicted for a in acc])
     drawn = np.array([a.drawn for a in acc])
+    if session._excluded:  # each draw as made from the items the estimate covers (:func:`excluded_items`)
+        prob = prob.copy()
+        prob[steps] = [a.probability for a in acc]
     # the model's predictions enter with a power-tuned weight lam_t per draw (bank-level, shared by
     # the categories), tuned on the draws known before it: near 1 for a right model, near 0 for one
     # whose predictions are worse than none, and a function of the draw's past, so that every D_t
@@ -510,6 +534,9 @@ def _design_groups(session, level, by):
     weights = draw_weights(terms.shape[0], int(sizes[0]))
     acc = []
     for g in range(sizes.size):
+        if sizes[g] == 0:  # a category whose items are all excluded: nothing to estimate
+            acc.append(None)
+            continue
         e = design_estimate(terms[:, g] * sizes[g], level=level, n_items=int(sizes[g]),
                             bounds=(float(known[g]), float(known[g] + sizes[g] - n_obs[g])),
                             model_variances=model_var[:, g] * sizes[g] ** 2, weights=weights)
@@ -520,6 +547,9 @@ def _design_groups(session, level, by):
         known_tokens = group_sums(parts["tokens"], None if codes is None else codes[order], n_groups)
         cot = []
         for g in range(sizes.size):
+            if sizes[g] == 0:
+                cot.append(None)
+                continue
             # the token totals keep the floor rule: they are skewed (a few long answers), and
             # their intervals already cover less than 95% after 10 and 25 draws on MATH500
             e = design_estimate(cterms[:, g] * sizes[g], level=level, n_items=int(sizes[g]),
