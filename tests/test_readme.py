@@ -65,7 +65,10 @@ def test_readme_run_against_the_test_endpoint_runs(tmp_path):
     done = _run(simulated, ROOT, tmp_path)
     _assert_score_summary(done.stdout)
     assert re.search(r"^asked \d+ of 500 items .* completion tokens", done.stdout, flags=re.M), done.stdout
-    assert re.search(r"^the whole benchmark would have taken 500 items", done.stdout, flags=re.M), done.stdout
+    # the 11 flagged items are left out: the score and the cost are over the other 489
+    assert re.search(r"^predicted full-benchmark accuracy .* of 489 items$", done.stdout, flags=re.M), done.stdout
+    assert re.search(r"^the whole benchmark less the 11 items left out would have taken 489 items", done.stdout,
+                     flags=re.M), done.stdout
     for line in _blocks_under("## Evaluate your LLM", "text")[0].splitlines():
         start = re.split(r"[\d:]", line, maxsplit=1)[0]
         assert re.search(rf"^{re.escape(start)}", done.stdout, flags=re.M), (line, done.stdout[-3000:])

@@ -167,7 +167,9 @@ def _cmd_run(args, strategies, open_bank) -> int:
               + f"); {progress.completion_tokens} completion tokens, {progress.prompt_tokens} prompt tokens; "
               f"{progress.seconds:.1f} s" + (f"; {progress.truncated} replies stopped at the output cap" if progress.truncated else ""))
         if cost is not None and math.isfinite(cost["completion_tokens"]):
-            print(f"the whole benchmark would have taken {bank.n_items} items and about "
+            left_out = bank.n_items - cost["items"]
+            print(f"the whole benchmark{f' less the {left_out} items left out' if left_out else ''} would have taken "
+                  f"{cost['items']} items and about "
                   f"{cost['completion_tokens']:,.0f} completion tokens: this run used "
                   f"{100 * cost['share_of_items']:.0f}% of the items and {100 * cost['share_of_tokens']:.0f}% of the tokens")
     return exit_code(result, report=not args.json)

@@ -270,11 +270,13 @@ def run_model(bank, client, *, grader=None, log=None, subject=None, concurrency:
 
 
 def full_run_cost(bank, result: RunResult, score) -> dict:
-    """What asking every item of the bank would have cost at this run's rate: items and completion
-    tokens (for a LaRT bank, ``score``'s predicted CoT total), and this run's shares of them."""
+    """What asking every item the score covers (``score.n_items``: the bank's, less those the run
+    left out) would have cost at this run's rate: items and completion tokens (for a LaRT bank,
+    ``score``'s predicted CoT total over them), and this run's shares of them."""
     p = result.progress
-    tokens = p.completion_tokens / p.items * bank.n_items if p.items else math.nan
+    n_items = int(score.n_items) if score.n_items else bank.n_items
+    tokens = p.completion_tokens / p.items * n_items if p.items else math.nan
     if score.cot_total is not None and math.isfinite(score.cot_total):
         tokens = float(score.cot_total)
-    return {"items": bank.n_items, "completion_tokens": tokens, "share_of_items": p.items / bank.n_items,
+    return {"items": n_items, "completion_tokens": tokens, "share_of_items": p.items / n_items,
             "share_of_tokens": p.completion_tokens / tokens if tokens and math.isfinite(tokens) else math.nan}
