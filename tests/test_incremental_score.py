@@ -247,3 +247,33 @@ def test_compiled_sums_equal_the_item_values_summed(model, uncertainty):
             want = (values.reshape(-1, chosen.size) @ member).reshape(got.shape)
             scale = 1e-15 * chosen.size if curves.n_functions == 2 else 1e-300
             np.testing.assert_allclose(got, want, rtol=1e-13, atol=scale)
+
+
+def test_excluded_items_leave_the_curves_prediction_as_they_leave_the_direct_one():
+    """Items excluded from a session leave both predictions, the accuracy and the CoT total: the
+    curves' (the bank's sums less the answered and the excluded items') equal the direct ones (a
+    pass over the other items), per category, and count the excluded items in neither."""
+    bank = make_bank("lart", "ab", seed=4)
+    params, unc = bank.params, session_scoring.item_uncertainty(bank, CATSession(bank).items)
+    rng = np.random.default_rng(6)
+    observed = rng.choice(J, 30, replace=False)
+    excluded = rng.choice(np.setdiff1d(np.arange(J), observed), 25, replace=False)
+    correct = (rng.random(30) < 0.6).astype(float)
+    tokens = np.exp(rng.normal(6.0, 0.5, 30))
+    labels, codes = np.unique(bank.item_metadata("area").astype(str), return_inverse=True)
+    acc_curves = accuracy_curves(params, codes=codes, n_groups=labels.size, **unc)
+    got = predict_accuracy_from_curves(acc_curves, 0.4, 0.3, observed, correct, excluded=excluded)
+    want = predict_accuracy(params, 0.4, 0.3, observed, correct, codes=codes, n_groups=labels.size, excluded=excluded,
+                            **unc)
+    cot_got = predict_cot_total_from_curves(cot_curves(params, codes=codes, n_groups=labels.size), params, 0.1, 0.2,
+                                            observed, tokens, cot_offset=1.0, excluded=excluded)
+    cot_want = predict_cot_total(params, 0.1, 0.2, observed, tokens, cot_offset=1.0, codes=codes, n_groups=labels.size,
+                                 excluded=excluded)
+    for g in range(1 + labels.size):
+        in_group = np.ones(J, bool) if g == 0 else codes == g - 1
+        n_items = int(in_group.sum() - in_group[excluded].sum())
+        for a, b in ((got[g], want[g]), (cot_got[g], cot_want[g])):
+            assert a.n_items == b.n_items == n_items and a.n_observed == b.n_observed == int(in_group[observed].sum())
+            assert a.mean == pytest.approx(b.mean, rel=1e-9) and a.sd == pytest.approx(b.sd, rel=1e-8)
+    whole = predict_accuracy(params, 0.4, 0.3, observed, correct, **unc)[0]
+    assert whole.n_items == J and whole.mean > got[0].mean

@@ -134,6 +134,37 @@ def test_predicted_accuracy_equals_a_brute_force_integral_over_the_laplace_poste
     assert plug.sd > fine.sd and abs(plug.mean - mean) > 1e-3  # the two centres differ here
 
 
+def test_excluded_items_leave_the_prediction_by_brute_force():
+    """The prediction with items excluded is the brute-force integral over the posterior of the
+    answered items' outcomes plus the other unanswered items' probabilities (the excluded ones in
+    neither), over the items not excluded; per category too; an answered item cannot be excluded."""
+    f = _factors()
+    items, y = _answers(f, 8)
+    J = f.n_items
+    excluded = np.setdiff1d(np.arange(0, J, 7), items)
+    codes = np.arange(J) % 3
+    got = predict_accuracy_factors(f, items, y, centre="mean", n_nodes=41, codes=codes, n_groups=3, excluded=excluded)
+    mode, cov = f.posterior(items, y)
+    x = np.linspace(-7, 7, 561)
+    grid = np.stack(np.meshgrid(x, x, indexing="ij"), axis=-1).reshape(-1, 2)
+    diff = grid - mode
+    dens = np.exp(-0.5 * np.einsum("kd,de,ke->k", diff, np.linalg.inv(cov), diff))
+    dens /= dens.sum()
+    rest = np.ones(J, bool)
+    rest[items] = False
+    rest[excluded] = False
+    p = f.probabilities(grid)
+    for g, member in enumerate([np.ones(J, bool)] + [codes == k for k in range(3)]):
+        cond_mean = y[member[items]].sum() + p[:, rest & member].sum(1)
+        assert got[g].n_items == int(member.sum() - member[excluded].sum())
+        assert got[g].n_observed == int(member[items].sum())
+        np.testing.assert_allclose(got[g].mean, dens @ cond_mean, rtol=1e-8)
+    plain = predict_accuracy_factors(f, items, y, centre="mean", n_nodes=41)[0]
+    assert plain.n_items == J and plain.mean > got[0].mean
+    with pytest.raises(ValueError, match="none of them answered"):
+        predict_accuracy_factors(f, items, y, excluded=items[:1])
+
+
 def test_predicted_accuracy_variance_and_interval_match_monte_carlo_draws():
     f = _factors(J=60)
     items, y = _answers(f, 10)

@@ -302,6 +302,17 @@ def test_items_excluded_before_the_draws_leave_the_design_estimate_of_the_bank_w
         assert got.n_items == want.n_items
         for f in ("accuracy", "sd", "low", "high"):
             assert getattr(got, f) == pytest.approx(getattr(want, f), rel=1e-9, abs=1e-12), f
+    # the model's prediction covers the same items (its sums over the bank less the excluded items')
+    models = [CATSession(bank, stopping=MaxItems(7), rng=11) for bank in (full, part)]
+    for item in out:
+        models[0].exclude(ids[item])
+    for s in models:
+        for r in h_full:
+            s.record(r.item, r.correct)
+    got, want = (s.predicted_score(method="model") for s in models)
+    assert got.n_items == want.n_items == J - len(out)
+    for f in ("accuracy", "sd", "low", "high"):
+        assert getattr(got, f) == pytest.approx(getattr(want, f), rel=1e-8), f
 
 
 def test_a_category_whose_items_are_all_excluded_has_no_design_score():

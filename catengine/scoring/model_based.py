@@ -344,26 +344,30 @@ def _checked_observations(observed, values, centre, sd, *, what, trait):
     return observed, values
 
 
-def _known_and_nodes(params, observed, values, centre, sd, *, what, trait, codes, n_groups, n_nodes):
-    """The shared start of both predictions: checked inputs, the unknown-item mask and the
-    Gauss-Hermite nodes of the trait posterior Normal(centre, sd^2)."""
+def _known_and_nodes(params, observed, values, centre, sd, *, what, trait, codes, n_groups, n_nodes, excluded=()):
+    """The shared start of both predictions: checked inputs, the unknown-item mask (neither observed
+    nor ``excluded``) and the Gauss-Hermite nodes of the trait posterior Normal(centre, sd^2)."""
     J = params.n_items
     observed, values = _checked_observations(observed, values, centre, sd, what=what, trait=trait)
     codes, n_groups = _groups(codes, n_groups, J)
     unknown = np.ones(J, dtype=bool)
     unknown[observed] = False
+    unknown[_excluded(excluded, observed, J)] = False
     x, w = gauss_hermite_normal(n_nodes)
     return observed, values, codes, n_groups, unknown, float(centre) + float(sd) * x, w
 
 
 def _group_totals(w, cond_mean, cond_var, observed, values, unknown, codes, n_groups, level, unit_bound,
                   common, rel_var, intervals, point_mean=None):
-    """The shared end of both predictions: known sums and item counts per group, then the mixture."""
+    """The shared end of both predictions: known sums and item counts per group (the items neither
+    observed nor unknown, excluded, count in neither), then the mixture."""
     J = unknown.size
     member = _membership(codes, n_groups, J)
     known_sum = np.zeros(J)
     known_sum[observed] = values
-    return _predict_groups(w, cond_mean, cond_var, known_sum @ member, (~unknown).astype(float) @ member,
+    answered = np.zeros(J)
+    answered[observed] = 1.0
+    return _predict_groups(w, cond_mean, cond_var, known_sum @ member, answered @ member,
                            unknown.astype(float) @ member, member, level, unit_bound, common, rel_var, intervals,
                            point_mean)
 
@@ -379,7 +383,7 @@ def _membership(codes, n_groups, J):
 
 def predict_accuracy(params: ItemParams, theta: float, theta_sd: float, observed, correct, *, level: float = 0.95,
                      codes=None, n_groups: int = 0, a_sd=None, b_sd=None, ab_cov=None, residual_sd: float = 0.0,
-                     n_nodes: int = DEFAULT_SCORE_NODES, intervals: bool = True) -> list[GroupPrediction]:
+                     n_nodes: int = DEFAULT_SCORE_NODES, intervals: bool = True, excluded=()) -> list[GroupPrediction]:
     """Predicted number correct over the bank (entry 0) and over each category (entries 1..G).
 
     ``observed``: indices of the answered items; ``correct``: their 0/1 answers; ``codes`` (J,) the
@@ -387,12 +391,13 @@ def predict_accuracy(params: ItemParams, theta: float, theta_sd: float, observed
     ``ab_cov``: the bank's item-parameter uncertainty (None = absent); ``residual_sd``: the
     cross-fitted misfit delta per unanswered item (``catengine.scoring.calibration``), which adds
     (delta n_U)^2 to the variance of each group's total. Divide by ``n_items`` for accuracies.
+    ``excluded``: items (none answered) left out of the prediction and of ``n_items``.
     """
     _non_negative("residual_sd", residual_sd)
     J = params.n_items
     observed, correct, codes, n_groups, unknown, nodes, w = _known_and_nodes(
         params, observed, correct, theta, theta_sd, what="observed items", trait="trait (theta)", codes=codes,
-        n_groups=n_groups, n_nodes=n_nodes)
+        n_groups=n_groups, n_nodes=n_nodes, excluded=excluded)
     a_sd, b_sd, ab_cov = (_check_sd_array(n, v, J) for n, v in (("a_sd", a_sd), ("b_sd", b_sd), ("ab_cov", ab_cov)))
     if a_sd is None and b_sd is None and ab_cov is None:
         p, _ = response_and_slope(params, nodes)
@@ -414,7 +419,7 @@ SCORE_FACTOR_CENTRES = ("mode", "mean")
 
 def predict_accuracy_factors(factors, observed, correct, *, level: float = 0.95, codes=None, n_groups: int = 0,
                              residual_sd: float = 0.0, n_nodes: int | None = None,
-                             intervals: bool = True, centre: str = "mode") -> list[GroupPrediction]:
+                             intervals: bool = True, centre: str = "mode", excluded=()) -> list[GroupPrediction]:
     """:func:`predict_accuracy` under the bank's score factors (``catengine.models.score_factors``).
 
     The trait posterior q is the Laplace approximation Normal(mode, S) of the factor posterior
@@ -430,7 +435,8 @@ def predict_accuracy_factors(factors, observed, correct, *, level: float = 0.95,
     of a few nodes per factor has lumpy quantiles (its tails sit on single nodes), and the score
     check that makes the interval honest matches the coverage of exactly this normal interval
     (``calibration.heldout.score_curves``). ``n_nodes``: nodes per factor (None:
-    ``SCORE_FACTOR_NODES[d]``; 41 / 11 / 5 keep the cost near 100-200 nodes)."""
+    ``SCORE_FACTOR_NODES[d]``; 41 / 11 / 5 keep the cost near 100-200 nodes). ``excluded``: items
+    (bank indices, none answered) that the prediction leaves out: it is the accuracy over the others."""
     _non_negative("residual_sd", residual_sd)
     if centre not in SCORE_FACTOR_CENTRES:
         raise ValueError(f"centre must be one of {SCORE_FACTOR_CENTRES}, got {centre!r}")
@@ -442,6 +448,9 @@ def predict_accuracy_factors(factors, observed, correct, *, level: float = 0.95,
     codes, n_groups = _groups(codes, n_groups, J)
     unknown = np.ones(J, dtype=bool)
     unknown[observed] = False
+    unknown[_excluded(excluded, observed, J)] = False
+    answered = np.zeros(J)
+    answered[observed] = 1.0
     mode, cov = factors.posterior(observed, correct)
     nodes, w = product_nodes(mode, cov, SCORE_FACTOR_NODES[factors.dims] if n_nodes is None else n_nodes)
     from catengine.scoring import _kernels
@@ -464,7 +473,7 @@ def predict_accuracy_factors(factors, observed, correct, *, level: float = 0.95,
     known_sum[observed] = correct
     n_unknown = u @ member
     common_sums = np.broadcast_to(float(residual_sd) * n_unknown, mean_sums.shape) if residual_sd > 0 else None
-    return predict_from_sums(w, mean_sums, var_sums, known_sum @ member, (1.0 - u) @ member, n_unknown, level, 1.0,
+    return predict_from_sums(w, mean_sums, var_sums, known_sum @ member, answered @ member, n_unknown, level, 1.0,
                              common_sums, 1.0, "normal" if intervals else False, point_sums)
 
 
@@ -550,8 +559,9 @@ def smearing_moments(params: ItemParams, tau: float, observed, cot_tokens, cot_o
 def predict_cot_total(params: ItemParams, tau: float, tau_sd: float, observed, cot_tokens, *, cot_offset: float,
                       level: float = 0.95, codes=None, n_groups: int = 0, residuals: str = "smearing",
                       log_extra_sd: float = 0.0, n_nodes: int = DEFAULT_SCORE_NODES,
-                      intervals: bool = True) -> list[GroupPrediction]:
-    """Predicted total CoT tokens over the bank (entry 0) and each category, LaRT banks only.
+                      intervals: bool = True, excluded=()) -> list[GroupPrediction]:
+    """Predicted total CoT tokens over the bank (entry 0) and each category, LaRT banks only
+    (``excluded``: items, none with a recorded length, left out of the total).
 
     ``observed``: indices of items whose CoT length was recorded, ``cot_tokens`` those lengths; the
     other items are predicted from the model under q = Normal(tau, tau_sd^2), with the LLM's own
@@ -567,7 +577,7 @@ def predict_cot_total(params: ItemParams, tau: float, tau_sd: float, observed, c
         raise ValueError(f"CoT totals need a lart bank, not {params.response_model!r}")
     observed, tokens, codes, n_groups, unknown, nodes, w = _known_and_nodes(
         params, observed, cot_tokens, tau, tau_sd, what="items with CoT lengths", trait="speed (tau)", codes=codes,
-        n_groups=n_groups, n_nodes=n_nodes)
+        n_groups=n_groups, n_nodes=n_nodes, excluded=excluded)
     log_mu = params.omega[None, :] - params.phi[None, :] * nodes[:, None]
     common, rel_var = None, 0.0
     if residuals == "smearing" and observed.size >= MIN_SMEARING_ITEMS:
@@ -940,27 +950,42 @@ def cot_curves(params: ItemParams, *, codes=None, n_groups: int = 0) -> SummedCu
                         item_sums=item_sums)
 
 
-def _observed_from(curves, observed, values, centre, sd, *, what, trait, n_nodes):
-    """Checked inputs, per-group known sums and counts, and the posterior's nodes (the start of
-    the predictions from curves)."""
+def _observed_from(curves, observed, values, centre, sd, *, what, trait, n_nodes, excluded=()):
+    """Checked inputs, per-group known sums and counts, the items off the prediction (the observed
+    ones and the ``excluded``, whose sums the curves' leave out), the per-group counts of the
+    others, and the posterior's nodes (the start of the predictions from curves)."""
     observed, values = _checked_observations(observed, values, centre, sd, what=what, trait=trait)
     if observed.size and (observed.min() < 0 or observed.max() >= curves.n_items or np.unique(observed).size != observed.size):
         raise ValueError(f"{what} must be distinct item indices in 0..{curves.n_items - 1}")
+    excluded = _excluded(excluded, observed, curves.n_items)
     n_known = curves.group_totals(observed, np.ones(observed.size))
+    n_unknown = curves.sizes - n_known - curves.group_totals(excluded, np.ones(excluded.size))
+    off = np.concatenate([observed, excluded]) if excluded.size else observed
     x, w = gauss_hermite_normal(n_nodes)
-    return observed, curves.group_totals(observed, values), n_known, curves.sizes - n_known, float(centre) + float(sd) * x, w
+    return off, curves.group_totals(observed, values), n_known, n_unknown, float(centre) + float(sd) * x, w
+
+
+def _excluded(excluded, observed, n_items) -> np.ndarray:
+    """``excluded`` as distinct item indices in 0..n_items - 1, none of them among ``observed``."""
+    excluded = np.asarray(excluded, dtype=np.int64).reshape(-1)
+    if excluded.size and (excluded.min() < 0 or excluded.max() >= n_items or np.unique(excluded).size != excluded.size
+                          or np.isin(excluded, observed).any()):
+        raise ValueError(f"excluded items must be distinct item indices in 0..{n_items - 1}, none of them answered")
+    return excluded
 
 
 def predict_accuracy_from_curves(curves: SummedCurves, theta: float, theta_sd: float, observed, correct, *,
                                  level: float = 0.95, residual_sd: float = 0.0, n_nodes: int = DEFAULT_SCORE_NODES,
-                                 intervals: bool = True) -> list[GroupPrediction]:
+                                 intervals: bool = True, excluded=()) -> list[GroupPrediction]:
     """:func:`predict_accuracy` from the bank's :func:`accuracy_curves` (which carry the
     categories and the item uncertainty): the same predictions, each costing the answered items
-    and the nodes instead of a pass over the bank per node."""
+    and the nodes instead of a pass over the bank per node. ``excluded``: items (bank indices,
+    none answered) that the prediction leaves out: it is the accuracy over the others."""
     _non_negative("residual_sd", residual_sd)
-    observed, known_sum, n_known, n_unknown, nodes, w = _observed_from(
-        curves, observed, correct, theta, theta_sd, what="observed items", trait="trait (theta)", n_nodes=n_nodes)
-    sums = curves.unknown_sums(nodes, observed, w)
+    off, known_sum, n_known, n_unknown, nodes, w = _observed_from(
+        curves, observed, correct, theta, theta_sd, what="observed items", trait="trait (theta)", n_nodes=n_nodes,
+        excluded=excluded)
+    sums = curves.unknown_sums(nodes, off, w)
     common = np.broadcast_to(float(residual_sd) * n_unknown, sums[0].shape) if residual_sd > 0 else None
     return predict_from_sums(w, sums[0], sums[1], known_sum, n_known, n_unknown, level, 1.0, common, 1.0, intervals)
 
@@ -968,14 +993,17 @@ def predict_accuracy_from_curves(curves: SummedCurves, theta: float, theta_sd: f
 def predict_cot_total_from_curves(curves: SummedCurves, params: ItemParams, tau: float, tau_sd: float, observed,
                                   cot_tokens, *, cot_offset: float, level: float = 0.95, residuals: str = "smearing",
                                   log_extra_sd: float = 0.0, n_nodes: int = DEFAULT_SCORE_NODES,
-                                  intervals: bool = True) -> list[GroupPrediction]:
-    """:func:`predict_cot_total` from the bank's :func:`cot_curves`: the same predictions."""
+                                  intervals: bool = True, excluded=()) -> list[GroupPrediction]:
+    """:func:`predict_cot_total` from the bank's :func:`cot_curves`: the same predictions
+    (``excluded``: as for :func:`predict_accuracy_from_curves`)."""
     if residuals not in RESIDUAL_MOMENTS:
         raise ValueError(f"residuals must be one of {RESIDUAL_MOMENTS}, got {residuals!r}")
     _non_negative("log_extra_sd", log_extra_sd)
-    observed, tokens_sum, n_known, n_unknown, nodes, w = _observed_from(
-        curves, observed, cot_tokens, tau, tau_sd, what="items with CoT lengths", trait="speed (tau)", n_nodes=n_nodes)
-    base, base_sq, lognormal_mean, lognormal_var = curves.unknown_sums(nodes, observed, w)
+    off, tokens_sum, n_known, n_unknown, nodes, w = _observed_from(
+        curves, observed, cot_tokens, tau, tau_sd, what="items with CoT lengths", trait="speed (tau)", n_nodes=n_nodes,
+        excluded=excluded)
+    observed = off[: off.size - np.size(excluded)]  # the checked observed items (``off`` lists them first)
+    base, base_sq, lognormal_mean, lognormal_var = curves.unknown_sums(nodes, off, w)
     common, rel_var = None, 0.0
     if residuals == "smearing" and observed.size >= MIN_SMEARING_ITEMS:
         m1, m2, n = smearing_moments(params, tau, observed, cot_tokens, cot_offset)

@@ -195,7 +195,8 @@ def score_curves(bank, items, field, kind):
 
 def model_score(session, *, level=0.95, by=None, estimate: TraitEstimate | None = None, n_answered: int | None = None,
                 n_nodes: int = DEFAULT_SCORE_NODES, intervals: bool = True) -> ScoreEstimate:
-    """The model-based prediction (docs/math.md §7.6) from the session's reported posterior.
+    """The model-based prediction (docs/math.md §7.6) from the session's reported posterior, of the
+    accuracy over the items not excluded from the session (:func:`excluded_items`).
 
     ``estimate`` / ``n_answered``: score an earlier state (the estimate after the first
     ``n_answered`` answers; used for trajectories). ``intervals=False``: mean and SD only (the
@@ -210,13 +211,14 @@ def model_score(session, *, level=0.95, by=None, estimate: TraitEstimate | None 
     n = order.size
     residual_sd = 0.0 if curve is None else curve.residual(n)
     factors = session.items.score_factors
+    excluded = excluded_items(session)  # left out, as in the design-based score: the accuracy over the others
     if factors is not None:  # the bank's score-factor model (docs/score_prediction.md §2)
         acc = predict_accuracy_factors(factors, order, correct, level=level, codes=codes, n_groups=n_groups,
-                                       residual_sd=residual_sd, intervals=intervals)
+                                       residual_sd=residual_sd, intervals=intervals, excluded=excluded)
     else:
         acc = predict_accuracy_from_curves(score_curves(session.bank, session.items, field, "accuracy"), est.theta,
                                            est.theta_sd, order, correct, level=level, n_nodes=n_nodes,
-                                           residual_sd=residual_sd, intervals=intervals)
+                                           residual_sd=residual_sd, intervals=intervals, excluded=excluded)
     cot = None
     if params.model.has_cot and est.tau is not None:
         cot = [(g.mean, g.sd, g.low, g.high) for g in
@@ -224,8 +226,9 @@ def model_score(session, *, level=0.95, by=None, estimate: TraitEstimate | None 
                                intervals=intervals)]
     sizes = [g.n_items for g in acc]
     note = "" if curve is None else curve.describe(n)
-    return _assemble("model", level, sizes, [(g.mean, g.sd, g.low, g.high, g.n_observed) for g in acc],
-                     cot, field, labels, note)
+    # a category whose items are all excluded has no score
+    return _assemble("model", level, sizes, [(g.mean, g.sd, g.low, g.high, g.n_observed) if g.n_items else None
+                                             for g in acc], cot, field, labels, note)
 
 
 def model_cot_total(session, est: TraitEstimate, history, order, curve, *, field=None, level=0.95,
@@ -238,7 +241,8 @@ def model_cot_total(session, est: TraitEstimate, history, order, curve, *, field
     return predict_cot_total_from_curves(
         score_curves(session.bank, session.items, field, "cot"), session.params, est.tau, est.tau_sd,
         order[has] if has.size else order[:0], tokens, cot_offset=session.cot_offset, level=level, n_nodes=n_nodes,
-        log_extra_sd=0.0 if curve is None else curve.cot_log(len(history)), intervals=intervals)
+        log_extra_sd=0.0 if curve is None else curve.cot_log(len(history)), intervals=intervals,
+        excluded=excluded_items(session))
 
 
 def _initial_estimate(session) -> TraitEstimate:
@@ -295,7 +299,8 @@ def excluded_items(session) -> np.ndarray:
     never were drawable, so the estimate is exactly unbiased for the accuracy over the rest; an item
     excluded after some draws is treated as if it had been excluded from the start (its answer is
     missing at random)."""
-    return np.fromiter(sorted(session._excluded), dtype=np.int64, count=len(session._excluded))
+    excluded = getattr(session, "_excluded", ())  # a replayed session (``ReplayedSession``) excludes none
+    return np.fromiter(sorted(excluded), dtype=np.int64, count=len(excluded))
 
 
 def design_cot_variances(session, before, steps, order, tokens, pi, remaining, predictions, member):
@@ -321,7 +326,7 @@ def design_draws(session) -> tuple[np.ndarray, list[DrawContext]]:
     draw, made from the estimate of the record before it."""
     h = session.history
     answered = {r.item for r in h}
-    excluded = session._excluded
+    excluded = getattr(session, "_excluded", ())
     ids = session.items.item_ids
     steps, contexts = [], []
     for s, r in enumerate(h):
@@ -480,7 +485,7 @@ def design_parts(session, by=None) -> dict:
     acc = [a for a, _ in sums]
     predicted = np.array([a.predicted for a in acc])
     drawn = np.array([a.drawn for a in acc])
-    if session._excluded:  # each draw as made from the items the estimate covers (:func:`excluded_items`)
+    if getattr(session, "_excluded", ()):  # each draw as made from the items the estimate covers (:func:`excluded_items`)
         prob = prob.copy()
         prob[steps] = [a.probability for a in acc]
     # the model's predictions enter with a power-tuned weight lam_t per draw (bank-level, shared by
