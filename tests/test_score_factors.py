@@ -99,17 +99,23 @@ def test_score_factors_refuse_bad_arrays():
 # the predicted accuracy
 
 
-def test_predicted_accuracy_equals_a_brute_force_integral_over_the_laplace_posterior():
-    f = _factors()
-    items, y = _answers(f, 8)
-    J = f.n_items
-    total = predict_accuracy_factors(f, items, y, centre="mean")[0]
+def _laplace_grid(f, items, y):
+    """The factor posterior's mode, a fine grid over two factors and the Laplace posterior's
+    normalised density on it (the brute-force integrals' reference)."""
     mode, cov = f.posterior(items, y)
     x = np.linspace(-7, 7, 561)
     grid = np.stack(np.meshgrid(x, x, indexing="ij"), axis=-1).reshape(-1, 2)
     diff = grid - mode
     dens = np.exp(-0.5 * np.einsum("kd,de,ke->k", diff, np.linalg.inv(cov), diff))
-    dens /= dens.sum()
+    return mode, grid, dens / dens.sum()
+
+
+def test_predicted_accuracy_equals_a_brute_force_integral_over_the_laplace_posterior():
+    f = _factors()
+    items, y = _answers(f, 8)
+    J = f.n_items
+    total = predict_accuracy_factors(f, items, y, centre="mean")[0]
+    mode, grid, dens = _laplace_grid(f, items, y)
     unknown = np.ones(J, bool)
     unknown[items] = False
     p = f.probabilities(grid)[:, unknown]
@@ -144,12 +150,7 @@ def test_excluded_items_leave_the_prediction_by_brute_force():
     excluded = np.setdiff1d(np.arange(0, J, 7), items)
     codes = np.arange(J) % 3
     got = predict_accuracy_factors(f, items, y, centre="mean", n_nodes=41, codes=codes, n_groups=3, excluded=excluded)
-    mode, cov = f.posterior(items, y)
-    x = np.linspace(-7, 7, 561)
-    grid = np.stack(np.meshgrid(x, x, indexing="ij"), axis=-1).reshape(-1, 2)
-    diff = grid - mode
-    dens = np.exp(-0.5 * np.einsum("kd,de,ke->k", diff, np.linalg.inv(cov), diff))
-    dens /= dens.sum()
+    _, grid, dens = _laplace_grid(f, items, y)
     rest = np.ones(J, bool)
     rest[items] = False
     rest[excluded] = False
