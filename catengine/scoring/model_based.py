@@ -951,8 +951,8 @@ def cot_curves(params: ItemParams, *, codes=None, n_groups: int = 0) -> SummedCu
 
 
 def _observed_from(curves, observed, values, centre, sd, *, what, trait, n_nodes, excluded=()):
-    """Checked inputs, per-group known sums and counts, the items off the prediction (the observed
-    ones and the ``excluded``, whose sums the curves' leave out), the per-group counts of the
+    """Checked inputs: the observed items, the items off the prediction (they and the ``excluded``,
+    whose sums the curves' leave out), per-group known sums and counts, the per-group counts of the
     others, and the posterior's nodes (the start of the predictions from curves)."""
     observed, values = _checked_observations(observed, values, centre, sd, what=what, trait=trait)
     if observed.size and (observed.min() < 0 or observed.max() >= curves.n_items or np.unique(observed).size != observed.size):
@@ -962,7 +962,7 @@ def _observed_from(curves, observed, values, centre, sd, *, what, trait, n_nodes
     n_unknown = curves.sizes - n_known - curves.group_totals(excluded, np.ones(excluded.size))
     off = np.concatenate([observed, excluded]) if excluded.size else observed
     x, w = gauss_hermite_normal(n_nodes)
-    return off, curves.group_totals(observed, values), n_known, n_unknown, float(centre) + float(sd) * x, w
+    return observed, off, curves.group_totals(observed, values), n_known, n_unknown, float(centre) + float(sd) * x, w
 
 
 def _excluded(excluded, observed, n_items) -> np.ndarray:
@@ -982,7 +982,7 @@ def predict_accuracy_from_curves(curves: SummedCurves, theta: float, theta_sd: f
     and the nodes instead of a pass over the bank per node. ``excluded``: items (bank indices,
     none answered) that the prediction leaves out: it is the accuracy over the others."""
     _non_negative("residual_sd", residual_sd)
-    off, known_sum, n_known, n_unknown, nodes, w = _observed_from(
+    _, off, known_sum, n_known, n_unknown, nodes, w = _observed_from(
         curves, observed, correct, theta, theta_sd, what="observed items", trait="trait (theta)", n_nodes=n_nodes,
         excluded=excluded)
     sums = curves.unknown_sums(nodes, off, w)
@@ -999,10 +999,9 @@ def predict_cot_total_from_curves(curves: SummedCurves, params: ItemParams, tau:
     if residuals not in RESIDUAL_MOMENTS:
         raise ValueError(f"residuals must be one of {RESIDUAL_MOMENTS}, got {residuals!r}")
     _non_negative("log_extra_sd", log_extra_sd)
-    off, tokens_sum, n_known, n_unknown, nodes, w = _observed_from(
+    observed, off, tokens_sum, n_known, n_unknown, nodes, w = _observed_from(
         curves, observed, cot_tokens, tau, tau_sd, what="items with CoT lengths", trait="speed (tau)", n_nodes=n_nodes,
         excluded=excluded)
-    observed = off[: off.size - np.size(excluded)]  # the checked observed items (``off`` lists them first)
     base, base_sq, lognormal_mean, lognormal_var = curves.unknown_sums(nodes, off, w)
     common, rel_var = None, 0.0
     if residuals == "smearing" and observed.size >= MIN_SMEARING_ITEMS:
