@@ -3,7 +3,7 @@
 ``python benchmarks/score_extrapolation.py [math500-cbmm|math500-saem|amc23-saem|chembench|sim-guess|sim-4pl|
 sim-twofactor|psn|all] [--reps 3] [--seed 0] [--splits strength-up,strength-down,random]
 [--design opening=5,share=0.5] [--batch 10] [--lengths 10,25,50] [--bound] [--strength-edges 0.60,0.85]
-[--exclude-flagged]``
+[--exclude-flagged] [--oracle-control]``
 
 Two splits of each shared data set, LLMs (with all their runs) on one side only:
 
@@ -35,7 +35,12 @@ of banks with score factors, the error a design-unbiased estimator cannot beat: 
 lower bound on the anticipated variance of any design-unbiased estimator from k draws,
 (1/J^2) [(sum_j s_j)^2 / k - sum_j s_j^2], s_j = sqrt(f_j (1 - f_j)) with f_j the bank's score-factor
 probabilities at the held-out LLM's own full-benchmark mode (the model's best knowledge of it), as
-an MAE (sqrt(2 / pi) times its root) over random items' exact MAE. ``--exclude-flagged`` (MATH500
+an MAE (sqrt(2 / pi) times its root) over random items' exact MAE. ``--oracle-control`` (simulated
+sets): beside the default, the same estimator on the same draws (the same design probabilities,
+power tuning and weights) with the held-out LLM's *true* answer probabilities as its control
+variate, a model no bank has: what a perfect model could add to the draws the default made; and
+the Godambe-Joshi bound at those true probabilities (the best design for them, which no session
+knows either). ``--exclude-flagged`` (MATH500
 and ChemBench) excludes from every session, before its first item, the items the shipped bank flags
 (``grading_note``: 11 on MATH-500, 18 on ChemBench), as ``catengine run`` does by default; the truth
 is then the accuracy over the other items.
@@ -60,8 +65,9 @@ SETS = ("math500-cbmm", "math500-saem", "amc23-saem", "chembench", "sim-guess", 
 SIMULATED = {"sim-guess": "guess", "sim-4pl": "4pl", "sim-twofactor": "twofactor"}
 
 
-def simulate(kind, seed=2024, n_llms=300, n_items=400):
-    """A response matrix from a model the 2PL banks cannot represent (module docstring)."""
+def simulate(kind, seed=2024, n_llms=300, n_items=400, with_probabilities=False):
+    """A response matrix from a model the 2PL banks cannot represent (module docstring); with
+    ``with_probabilities``, (the data, the (LLMs, items) true answer probabilities)."""
     from scipy.special import expit
 
     import calibration
@@ -79,8 +85,9 @@ def simulate(kind, seed=2024, n_llms=300, n_items=400):
         a2, eta = rng.normal(0.0, 1.0, n_items), rng.normal(0.0, 1.0, n_llms)
         p = expit(np.outer(theta, a) + np.outer(eta, a2) + b)
     y = (rng.random(p.shape) < p).astype(np.int8)
-    return calibration.ResponseData.from_arrays(y, subject_ids=[f"llm{i:03d}" for i in range(n_llms)],
+    data = calibration.ResponseData.from_arrays(y, subject_ids=[f"llm{i:03d}" for i in range(n_llms)],
                                                 item_ids=[f"q{j:03d}" for j in range(n_items)])
+    return (data, p) if with_probabilities else data
 
 
 def load(benchmark):
@@ -191,7 +198,7 @@ def replay(bank, y, cot, lengths, rng, design=None, batch=1, excluded=()):
 
 
 def run_set(name, reps, seed, kinds=None, design=None, batch=1, lengths=None, bound=False, edges=STRENGTH_EDGES,
-            exclude_flagged=False):
+            exclude_flagged=False, oracle=False):
     from catengine.scoring import random_mean_mae
 
     if name in SIMULATED:
@@ -200,6 +207,7 @@ def run_set(name, reps, seed, kinds=None, design=None, batch=1, lengths=None, bo
         benchmark, _, method = name.partition("-")
         method, key = method or "cbmm", benchmark
     data = load(benchmark)
+    truth_p = simulate(SIMULATED[benchmark], with_probabilities=True)[1] if oracle and name in SIMULATED else None
     lengths = tuple(lengths or LENGTHS[key])
     _, _, _, accuracy = llm_groups(data)
     Y = answers(data)
@@ -237,6 +245,9 @@ def run_set(name, reps, seed, kinds=None, design=None, batch=1, lengths=None, bo
                         "flag": auto.extrapolation, "beyond": truth > cal_hi or truth < cal_lo,
                         "middle": mid_lo <= truth <= mid_hi,
                     })
+                    if truth_p is not None:
+                        records[-1]["oracle"] = oracle_control_estimate(s, truth_p[i])
+                        records[-1]["oracle_bound"] = godambe_joshi_mae(truth_p[i], k)
         print(f"  {name} {split}: bank from {train.size} runs (accuracy {cal_lo:.3f}-{cal_hi:.3f}), "
               f"{test.size} held out ({accuracy[test].min():.3f}-{accuracy[test].max():.3f}), "
               f"{time.perf_counter() - t0:.0f} s", flush=True)
@@ -256,6 +267,36 @@ def design_bound(bank, y, lengths):
     truth = float(y.mean())
     return [(np.sqrt(2.0 / np.pi) * np.sqrt(max(sd.sum() ** 2 / k - np.sum(sd * sd), 0.0)) / J,
              random_mean_mae(truth, J, k)) for k in lengths]
+
+
+def oracle_control_estimate(session, probabilities) -> float:
+    """The default estimator on ``session``'s own draws (design probabilities, predictable power tuning,
+    draw weights, projection) with ``probabilities`` (J,), the LLM's true answer probabilities, as
+    the control variate of every draw in place of the bank's predictions (``--oracle-control``)."""
+    from catengine.scoring import design_estimate, design_terms
+    from catengine.scoring.design import draw_weights
+    from catengine.scoring.doubly_robust import aipw_terms
+    from catengine.session.scoring import design_draws, known_draws, recorded_answers
+
+    h, order, correct = recorded_answers(session)
+    steps, contexts = design_draws(session)
+    is_draw = np.zeros(len(h), dtype=bool)
+    is_draw[steps] = True
+    prob = np.array([r.criterion for r in h], dtype=float)
+    J = probabilities.size
+    predictions = np.broadcast_to(np.asarray(probabilities, dtype=float), (steps.size, J))
+    without = design_terms(order, correct, is_draw, prob, np.zeros_like(predictions))
+    with_truth = design_terms(order, correct, is_draw, prob, predictions)
+    terms, _ = aipw_terms(without, with_truth, known_draws(order, steps, contexts))
+    known = float(correct.sum())
+    return design_estimate(terms[:, 0] * J, n_items=J, bounds=(known, known + J - order.size),
+                           weights=draw_weights(steps.size, J)).mean / J
+
+
+def godambe_joshi_mae(probabilities, k) -> float:
+    """The Godambe-Joshi bound (module docstring) at the true answer probabilities, as an MAE."""
+    sd = np.sqrt(probabilities * (1.0 - probabilities))
+    return float(np.sqrt(2.0 / np.pi) * np.sqrt(max(sd.sum() ** 2 / k - np.sum(sd * sd), 0.0)) / sd.size)
 
 
 def _decile_coverage(part):
@@ -282,6 +323,10 @@ def summarise(name, records, lengths, n_subjects, bounds=()):
             width = np.mean([r["high"] - r["low"] for r in rows])
             methods = sorted({r["method"] for r in rows})
             print(f"{split:14s} {k:4d} {len(rows):5d} {err / base:10.2f} {cov:6.2f} {width:6.3f} | {merr / base:8.2f} {mcov:6.2f}  {','.join(methods)}")
+            if "oracle" in rows[0]:
+                oerr = np.mean([abs(r["oracle"] - r["truth"]) for r in rows])
+                print(f"{'':14s} {'':4s} {'':5s} {oerr / base:10.2f}  (the same draws, the true probabilities as control); "
+                      f"bound at the true probabilities {np.mean([r['oracle_bound'] for r in rows]) / base:.2f}")
     if bounds:
         b = np.array(bounds)  # (LLM, length, (bound, random))
         print("design-unbiased bound on the random splits (Godambe-Joshi, the model at each LLM's full-benchmark "
@@ -324,6 +369,8 @@ def main(argv=None) -> int:
     ap.add_argument("--bound", action="store_true", help="also print the design-unbiased bound on the random splits")
     ap.add_argument("--exclude-flagged", action="store_true",
                     help="exclude the shipped bank's flagged items from every session, as catengine run does (MATH500, ChemBench)")
+    ap.add_argument("--oracle-control", action="store_true", help="simulated sets: also the same estimator and "
+                    "draws with each LLM's true answer probabilities as control variate, and the bound at them")
     ap.add_argument("--strength-edges", default="0.60,0.85", help="accuracy quantiles of the strength split: the bank "
                     "below the first, tested above the second (the mirror image for strength-down); default 0.60,0.85")
     args = ap.parse_args(argv)
@@ -345,7 +392,7 @@ def main(argv=None) -> int:
         if len(edges) != 2 or not 0.0 < edges[0] <= edges[1] < 1.0:
             ap.error(f"--strength-edges takes two quantiles 0 < bank <= test < 1, got {args.strength_edges!r}")
         records, lengths, n, bounds = run_set(name, args.reps, args.seed, kinds, design, args.batch, lengths, args.bound,
-                                              edges, args.exclude_flagged)
+                                              edges, args.exclude_flagged, args.oracle_control)
         summarise(name, records, lengths, n, bounds)
         print(f"({name}: {time.perf_counter() - t0:.0f} s)")
     return 0

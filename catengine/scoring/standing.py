@@ -25,11 +25,10 @@ the *same items* (the bank's ``/responses``).
   positive where the band answered all or none of the items right; the rates themselves are not
   smoothed, so an LLM that answers like the band is not pushed beyond it (on a benchmark where a
   tenth of the calibration runs solve nothing, a smoothed rate of 1/(2 (n + 1)) would flag every
-  LLM that also solves nothing as "below" after enough items).
-  over the items of A some band run answered (z = 0 on none). The flag compares the LLM with the
-  band's answer *rates*, not with each run's single 0/1 answers: the runs' own coin flips do not
-  enter, and the comparison is the locally most powerful one against a band whose log-odds the
-  LLM exceeds on every item by the same amount. Measured on simulated banks fitted to data a 2PL
+  LLM that also solves nothing as "below" after enough items). The flag compares the LLM with
+  the band's answer *rates*, not with each run's single 0/1 answers: the runs' own coin flips do
+  not enter, and the comparison is the locally most powerful one against a band whose log-odds
+  the LLM exceeds on every item by the same amount. Measured on simulated banks fitted to data a 2PL
   cannot represent (``benchmarks/score_misspecification.py``), it fires for more of the LLMs
   beyond the calibration maximum than flagging the percentile beyond 1 - ``EDGE`` does, at every
   test length (after 10 items 0.87 / 0.92 against 0.68 / 0.84), while firing for at most 0.09 of
