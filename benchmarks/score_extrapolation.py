@@ -21,7 +21,8 @@ a default ``CATSession`` (``DoublyRobustSelection``: every step a known-probabil
 design-based estimate with the model as its control variate) after each checked length. Printed
 per split and length: the MAE of the accuracy as a ratio to the exact expected MAE of the mean of
 as many random items (``catengine.scoring.random_mean_mae``), the 95% interval's coverage and mean
-width, the same for the model-only prediction (``method="model"``), coverage by strength decile of
+width, the same for the model-only prediction (``method="model"``), for LaRT banks the CoT total's
+coverage (with the side of the misses), median error and width over the true total, coverage by strength decile of
 the held-out LLMs at every length (per kind of split, deciles of the held-out LLMs' true accuracy),
 and how often the extrapolation flag fired: for held-out LLMs beyond the calibration LLMs' range of
 accuracy, and for those inside the middle 80% of it. Data sets with fewer than 40 LLMs (ChemBench,
@@ -245,6 +246,9 @@ def run_set(name, reps, seed, kinds=None, design=None, batch=1, lengths=None, bo
                         "flag": auto.extrapolation, "beyond": truth > cal_hi or truth < cal_lo,
                         "middle": mid_lo <= truth <= mid_hi,
                     })
+                    if auto.cot_total is not None and cot is not None and np.all(np.isfinite(cot[kept])):
+                        records[-1]["cot"] = (float(np.sum(cot[kept])), auto.cot_total, auto.cot_total_low,
+                                              auto.cot_total_high)
                     if truth_p is not None:
                         records[-1]["oracle"] = oracle_control_estimate(s, truth_p[i])
                         records[-1]["oracle_bound"] = godambe_joshi_mae(truth_p[i], k)
@@ -327,6 +331,21 @@ def summarise(name, records, lengths, n_subjects, bounds=()):
                 oerr = np.mean([abs(r["oracle"] - r["truth"]) for r in rows])
                 print(f"{'':14s} {'':4s} {'':5s} {oerr / base:10.2f}  (the same draws, the true probabilities as control); "
                       f"bound at the true probabilities {np.mean([r['oracle_bound'] for r in rows]) / base:.2f}")
+    cot_rows = [r for r in records if "cot" in r]
+    if cot_rows:
+        print("CoT total (LaRT banks): 95% interval's coverage, misses with the truth above / below it, "
+              "median error and width over the true total")
+        for split in ("strength-up", "strength-down", "random"):
+            for k in lengths:
+                c = np.array([r["cot"] for r in cot_rows if r["split"] == split and r["k"] == k])
+                if c.size == 0:
+                    continue
+                truth, est, low, high = c.T
+                positive = truth > 0
+                print(f"{split:14s} {k:4d} {len(c):5d} cover {np.mean((low <= truth) & (truth <= high)):.3f} "
+                      f"(above {np.mean(high < truth):.3f}, below {np.mean(low > truth):.3f}) "
+                      f"median error {np.median(np.abs(est - truth)[positive] / truth[positive]):.2f} "
+                      f"median width {np.median((high - low)[positive] / truth[positive]):.2f}")
     if bounds:
         b = np.array(bounds)  # (LLM, length, (bound, random))
         print("design-unbiased bound on the random splits (Godambe-Joshi, the model at each LLM's full-benchmark "

@@ -146,11 +146,9 @@ def reference_design_groups(session, level, by):
     if "cot_terms" in r:
         cot = []
         for g in range(member.shape[1]):
-            v = r["cot_variances"]
             e = design_estimate(r["cot_terms"][:, g] * sizes[g], level=level, n_items=int(sizes[g]),
                                 bounds=(float(r["tokens"] @ member[order, g]), math.inf),
-                                model_variances=None if v is None else v[:, g] * sizes[g] ** 2, model_rule="floor",
-                                weights=weights)
+                                model_variances=r["cot_variances"][:, g] * sizes[g] ** 2, weights=weights)
             cot.append((e.mean, e.se, e.low, e.high))
     return list(sizes), acc, cot, r["field"], r["labels"]
 

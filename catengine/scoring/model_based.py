@@ -62,6 +62,8 @@ from catengine.models.score_factors import product_nodes
 
 DEFAULT_SCORE_NODES = 61
 MIN_SMEARING_ITEMS = 5  # recorded CoT lengths below which the log-normal moments are used
+#: the bank's log-residual variance counts as this many of an LLM's own residuals in :func:`residual_variance`
+RESIDUAL_PRIOR_ITEMS = 10
 RESIDUAL_MOMENTS = ("smearing", "lognormal")
 MAX_BISECTIONS = 2200  # halvings of a mixture quantile's bracket: enough to reach adjacent floats from any width
 #: trait values beyond +-TRAIT_LIMIT are scored at the limit (every item curve is saturated there)
@@ -545,6 +547,43 @@ def predict_cot_total_at_lengths(params: ItemParams, taus, tau_sds, observed, co
                                   extra, np.ascontiguousarray(x), np.ascontiguousarray(w), float(cot_offset),
                                   MIN_SMEARING_ITEMS, mean, var)
     return mean, np.sqrt(np.maximum(var, 0.0))
+
+
+def residual_variance(params: ItemParams, tau: float, observed, cot_tokens, cot_offset: float,
+                      prior_items: float = RESIDUAL_PRIOR_ITEMS) -> float:
+    """Var(exp(e)) of one LLM's log-length residuals e (its lengths' spread around the model's median
+    exp(omega_j - phi_j tau), as a factor of exp(2 (omega_j - phi_j tau))), for the design-based CoT
+    total's variance (docs/math.md §7.8): the larger of
+
+    * the log-normal variance exp(s^2) (exp(s^2) - 1) of a pooled residual variance, at most the bank's,
+
+          s^2 = min( (k L + sum_k (e_k - ebar)^2) / (k + max(n - 1, 0)),  L ),     L = mean_j lam_j^2,
+
+      the posterior mean of a normal variance under a scaled inverse chi-square prior of k =
+      ``prior_items`` degrees of freedom centred on the bank's (the mean estimated), and
+    * the LLM's own empirical variance of exp(e_k) (the smearing moments, :func:`smearing_moments`),
+
+    with e_k = log(T_k + offset) - (omega_k - phi_k tau) over the n recorded items. The empirical
+    variance alone rests on the few lengths a short test has recorded: it misses the long answers
+    the test has not met, and is small exactly when the total is underestimated. The log-normal
+    variance carries the tail a variance implies, and the bank's figure keeps a short test from
+    resting on a handful of residuals; it is capped at the bank's, since lengths are bounded by the
+    generation limit and a log-residual variance inflated by empty or truncated answers (an LLM
+    with many zero-length answers has one of 16 on MATH-500) would give a log-normal tail of lengths
+    no LLM writes. An LLM whose recorded lengths do spread more than that keeps its own variance."""
+    observed = np.asarray(observed, dtype=np.int64).reshape(-1)
+    tokens = np.asarray(cot_tokens, dtype=np.float64).reshape(-1)
+    if observed.shape != tokens.shape:
+        raise ValueError(f"observed and cot_tokens must have one entry per recorded item, got {observed.size} and {tokens.size}")
+    k = float(prior_items)
+    if not (math.isfinite(k) and k > 0.0):
+        raise ValueError(f"prior_items must be a finite number > 0, got {prior_items!r}")
+    e = np.log(tokens + cot_offset) - (params.omega[observed] - params.phi[observed] * float(tau))
+    bank = float(np.mean(np.asarray(params.lam, dtype=np.float64) ** 2))
+    spread = float(np.sum((e - e.mean()) ** 2)) if e.size else 0.0
+    s2 = min((k * bank + spread) / (k + max(e.size - 1, 0)), bank)
+    own = float(np.var(np.exp(e))) if e.size else 0.0
+    return max(math.exp(s2) * math.expm1(s2), own)
 
 
 def smearing_moments(params: ItemParams, tau: float, observed, cot_tokens, cot_offset: float):

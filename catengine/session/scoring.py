@@ -12,7 +12,6 @@ import numpy as np
 from catengine.estimation import ResponseState, TraitEstimate
 from catengine.scoring import (
     DEFAULT_SCORE_NODES,
-    MIN_SMEARING_ITEMS,
     DesignNotRandomisedError,
     ScoreEstimate,
     design_estimate,
@@ -23,7 +22,7 @@ from catengine.scoring import (
     model_variances_from_sums,
     expected_probabilities,
     predict_accuracy_factors,
-    smearing_moments,
+    residual_variance,
 )
 from catengine.scoring.calibration import ScoreCurve
 from catengine.scoring.design import draw_weights
@@ -304,18 +303,16 @@ def excluded_items(session) -> np.ndarray:
 
 
 def design_cot_variances(session, before, steps, order, tokens, pi, remaining, predictions, member):
-    """The variance floor of the design-based CoT total, per draw and group (None with fewer than
-    ``MIN_SMEARING_ITEMS`` lengths): Var_t(D_t) with each unanswered item's tokens given the
-    variance exp(2 (omega_j - phi_j tau_t)) Var(exp(e)), e the LLM's own log-residuals at its final
-    tau (the smearing of the model-based CoT prediction). The bank's log-normal variance instead
-    (lam_j is the residual SD across LLMs) made the intervals 2-4 times too wide."""
-    if order.size < MIN_SMEARING_ITEMS:
-        return None
+    """The model's variance of the design-based CoT total's terms, per draw and group: Var_t(D_t)
+    with each unanswered item's tokens given the variance exp(2 (omega_j - phi_j tau_t)) Var(exp(e)),
+    e the LLM's log-residuals at its final tau, Var(exp(e)) the log-normal one of their variance
+    pooled with the bank's (:func:`~catengine.scoring.residual_variance`). The reference form of
+    what :func:`design_parts` computes from each draw's sums."""
     params = session.params
-    m1, m2, _ = smearing_moments(params, session.estimate.tau, order, tokens, session.cot_offset)
+    factor = residual_variance(params, session.estimate.tau, order, tokens, session.cot_offset)
     taus = np.array([before[s].tau for s in steps], dtype=float)
     scale = np.exp(2.0 * (params.omega[None, :] - params.phi[None, :] * taus[:, None]))
-    return model_variance_terms(predictions, pi, remaining, member=member, variances=scale * max(m2 - m1 * m1, 0.0))
+    return model_variance_terms(predictions, pi, remaining, member=member, variances=scale * factor)
 
 
 def design_draws(session) -> tuple[np.ndarray, list[DrawContext]]:
@@ -463,8 +460,7 @@ def design_parts(session, by=None) -> dict:
     ``terms`` (n_draws, 1 + G) the power-tuned D_t, ``lam`` (n_draws,) each draw's weight of the
     model (tuned on the draws before it, :func:`~catengine.scoring.design.predictable_power_tuning`),
     ``model_variances`` the model's Var_t(D_t); for LaRT banks with every CoT length recorded ``cot_terms`` and
-    ``cot_variances`` (None with fewer than ``MIN_SMEARING_ITEMS`` lengths); and the session's
-    ``sizes``, ``order``, ``correct``, ``codes`` (None without categories), ``field``, ``labels``."""
+    ``cot_variances``; and the session's ``sizes``, ``order``, ``correct``, ``codes`` (None without categories), ``field``, ``labels``."""
     check_design(session)
     params = session.params
     h, order, correct = recorded_answers(session)
@@ -514,15 +510,12 @@ def design_parts(session, by=None) -> dict:
             parts["cot_terms"] = design_terms_from_sums(order, tokens, is_draw, prob, cot_predicted,
                                                         np.array([c.drawn for c in cot]), sizes, codes=codes,
                                                         known=_known_at_draws(order, tokens, contexts, codes, n_groups))
-            parts["cot_variances"] = None
             parts["tokens"] = tokens
-            if order.size >= MIN_SMEARING_ITEMS:
-                # the smeared variance of each unanswered item's tokens, exp(2 (omega - phi tau_t)) Var(exp(e)),
-                # e the LLM's own log-residuals at its final tau (:func:`design_cot_variances`)
-                m1, m2, _ = smearing_moments(params, session.estimate.tau, order, tokens, session.cot_offset)
-                smeared = max(m2 - m1 * m1, 0.0)
-                parts["cot_variances"] = model_variances_from_sums(
-                    smeared * np.array([c.variance for c in cot]), np.zeros_like(cot_predicted), cot_predicted, sizes)
+            # the variance of each unanswered item's tokens, exp(2 (omega - phi tau_t)) Var(exp(e)), e the
+            # LLM's log-residuals at its final tau, their variance pooled with the bank's (:func:`design_cot_variances`)
+            factor = residual_variance(params, session.estimate.tau, order, tokens, session.cot_offset)
+            parts["cot_variances"] = model_variances_from_sums(
+                factor * np.array([c.variance for c in cot]), np.zeros_like(cot_predicted), cot_predicted, sizes)
     return parts
 
 
@@ -555,12 +548,11 @@ def _design_groups(session, level, by):
             if sizes[g] == 0:
                 cot.append(None)
                 continue
-            # the token totals keep the floor rule: they are skewed (a few long answers), and
-            # their intervals already cover less than 95% after 10 and 25 draws on MATH500
+            # the pooled rule, as the accuracy's, with the model's variance from the LLM's residual
+            # variance pooled with the bank's (docs/math.md §7.8)
             e = design_estimate(cterms[:, g] * sizes[g], level=level, n_items=int(sizes[g]),
                                 bounds=(float(known_tokens[g]), math.inf),
-                                model_variances=None if cot_var is None else cot_var[:, g] * sizes[g] ** 2,
-                                model_rule="floor", weights=weights)
+                                model_variances=cot_var[:, g] * sizes[g] ** 2, weights=weights)
             cot.append((e.mean, e.se, e.low, e.high))
     return list(sizes), acc, cot, parts["field"], parts["labels"]
 
