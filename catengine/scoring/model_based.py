@@ -582,7 +582,7 @@ def residual_variance(params: ItemParams, tau: float, observed, cot_tokens, cot_
     bank = float(np.mean(np.asarray(params.lam, dtype=np.float64) ** 2))
     spread = float(np.sum((e - e.mean()) ** 2)) if e.size else 0.0
     s2 = min((k * bank + spread) / (k + max(e.size - 1, 0)), bank)
-    own = float(np.var(np.exp(e))) if e.size else 0.0
+    own = float(np.var(np.exp(np.minimum(e, 300.0)))) if e.size else 0.0  # exp(300)^2 stays finite
     return max(math.exp(s2) * math.expm1(s2), own)
 
 
