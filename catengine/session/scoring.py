@@ -305,9 +305,9 @@ def excluded_items(session) -> np.ndarray:
 def design_cot_variances(session, before, steps, order, tokens, pi, remaining, predictions, member):
     """The model's variance of the design-based CoT total's terms, per draw and group: Var_t(D_t)
     with each unanswered item's tokens given the variance exp(2 (omega_j - phi_j tau_t)) Var(exp(e)),
-    e the LLM's log-residuals at its final tau, Var(exp(e)) the log-normal one of their variance
-    pooled with the bank's (:func:`~catengine.scoring.residual_variance`). The reference form of
-    what :func:`design_parts` computes from each draw's sums."""
+    e the LLM's log-residuals at its final tau (:func:`~catengine.scoring.residual_variance`: the
+    log-normal variance of their variance pooled with the bank's, or their own spread where larger).
+    The reference form of what :func:`design_parts` computes from each draw's sums."""
     params = session.params
     factor = residual_variance(params, session.estimate.tau, order, tokens, session.cot_offset)
     taus = np.array([before[s].tau for s in steps], dtype=float)
@@ -459,8 +459,9 @@ def design_parts(session, by=None) -> dict:
     """The pieces of the design-based estimate per group (column 0 the bank, 1 + g category g):
     ``terms`` (n_draws, 1 + G) the power-tuned D_t, ``lam`` (n_draws,) each draw's weight of the
     model (tuned on the draws before it, :func:`~catengine.scoring.design.predictable_power_tuning`),
-    ``model_variances`` the model's Var_t(D_t); for LaRT banks with every CoT length recorded ``cot_terms`` and
-    ``cot_variances``; and the session's ``sizes``, ``order``, ``correct``, ``codes`` (None without categories), ``field``, ``labels``."""
+    ``model_variances`` the model's Var_t(D_t); for LaRT banks with every CoT length recorded
+    ``cot_terms`` and ``cot_variances``; and the session's ``sizes``, ``order``, ``correct``,
+    ``codes`` (None without categories), ``field``, ``labels``."""
     check_design(session)
     params = session.params
     h, order, correct = recorded_answers(session)
@@ -512,7 +513,7 @@ def design_parts(session, by=None) -> dict:
                                                         known=_known_at_draws(order, tokens, contexts, codes, n_groups))
             parts["tokens"] = tokens
             # the variance of each unanswered item's tokens, exp(2 (omega - phi tau_t)) Var(exp(e)), e the
-            # LLM's log-residuals at its final tau, their variance pooled with the bank's (:func:`design_cot_variances`)
+            # LLM's log-residuals at its final tau (:func:`design_cot_variances`, residual_variance)
             factor = residual_variance(params, session.estimate.tau, order, tokens, session.cot_offset)
             parts["cot_variances"] = model_variances_from_sums(
                 factor * np.array([c.variance for c in cot]), np.zeros_like(cot_predicted), cot_predicted, sizes)
