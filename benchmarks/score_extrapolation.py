@@ -36,12 +36,13 @@ of banks with score factors, the error a design-unbiased estimator cannot beat: 
 lower bound on the anticipated variance of any design-unbiased estimator from k draws,
 (1/J^2) [(sum_j s_j)^2 / k - sum_j s_j^2], s_j = sqrt(f_j (1 - f_j)) with f_j the bank's score-factor
 probabilities at the held-out LLM's own full-benchmark mode (the model's best knowledge of it), as
-an MAE (sqrt(2 / pi) times its root) over random items' exact MAE. ``--oracle-control`` (simulated
-sets): beside the default, the same estimator on the same draws (the same design probabilities,
-power tuning and weights) with the held-out LLM's *true* answer probabilities as its control
-variate, a model no bank has: what a perfect model could add to the draws the default made; and
-the Godambe-Joshi bound at those true probabilities (the best design for them, which no session
-knows either). ``--exclude-flagged`` (MATH500
+an MAE (sqrt(2 / pi) times its root) over random items' exact MAE. ``--oracle-control``: beside the
+default, the same estimator on the same draws (the same design probabilities, power tuning and
+weights) with a control variate no session has: on the simulated sets the held-out LLM's *true*
+answer probabilities, on real data with score factors the bank's probabilities at the LLM's own
+full-benchmark mode; what a better model could add to the draws the default made; and the
+Godambe-Joshi bound at those probabilities (the best design for them, which no session knows
+either). ``--exclude-flagged`` (MATH500
 and ChemBench) excludes from every session, before its first item, the items the shipped bank flags
 (``grading_note``: 11 on MATH-500, 18 on ChemBench), as ``catengine run`` does by default; the truth
 is then the accuracy over the other items.
@@ -233,6 +234,9 @@ def run_set(name, reps, seed, kinds=None, design=None, batch=1, lengths=None, bo
             truth = float(np.nanmean(y[kept]))
             if bound and split.startswith("random") and bank.score_factors is not None and np.all(np.isfinite(y)):
                 bounds.append(design_bound(bank, y, lengths))
+            best = truth_p[i] if truth_p is not None else None
+            if oracle and best is None and bank.score_factors is not None and np.all(np.isfinite(y)) and not excluded.size:
+                best = mode_probabilities(bank, y)  # real data: the model at the LLM's own full-benchmark mode
             for r in range(reps):
                 rng = np.random.default_rng([seed, int(i), r])
                 for k, s in replay(bank, y, cot, lengths, rng, design, batch, excluded):
@@ -249,13 +253,21 @@ def run_set(name, reps, seed, kinds=None, design=None, batch=1, lengths=None, bo
                     if auto.cot_total is not None and cot is not None and np.all(np.isfinite(cot[kept])):
                         records[-1]["cot"] = (float(np.sum(cot[kept])), auto.cot_total, auto.cot_total_low,
                                               auto.cot_total_high)
-                    if truth_p is not None:
-                        records[-1]["oracle"] = oracle_control_estimate(s, truth_p[i])
-                        records[-1]["oracle_bound"] = godambe_joshi_mae(truth_p[i], k)
+                    if best is not None:
+                        records[-1]["oracle"] = oracle_control_estimate(s, best)
+                        records[-1]["oracle_bound"] = godambe_joshi_mae(best, k)
         print(f"  {name} {split}: bank from {train.size} runs (accuracy {cal_lo:.3f}-{cal_hi:.3f}), "
               f"{test.size} held out ({accuracy[test].min():.3f}-{accuracy[test].max():.3f}), "
               f"{time.perf_counter() - t0:.0f} s", flush=True)
     return records, lengths, data.n_subjects, bounds
+
+
+def mode_probabilities(bank, y) -> np.ndarray:
+    """The bank's score-factor probabilities of every item at the mode given all of one LLM's answers
+    ``y``: the model's best knowledge of that LLM, better than any session has."""
+    sf = bank.score_factors
+    mode, _ = sf.posterior(np.arange(y.size), y.astype(float))
+    return sf.probabilities(mode[None, :])[0]
 
 
 def design_bound(bank, y, lengths):
@@ -263,14 +275,9 @@ def design_bound(bank, y, lengths):
     with answers ``y`` (module docstring): the score factors at the LLM's own full-benchmark mode."""
     from catengine.scoring import random_mean_mae
 
-    sf = bank.score_factors
-    J = y.size
-    mode, _ = sf.posterior(np.arange(J), y.astype(float))
-    f = sf.probabilities(mode[None, :])[0]
-    sd = np.sqrt(f * (1.0 - f))
+    f = mode_probabilities(bank, y)
     truth = float(y.mean())
-    return [(np.sqrt(2.0 / np.pi) * np.sqrt(max(sd.sum() ** 2 / k - np.sum(sd * sd), 0.0)) / J,
-             random_mean_mae(truth, J, k)) for k in lengths]
+    return [(godambe_joshi_mae(f, k), random_mean_mae(truth, y.size, k)) for k in lengths]
 
 
 def oracle_control_estimate(session, probabilities) -> float:
@@ -327,10 +334,11 @@ def summarise(name, records, lengths, n_subjects, bounds=()):
             width = np.mean([r["high"] - r["low"] for r in rows])
             methods = sorted({r["method"] for r in rows})
             print(f"{split:14s} {k:4d} {len(rows):5d} {err / base:10.2f} {cov:6.2f} {width:6.3f} | {merr / base:8.2f} {mcov:6.2f}  {','.join(methods)}")
-            if "oracle" in rows[0]:
-                oerr = np.mean([abs(r["oracle"] - r["truth"]) for r in rows])
-                print(f"{'':14s} {'':4s} {'':5s} {oerr / base:10.2f}  (the same draws, the true probabilities as control); "
-                      f"bound at the true probabilities {np.mean([r['oracle_bound'] for r in rows]) / base:.2f}")
+            oracle = [r for r in rows if "oracle" in r]
+            if oracle:
+                oerr = np.mean([abs(r["oracle"] - r["truth"]) for r in oracle]) / np.mean([r["rand"] for r in oracle])
+                print(f"{'':14s} {'':4s} {'':5s} {oerr:10.2f}  (the same draws, the best-known probabilities as control); "
+                      f"bound at them {np.mean([r['oracle_bound'] for r in oracle]) / np.mean([r['rand'] for r in oracle]):.2f}")
     cot_rows = [r for r in records if "cot" in r]
     if cot_rows:
         print("CoT total (LaRT banks): 95% interval's coverage, misses with the truth above / below it, "
@@ -388,8 +396,9 @@ def main(argv=None) -> int:
     ap.add_argument("--bound", action="store_true", help="also print the design-unbiased bound on the random splits")
     ap.add_argument("--exclude-flagged", action="store_true",
                     help="exclude the shipped bank's flagged items from every session, as catengine run does (MATH500, ChemBench)")
-    ap.add_argument("--oracle-control", action="store_true", help="simulated sets: also the same estimator and "
-                    "draws with each LLM's true answer probabilities as control variate, and the bound at them")
+    ap.add_argument("--oracle-control", action="store_true", help="also the same estimator and draws with each LLM's "
+                    "true answer probabilities (simulated sets; real data: the bank at its own full mode) as control "
+                    "variate, and the bound at them")
     ap.add_argument("--strength-edges", default="0.60,0.85", help="accuracy quantiles of the strength split: the bank "
                     "below the first, tested above the second (the mirror image for strength-down); default 0.60,0.85")
     args = ap.parse_args(argv)
