@@ -120,8 +120,13 @@ def reference_parts(session, by=None) -> dict:
             b.tau is not None for b in before):
         tokens = np.array([r.cot_length for r in h], dtype=float)
         g = np.array([expected_cot_lengths(params, before[s].tau, 0.0, session.cot_offset) for s in steps])
-        out["cot_terms"] = design_terms(order, tokens, is_draw, prob, g, member=member)
-        out["cot_variances"] = design_cot_variances(session, before, steps, order, tokens, pi, remaining, g, member)
+        cot_without = design_terms(order, tokens, is_draw, prob, np.zeros_like(g), member=member)
+        cot_with = design_terms(order, tokens, is_draw, prob, g, member=member)
+        cot_lam = predictable_power_tuning(cot_without[:, 0], cot_with[:, 0], opening=1.0)
+        out["cot_terms"] = cot_without + cot_lam[:, None] * (cot_with - cot_without)
+        out["cot_lam"] = cot_lam
+        out["cot_variances"] = design_cot_variances(session, before, steps, order, tokens, pi, remaining, g, member,
+                                                    weight=cot_lam)
         out["tokens"] = tokens
     return out
 
@@ -184,6 +189,7 @@ def assert_same_parts(got, want, where):
     if "cot_terms" in want:
         assert_same_array(got["cot_terms"], want["cot_terms"], (where, "cot terms"),
                           scale=np.abs(want["cot_terms"]).max(axis=0))
+        assert_same_array(got["cot_lam"], want["cot_lam"], (where, "cot lam"), scale=1.0)
         assert (got["cot_variances"] is None) == (want["cot_variances"] is None), where
         if want["cot_variances"] is not None:
             assert_same_array(got["cot_variances"], want["cot_variances"], (where, "cot variances"))

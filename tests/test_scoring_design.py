@@ -548,9 +548,11 @@ def test_residual_variance_pools_the_llms_log_residual_variance_with_the_banks()
         residual_variance(p, tau, items, tokens, offset, prior_items=0)
 
 
-def test_design_cot_variance_is_the_pooled_rule_over_the_unanswered_tokens():
-    """The CoT total's model variance: each unanswered item's tokens get exp(2 (omega - phi tau_t))
-    Var(exp(e)) (:func:`residual_variance`), weighted by 1 / pi as the accuracy's; the reported SD is
+def test_design_cot_terms_are_power_tuned_and_their_variance_pooled():
+    """The CoT total's terms and model variance: the predictions enter with a power-tuned weight
+    (1 until three draws are known, then tuned on the earlier draws, recomputed here by hand); each
+    unanswered item's tokens get exp(2 (omega - phi tau_t)) Var(exp(e)) (:func:`residual_variance`),
+    weighted by 1 / pi as the accuracy's; the reported SD is
     the pooled rule max(se^2, (m V + (n_e - 1) se^2) / (m + n_e - 1)) on the total scale (both with the
     draws' weights), recomputed here from the design terms, for a wide and a narrow spread of lengths."""
     from pathlib import Path
@@ -577,13 +579,23 @@ def test_design_cot_variance_is_the_pooled_rule_over_the_unanswered_tokens():
         f = np.array([expected_probabilities(p, before[t].theta, before[t].theta_sd, s.selector.n_nodes) for t in steps])
         pi, remaining = design_probabilities(s, steps, before, order, f)
         g = np.array([expected_cot_lengths(p, before[t].tau, 0.0, s.cot_offset) for t in steps])
-        model = design_cot_variances(s, before, steps, order, tokens, pi, remaining, g, np.ones((J, 1)))[:, 0]
+        prob = np.array([r.criterion for r in h])
+        without = design_terms(order, tokens, np.ones(n, bool), prob, np.zeros_like(g))[:, 0]
+        with_model = design_terms(order, tokens, np.ones(n, bool), prob, g)[:, 0]
+        # the predictions' weight: 1 for the first three draws, then tuned on the earlier draws
+        lam = np.ones(n)
+        for t in range(3, n):
+            a, b = without[:t], with_model[:t] - without[:t]
+            lam[t] = min(1.0, max(0.0, -np.mean((a - a.mean()) * (b - b.mean())) / np.var(b)))
+        assert np.all(lam[:3] == 1.0) and np.any(lam[3:] < 1.0)
+        model = design_cot_variances(s, before, steps, order, tokens, pi, remaining, g, np.ones((J, 1)), weight=lam)[:, 0]
         factor = residual_variance(p, s.estimate.tau, order, tokens, s.cot_offset)
         for t in (0, 5, 11):
             rem = remaining[t]
             var = np.exp(2 * (p.omega[rem] - p.phi[rem] * before[t].tau)) * factor
-            assert model[t] == pytest.approx(np.sum(var / pi[t][rem]) / J**2, rel=1e-10)
-        d_t = design_terms(order, tokens, np.ones(n, bool), np.array([r.criterion for r in h]), g)[:, 0]
+            off = (1 - lam[t]) * g[t][rem]  # the model's mean of the tokens less the weighted predictions
+            assert model[t] == pytest.approx((np.sum((var + off**2) / pi[t][rem]) - off.sum() ** 2) / J**2, rel=1e-10)
+        d_t = without + lam * (with_model - without)
         w = 1 / ((J - np.arange(n)) * (J - 1 - np.arange(n)))  # each draw weighted by its index (design.draw_weights)
         w /= w.sum()
         mean = d_t @ w
@@ -601,7 +613,8 @@ def test_design_cot_total_interval_holds_on_real_math500_lengths():
     lengths are heavier-tailed than a log-normal: intervals from the draws' own spread of lengths
     and the empirical smearing of their residuals held 0.863 of the totals after 10 items and 0.928
     after 25 (a short test rarely meets the long answers, and its spread is then small exactly when
-    its total is low); with the log-normal variance of the pooled residual variance, 0.958 and 0.954."""
+    its total is low); with the log-normal variance of the pooled residual variance and the predicted
+    lengths at a power-tuned weight, 0.954 and 0.945."""
     import calibration
     from catengine import open_item_bank
     from real_data import ROOT, lart_files
@@ -628,3 +641,39 @@ def test_design_cot_total_interval_holds_on_real_math500_lengths():
     for k, v in held.items():
         assert len(v) == 3 * data.n_subjects
         assert 0.93 <= np.mean(v) <= 0.99, (k, np.mean(v))
+
+
+def test_design_cot_total_is_unbiased_when_the_lengths_do_not_follow_the_bank():
+    """The power-tuned CoT terms keep their conditional mean the true total (each draw's weight is a
+    function of the draws before it): an LLM whose lengths are unrelated to the bank's model (drawn
+    at random, with a few very long ones), fixed; 2000 default sessions of 15 items. The mean of the
+    unprojected estimates sum_t w_t D_t lies within 3 Monte-Carlo SEs of the true total, and the
+    predictions' weights leave 1 (the model's predictions are no use here)."""
+    from pathlib import Path
+
+    from catengine import open_item_bank
+    from catengine.scoring.design import draw_weights
+    from catengine.selection import DoublyRobustSelection
+    from catengine.session.scoring import design_parts
+
+    bank = open_item_bank(Path(__file__).resolve().parents[1] / "item_banks" / "demo_math500_lart")
+    J = bank.n_items
+    rng = np.random.default_rng(21)
+    y = (rng.random(J) < 0.55).astype(int)
+    tokens = np.round(rng.lognormal(7.0, 1.0, J))
+    truth = float(tokens.sum())
+    estimates, weights = [], []
+    for r in range(2000):
+        s = CATSession(bank, selector=DoublyRobustSelection(), stopping=MaxItems(15), rng=[3, r])
+        while not s.finished:
+            item = s.next_item()
+            j = bank.index_of(item)
+            s.record(item, int(y[j]), float(tokens[j]))
+        parts = design_parts(s, by=False)
+        terms = parts["cot_terms"][:, 0] * J
+        estimates.append(float(terms @ draw_weights(terms.size, J)))
+        weights.append(parts["cot_lam"][3:].mean())
+    estimates = np.array(estimates)
+    se = estimates.std(ddof=1) / math.sqrt(estimates.size)
+    assert abs(estimates.mean() - truth) < 3 * se, (estimates.mean(), truth, se)
+    assert np.mean(weights) < 0.9

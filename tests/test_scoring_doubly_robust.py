@@ -56,6 +56,12 @@ def test_each_draw_weighs_the_model_by_the_draws_known_before_it():
         without[:3, 0], with_model[:3, 0])
     with pytest.raises(ValueError, match="one shape"):
         aipw_terms(without, with_model[:, :1])
+    # an outcome whose Horvitz-Thompson terms are far noisier than the model's (token counts) opens
+    # with the model's weight 1; the later weights are the same
+    opened = aipw_terms(without, with_model, opening=1.0)[1]
+    np.testing.assert_allclose(opened, [1.0, 1.0, 1.0] + want[3:])
+    with pytest.raises(ValueError, match="opening"):
+        predictable_power_tuning(without[:, 0], with_model[:, 0], opening=1.5)
 
 
 # ---------------------------------------------------------------- the design part, by simulation

@@ -333,14 +333,15 @@ def power_tuning(terms_without, terms_with) -> float:
     return float(min(1.0, max(0.0, lam)))
 
 
-def predictable_power_tuning(terms_without, terms_with, known=None) -> np.ndarray:
+def predictable_power_tuning(terms_without, terms_with, known=None, opening: float = 0.0) -> np.ndarray:
     """One weight lam_t per draw, each tuned by :func:`power_tuning` on the draws whose terms were
     determined before draw t was made: lam_t is then a function of the past of draw t, like f_t and
     pi_t, and D_t(lam_t) = D_t(0) + lam_t (D_t(1) - D_t(0)) keeps E[D_t(lam_t) | past] = A exactly
     (docs/math.md §7.8), where one lam tuned on all the draws, their own included, would add a bias
-    of order 1/n. Until three such draws are known lam_t = 0, the Horvitz-Thompson term: the model
-    enters only once draws show that it helps (the first draws' predictions come from a posterior
-    that knows almost nothing about the LLM).
+    of order 1/n. Until three such draws are known lam_t = ``opening``: by default 0, the
+    Horvitz-Thompson term, so that the model enters only once draws show that it helps (the first
+    draws' predictions come from a posterior that knows almost nothing about the LLM); 1 for an
+    outcome whose Horvitz-Thompson terms are far noisier than any prediction (token counts).
 
     ``known`` (n, n) bool: known[t, s] True when draw s's term was determined before draw t was
     made (default: s < t, a sequential session; in a batch, draws whose answers were not yet in
@@ -355,6 +356,8 @@ def predictable_power_tuning(terms_without, terms_with, known=None) -> np.ndarra
     known = np.asarray(known, dtype=bool)
     if known.shape != (n, n):
         raise ValueError(f"known must have shape ({n}, {n}), got {known.shape}")
+    if not 0.0 <= opening <= 1.0:
+        raise ValueError(f"opening must lie in [0, 1], got {opening!r}")
     if n == 0:
         return np.zeros(0)
     # :func:`power_tuning` of every row's draws at once, from the moments of the known draws (shifted
@@ -370,7 +373,7 @@ def predictable_power_tuning(terms_without, terms_with, known=None) -> np.ndarra
         cov = (k @ (x * d)) / count - mx * md
         tuned = np.clip(-cov / var_d, 0.0, 1.0)
     spread = var_d > 1e-14 * np.maximum(1.0, var_x)
-    return np.where(count >= 3, np.where(spread, tuned, 1.0), 0.0)
+    return np.where(count >= 3, np.where(spread, tuned, 1.0), float(opening))
 
 
 MODEL_VARIANCE_RULES = ("moderated", "floor")

@@ -44,13 +44,14 @@ def known_before(done, answered) -> np.ndarray:
     return done[None, :] <= answered[:, None]
 
 
-def aipw_terms(terms_without, terms_with, known=None) -> tuple[np.ndarray, np.ndarray]:
+def aipw_terms(terms_without, terms_with, known=None, opening: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
     """(terms, lam): the D_t(lam_t) per draw and group, (n, G), and the weights lam_t (n,), tuned on
     the bank's column (column 0) of the draws known before each (``known``: :func:`known_before`;
-    default: every earlier draw), and shared by the groups (categories) of the draw."""
+    default: every earlier draw), and shared by the groups (categories) of the draw; ``opening``:
+    lam_t until three draws are known (``predictable_power_tuning``)."""
     a = np.asarray(terms_without, dtype=np.float64)
     b = np.asarray(terms_with, dtype=np.float64)
     if a.ndim != 2 or a.shape != b.shape:
         raise ValueError(f"terms_without and terms_with must be (n_draws, groups) arrays of one shape, got {a.shape}, {b.shape}")
-    lam = predictable_power_tuning(a[:, 0], b[:, 0], known)
+    lam = predictable_power_tuning(a[:, 0], b[:, 0], known, opening)
     return a + lam[:, None] * (b - a), lam

@@ -302,17 +302,18 @@ def excluded_items(session) -> np.ndarray:
     return np.fromiter(sorted(excluded), dtype=np.int64, count=len(excluded))
 
 
-def design_cot_variances(session, before, steps, order, tokens, pi, remaining, predictions, member):
+def design_cot_variances(session, before, steps, order, tokens, pi, remaining, predictions, member, weight=1.0):
     """The model's variance of the design-based CoT total's terms, per draw and group: Var_t(D_t)
     with each unanswered item's tokens given the variance exp(2 (omega_j - phi_j tau_t)) Var(exp(e)),
     e the LLM's log-residuals at its final tau (:func:`~catengine.scoring.residual_variance`: the
     log-normal variance of their variance pooled with the bank's, or their own spread where larger).
-    The reference form of what :func:`design_parts` computes from each draw's sums."""
+    ``weight``: the predictions' weight lam_t (a number or one per draw; :func:`design_parts` tunes
+    it). The reference form of what :func:`design_parts` computes from each draw's sums."""
     params = session.params
     factor = residual_variance(params, session.estimate.tau, order, tokens, session.cot_offset)
     taus = np.array([before[s].tau for s in steps], dtype=float)
     scale = np.exp(2.0 * (params.omega[None, :] - params.phi[None, :] * taus[:, None]))
-    return model_variance_terms(predictions, pi, remaining, member=member, variances=scale * factor)
+    return model_variance_terms(predictions, pi, remaining, member=member, variances=scale * factor, weight=weight)
 
 
 def design_draws(session) -> tuple[np.ndarray, list[DrawContext]]:
@@ -460,8 +461,9 @@ def design_parts(session, by=None) -> dict:
     ``terms`` (n_draws, 1 + G) the power-tuned D_t, ``lam`` (n_draws,) each draw's weight of the
     model (tuned on the draws before it, :func:`~catengine.scoring.design.predictable_power_tuning`),
     ``model_variances`` the model's Var_t(D_t); for LaRT banks with every CoT length recorded
-    ``cot_terms`` and ``cot_variances``; and the session's ``sizes``, ``order``, ``correct``,
-    ``codes`` (None without categories), ``field``, ``labels``."""
+    ``cot_terms``, ``cot_lam`` (the CoT predictions' weights) and ``cot_variances``; and the
+    session's ``sizes``, ``order``, ``correct``, ``codes`` (None without categories), ``field``,
+    ``labels``."""
     check_design(session)
     params = session.params
     h, order, correct = recorded_answers(session)
@@ -492,7 +494,8 @@ def design_parts(session, by=None) -> dict:
     without = design_terms_from_sums(order, correct, is_draw, prob, np.zeros_like(predicted), np.zeros_like(drawn),
                                      sizes, codes=codes, known=known)
     with_model = design_terms_from_sums(order, correct, is_draw, prob, predicted, drawn, sizes, codes=codes, known=known)
-    terms, lam = aipw_terms(without, with_model, known_draws(order, steps, contexts))
+    before_draws = known_draws(order, steps, contexts)
+    terms, lam = aipw_terms(without, with_model, before_draws)
     parts = {"terms": terms, "lam": lam,
              "model_variances": model_variances_from_sums(np.array([a.variance for a in acc]),
                                                           np.array([a.square for a in acc]), predicted, sizes,
@@ -508,15 +511,24 @@ def design_parts(session, by=None) -> dict:
             # inflates the predictions by exp(phi^2 sd^2 / 2) and the estimator's variance with them
             cot = [c for _, c in sums]
             cot_predicted = np.array([c.predicted for c in cot])
-            parts["cot_terms"] = design_terms_from_sums(order, tokens, is_draw, prob, cot_predicted,
-                                                        np.array([c.drawn for c in cot]), sizes, codes=codes,
-                                                        known=_known_at_draws(order, tokens, contexts, codes, n_groups))
+            cot_drawn = np.array([c.drawn for c in cot])
+            known_tokens = _known_at_draws(order, tokens, contexts, codes, n_groups)
+            # the predictions' own power-tuned weight, from 1 until three draws are known: the
+            # Horvitz-Thompson term of a token count (the tokens over pi) is far noisier than the
+            # model's predicted lengths, which the weight then scales down where the LLM's lengths
+            # do not follow them (docs/math.md §7.8)
+            cot_without = design_terms_from_sums(order, tokens, is_draw, prob, np.zeros_like(cot_predicted),
+                                                 np.zeros_like(cot_drawn), sizes, codes=codes, known=known_tokens)
+            cot_with = design_terms_from_sums(order, tokens, is_draw, prob, cot_predicted, cot_drawn, sizes,
+                                              codes=codes, known=known_tokens)
+            parts["cot_terms"], parts["cot_lam"] = aipw_terms(cot_without, cot_with, before_draws, opening=1.0)
             parts["tokens"] = tokens
             # the variance of each unanswered item's tokens, exp(2 (omega - phi tau_t)) Var(exp(e)), e the
             # LLM's log-residuals at its final tau (:func:`design_cot_variances`, residual_variance)
             factor = residual_variance(params, session.estimate.tau, order, tokens, session.cot_offset)
             parts["cot_variances"] = model_variances_from_sums(
-                factor * np.array([c.variance for c in cot]), np.zeros_like(cot_predicted), cot_predicted, sizes)
+                factor * np.array([c.variance for c in cot]), np.array([c.square for c in cot]), cot_predicted, sizes,
+                weight=parts["cot_lam"])
     return parts
 
 
