@@ -609,7 +609,9 @@ def test_design_cot_terms_are_power_tuned_and_their_variance_pooled():
 def test_design_cot_total_interval_holds_on_real_math500_lengths():
     """The default session's CoT-total interval on real lengths: every MATH-500 run of the shared
     LaRT data (answers and CoT tokens of 158 runs, all 500 items) replayed three times through a
-    default session on the shipped ``math500_lart`` bank; the truth is the run's total tokens. Real
+    default session on the shipped ``math500_lart`` bank; the truth is the run's total tokens. The
+    runs are the bank's own calibration runs: this checks the variance rule on real lengths (the
+    held-out figures are ``benchmarks/score_extrapolation.py``'s, docs/validation.md). Real
     lengths are heavier-tailed than a log-normal: intervals from the draws' own spread of lengths
     and the empirical smearing of their residuals held 0.863 of the totals after 10 items and 0.928
     after 25 (a short test rarely meets the long answers, and its spread is then small exactly when

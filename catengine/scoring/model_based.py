@@ -571,14 +571,10 @@ def residual_variance(params: ItemParams, tau: float, observed, cot_tokens, cot_
     generation limit and a log-residual variance inflated by empty or truncated answers (an LLM
     with many zero-length answers has one of 16 on MATH-500) would give a log-normal tail of lengths
     no LLM writes. An LLM whose recorded lengths do spread more than that keeps its own variance."""
-    observed = np.asarray(observed, dtype=np.int64).reshape(-1)
-    tokens = np.asarray(cot_tokens, dtype=np.float64).reshape(-1)
-    if observed.shape != tokens.shape:
-        raise ValueError(f"observed and cot_tokens must have one entry per recorded item, got {observed.size} and {tokens.size}")
     k = float(prior_items)
     if not (math.isfinite(k) and k > 0.0):
         raise ValueError(f"prior_items must be a finite number > 0, got {prior_items!r}")
-    e = np.log(tokens + cot_offset) - (params.omega[observed] - params.phi[observed] * float(tau))
+    e = log_residuals(params, tau, observed, cot_tokens, cot_offset)
     bank = float(np.mean(np.asarray(params.lam, dtype=np.float64) ** 2))
     spread = float(np.sum((e - e.mean()) ** 2)) if e.size else 0.0
     s2 = min((k * bank + spread) / (k + max(e.size - 1, 0)), bank)
@@ -586,12 +582,20 @@ def residual_variance(params: ItemParams, tau: float, observed, cot_tokens, cot_
     return max(math.exp(s2) * math.expm1(s2), own)
 
 
-def smearing_moments(params: ItemParams, tau: float, observed, cot_tokens, cot_offset: float):
-    """(m1, m2, n) of exp(e_k), e_k = log(T_k + offset) - (omega_k - phi_k tau), over the recorded
-    items (see the module docstring)."""
+def log_residuals(params: ItemParams, tau: float, observed, cot_tokens, cot_offset: float) -> np.ndarray:
+    """e_k = log(T_k + offset) - (omega_k - phi_k tau) over the recorded items ``observed`` (bank
+    indices) with CoT lengths ``cot_tokens``: an LLM's log-length residuals at speed ``tau``."""
     observed = np.asarray(observed, dtype=np.int64).reshape(-1)
     tokens = np.asarray(cot_tokens, dtype=np.float64).reshape(-1)
-    e = np.exp(np.log(tokens + cot_offset) - (params.omega[observed] - params.phi[observed] * float(tau)))
+    if observed.shape != tokens.shape:
+        raise ValueError(f"observed and cot_tokens must have one entry per recorded item, got {observed.size} and {tokens.size}")
+    return np.log(tokens + cot_offset) - (params.omega[observed] - params.phi[observed] * float(tau))
+
+
+def smearing_moments(params: ItemParams, tau: float, observed, cot_tokens, cot_offset: float):
+    """(m1, m2, n) of exp(e_k), e_k the :func:`log_residuals`, over the recorded items (see the
+    module docstring)."""
+    e = np.exp(log_residuals(params, tau, observed, cot_tokens, cot_offset))
     return float(e.mean()), float(np.mean(e * e)), int(e.size)
 
 

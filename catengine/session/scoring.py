@@ -324,7 +324,7 @@ def design_draws(session) -> tuple[np.ndarray, list[DrawContext]]:
     draw, made from the estimate of the record before it."""
     h = session.history
     answered = {r.item for r in h}
-    excluded = getattr(session, "_excluded", ())
+    excluded = set(excluded_items(session).tolist())
     ids = session.items.item_ids
     steps, contexts = [], []
     for s, r in enumerate(h):
@@ -484,7 +484,7 @@ def design_parts(session, by=None) -> dict:
     acc = [a for a, _ in sums]
     predicted = np.array([a.predicted for a in acc])
     drawn = np.array([a.drawn for a in acc])
-    if getattr(session, "_excluded", ()):  # each draw as made from the items the estimate covers (:func:`excluded_items`)
+    if excluded_items(session).size:  # each draw as made from the items the estimate covers
         prob = prob.copy()
         prob[steps] = [a.probability for a in acc]
     # the model's predictions enter with a power-tuned weight lam_t per draw (bank-level, shared by
