@@ -1,7 +1,9 @@
 """The design-based and doubly robust scores from each draw's cached sums
 (``catengine.scoring.design.draw_sums`` and the functions of the sums) against the reference
 functions ``design_terms`` / ``model_variance_terms`` applied to the full (n_draws, J) rows: the
-D_t, the power-tuned lam_t of each draw (tuned on the draws before it), the model variances, the CoT terms and variances, and the final scores,
+D_t, the power-tuned lam_t of each draw (tuned on the draws before it), the model variances, the
+variances under each hypothesis of the interval (answered items at their outcomes) and the
+hypotheses' accuracies, the CoT terms and variances, and the final scores,
 on 2PL, LaRT (with CoT) and score-factor banks, with and without categories, with design shares
 0.5 and 1; and the per-draw cache: reused only for the very records it was computed from and per
 category column."""
@@ -24,6 +26,7 @@ from catengine.scoring import (
     predictable_power_tuning,
 )
 from catengine.scoring.design import design_terms_from_sums, draw_sums, draw_weights, group_sums, model_variances_from_sums
+from catengine.scoring.model_based import HYPOTHESIS_THETAS, response
 from catengine.selection import DoublyRobustSelection, RandomisedSelection
 from catengine.session import scoring as session_scoring
 from catengine.session.scoring import (
@@ -112,7 +115,18 @@ def reference_parts(session, by=None) -> dict:
     without = design_terms(order, correct, is_draw, prob, np.zeros_like(f), member=member)
     with_model = design_terms(order, correct, is_draw, prob, f, member=member)
     lam = predictable_power_tuning(without[:, 0], with_model[:, 0])  # sequential: each draw's weight from the earlier ones
+    # the hypotheses behind the interval: the bank at each trait of the grid, the answered items at
+    # their outcomes, one model_variance_terms call per hypothesis on the full rows
+    family = response(params, HYPOTHESIS_THETAS)
+    answered = np.zeros(J, dtype=bool)
+    answered[order] = True
+    known_rows = family.copy()
+    known_rows[:, order] = correct[None, :]
+    hyp_var = np.stack([model_variance_terms(f, pi, remaining, member=member, weight=lam, means=row)
+                        for row in known_rows], axis=1)
+    hyp_acc = (family * ~answered) @ member + (correct @ member[order])[None, :]
     out = {"terms": without + lam[:, None] * (with_model - without), "lam": lam,
+           "hypothesis_variances": hyp_var, "hypothesis_accuracies": hyp_acc / member.sum(axis=0)[None, :],
            "model_variances": model_variance_terms(f, pi, remaining, member=member, weight=lam),
            "member": member, "order": order, "correct": correct, "field": field, "labels": labels,
            "f": f, "pi": pi, "remaining": remaining}
@@ -144,8 +158,9 @@ def reference_design_groups(session, level, by):
     for g in range(member.shape[1]):
         known = float(correct @ member[order, g])
         e = design_estimate(r["terms"][:, g] * sizes[g], level=level, n_items=int(sizes[g]),
-                            bounds=(known, known + sizes[g] - n_obs[g]),
-                            model_variances=r["model_variances"][:, g] * sizes[g] ** 2, weights=weights)
+                            bounds=(known, known + sizes[g] - n_obs[g]), weights=weights,
+                            hypotheses=(r["hypothesis_accuracies"][:, g] * sizes[g],
+                                        weights**2 @ r["hypothesis_variances"][:, :, g] * sizes[g] ** 2))
         acc.append((e.mean, e.se, e.low, e.high, n_obs[g]))
     cot = None
     if "cot_terms" in r:
@@ -185,6 +200,10 @@ def assert_same_parts(got, want, where):
     assert_same_array(got["lam"], want["lam"], (where, "lam"), scale=1.0)
     assert_same_array(got["model_variances"], want["model_variances"], (where, "model variances"),
                       scale=np.abs(want["model_variances"]).max(axis=0))
+    assert_same_array(got["hypothesis_variances"], want["hypothesis_variances"], (where, "hypothesis variances"),
+                      scale=np.abs(want["hypothesis_variances"]).max(axis=(0, 1)))
+    assert_same_array(got["hypothesis_accuracies"], want["hypothesis_accuracies"], (where, "hypothesis accuracies"),
+                      scale=1.0)
     assert ("cot_terms" in got) == ("cot_terms" in want), where
     if "cot_terms" in want:
         assert_same_array(got["cot_terms"], want["cot_terms"], (where, "cot terms"),

@@ -15,7 +15,7 @@ each world's items; the design draws are the only randomness, so the target is e
 full-benchmark accuracy. Checked over default sessions of 25 items: the default estimate's bias is
 within Monte-Carlo error of zero, the martingale variance estimate sum_t w_t^2 (D_t - A^)^2 /
 (1 - sum_t w_t^2) matches the Monte-Carlo variance of the estimate, and the reported 95% intervals hold the truth
-0.93-0.97 of the time. And the extrapolation flag, from the session's answers against the answer
+0.93-0.97 of the time, after 25 answers and after 10. And the extrapolation flag, from the session's answers against the answer
 rates of the calibration runs' top and bottom tenths on the same items, fires for LLMs beyond the
 calibration maximum and rarely for those inside the middle 80%. Larger runs: ``python benchmarks/score_misspecification.py``.
 """
@@ -34,6 +34,7 @@ from catengine.stopping import MaxItems
 from misspecified_worlds import J, WORLDS, fitted_bank, truth_model, world
 
 N_ITEMS_ASKED, REPS = 25, 400
+LENGTHS = (10, N_ITEMS_ASKED)  # the scores are read after 10 and 25 answers
 
 
 @pytest.fixture(scope="module")
@@ -45,19 +46,21 @@ def sessions():
         bank, p, rng, strongest = world(kind, 10 + w)
         for where, theta in (("inside", 0.3), ("beyond", strongest + 0.8)):
             y = (rng.random(J) < p(np.array(theta), np.array(-0.5))).astype(int)
-            rows = []
+            rows = {n: [] for n in LENGTHS}
             for r in range(REPS):
                 s = CATSession(bank, stopping=MaxItems(N_ITEMS_ASKED), rng=[w, r])
                 while not s.finished:
                     item = s.next_item()
                     s.record(item, int(y[bank.index_of(item)]))
-                score = s.predicted_score(by=False)
-                terms = design_parts(s, by=False)["terms"][:, 0]
-                weights = draw_weights(terms.size, J)
-                raw = float(terms @ weights)  # the estimate before its projection onto the attainable range
-                rows.append((score.accuracy, score.low, score.high, raw,
-                             np.sum(weights**2 * (terms - raw) ** 2) / (1 - np.sum(weights**2))))
-            out[kind, where] = (float(y.mean()), np.array(rows))
+                    if len(s.history) not in rows:
+                        continue
+                    score = s.predicted_score(by=False)
+                    terms = design_parts(s, by=False)["terms"][:, 0]
+                    weights = draw_weights(terms.size, J)
+                    raw = float(terms @ weights)  # the estimate before its projection onto the attainable range
+                    rows[len(s.history)].append((score.accuracy, score.low, score.high, raw,
+                                                 np.sum(weights**2 * (terms - raw) ** 2) / (1 - np.sum(weights**2))))
+            out[kind, where] = (float(y.mean()), {n: np.array(v) for n, v in rows.items()})
     return out
 
 
@@ -69,8 +72,8 @@ def test_the_default_score_is_unbiased_with_an_honest_variance_under_wrong_banks
     coverage 0.93-0.97 pooled, at least 0.92 in each case."""
     z = {"inside": [], "beyond": []}
     ratios, covered = [], []
-    for (kind, where), (truth, rows) in sessions.items():
-        est, low, high, raw, se2 = rows.T
+    for (kind, where), (truth, by_length) in sessions.items():
+        est, low, high, raw, se2 = by_length[N_ITEMS_ASKED].T
         mc_se = est.std(ddof=1) / math.sqrt(est.size)
         bias = est.mean() - truth
         ratio = se2.mean() / raw.var(ddof=1)
@@ -89,11 +92,30 @@ def test_the_default_score_is_unbiased_with_an_honest_variance_under_wrong_banks
     assert 0.93 <= np.mean(covered) <= 0.97
 
 
+def test_short_tests_hold_the_nominal_coverage_inside_and_beyond(sessions):
+    """After 10 answers the intervals hold the truth 0.93-0.97 of the time pooled over the six cases
+    and 0.92-0.985 in each: neither too short for an LLM inside the population nor too long for one
+    beyond it. The interval inverts the test of each hypothesised accuracy with the variance under
+    that hypothesis (docs/math.md §7.8); an interval of the model's variance at its own prediction,
+    pooled with the draws', held 0.997-1.000 beyond the population after 10 answers (its variance
+    1.9-2.6 times the Monte-Carlo one), the draws' variance alone 0.55-0.70."""
+    covered = []
+    for (kind, where), (truth, by_length) in sessions.items():
+        est, low, high, raw, se2 = by_length[10].T
+        cover = float(np.mean((low <= truth) & (truth <= high)))
+        print(f"{kind:9s} {where:6s} accuracy {truth:.3f}: coverage after 10 answers {cover:.3f}, "
+              f"mean width {np.mean(high - low):.3f}")
+        assert 0.92 <= cover <= 0.985, (kind, where)
+        covered.append(cover)
+    assert 0.93 <= np.mean(covered) <= 0.97
+
+
 def test_the_score_of_an_llm_beyond_the_population_is_not_held_by_the_model(sessions):
     """The failure the estimator exists to avoid: for the LLM stronger than every calibration LLM the
     model alone predicts far too low, and the default estimate does not follow it."""
     bank, p, rng, strongest = world("guess", 10)
-    truth, rows = sessions["guess", "beyond"]
+    truth, by_length = sessions["guess", "beyond"]
+    rows = by_length[N_ITEMS_ASKED]
     y = (rng.random(J) < p(np.array(strongest + 0.8))).astype(int)
     s = CATSession(bank, stopping=MaxItems(N_ITEMS_ASKED), rng=0)
     while not s.finished:

@@ -192,6 +192,7 @@ def test_design_predictions_use_the_model_posterior_and_the_probabilities_the_wi
     equals the logged criterion, and the estimate equals a recomputation from the terms by hand."""
     from catengine.estimation import MAPEstimator
     from catengine.scoring import expected_probabilities, model_variance_terms
+    from catengine.scoring.model_based import HYPOTHESIS_THETAS, response
     from catengine.session.scoring import _initial_estimate, design_probabilities
 
     bank = bank_2pl(40)
@@ -221,13 +222,22 @@ def test_design_predictions_use_the_model_posterior_and_the_probabilities_the_wi
                     for t in range(t0.size)])
     assert np.any((lam > 0) & (lam < 1))
     terms = design_terms(order, y[order], drawn, p_drawn, lam[:, None] * model)[:, 0]
-    floor = model_variance_terms(model, pi, remaining, weight=lam)[:, 0]
     # each draw weighted by its index: 1 / ((J - t) (J - t - 1)), normalised
     w = 1 / ((40 - np.arange(12)) * (39 - np.arange(12)))
-    ref = design_estimate(terms, n_items=40, model_variances=floor, bounds=(y[order].sum() / 40, 1 - (12 - y[order].sum()) / 40),
-                          weights=w / w.sum())
+    w = w / w.sum()
+    # the interval's hypotheses: the bank at each grid trait, the answered items at their answers
+    family = response(bank.params, HYPOTHESIS_THETAS)
+    rows = family.copy()
+    rows[:, order] = y[order]
+    variances = np.array([w**2 @ model_variance_terms(model, pi, remaining, weight=lam, means=r)[:, 0] for r in rows])
+    unanswered = np.ones(40, dtype=bool)
+    unanswered[order] = False
+    accuracies = (y[order].sum() + family[:, unanswered].sum(axis=1)) / 40
+    ref = design_estimate(terms, n_items=40, hypotheses=(accuracies, variances), weights=w,
+                          bounds=(y[order].sum() / 40, 1 - (12 - y[order].sum()) / 40))
     d = s.predicted_score(method="design", by=False)
     assert d.accuracy == pytest.approx(ref.mean, rel=1e-12) and d.sd == pytest.approx(ref.se, rel=1e-12)
+    assert (d.low, d.high) == pytest.approx((ref.low, ref.high), rel=1e-9)
 
 
 def test_selector_probabilities_are_positive_known_and_followed():

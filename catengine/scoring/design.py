@@ -142,7 +142,7 @@ def design_terms(order, outcomes, design_step, probabilities, predictions, *, me
 
 
 def model_variance_terms(predictions, probabilities, remaining, *, member=None, variances=None,
-                         weight: float = 1.0) -> np.ndarray:
+                         weight: float = 1.0, means=None) -> np.ndarray:
     """Per design step and group, the variance of D_t the model expects: shape (n_draws, G).
 
     Given the past, D_t varies only through its correction term; if y_j ~ Bernoulli(f_j),
@@ -154,6 +154,9 @@ def model_variance_terms(predictions, probabilities, remaining, *, member=None, 
     ``weight`` lam (a number, or one per draw, (n_draws,)): the variance of the terms built with
     predictions lam f (:func:`predictable_power_tuning`),
     sum_{R_t in G} (Var y_j + ((1 - lam) f_j)^2) / pi_t(j) - (sum_{R_t in G} (1 - lam) f_j)^2, over |G|^2.
+    ``means`` (J,): the outcomes' probabilities p_j under a hypothesis other than the model's own
+    (one row for every draw; :func:`hypothesis_sums`): Var y_j = p_j (1 - p_j) and E_t(y_j - lam f_j)
+    = p_j - lam f_j in the same formula.
     A variance, so never below 0: the difference is clipped there, since with near-certain
     predictions its two terms agree to rounding and their difference can come out as -1e-17."""
     f = np.asarray(predictions, dtype=np.float64)
@@ -161,10 +164,15 @@ def model_variance_terms(predictions, probabilities, remaining, *, member=None, 
     rem = np.asarray(remaining, dtype=bool)
     J = f.shape[1]
     member = np.ones((J, 1)) if member is None else np.asarray(member, dtype=np.float64)
-    var = f * (1.0 - f) if variances is None else np.asarray(variances, dtype=np.float64)
+    lam = _weights(weight, f.shape[0])[:, None]
+    if means is not None:
+        p = np.broadcast_to(np.asarray(means, dtype=np.float64).reshape(1, -1), f.shape)
+        var, off = p * (1.0 - p), p - lam * f  # E_t(y_j - lam f_j) under the hypothesis
+    else:
+        var = f * (1.0 - f) if variances is None else np.asarray(variances, dtype=np.float64)
+        off = (1.0 - lam) * f  # E_t(y_j - lam f_j) under the model
     if var.shape != f.shape:
         raise ValueError(f"variances must have the predictions' shape {f.shape}, got {var.shape}")
-    off = (1.0 - _weights(weight, f.shape[0])[:, None]) * f  # E_t(y_j - lam f_j) under the model
     ratio = np.where(rem & (pi > 0), (var + off * off) / np.where(pi > 0, pi, 1.0), 0.0)
     mean_correction = np.where(rem, off, 0.0) @ member
     return np.maximum(ratio @ member - mean_correction**2, 0.0) / member.sum(axis=0) ** 2
@@ -201,10 +209,11 @@ class DrawSums:
     square: np.ndarray  # (1 + G,) sum_{R_t in G, pi_t(j) > 0} f_t(j)^2 / pi_t(j)
     drawn: float  # f_t(j_t), the prediction of the drawn item
     probability: float = math.nan  # pi_t(j_t), the drawn item's probability in the rows summed
+    hypotheses: np.ndarray | None = None  # (3, K, 1 + G) :func:`hypothesis_sums` (None: not computed)
 
 
 def draw_sums(predictions, probabilities, remaining, item: int, *, codes=None, n_groups: int = 0,
-              variances=None) -> DrawSums:
+              variances=None, family=None) -> DrawSums:
     """The :class:`DrawSums` of one design draw from its rows over the bank (one compiled pass over
     them, ``catengine.scoring._kernels``, compensated sums).
 
@@ -212,7 +221,8 @@ def draw_sums(predictions, probabilities, remaining, item: int, *, codes=None, n
     items not answered before the draw; ``item`` j_t, the drawn item; ``codes`` / ``n_groups`` the
     categories (:func:`group_sums`); ``variances`` (J,) each outcome's variance in place of
     f (1 - f) (CoT tokens; :func:`model_variance_terms`). Items off R_t, or of probability 0, add
-    exactly 0, as in :func:`model_variance_terms`."""
+    exactly 0, as in :func:`model_variance_terms`. ``family`` (K, J): hypothesised answer
+    probabilities (:func:`hypothesis_sums`, kept as :attr:`DrawSums.hypotheses`)."""
     from catengine.scoring import _kernels
 
     f = np.ascontiguousarray(predictions, dtype=np.float64).reshape(-1)
@@ -226,8 +236,79 @@ def draw_sums(predictions, probabilities, remaining, item: int, *, codes=None, n
         raise ValueError(f"variances must hold one value per item ({J}), got shape {var.shape}")
     codes, n_groups = _checked_codes(codes, n_groups, J)
     sums = _kernels.draw_sums(f, pi, rem, var, variances is not None, _kernel_codes(codes, J), 1 + n_groups)
+    hyp = None if family is None else hypothesis_sums(family, f, pi, rem, codes=codes, n_groups=n_groups)
     return DrawSums(predicted=sums[0], variance=sums[1], square=sums[2], drawn=float(f[int(item)]),
-                    probability=float(pi[int(item)]))
+                    probability=float(pi[int(item)]), hypotheses=hyp)
+
+
+def _membership_matrix(codes, n_groups, J) -> np.ndarray:
+    """(J, 1 + G): column 0 every item, column 1 + g the items of category g."""
+    member = np.zeros((J, 1 + n_groups))
+    member[:, 0] = 1.0
+    if n_groups:
+        member[np.arange(J), 1 + codes] = 1.0
+    return member
+
+
+def hypothesis_sums(family, predictions, probabilities, remaining, *, codes=None, n_groups: int = 0) -> np.ndarray:
+    """(3, K, 1 + G): one design draw's sums over R_t, per group, under each of K hypotheses about
+    the LLM's answer probabilities, ``family`` (K, J) p_j (row k: the LLM answers item j correctly
+    with probability p_kj): sum_{R_t in G, pi > 0} p_j / pi_t(j), sum_{R_t in G, pi > 0} p_j f_t(j) /
+    pi_t(j) and sum_{R_t in G} p_j. With the draw's :class:`DrawSums` they give its term's variance
+    under every hypothesis and any weight lam (:func:`hypothesis_variances`), since
+    p (1 - p) + (p - lam f)^2 = p (1 - 2 lam f) + lam^2 f^2 is linear in p."""
+    P = np.asarray(family, dtype=np.float64)
+    f = np.asarray(predictions, dtype=np.float64).reshape(-1)
+    J = f.size
+    pi = np.asarray(probabilities, dtype=np.float64).reshape(-1)
+    rem = np.asarray(remaining, dtype=bool).reshape(-1)
+    if P.ndim != 2 or P.shape[1] != J or pi.shape != (J,) or rem.shape != (J,):
+        raise ValueError(f"family must have shape (K, {J}) and probabilities, remaining one value per item")
+    codes, n_groups = _checked_codes(codes, n_groups, J)
+    member = _membership_matrix(codes, n_groups, J)
+    drawable = rem & (pi > 0)
+    inverse = np.where(drawable, 1.0 / np.where(drawable, pi, 1.0), 0.0)
+    columns = np.concatenate([member * inverse[:, None], member * (inverse * f)[:, None],
+                              member * rem[:, None]], axis=1)  # (J, 3 (1 + G))
+    return (P @ columns).reshape(P.shape[0], 3, 1 + n_groups).transpose(1, 0, 2)
+
+
+def answered_hypothesis_sums(deviations, inverse, predictions, remaining, member) -> np.ndarray:
+    """(n_draws, 3, K, 1 + G): what :func:`hypothesis_sums` of each draw changes by when the items
+    answered since it was made carry their known outcomes in place of the hypothesised
+    probabilities: the same three sums over the answered items still in R_t, of p_j - y_j.
+
+    ``deviations`` (K, m): p_kj - y_j for the m answered items; ``inverse`` (n_draws, m): 1 / pi_t(j)
+    (0 where pi_t(j) = 0); ``predictions`` (n_draws, m): f_t(j); ``remaining`` (n_draws, m) bool: j in
+    R_t; ``member`` (m, 1 + G) 0/1 groups. The variance of a draw's term is a function of the
+    outcomes of the items in R_t, and those answered since are known: with them in place, a
+    hypothesis that the answers contradict (every item correct, after wrong answers) does not
+    promise a variance of 0."""
+    dev = np.asarray(deviations, dtype=np.float64)
+    rem = np.asarray(remaining, dtype=np.float64)
+    inv = np.asarray(inverse, dtype=np.float64) * rem
+    x = np.stack([inv, inv * np.asarray(predictions, dtype=np.float64), rem], axis=1)  # (n, 3, m)
+    member = np.asarray(member, dtype=np.float64)
+    n, m, groups = x.shape[0], x.shape[2], member.shape[1]
+    # one matrix product: (K, m) @ (m, n 3 (1 + G))
+    columns = (x.transpose(2, 0, 1)[:, :, :, None] * member[:, None, None, :]).reshape(m, n * 3 * groups)
+    return (dev @ columns).reshape(dev.shape[0], n, 3, groups).transpose(1, 2, 0, 3)
+
+
+def hypothesis_variances(hypotheses, square, predicted, sizes, *, weight) -> np.ndarray:
+    """(n_draws, K, 1 + G): each draw's Var_t(D_t) under each hypothesis of :func:`hypothesis_sums`
+    (``hypotheses`` stacked to (n_draws, 3, K, 1 + G); ``square``, ``predicted`` the draws'
+    :class:`DrawSums` fields stacked to (n_draws, 1 + G); ``weight`` lam, one per draw):
+    [sum p / pi - 2 lam sum p f / pi + lam^2 sum f^2 / pi - (sum p - lam sum f)^2] / |G|^2, the sums
+    over R_t in G, clipped at 0 (:func:`model_variance_terms` with ``means`` = p)."""
+    h = np.asarray(hypotheses, dtype=np.float64)
+    square, predicted = (np.asarray(x, dtype=np.float64) for x in (square, predicted))
+    lam = _weights(weight, h.shape[0])[:, None, None]
+    sq, pr = square[:, None, :], predicted[:, None, :]
+    spread = h[:, 0] - 2.0 * lam * h[:, 1] + lam * lam * sq
+    mean = h[:, 2] - lam * pr
+    sizes = np.maximum(np.asarray(sizes, dtype=np.float64).reshape(1, 1, -1), 1.0)
+    return np.maximum(spread - mean * mean, 0.0) / sizes**2
 
 
 def _kernel_codes(codes, J):
@@ -382,10 +463,13 @@ MODEL_VARIANCE_RULES = ("moderated", "floor")
 #: the draws the model's variance estimate counts as in the pooled variance of the "moderated" rule
 MODEL_DRAWS = 10
 
+#: the draws the model's dispersion (1) counts as beside the draws' own in the test-inverted interval
+DISPERSION_DRAWS = 20
+
 
 def design_estimate(terms: np.ndarray, *, level: float = 0.95, n_items: int, bounds=(-math.inf, math.inf),
                     model_variances=None, model_rule: str = "moderated", model_draws: int | None = MODEL_DRAWS,
-                    weights=None) -> DesignEstimate:
+                    weights=None, hypotheses=None, dispersion_draws: int = DISPERSION_DRAWS) -> DesignEstimate:
     """A^ = sum_t w_t D_t, se^2 = sum_t w_t^2 (D_t - A^)^2 / (1 - sum_t w_t^2), interval A^ +- q se.
 
     ``weights`` (n,) w_t, fixed in advance and summing to 1 (:func:`draw_weights`; default equal:
@@ -421,8 +505,24 @@ def design_estimate(terms: np.ndarray, *, level: float = 0.95, n_items: int, bou
     * ``model_rule="floor"``: max(se^2, V), with the normal quantile where V binds and the t
       quantile with n_e - 1 degrees of freedom where it does not.
 
-    Without ``model_variances``: se^2 and the t quantile with n_e - 1 degrees of freedom (the usual
-    small-sample refinement of the normal quantile the martingale CLT gives)."""
+    ``hypotheses`` (the default of the sessions' accuracy; in place of ``model_variances``): a pair
+    of arrays (K,), the values the estimate targets under K hypotheses about the subject and Var(A^)
+    under each (:func:`hypothesis_variances` summed with the weights w_t^2), in the units of the
+    terms, increasing in the first. The interval is the set of values a the estimate does not
+    reject, (A^ - a)^2 <= q^2 c V(a), V(a) interpolated between the hypotheses (constant beyond
+    them), as the Wilson interval of a proportion inverts the test whose variance is the one at the
+    hypothesised value: the variance of a session whose draws all agree (the answers of a strong LLM)
+    is the one at the values it must reject, not the small one at its own estimate. c = max(1,
+    (d + (n_e - 1) r) / (d + n_e - 1)) is the dispersion the draws show, r = se^2 / V(A^), pooled
+    with the model's (1) counted as d = ``dispersion_draws`` draws, and never below the model's:
+    where the item-level spread is not the hypotheses' the draws widen the interval (where V(A^) = 0,
+    every remaining answer certain under the hypothesis at the estimate, the draws' se^2 pooled the
+    same way adds to V(a) instead). q is the normal
+    quantile, as in the Wilson interval: the variance is the hypothesis's own, not one estimated from
+    the draws, which can only widen it. The reported ``se`` is sqrt(c V(A^)).
+
+    Without ``model_variances`` or ``hypotheses``: se^2 and the t quantile with n_e - 1 degrees of
+    freedom (the usual small-sample refinement of the normal quantile the martingale CLT gives)."""
     d = np.asarray(terms, dtype=np.float64).reshape(-1)
     n = d.size
     if n < 2:
@@ -431,23 +531,16 @@ def design_estimate(terms: np.ndarray, *, level: float = 0.95, n_items: int, bou
         raise ValueError(f"model_rule must be one of {MODEL_VARIANCE_RULES}, got {model_rule!r}")
     if not 0.0 < level < 1.0:
         raise ValueError(f"level must lie in (0, 1), got {level!r}")
-    if weights is None:
-        w = None
-        mean = float(d.mean())
-        se2 = float(np.sum((d - mean) ** 2)) / (n * (n - 1))
-        n_e = float(n)
-    else:
-        w = np.asarray(weights, dtype=np.float64).reshape(-1)
-        if w.shape != (n,) or not np.all(np.isfinite(w)) or np.any(w <= 0) or abs(float(w.sum()) - 1.0) > 1e-9:
-            raise ValueError(f"weights must hold {n} positive values summing to 1, one per draw")
-        mean = float(d @ w)
-        s2 = float(np.sum(w * w))
-        se2 = float(np.sum(w * w * (d - mean) ** 2)) / (1.0 - s2)
-        n_e = 1.0 / s2
+    w, mean, se2, n_e = _weighted_moments(d, weights)
     from scipy.special import ndtri, stdtrit  # the normal and Student-t quantiles (scipy.stats loads slowly)
 
     df = n_e - 1
     normal = False
+    lo, hi = float(bounds[0]), float(bounds[1])
+    if hypotheses is not None:
+        if model_variances is not None:
+            raise ValueError("give model_variances or hypotheses, not both")
+        return _inverted_estimate(d, w, mean, se2, n_e, hypotheses, dispersion_draws, level, lo, hi, int(n_items))
     if model_variances is not None:
         v = np.asarray(model_variances, dtype=np.float64).reshape(-1)
         if v.shape != (n,) or not np.all(np.isfinite(v)) or np.any(v < 0):
@@ -462,9 +555,81 @@ def design_estimate(terms: np.ndarray, *, level: float = 0.95, n_items: int, bou
             se2 = max(se2, model)
     se = math.sqrt(se2)
     z = float(ndtri(0.5 + level / 2.0) if normal else stdtrit(df, 0.5 + level / 2.0))
-    lo, hi = float(bounds[0]), float(bounds[1])
 
     def project(x):
         return min(max(x, lo), hi)
 
     return DesignEstimate(project(mean), se, project(mean - z * se), project(mean + z * se), n, int(n_items), d, w)
+
+
+def _weighted_moments(d, weights):
+    """(w, A^, se^2, n_e) of the terms ``d`` under ``weights`` (None: equal)."""
+    n = d.size
+    if weights is None:
+        mean = float(d.mean())
+        return None, mean, float(np.sum((d - mean) ** 2)) / (n * (n - 1)), float(n)
+    w = np.asarray(weights, dtype=np.float64).reshape(-1)
+    if w.shape != (n,) or not np.all(np.isfinite(w)) or np.any(w <= 0) or abs(float(w.sum()) - 1.0) > 1e-9:
+        raise ValueError(f"weights must hold {n} positive values summing to 1, one per draw")
+    mean = float(d @ w)
+    s2 = float(np.sum(w * w))
+    return w, mean, float(np.sum(w * w * (d - mean) ** 2)) / (1.0 - s2), 1.0 / s2
+
+
+def _inverted_estimate(d, w, mean, se2, n_e, hypotheses, dispersion_draws, level, lo, hi, n_items) -> DesignEstimate:
+    """:func:`design_estimate` with ``hypotheses``: the test-inverted interval."""
+    from scipy.special import ndtri
+
+    values, variances = (np.asarray(x, dtype=np.float64).reshape(-1) for x in hypotheses)
+    if values.size < 2 or values.shape != variances.shape or not np.all(np.isfinite(values)) \
+            or not np.all(np.isfinite(variances)) or np.any(variances < 0) or np.any(np.diff(values) < 0):
+        raise ValueError("hypotheses must be two arrays of one finite value per hypothesis, the first increasing "
+                         "and the variances >= 0")
+    if dispersion_draws < 0:
+        raise ValueError(f"dispersion_draws must be >= 0, got {dispersion_draws!r}")
+    at_estimate = float(np.interp(mean, values, variances))
+    m = float(dispersion_draws)
+    if at_estimate > 0:
+        scale, extra = max(1.0, (m + (n_e - 1.0) * se2 / at_estimate) / (m + n_e - 1.0)), 0.0
+    else:  # the hypotheses give the estimate no variance (every answer certain): the draws' own, pooled, adds
+        scale, extra = 1.0, (n_e - 1.0) * se2 / (m + n_e - 1.0)
+    z2 = float(ndtri(0.5 + level / 2.0)) ** 2
+    point = min(max(mean, lo), hi)
+
+    def excess(a):  # >= 0 where the value a is not rejected
+        return z2 * (scale * np.interp(a, values, variances) + extra) - (mean - a) ** 2
+
+    low = _acceptance_end(excess, point, lo, values, -1)
+    high = _acceptance_end(excess, point, hi, values, +1)
+    return DesignEstimate(point, math.sqrt(scale * at_estimate + extra), low, high, d.size, n_items, d, w)
+
+
+def _acceptance_end(excess, point, bound, values, direction) -> float:
+    """The far end, from ``point`` towards ``bound``, of the values a with excess(a) >= 0 (the hull
+    of the set the test does not reject): scanned over the hypotheses' values and a fine grid
+    between, then the last crossing bisected. ``point`` itself when even it is rejected (an estimate
+    outside the attainable range whose nearest attainable value the test rejects)."""
+    if not math.isfinite(bound):
+        bound = float(values[-1] if direction > 0 else values[0])
+        bound = max(bound, point) if direction > 0 else min(bound, point)
+    if bound == point:
+        return point
+    inner = values[(values - point) * direction > 0]
+    inner = inner[(bound - inner) * direction > 0]
+    grid = np.unique(np.concatenate([[point, bound], inner, np.linspace(point, bound, 257)]))
+    if direction < 0:
+        grid = grid[::-1]
+    ok = excess(grid) >= 0
+    if not ok[0]:
+        return point
+    last = int(np.flatnonzero(ok)[-1])
+    if last == grid.size - 1:
+        return float(bound)
+    a, b = float(grid[last]), float(grid[last + 1])  # accepted, rejected
+    for _ in range(60):
+        mid = 0.5 * (a + b)
+        if excess(mid) >= 0:
+            a = mid
+        else:
+            b = mid
+    return a

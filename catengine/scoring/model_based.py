@@ -136,6 +136,37 @@ _expected_kept: OrderedDict = OrderedDict()
 _expected_lock = threading.Lock()
 
 
+#: the traits of the hypotheses behind the design estimate's test-inverted interval
+#: (:func:`hypothesis_family`): every 0.25 from -8 to 12
+HYPOTHESIS_THETAS = np.linspace(-8.0, 12.0, 81)
+
+#: the largest bank whose accuracy interval inverts the test of each hypothesis; each design draw
+#: then costs a pass over the bank per hypothesis, and larger banks keep the pooled variance
+HYPOTHESIS_ITEMS = 20_000
+
+_family_kept: OrderedDict = OrderedDict()
+
+
+def hypothesis_family(params: ItemParams) -> np.ndarray:
+    """(K, J) read-only: the bank's answer probabilities P_j(theta) at each of the
+    ``HYPOTHESIS_THETAS``: the hypotheses "the subject answers as the bank's model at theta" whose
+    accuracies the design estimate's interval tests (``catengine.scoring.design.hypothesis_sums``).
+    The last few banks' are kept, keyed by the parameters (the object)."""
+    key = id(params)
+    with _expected_lock:
+        kept = _family_kept.get(key)
+        if kept is not None and kept[0]() is params:
+            _family_kept.move_to_end(key)
+            return kept[1]
+    out = np.ascontiguousarray(response(params, HYPOTHESIS_THETAS), dtype=np.float64)
+    out.flags.writeable = False
+    with _expected_lock:
+        _family_kept[key] = (weakref.ref(params), out)
+        while len(_family_kept) > 2:
+            _family_kept.popitem(last=False)
+    return out
+
+
 def expected_probabilities(params: ItemParams, theta: float, theta_sd: float, n_nodes: int = 21) -> np.ndarray:
     """E_q P_j(theta) for every item under q = Normal(theta, theta_sd^2), shape (J,), read-only:
     in closed form for probit (LaRT) items, E Phi(a X + b) = Phi((a theta + b) / sqrt(1 + a^2

@@ -17,13 +17,16 @@ from catengine.scoring import (
     design_estimate,
     design_terms_from_sums,
     draw_sums,
+    answered_hypothesis_sums,
     group_sums,
+    hypothesis_variances,
     model_variance_terms,
     model_variances_from_sums,
     expected_probabilities,
     predict_accuracy_factors,
     residual_variance,
 )
+from catengine.scoring.model_based import HYPOTHESIS_ITEMS, hypothesis_family
 from catengine.scoring.calibration import ScoreCurve
 from catengine.scoring.design import draw_weights
 from catengine.scoring.doubly_robust import aipw_terms
@@ -416,7 +419,13 @@ def _draw_sums(session, h, steps, contexts, order, correct, field, codes, n_grou
             pi = session.selector.probabilities(params, SelectionState(b, remaining, None, session.items),
                                                 expected=fsel)
             j = int(order[s])
-            acc = draw_sums(f, pi, remaining, j, codes=codes, n_groups=n_groups)
+            tested = J <= HYPOTHESIS_ITEMS  # the interval tests hypotheses (design_estimate)
+            acc = draw_sums(f, pi, remaining, j, codes=codes, n_groups=n_groups,
+                            family=hypothesis_family(params) if tested else None)
+            if tested and "rows" not in entry:  # for the answered items' outcomes in the hypotheses' sums
+                drawable = remaining & (pi > 0)
+                entry["rows"] = (np.asarray(f, dtype=np.float64), np.where(drawable, 1.0 / np.where(drawable, pi, 1.0), 0.0),
+                                 remaining)
             cot = None
             if lart and b.tau is not None:  # f: expected_cot_lengths at tau; variances exp(2 (omega - phi tau))
                 cot = cot_draw_sums(params, b.tau, session.cot_offset, pi, remaining, j, codes=codes, n_groups=n_groups)
@@ -501,6 +510,11 @@ def design_parts(session, by=None) -> dict:
                                                           np.array([a.square for a in acc]), predicted, sizes,
                                                           weight=lam),
              "sizes": sizes, "order": order, "correct": correct, "codes": codes, "field": field, "labels": labels}
+    if params.n_items <= HYPOTHESIS_ITEMS:
+        parts["hypothesis_variances"] = hypothesis_variances(
+            _answered_hypotheses(session, steps, acc, order, correct, codes), np.array([a.square for a in acc]),
+            predicted, sizes, weight=lam)
+        parts["hypothesis_accuracies"] = _hypothesis_accuracies(session, order, correct, codes, n_groups, sizes)
     if params.model.has_cot and all(h[s].cot_length is not None for s in steps):
         has = np.array([r.cot_length is not None for r in h], dtype=bool)
         before_tau = [_initial_estimate(session).tau] + [r.tau for r in h[:-1]]
@@ -532,6 +546,40 @@ def design_parts(session, by=None) -> dict:
     return parts
 
 
+def _answered_hypotheses(session, steps, acc, order, correct, codes) -> np.ndarray:
+    """(n_draws, 3, K, 1 + G): each draw's hypothesis sums (:attr:`DrawSums.hypotheses`) with the
+    items answered since it was made at their outcomes (``catengine.scoring.design.answered_hypothesis_sums``)."""
+    cache = session.__dict__["_design_draw_cache"]
+    rows = [cache[int(s)]["rows"] for s in steps]
+    member = np.zeros((order.size, acc[0].predicted.size))
+    member[:, 0] = 1.0
+    if codes is not None:
+        member[np.arange(order.size), 1 + codes[order]] = 1.0
+    family = hypothesis_family(session.params)
+    change = answered_hypothesis_sums(family[:, order] - correct[None, :], np.array([r[1][order] for r in rows]),
+                                      np.array([r[0][order] for r in rows]), np.array([r[2][order] for r in rows]),
+                                      member)
+    return np.array([a.hypotheses for a in acc]) - change
+
+
+def _hypothesis_accuracies(session, order, correct, codes, n_groups, sizes) -> np.ndarray:
+    """(K, 1 + G): per hypothesis of :func:`~catengine.scoring.model_based.hypothesis_family`, the
+    accuracy of the bank and of each category the design estimate targets: the answered items'
+    outcomes plus the hypothesised probabilities of the others it covers, over the group's items."""
+    family = hypothesis_family(session.params)
+    J = family.shape[1]
+    open_items = np.ones(J, dtype=bool)
+    open_items[order] = False
+    open_items[excluded_items(session)] = False
+    member = np.zeros((J, sizes.size))
+    member[:, 0] = 1.0
+    if codes is not None:
+        member[np.arange(J), 1 + codes] = 1.0
+    known = group_sums(correct, None if codes is None else codes[order], n_groups)
+    values = (family @ (member * open_items[:, None]) + known[None, :]) / np.maximum(sizes, 1.0)[None, :]
+    return np.maximum.accumulate(values, axis=0)  # increasing in theta; guards rounding
+
+
 def _design_groups(session, level, by):
     """Per group (bank, then categories): the design estimates as (sizes, acc, cot, field, labels)."""
     parts = design_parts(session, by)
@@ -539,7 +587,8 @@ def _design_groups(session, level, by):
     n_groups = sizes.size - 1
     n_obs = group_sums(np.ones(order.size), None if codes is None else codes[order], n_groups)
     known = group_sums(correct, None if codes is None else codes[order], n_groups)
-    terms, model_var = parts["terms"], parts["model_variances"]
+    terms = parts["terms"]
+    tested = "hypothesis_variances" in parts
     # each draw's weight by its index: the bank's items still unknown at it (every group the same,
     # so that the weights are fixed in advance; catengine.scoring.design.draw_weights)
     weights = draw_weights(terms.shape[0], int(sizes[0]))
@@ -548,9 +597,15 @@ def _design_groups(session, level, by):
         if sizes[g] == 0:  # a category whose items are all excluded: nothing to estimate
             acc.append(None)
             continue
+        # the interval inverts the test of each hypothesised accuracy, with the estimate's variance
+        # under that hypothesis (catengine.scoring.design.design_estimate, docs/math.md §7.8); banks
+        # of more than HYPOTHESIS_ITEMS items pool the model's variance with the draws'
+        spread = {"hypotheses": (parts["hypothesis_accuracies"][:, g] * sizes[g],
+                                 (weights**2) @ parts["hypothesis_variances"][:, :, g] * sizes[g] ** 2)} if tested \
+            else {"model_variances": parts["model_variances"][:, g] * sizes[g] ** 2}
         e = design_estimate(terms[:, g] * sizes[g], level=level, n_items=int(sizes[g]),
-                            bounds=(float(known[g]), float(known[g] + sizes[g] - n_obs[g])),
-                            model_variances=model_var[:, g] * sizes[g] ** 2, weights=weights)
+                            bounds=(float(known[g]), float(known[g] + sizes[g] - n_obs[g])), weights=weights,
+                            **spread)
         acc.append((e.mean, e.se, e.low, e.high, n_obs[g]))
     cot = None
     if "cot_terms" in parts:
