@@ -25,6 +25,11 @@ Sections (``python benchmarks/engine.py [step|compare|throughput|serve|math500|a
                 doubly robust session: p50 / p95 per reply and peak memory, side by side with the
                 model-based score computed from scratch (a pass over every item at every node).
                 Target: p50 <= 50 ms.
+* ``score``   — replies (record + the default predicted_score()) of a doubly robust session on 2,000-
+                and 20,000-item banks, whose accuracy interval inverts the test of each hypothesis
+                (docs/math.md §7.8), after 300 answers (``--quick``: 100), side by side with the
+                same replies under the pooled-variance interval: p50 over the session and over its
+                last 10 replies, and their ratios.
 * ``math500`` — adaptive efficiency on the real MATH500 data (data/lart): calibrate LaRT
                 (SAEM, with CoT) and IRT-only (SAEM, probit, no CoT) banks on 120 LLMs, replay the
                 real answers and CoT lengths of the other 38 adaptively, and report Kendall tau
@@ -553,9 +558,50 @@ def bench_serve(quick: bool) -> None:
         print(f"(bank of {n_items:,} items built in {built:.1f} s)")
 
 
+# ----------------------------------------------------------------------------- section: score
+def _scored_replies(bank, n_answers, pooled: bool):
+    """Wall time of each reply (record + the default predicted_score()) of one doubly robust
+    session of ``n_answers`` answers; ``pooled``: the accuracy interval of the pooled variance (the
+    rule of banks above HYPOTHESIS_ITEMS) in place of the test-inverted one."""
+    from unittest import mock
+
+    from catengine import CATSession
+    from catengine.session import scoring as session_scoring
+
+    rng = np.random.default_rng(7)
+    correct, tokens = _answers(bank.params, 0.4, -0.3, rng)
+    times = []
+    with mock.patch.object(session_scoring, "HYPOTHESIS_ITEMS", 0 if pooled else session_scoring.HYPOTHESIS_ITEMS):
+        s = CATSession(bank, stopping=MaxItems(n_answers), rng=3)
+        while not s.finished:
+            item = s.next_item()
+            j = bank.index_of(item)
+            t0 = time.perf_counter()
+            s.record(item, int(correct[j]), None if tokens is None else float(tokens[j]))
+            s.predicted_score()
+            times.append(time.perf_counter() - t0)
+    return np.array(times)
+
+
+def bench_score(quick: bool) -> None:
+    sizes, n_answers = ((2_000, 20_000), 100) if quick else ((2_000, 20_000), 300)
+    print(f"\n== score: one doubly robust session's replies (record + the default predicted_score()) on banks "
+          f"whose accuracy interval inverts a test, {n_answers} answers; beside them the same replies with the "
+          f"pooled-variance interval ==")
+    print(f"{'bank':<14} {'interval':<14} {'p50 ms':>8} {'last 10 p50 ms':>15} {'ratio p50':>10} {'ratio last 10':>14}")
+    for n_items in sizes:
+        bank = _bank("2pl", n_items, seed=1)
+        base = _scored_replies(bank, n_answers, pooled=True)[2:]
+        tested = _scored_replies(bank, n_answers, pooled=False)[2:]
+        for name, t in (("pooled", base), ("test-inverted", tested)):
+            print(f"{f'2pl {n_items:,}':<14} {name:<14} {_pct(t, 50) * 1e3:>8.1f} {_pct(t[-10:], 50) * 1e3:>15.1f} "
+                  f"{_pct(t, 50) / _pct(base, 50):>10.2f} {_pct(t[-10:], 50) / _pct(base[-10:], 50):>14.2f}")
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("section", nargs="?", default="all", choices=("step", "compare", "throughput", "serve", "math500", "all"))
+    parser.add_argument("section", nargs="?", default="all",
+                        choices=("step", "compare", "throughput", "serve", "score", "math500", "all"))
     parser.add_argument("--quick", action="store_true", help="smaller runs (for smoke tests)")
     args = parser.parse_args(argv)
     print("catengine benchmarks; timings depend on the machine (wall clock, single thread)")
@@ -567,6 +613,8 @@ def main(argv=None) -> int:
         bench_throughput(args.quick)
     if args.section in ("serve", "all"):
         bench_serve(args.quick)
+    if args.section in ("score", "all"):
+        bench_score(args.quick)
     if args.section in ("math500", "all"):
         bench_math500(args.quick)
     return 0
