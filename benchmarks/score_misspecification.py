@@ -1,7 +1,7 @@
 """The default score under deliberately wrong banks: bias, variance and coverage by simulation.
 
 ``python benchmarks/score_misspecification.py [--reps 2000] [--lengths 10,25,50] [--variance-rules]
-[--flag-seeds 0,1,2,3] [--flag-margins 0,0.25,0.5,1] [--flag-alternatives]``
+[--categories 400] [--flag-seeds 0,1,2,3] [--flag-margins 0,0.25,0.5,1] [--flag-alternatives]``
 
 The larger run behind ``tests/test_score_misspecification.py`` (same worlds, same seeds for the
 banks and LLMs). Banks are fitted as 2PL by cBMM (every default but the interval check, the
@@ -26,6 +26,8 @@ the MAE over that of the mean of as many random items, and the model-only predic
 ``--variance-rules`` adds two coverages: of the same estimate with the draws' own variance alone
 (the martingale estimate and its Student-t quantile, no model figure pooled in), and of the
 estimate plus or minus 1.96 Monte-Carlo SDs (an oracle: the spread no session knows).
+``--categories N``: the same worlds with the items in categories of 15 / 35 / 60 / 90 items (the
+bank's field "area"), N sessions per LLM, and the coverage of each category's interval.
 
 Then the extrapolation flag (``catengine.scoring.standing``): 400 simulated LLMs x 300 items per
 world and seed; a bank from the LLMs below the 60th accuracy percentile replays those above the
@@ -109,6 +111,33 @@ def score_runs(reps, lengths, variance_rules=False):
                              f" {np.mean(np.abs(est - truth) <= z95 * math.sqrt(mc)):6.3f}")
                 print(line)
         print(f"  ({kind}: {time.perf_counter() - t0:.0f} s)", flush=True)
+
+
+def category_runs(reps, lengths):
+    """The intervals of each category's score (``predicted_score(by="area")``): items in categories
+    of 15 / 35 / 60 / 90 items, the same LLMs and sessions as :func:`score_runs`."""
+    from catengine import CATSession
+    from catengine.stopping import MaxItems
+
+    for w, kind in enumerate(WORLDS):
+        bank, p, rng, strongest = world(kind, 10 + w, categories=True)
+        area = bank.item_metadata("area")
+        for where, theta in (("inside", 0.3), ("beyond", strongest + 0.8)):
+            y = (rng.random(J) < p(np.array(theta), np.array(-0.5))).astype(int)
+            truth = {c: float(y[area == c].mean()) for c in np.unique(area)}
+            held = {k: {c: [] for c in truth} for k in lengths}
+            for r in range(reps):
+                s = CATSession(bank, stopping=MaxItems(max(lengths)), rng=[w, r])
+                while not s.finished:
+                    item = s.next_item()
+                    s.record(item, int(y[bank.index_of(item)]))
+                    if len(s.history) in held:
+                        for c, e in s.predicted_score(by="area").by_category.items():
+                            held[len(s.history)][c].append(e.low <= truth[c] <= e.high)
+            for k in lengths:
+                print(f"categories {kind:9s} {where:6s} {k:3d} items: coverage " + ", ".join(
+                    f"{c} ({truth[c]:.2f}) {np.mean(v):.3f}" for c, v in sorted(held[k].items(), key=lambda x: int(x[0][1:]))),
+                    flush=True)
 
 
 _THRESHOLDS = (0.1, 0.3, 0.5)
@@ -210,12 +239,16 @@ def main(argv=None) -> int:
     ap.add_argument("--variance-rules", action="store_true",
                     help="also print the coverage of the same estimate with the draws' own variance alone, and of "
                          "an interval of the Monte-Carlo SD (an oracle no session has)")
+    ap.add_argument("--categories", type=int, default=0,
+                    help="also this many sessions per LLM scored by category (categories of 15 / 35 / 60 / 90 items)")
     ap.add_argument("--flag-alternatives", action="store_true",
                     help="also classify the same answers with the world's own posterior and with the bank's 2PL")
     args = ap.parse_args(argv)
     lengths = tuple(int(x) for x in args.lengths.split(","))
     t0 = time.perf_counter()
     score_runs(args.reps, lengths, args.variance_rules)
+    if args.categories:
+        category_runs(args.categories, lengths)
     seeds = [int(x) for x in args.flag_seeds.split(",") if x]
     if seeds:
         flag_runs(seeds, lengths, [float(x) for x in args.flag_margins.split(",") if x], args.flag_alternatives)

@@ -26,21 +26,32 @@ def truth_model(kind, rng, n_items=J):
     return lambda theta, eta: expit(np.multiply.outer(theta, a) + np.multiply.outer(eta, g) + b)
 
 
-def fitted_bank(correct, item_ids):
+def fitted_bank(correct, item_ids, item_metadata=None):
     """What ``calibration fit --method cbmm`` writes (responses kept), without the interval check."""
     data = ResponseData.from_arrays(correct, item_ids=item_ids)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        bank = CBMMCalibrator(rng=0, progress=False).fit(data).to_item_bank("misspecified", interval_check=False)
+        bank = CBMMCalibrator(rng=0, progress=False).fit(data).to_item_bank("misspecified", interval_check=False,
+                                                                          item_metadata=item_metadata)
     return bank.with_group("responses", data.to_dataset())
 
 
-def world(kind, seed):
-    """(bank, answer probabilities, generator, strongest calibration trait) of one wrong-bank world."""
+#: the item categories of :func:`world` with ``categories=True``: their sizes (the field "area")
+CATEGORY_SIZES = (15, 35, 60, 90)
+
+
+def world(kind, seed, categories=False):
+    """(bank, answer probabilities, generator, strongest calibration trait) of one wrong-bank world;
+    ``categories``: the items fall in categories of ``CATEGORY_SIZES`` items at random, the bank's
+    field "area" (c15, c35, ...), drawn after everything else (the rest is the same world)."""
     rng = np.random.default_rng(seed)
     p = truth_model(kind, rng)
     theta, eta = rng.normal(0.0, 1.0, N_CALIBRATION), rng.normal(0.0, 1.0, N_CALIBRATION)
     y = (rng.random((N_CALIBRATION, J)) < p(theta, eta)).astype(np.int8)
     if kind == "shuffled":
         y = y[:, rng.permutation(J)]  # the bank's items carry other items' parameters
-    return fitted_bank(y, [f"q{j:03d}" for j in range(J)]), p, rng, float(theta.max())
+    metadata = None
+    if categories:
+        labels = np.repeat([f"c{n}" for n in CATEGORY_SIZES], CATEGORY_SIZES)
+        metadata = {"area": labels[np.random.default_rng([seed, 1]).permutation(J)]}
+    return fitted_bank(y, [f"q{j:03d}" for j in range(J)], metadata), p, rng, float(theta.max())
