@@ -241,12 +241,13 @@ def draw_sums(predictions, probabilities, remaining, item: int, *, codes=None, n
                     probability=float(pi[int(item)]), hypotheses=hyp)
 
 
-def _membership_matrix(codes, n_groups, J) -> np.ndarray:
-    """(J, 1 + G): column 0 every item, column 1 + g the items of category g."""
-    member = np.zeros((J, 1 + n_groups))
+def membership(codes, n_groups: int, n_rows: int) -> np.ndarray:
+    """(n_rows, 1 + G) 0/1 matrix: column 0 every row, column 1 + g the rows of category g (``codes``
+    (n_rows,) in 0..G-1; unused when ``n_groups`` is 0)."""
+    member = np.zeros((n_rows, 1 + n_groups))
     member[:, 0] = 1.0
     if n_groups:
-        member[np.arange(J), 1 + codes] = 1.0
+        member[np.arange(n_rows), 1 + np.asarray(codes, dtype=np.int64)] = 1.0
     return member
 
 
@@ -265,7 +266,7 @@ def hypothesis_sums(family, predictions, probabilities, remaining, *, codes=None
     if P.ndim != 2 or P.shape[1] != J or pi.shape != (J,) or rem.shape != (J,):
         raise ValueError(f"family must have shape (K, {J}) and probabilities, remaining one value per item")
     codes, n_groups = _checked_codes(codes, n_groups, J)
-    member = _membership_matrix(codes, n_groups, J)
+    member = membership(codes, n_groups, J)
     drawable = rem & (pi > 0)
     inverse = np.where(drawable, 1.0 / np.where(drawable, pi, 1.0), 0.0)
     columns = np.concatenate([member * inverse[:, None], member * (inverse * f)[:, None],
@@ -347,12 +348,10 @@ def design_terms_from_sums(order, outcomes, design_step, probabilities, predicte
     if np.any(~np.isfinite(p)) or np.any(p <= 0) or np.any(p > 1):
         bad = int(np.flatnonzero(~(np.isfinite(p) & (p > 0) & (p <= 1)))[0])
         raise DesignNotRandomisedError(f"design draw {bad + 1} has selection probability {p[bad]!r}; it must lie in (0, 1]")
-    member = np.zeros((n, sizes.size))  # the answered items' groups
-    member[:, 0] = 1.0
-    if sizes.size > 1:
-        if codes is None:
-            raise ValueError("categories (sizes beyond the bank's) need the items' codes")
-        member[np.arange(n), 1 + np.asarray(codes, dtype=np.int64)[order]] = 1.0
+    if sizes.size > 1 and codes is None:
+        raise ValueError("categories (sizes beyond the bank's) need the items' codes")
+    answered_codes = None if codes is None else np.asarray(codes, dtype=np.int64)[order]
+    member = membership(answered_codes, sizes.size - 1, n)  # the answered items' groups
     steps = np.flatnonzero(design_step)
     if known is None:
         known = (np.cumsum(member * outcomes[:, None], axis=0) - member * outcomes[:, None])[steps]  # answered before

@@ -59,6 +59,7 @@ from scipy.special import ndtri
 from catengine.models.expected_information import gauss_hermite_normal
 from catengine.models.params import ItemParams
 from catengine.models.score_factors import product_nodes
+from catengine.scoring.design import membership
 
 DEFAULT_SCORE_NODES = 61
 MIN_SMEARING_ITEMS = 5  # recorded CoT lengths below which the log-normal moments are used
@@ -395,7 +396,7 @@ def _group_totals(w, cond_mean, cond_var, observed, values, unknown, codes, n_gr
     """The shared end of both predictions: known sums and item counts per group (the items neither
     observed nor unknown, excluded, count in neither), then the mixture."""
     J = unknown.size
-    member = _membership(codes, n_groups, J)
+    member = membership(codes, n_groups, J)
     known_sum = np.zeros(J)
     known_sum[observed] = values
     answered = np.zeros(J)
@@ -403,15 +404,6 @@ def _group_totals(w, cond_mean, cond_var, observed, values, unknown, codes, n_gr
     return _predict_groups(w, cond_mean, cond_var, known_sum @ member, answered @ member,
                            unknown.astype(float) @ member, member, level, unit_bound, common, rel_var, intervals,
                            point_mean)
-
-
-def _membership(codes, n_groups, J):
-    """(J, 1 + G) 0/1 matrix: column 0 the whole bank, column 1 + g category g."""
-    member = np.zeros((J, 1 + n_groups))
-    member[:, 0] = 1.0
-    if n_groups:
-        member[np.arange(J), 1 + codes] = 1.0
-    return member
 
 
 def predict_accuracy(params: ItemParams, theta: float, theta_sd: float, observed, correct, *, level: float = 0.95,
@@ -489,7 +481,7 @@ def predict_accuracy_factors(factors, observed, correct, *, level: float = 0.95,
     from catengine.scoring import _kernels
 
     # the unknown items' sums per node and group in one compiled pass (no (nodes, items) arrays)
-    member = _membership(codes, n_groups, J)
+    member = membership(codes, n_groups, J)
     n_cols = 1 + n_groups
     kernel_codes = np.zeros(J, np.int64) if codes is None else np.ascontiguousarray(codes, dtype=np.int64)
     u = unknown.astype(np.float64)
@@ -737,11 +729,7 @@ class SummedCurves:
     def _member(self, items) -> np.ndarray:
         """(n, 1 + G) 0/1 membership of the items ``items``: column 0 the bank, 1 + g category g."""
         codes = self.codes[items]
-        member = np.zeros((codes.size, 1 + self.n_groups))
-        member[:, 0] = 1.0
-        if self.n_groups:
-            member[np.arange(codes.size), 1 + codes] = 1.0
-        return member
+        return membership(codes, self.n_groups, codes.size)
 
     def subset_sums(self, points, items) -> np.ndarray:
         """Exact sums (F, P, 1 + G) of the functions at ``points`` over the items ``items`` (indices)."""

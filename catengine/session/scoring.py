@@ -28,7 +28,7 @@ from catengine.scoring import (
 )
 from catengine.scoring.model_based import HYPOTHESIS_ITEMS, hypothesis_family
 from catengine.scoring.calibration import ScoreCurve
-from catengine.scoring.design import draw_weights
+from catengine.scoring.design import draw_weights, membership
 from catengine.scoring.doubly_robust import aipw_terms
 from catengine.scoring.model_based import (
     accuracy_curves,
@@ -424,8 +424,8 @@ def _draw_sums(session, h, steps, contexts, order, correct, field, codes, n_grou
                             family=hypothesis_family(params) if tested else None)
             if tested and "rows" not in entry:  # for the answered items' outcomes in the hypotheses' sums
                 drawable = remaining & (pi > 0)
-                entry["rows"] = (np.asarray(f, dtype=np.float64), np.where(drawable, 1.0 / np.where(drawable, pi, 1.0), 0.0),
-                                 remaining)
+                inverse = np.where(drawable, 1.0 / np.where(drawable, pi, 1.0), 0.0)
+                entry["rows"] = (np.asarray(f, dtype=np.float64), inverse, remaining)
             cot = None
             if lart and b.tau is not None:  # f: expected_cot_lengths at tau; variances exp(2 (omega - phi tau))
                 cot = cot_draw_sums(params, b.tau, session.cot_offset, pi, remaining, j, codes=codes, n_groups=n_groups)
@@ -551,10 +551,8 @@ def _answered_hypotheses(session, steps, acc, order, correct, codes) -> np.ndarr
     items answered since it was made at their outcomes (``catengine.scoring.design.answered_hypothesis_sums``)."""
     cache = session.__dict__["_design_draw_cache"]
     rows = [cache[int(s)]["rows"] for s in steps]
-    member = np.zeros((order.size, acc[0].predicted.size))
-    member[:, 0] = 1.0
-    if codes is not None:
-        member[np.arange(order.size), 1 + codes[order]] = 1.0
+    n_groups = acc[0].predicted.size - 1
+    member = membership(None if codes is None else codes[order], n_groups, order.size)
     family = hypothesis_family(session.params)
     change = answered_hypothesis_sums(family[:, order] - correct[None, :], np.array([r[1][order] for r in rows]),
                                       np.array([r[0][order] for r in rows]), np.array([r[2][order] for r in rows]),
@@ -571,10 +569,7 @@ def _hypothesis_accuracies(session, order, correct, codes, n_groups, sizes) -> n
     open_items = np.ones(J, dtype=bool)
     open_items[order] = False
     open_items[excluded_items(session)] = False
-    member = np.zeros((J, sizes.size))
-    member[:, 0] = 1.0
-    if codes is not None:
-        member[np.arange(J), 1 + codes] = 1.0
+    member = membership(codes, n_groups, J)
     known = group_sums(correct, None if codes is None else codes[order], n_groups)
     values = (family @ (member * open_items[:, None]) + known[None, :]) / np.maximum(sizes, 1.0)[None, :]
     return np.maximum.accumulate(values, axis=0)  # increasing in theta; guards rounding
