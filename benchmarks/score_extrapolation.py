@@ -3,7 +3,7 @@
 ``python benchmarks/score_extrapolation.py [math500-cbmm|math500-saem|amc23-saem|chembench|sim-guess|sim-4pl|
 sim-twofactor|psn|all] [--reps 3] [--seed 0] [--splits strength-up,strength-down,random]
 [--design opening=5,share=0.5] [--batch 10] [--lengths 10,25,50] [--bound] [--strength-edges 0.60,0.85]
-[--exclude-flagged] [--oracle-control]``
+[--exclude-flagged] [--oracle-control] [--variance-at-truth]``
 
 Two splits of each shared data set, LLMs (with all their runs) on one side only:
 
@@ -45,7 +45,10 @@ Godambe-Joshi bound at those probabilities (the best design for them, which no s
 either). ``--exclude-flagged`` (MATH500
 and ChemBench) excludes from every session, before its first item, the items the shipped bank flags
 (``grading_note``: 11 on MATH-500, 18 on ChemBench), as ``catengine run`` does by default; the truth
-is then the accuracy over the other items.
+is then the accuracy over the other items. ``--variance-at-truth``: the variance that the default
+accuracy interval's hypotheses give the estimate at each held-out LLM's true accuracy, against the
+squared errors, and how often the truth lies within 1.96 of its SDs: whether a miss or an excess of
+coverage comes from the variance's size or from the errors' shape.
 """
 
 from __future__ import annotations
@@ -199,8 +202,22 @@ def replay(bank, y, cot, lengths, rng, design=None, batch=1, excluded=()):
                 yield step, s
 
 
+def variance_at_truth(session, truth):
+    """(A^, V(truth)): the unprojected estimate and the variance the test-inverted interval's
+    hypotheses give it at the true accuracy (docs/math.md §7.8); None on a bank without them."""
+    from catengine.scoring.design import draw_weights
+    from catengine.session.scoring import design_parts
+
+    parts = design_parts(session, by=False)
+    if "hypothesis_variances" not in parts:
+        return None
+    w = draw_weights(parts["terms"].shape[0], int(parts["sizes"][0]))
+    variances = (w**2) @ parts["hypothesis_variances"][:, :, 0]
+    return float(parts["terms"][:, 0] @ w), float(np.interp(truth, parts["hypothesis_accuracies"][:, 0], variances))
+
+
 def run_set(name, reps, seed, kinds=None, design=None, batch=1, lengths=None, bound=False, edges=STRENGTH_EDGES,
-            exclude_flagged=False, oracle=False):
+            exclude_flagged=False, oracle=False, at_truth=False):
     from catengine.scoring import random_mean_mae
 
     if name in SIMULATED:
@@ -253,6 +270,8 @@ def run_set(name, reps, seed, kinds=None, design=None, batch=1, lengths=None, bo
                     if auto.cot_total is not None and cot is not None and np.all(np.isfinite(cot[kept])):
                         records[-1]["cot"] = (float(np.sum(cot[kept])), auto.cot_total, auto.cot_total_low,
                                               auto.cot_total_high)
+                    if at_truth and auto.method != "model":
+                        records[-1]["at_truth"] = variance_at_truth(s, truth)
                     if best is not None:
                         records[-1]["oracle"] = oracle_control_estimate(s, best)
                         records[-1]["oracle_bound"] = godambe_joshi_mae(best, k)
@@ -334,6 +353,11 @@ def summarise(name, records, lengths, n_subjects, bounds=()):
             width = np.mean([r["high"] - r["low"] for r in rows])
             methods = sorted({r["method"] for r in rows})
             print(f"{split:14s} {k:4d} {len(rows):5d} {err / base:10.2f} {cov:6.2f} {width:6.3f} | {merr / base:8.2f} {mcov:6.2f}  {','.join(methods)}")
+            tested = np.array([(r["at_truth"][0] - r["truth"], r["at_truth"][1]) for r in rows if r.get("at_truth")])
+            if tested.size:
+                err, var = tested.T
+                print(f"{'':14s} {'':4s} {'':5s} the hypotheses' variance at the true accuracy: {var.mean() / np.mean(err**2):.2f}x "
+                      f"the mean squared error; the truth within 1.96 of its SDs {np.mean(np.abs(err) <= 1.96 * np.sqrt(var)):.3f}")
             oracle = [r for r in rows if "oracle" in r]
             if oracle:
                 oerr = np.mean([abs(r["oracle"] - r["truth"]) for r in oracle]) / np.mean([r["rand"] for r in oracle])
@@ -396,6 +420,8 @@ def main(argv=None) -> int:
     ap.add_argument("--bound", action="store_true", help="also print the design-unbiased bound on the random splits")
     ap.add_argument("--exclude-flagged", action="store_true",
                     help="exclude the shipped bank's flagged items from every session, as catengine run does (MATH500, ChemBench)")
+    ap.add_argument("--variance-at-truth", action="store_true",
+                    help="also the test-inverted interval's variance at each LLM's true accuracy against the squared errors")
     ap.add_argument("--oracle-control", action="store_true", help="also the same estimator and draws with each LLM's "
                     "true answer probabilities (simulated sets; real data: the bank at its own full mode) as control "
                     "variate, and the bound at them")
@@ -420,7 +446,8 @@ def main(argv=None) -> int:
         if len(edges) != 2 or not 0.0 < edges[0] <= edges[1] < 1.0:
             ap.error(f"--strength-edges takes two quantiles 0 < bank <= test < 1, got {args.strength_edges!r}")
         records, lengths, n, bounds = run_set(name, args.reps, args.seed, kinds, design, args.batch, lengths, args.bound,
-                                              edges, args.exclude_flagged, args.oracle_control)
+                                              edges, args.exclude_flagged, args.oracle_control,
+                                              args.variance_at_truth)
         summarise(name, records, lengths, n, bounds)
         print(f"({name}: {time.perf_counter() - t0:.0f} s)")
     return 0
