@@ -206,11 +206,11 @@ def variance_at_truth(session, truth):
     """(A^, V(truth)): the unprojected estimate and the variance the test-inverted interval's
     hypotheses give it at the true accuracy (docs/math.md §7.8); None on a bank without them."""
     from catengine.scoring.design import draw_weights
-    from catengine.session.scoring import design_parts
+    from catengine.session.scoring import design_parts, tests_hypotheses
 
-    parts = design_parts(session, by=False)
-    if "hypothesis_variances" not in parts:
+    if not tests_hypotheses(session.params):
         return None
+    parts = design_parts(session, by=False)
     w = draw_weights(parts["terms"].shape[0], int(parts["sizes"][0]))
     variances = (w**2) @ parts["hypothesis_variances"][:, :, 0]
     return float(parts["terms"][:, 0] @ w), float(np.interp(truth, parts["hypothesis_accuracies"][:, 0], variances))

@@ -266,12 +266,19 @@ def hypothesis_sums(family, predictions, probabilities, remaining, *, codes=None
     if P.ndim != 2 or P.shape[1] != J or pi.shape != (J,) or rem.shape != (J,):
         raise ValueError(f"family must have shape (K, {J}) and probabilities, remaining one value per item")
     codes, n_groups = _checked_codes(codes, n_groups, J)
-    member = membership(codes, n_groups, J)
     drawable = rem & (pi > 0)
     inverse = np.where(drawable, 1.0 / np.where(drawable, pi, 1.0), 0.0)
-    columns = np.concatenate([member * inverse[:, None], member * (inverse * f)[:, None],
-                              member * rem[:, None]], axis=1)  # (J, 3 (1 + G))
-    return (P @ columns).reshape(P.shape[0], 3, 1 + n_groups).transpose(1, 0, 2)
+    columns = _sum_columns(inverse, f, rem, membership(codes, n_groups, J))  # (J, 3, 1 + G)
+    return (P @ columns.reshape(J, -1)).reshape(P.shape[0], 3, 1 + n_groups).transpose(1, 0, 2)
+
+
+def _sum_columns(inverse, predictions, remaining, member) -> np.ndarray:
+    """(..., m, 3, 1 + G): the weights of p_j in the three sums of :func:`hypothesis_sums` per item
+    and group, 1 / pi, f / pi (0 off R_t or where pi = 0) and 1 (0 off R_t); leading axes: draws."""
+    rem = np.asarray(remaining, dtype=np.float64)
+    inv = np.asarray(inverse, dtype=np.float64) * rem
+    x = np.stack([inv, inv * np.asarray(predictions, dtype=np.float64), rem], axis=-1)  # (..., m, 3)
+    return x[..., :, None] * np.asarray(member, dtype=np.float64)[:, None, :]
 
 
 def answered_hypothesis_sums(deviations, inverse, predictions, remaining, member) -> np.ndarray:
@@ -286,14 +293,11 @@ def answered_hypothesis_sums(deviations, inverse, predictions, remaining, member
     hypothesis that the answers contradict (every item correct, after wrong answers) does not
     promise a variance of 0."""
     dev = np.asarray(deviations, dtype=np.float64)
-    rem = np.asarray(remaining, dtype=np.float64)
-    inv = np.asarray(inverse, dtype=np.float64) * rem
-    x = np.stack([inv, inv * np.asarray(predictions, dtype=np.float64), rem], axis=1)  # (n, 3, m)
-    member = np.asarray(member, dtype=np.float64)
-    n, m, groups = x.shape[0], x.shape[2], member.shape[1]
+    columns = _sum_columns(inverse, predictions, remaining, member)  # (n, m, 3, 1 + G)
+    n, m, _, groups = columns.shape
     # one matrix product: (K, m) @ (m, n 3 (1 + G))
-    columns = (x.transpose(2, 0, 1)[:, :, :, None] * member[:, None, None, :]).reshape(m, n * 3 * groups)
-    return (dev @ columns).reshape(dev.shape[0], n, 3, groups).transpose(1, 2, 0, 3)
+    product = dev @ columns.transpose(1, 0, 2, 3).reshape(m, n * 3 * groups)
+    return product.reshape(dev.shape[0], n, 3, groups).transpose(1, 2, 0, 3)
 
 
 def hypothesis_variances(hypotheses, square, predicted, sizes, *, weight) -> np.ndarray:

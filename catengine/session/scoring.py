@@ -419,7 +419,7 @@ def _draw_sums(session, h, steps, contexts, order, correct, field, codes, n_grou
             pi = session.selector.probabilities(params, SelectionState(b, remaining, None, session.items),
                                                 expected=fsel)
             j = int(order[s])
-            tested = J <= HYPOTHESIS_ITEMS  # the interval tests hypotheses (design_estimate)
+            tested = tests_hypotheses(params)
             acc = draw_sums(f, pi, remaining, j, codes=codes, n_groups=n_groups,
                             family=hypothesis_family(params) if tested else None)
             if tested and "rows" not in entry:  # for the answered items' outcomes in the hypotheses' sums
@@ -510,7 +510,7 @@ def design_parts(session, by=None) -> dict:
                                                           np.array([a.square for a in acc]), predicted, sizes,
                                                           weight=lam),
              "sizes": sizes, "order": order, "correct": correct, "codes": codes, "field": field, "labels": labels}
-    if params.n_items <= HYPOTHESIS_ITEMS:
+    if tests_hypotheses(params):
         parts["hypothesis_variances"] = hypothesis_variances(
             _answered_hypotheses(session, steps, acc, order, correct, codes), np.array([a.square for a in acc]),
             predicted, sizes, weight=lam)
@@ -544,6 +544,12 @@ def design_parts(session, by=None) -> dict:
                 factor * np.array([c.variance for c in cot]), np.array([c.square for c in cot]), cot_predicted, sizes,
                 weight=parts["cot_lam"])
     return parts
+
+
+def tests_hypotheses(params) -> bool:
+    """Whether the accuracy's design interval inverts the test of each hypothesis (banks of at most
+    ``HYPOTHESIS_ITEMS`` items; larger ones pool the model's variance with the draws')."""
+    return params.n_items <= HYPOTHESIS_ITEMS
 
 
 def _answered_hypotheses(session, steps, acc, order, correct, codes) -> np.ndarray:
@@ -583,7 +589,7 @@ def _design_groups(session, level, by):
     n_obs = group_sums(np.ones(order.size), None if codes is None else codes[order], n_groups)
     known = group_sums(correct, None if codes is None else codes[order], n_groups)
     terms = parts["terms"]
-    tested = "hypothesis_variances" in parts
+    tested = tests_hypotheses(session.params)
     # each draw's weight by its index: the bank's items still unknown at it (every group the same,
     # so that the weights are fixed in advance; catengine.scoring.design.draw_weights)
     weights = draw_weights(terms.shape[0], int(sizes[0]))
