@@ -2,7 +2,7 @@
 
 ``python benchmarks/score_extrapolation.py [math500-cbmm|math500-saem|amc23-saem|chembench|sim-guess|sim-4pl|
 sim-twofactor|psn|all] [--reps 3] [--seed 0] [--splits strength-up,strength-down,random]
-[--design opening=5,share=0.5] [--batch 10] [--lengths 10,25,50] [--bound] [--strength-edges 0.60,0.85]
+[--design opening=5,share=0.5,uniform_share=0.5] [--batch 10] [--lengths 10,25,50] [--bound] [--strength-edges 0.60,0.85]
 [--exclude-flagged] [--oracle-control] [--variance-at-truth]``
 
 Two splits of each shared data set, LLMs (with all their runs) on one side only:
@@ -176,7 +176,7 @@ def flagged_items(benchmark, data) -> np.ndarray:
 
 def replay(bank, y, cot, lengths, rng, design=None, batch=1, excluded=()):
     from catengine import CATSession
-    from catengine.selection import DoublyRobustSelection
+    from catengine.selection import DoublyRobustSelection, RandomisedSelection
     from catengine.stopping import MaxItems
 
     # the default selector (DoublyRobustSelection, or RandomisedSelection where the bank's check says so);
@@ -185,7 +185,10 @@ def replay(bank, y, cot, lengths, rng, design=None, batch=1, excluded=()):
     # answered in proposal order, the score checked after every answer
     s = CATSession(bank, stopping=MaxItems(max(lengths)), rng=rng)
     if design and isinstance(s.selector, DoublyRobustSelection):
-        s = CATSession(bank, selector=DoublyRobustSelection(**design), stopping=MaxItems(max(lengths)), rng=rng)
+        settings = dict(design)
+        if "uniform_share" in settings:  # the design draws' uniform floor (RandomisedSelection.uniform_share)
+            settings["design"] = RandomisedSelection(uniform_share=settings.pop("uniform_share"))
+        s = CATSession(bank, selector=DoublyRobustSelection(**settings), stopping=MaxItems(max(lengths)), rng=rng)
     index = bank.index_of
     for j in excluded:
         s.exclude(bank.item_ids[j])
@@ -352,7 +355,7 @@ def summarise(name, records, lengths, n_subjects, bounds=()):
             mcov = np.mean([r["m_low"] <= r["truth"] <= r["m_high"] for r in rows])
             width = np.mean([r["high"] - r["low"] for r in rows])
             methods = sorted({r["method"] for r in rows})
-            print(f"{split:14s} {k:4d} {len(rows):5d} {err / base:10.2f} {cov:6.2f} {width:6.3f} | {merr / base:8.2f} {mcov:6.2f}  {','.join(methods)}")
+            print(f"{split:14s} {k:4d} {len(rows):5d} {err / base:10.2f} {cov:6.3f} {width:6.3f} | {merr / base:8.2f} {mcov:6.3f}  {','.join(methods)}")
             tested = np.array([(r["at_truth"][0] - r["truth"], r["at_truth"][1]) for r in rows if r.get("at_truth")])
             if tested.size:
                 err, var = tested.T
@@ -412,7 +415,8 @@ def main(argv=None) -> int:
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--design", default=None, help="settings of the default DoublyRobustSelection to measure instead, "
-                    "e.g. opening=0,share=1.0")
+                    "e.g. opening=0,share=1.0; uniform_share=1.0: the design draws' uniform floor "
+                    "(RandomisedSelection.uniform_share; 1.0 draws every item alike)")
     ap.add_argument("--splits", default=None, help="comma-separated kinds of split to run (strength-up, strength-down, random); default all")
     ap.add_argument("--batch", type=int, default=1, help="propose items in batches of this many (CATSession.next_items, "
                     "as the Inspect and lm-eval harnesses do); default 1 (one at a time)")

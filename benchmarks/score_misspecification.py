@@ -16,8 +16,8 @@ calibration responses kept) on 150 calibration LLMs x 200 items whose answers co
 
 For one LLM inside the calibration population and one stronger than every calibration LLM, default
 sessions (``CATSession(bank)``) are replayed ``--reps`` times against the LLM's fixed answers (the
-design draws are the only randomness, so the target is its own full-benchmark accuracy). Printed per
-world, LLM and length: the reported estimate's bias in Monte-Carlo SEs, and that of the unprojected
+design draws are the only randomness, so the target is its own full-benchmark accuracy; ``--reps 0``
+skips these runs). Printed per world, LLM and length: the reported estimate's bias in Monte-Carlo SEs, and that of the unprojected
 estimate A^ = sum_t w_t D_t (the reported one is A^ projected onto the attainable range, which moves
 it only when a surprising draw pushed it outside; docs/math.md §7.7), the martingale variance
 estimate sum_t w_t^2 (D_t - A^)^2 / (1 - sum_t w_t^2) over the Monte-Carlo variance of A^, the
@@ -246,7 +246,8 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     lengths = tuple(int(x) for x in args.lengths.split(","))
     t0 = time.perf_counter()
-    score_runs(args.reps, lengths, args.variance_rules)
+    if args.reps:  # --reps 0: the flag and category runs only
+        score_runs(args.reps, lengths, args.variance_rules)
     if args.categories:
         category_runs(args.categories, lengths)
     seeds = [int(x) for x in args.flag_seeds.split(",") if x]
